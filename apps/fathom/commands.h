@@ -1,0 +1,15 @@
+// The fathom subcommands. Each Register* adds one subcommand to `app`; when it runs, its outcome
+// is stored in `*result` and main turns a failed Status into exit code 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+
+namespace fathom::cli {
+
+void RegisterHardware(CLI::App& app, Status* result);
+void RegisterModel(CLI::App& app, Status* result);
+void RegisterMemory(CLI::App& app, Status* result);
+
+}  // namespace fathom::cli

@@ -1,0 +1,60 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "base/files.h"
+#include "base/json_fields.h"
+#include "base/sim_time.h"
+#include "base/stats.h"
+
+namespace fathom {
+
+TEST_CASE("JsonFields: a missing field names the source, the field and the type wanted", "[base]") {
+  Json obj = Json::parse(R"({"a": 1, "b": "x"})");
+  JsonFields f(obj, "cfg.json");
+  CHECK(f.Int("a") == 1);
+  CHECK(f.String("b") == "x");
+  (void)f.Int("c");
+  REQUIRE_FALSE(f.status().ok());
+  CHECK(f.status().message() == "cfg.json: field 'c': missing (required integer)");
+}
+
+TEST_CASE("JsonFields: a value of the wrong type names the value and the rule", "[base]") {
+  Json obj = Json::parse(R"({"a": "seven"})");
+  JsonFields f(obj, "cfg.json");
+  (void)f.Int("a");
+  CHECK(f.status().message() == "cfg.json: field 'a' = \"seven\": must be an integer");
+}
+
+TEST_CASE("ReadJsonFile: malformed JSON names the file and the byte", "[base]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_bad.json").string();
+  REQUIRE(WriteFileAtomic(path, "{\"a\": 1,,}").ok());
+  auto r = ReadJsonFile(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().rfind(path + ": malformed JSON at byte", 0) == 0);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("ReadFile: a missing file is NotFound and names the path", "[base]") {
+  auto r = ReadFile("/nonexistent/fathom.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kNotFound);
+  CHECK(r.status().message().find("/nonexistent/fathom.json") != std::string::npos);
+}
+
+TEST_CASE("FromSeconds: rounds to whole nanoseconds", "[base]") {
+  CHECK(FromSeconds(1.5).count() == 1'500'000'000);
+  CHECK(FromSeconds(1e-9 * 0.6).count() == 1);
+  CHECK(ToSeconds(SimTime(2'000'000'000)) == 2.0);
+}
+
+TEST_CASE("Percentile: takes element floor(p * n) of the sorted values, as LoadGen does", "[base]") {
+  std::vector<int> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  CHECK(Percentile(v, 0.99) == 100);  // floor(0.99 * 100) = 99 -> 100th smallest
+  CHECK(Percentile(v, 0.50) == 51);
+  std::vector<int> one{7};
+  CHECK(Percentile(one, 0.99) == 7);
+}
+
+}  // namespace fathom

@@ -1,0 +1,88 @@
+#include "base/json_fields.h"
+
+#include "base/files.h"
+
+namespace fathom {
+
+Result<Json> ReadJsonFile(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    return Status::InvalidArgument(path + ": malformed JSON at byte " + std::to_string(e.byte) +
+                                   ": " + e.what());
+  }
+}
+
+JsonFields::JsonFields(const Json& obj, std::string source) : obj_(obj), source_(std::move(source)) {
+  if (!obj_.is_object()) status_ = Status::InvalidArgument(source_ + ": expected a JSON object");
+}
+
+bool JsonFields::Has(std::string_view key) const {
+  return obj_.is_object() && obj_.contains(key) && !obj_.at(std::string(key)).is_null();
+}
+
+void JsonFields::Fail(std::string_view key, const std::string& value, const std::string& rule) {
+  if (!status_.ok()) return;
+  std::string msg = source_ + ": field '" + std::string(key) + "'";
+  if (!value.empty()) msg += " = " + value;
+  status_ = Status::InvalidArgument(msg + ": " + rule);
+}
+
+const Json* JsonFields::Find(std::string_view key, const char* wanted_type) {
+  if (!status_.ok()) return nullptr;
+  if (!Has(key)) {
+    Fail(key, "", std::string("missing (required ") + wanted_type + ")");
+    return nullptr;
+  }
+  return &obj_.at(std::string(key));
+}
+
+int64_t JsonFields::Int(std::string_view key) {
+  const Json* v = Find(key, "integer");
+  if (v == nullptr) return 0;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float() && v->get<double>() == static_cast<double>(v->get<int64_t>()))
+    return v->get<int64_t>();
+  Fail(key, v->dump(), "must be an integer");
+  return 0;
+}
+
+int64_t JsonFields::Int(std::string_view key, int64_t fallback) {
+  return Has(key) ? Int(key) : fallback;
+}
+
+double JsonFields::Double(std::string_view key) {
+  const Json* v = Find(key, "number");
+  if (v == nullptr) return 0.0;
+  if (v->is_number()) return v->get<double>();
+  Fail(key, v->dump(), "must be a number");
+  return 0.0;
+}
+
+double JsonFields::Double(std::string_view key, double fallback) {
+  return Has(key) ? Double(key) : fallback;
+}
+
+std::string JsonFields::String(std::string_view key) {
+  const Json* v = Find(key, "string");
+  if (v == nullptr) return "";
+  if (v->is_string()) return v->get<std::string>();
+  Fail(key, v->dump(), "must be a string");
+  return "";
+}
+
+std::string JsonFields::String(std::string_view key, std::string fallback) {
+  return Has(key) ? String(key) : fallback;
+}
+
+bool JsonFields::Bool(std::string_view key, bool fallback) {
+  if (!Has(key)) return fallback;
+  const Json* v = Find(key, "boolean");
+  if (v == nullptr) return fallback;
+  if (v->is_boolean()) return v->get<bool>();
+  Fail(key, v->dump(), "must be true or false");
+  return fallback;
+}
+
+}  // namespace fathom

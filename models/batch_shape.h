@@ -1,0 +1,73 @@
+// What one attention rank computes in one engine iteration, summarised for operator building.
+// Sums over sequences, so the simulator can add and remove sequences in O(1).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace fathom::models {
+
+struct SequenceStep {
+  int64_t new_tokens = 0;      // tokens processed this iteration (prefill chunk, 1 decode, or k+1)
+  int64_t context_tokens = 0;  // tokens already in the KV cache before this iteration
+  bool decode = false;         // generation phase (MLA uses weight absorption)
+  bool samples = false;        // produces logits (last prefill chunk or a decode step)
+};
+
+struct BatchShape {
+  int64_t tokens = 0;
+  int64_t sequences = 0;
+  int64_t sampled_tokens = 0;
+  // Prefill chunks: new tokens, query-key pairs (causal) and cached tokens they read.
+  int64_t prefill_tokens = 0;
+  double prefill_pairs = 0;
+  double prefill_pairs_window = 0;  // the same, capped at the sliding window
+  double prefill_cached = 0;
+  double prefill_cached_window = 0;
+  // Decode steps: query tokens, query-key pairs, and KV tokens each step reads.
+  int64_t decode_tokens = 0;
+  int64_t decode_sequences = 0;
+  double decode_pairs = 0;
+  double decode_pairs_window = 0;
+  double decode_kv = 0;
+  double decode_kv_window = 0;
+
+  // `window` is the model's sliding window (0 when it has none).
+  void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }
+  void Remove(const SequenceStep& s, int64_t window) { Accumulate(s, window, -1.0); }
+
+ private:
+  // Query-key pairs of n new tokens after c cached ones: sum over i=1..n of (c + i), each term
+  // capped at w when w > 0.
+  static double Pairs(double n, double c, double w) {
+    if (w <= 0 || c + n <= w) return n * c + n * (n + 1) / 2;
+    const double under = std::max(0.0, w - c);  // tokens whose span stays within the window
+    return under * c + under * (under + 1) / 2 + (n - under) * w;
+  }
+  void Accumulate(const SequenceStep& s, int64_t window, double sign) {
+    const double n = static_cast<double>(s.new_tokens);
+    const double c = static_cast<double>(s.context_tokens);
+    const double w = static_cast<double>(window);
+    const double capped_c = window > 0 ? std::min(c, w) : c;
+    const int64_t isign = sign > 0 ? 1 : -1;
+    tokens += isign * s.new_tokens;
+    sequences += isign;
+    sampled_tokens += isign * (s.samples ? (s.decode ? s.new_tokens : 1) : 0);
+    if (s.decode) {
+      decode_tokens += isign * s.new_tokens;
+      decode_sequences += isign;
+      decode_pairs += sign * Pairs(n, c, 0);
+      decode_pairs_window += sign * Pairs(n, c, w);
+      decode_kv += sign * (c + n);
+      decode_kv_window += sign * std::min(c + n, window > 0 ? w : c + n);
+    } else {
+      prefill_tokens += isign * s.new_tokens;
+      prefill_pairs += sign * Pairs(n, c, 0);
+      prefill_pairs_window += sign * Pairs(n, c, w);
+      prefill_cached += sign * c;
+      prefill_cached_window += sign * capped_c;
+    }
+  }
+};
+
+}  // namespace fathom::models

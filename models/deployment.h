@@ -1,0 +1,45 @@
+// How one model instance is laid out on GPUs, and in which formats it stores weights and KV.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "models/dtype.h"
+#include "models/model_arch.h"
+
+namespace fathom::models {
+
+// Degrees in the engines' counting (see README): GPUs = tp x pp x replicas; attention data
+// parallelism splits the TP group (attention TP = tp / attn_dp); experts are sharded over ep GPUs
+// of the TP group (expert TP = tp / ep). Dense MLPs, shared experts, embedding and LM head follow
+// the attention layout.
+struct ParallelLayout {
+  int gpus = 1;
+  int tp = 1;
+  int pp = 1;
+  int ep = 1;
+  int attn_dp = 1;
+
+  int attn_tp() const { return tp / attn_dp; }
+  int moe_tp() const { return tp / ep; }
+  int replicas() const { return gpus / (tp * pp); }
+  int gpus_per_replica() const { return tp * pp; }
+  std::string ToString() const;  // "TP8 PP1 EP8 attnDP8 x1"
+};
+
+struct Precision {
+  DType moe_weights = DType::kBf16;    // routed experts
+  DType dense_weights = DType::kBf16;  // attention, dense MLP, shared experts
+  DType kv = DType::kBf16;
+  // Embedding, LM head, router and norms stay in bf16 in every published quantised checkpoint.
+  static constexpr DType kHighPrecision = DType::kBf16;
+};
+
+// Checks the rules an engine enforces; the message names the degree, its value and the rule.
+Status ValidateLayout(const ModelArch& m, const ParallelLayout& layout);
+
+// Layers of each pipeline stage, contiguous, earlier stages taking the remainder.
+std::vector<int64_t> LayersPerStage(int64_t layers, int pp);
+
+}  // namespace fathom::models

@@ -1,0 +1,24 @@
+// The one interface through which the simulator learns how long an engine iteration takes.
+// Implementations: the plain roofline (models/roofline.h) and, later, calibrated cost models.
+#pragma once
+
+#include <span>
+
+#include "base/sim_time.h"
+#include "models/batch_shape.h"
+
+namespace fathom::models {
+
+class ExecutionTimeModel {
+ public:
+  virtual ~ExecutionTimeModel() = default;
+
+  // Duration of one iteration on pipeline stage `stage` when attention rank r of the instance
+  // runs ranks[r]. The ranks meet in every MoE layer, so the slowest sets the pace. An empty
+  // batch on every rank takes zero time.
+  virtual SimTime StageTime(std::span<const BatchShape> ranks, int stage) const = 0;
+
+  virtual int num_stages() const = 0;
+};
+
+}  // namespace fathom::models

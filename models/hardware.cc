@@ -1,0 +1,92 @@
+#include "models/hardware.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/files.h"
+#include "base/json_fields.h"
+
+namespace fathom::models {
+
+double Hardware::PeakFlops(DType t) const {
+  const std::string_view cls = PeakClass(t);
+  if (cls == "fp4" && peak_fp4_flops > 0) return peak_fp4_flops;
+  if ((cls == "fp4" || cls == "fp8") && peak_fp8_flops > 0) return peak_fp8_flops;
+  return peak_bf16_flops;
+}
+
+Result<Hardware> LoadHardwareFile(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(Json doc, ReadJsonFile(path));
+  JsonFields f(doc, path);
+  Hardware hw;
+  hw.name = f.String("name");
+  hw.description = f.String("description", "");
+  hw.vendor = f.String("vendor", "");
+  hw.memory_bytes = f.Double("memory_gb") * 1e9;
+  hw.hbm_bytes_per_s = f.Double("hbm_bandwidth_tb_per_s") * 1e12;
+  hw.scale_up_bytes_per_s = f.Double("scale_up_gb_per_s") * 1e9;
+  hw.scale_up_domain_gpus = static_cast<int>(f.Int("scale_up_domain_gpus"));
+  hw.scale_out_bytes_per_s = f.Double("scale_out_gbit_per_s") * 1e9 / 8.0;
+  hw.power_watts = f.Double("power_watts", 0.0);
+  hw.price_per_gpu_hour_usd = f.Double("price_per_gpu_hour_usd", 0.0);
+  FATHOM_RETURN_IF_ERROR(f.status());
+  if (!doc.contains("dense_tflops") || !doc["dense_tflops"].is_object()) {
+    return Status::InvalidArgument(path + ": field 'dense_tflops': missing (required object with "
+                                          "bf16 and optionally fp8, fp4 in TFLOP/s)");
+  }
+  JsonFields peaks(doc["dense_tflops"], path + ": dense_tflops");
+  hw.peak_bf16_flops = peaks.Double("bf16") * 1e12;
+  hw.peak_fp8_flops = peaks.Double("fp8", 0.0) * 1e12;
+  hw.peak_fp4_flops = peaks.Double("fp4", 0.0) * 1e12;
+  FATHOM_RETURN_IF_ERROR(peaks.status());
+
+  auto positive = [&](const char* field, double v) -> Status {
+    if (v > 0) return Status::Ok();
+    return Status::InvalidArgument(path + ": field '" + field + "' = " + std::to_string(v) +
+                                   ": must be > 0");
+  };
+  FATHOM_RETURN_IF_ERROR(positive("memory_gb", hw.memory_bytes));
+  FATHOM_RETURN_IF_ERROR(positive("hbm_bandwidth_tb_per_s", hw.hbm_bytes_per_s));
+  FATHOM_RETURN_IF_ERROR(positive("dense_tflops.bf16", hw.peak_bf16_flops));
+  FATHOM_RETURN_IF_ERROR(positive("scale_up_gb_per_s", hw.scale_up_bytes_per_s));
+  FATHOM_RETURN_IF_ERROR(positive("scale_up_domain_gpus", hw.scale_up_domain_gpus));
+  FATHOM_RETURN_IF_ERROR(positive("scale_out_gbit_per_s", hw.scale_out_bytes_per_s));
+  return hw;
+}
+
+Result<HardwareCatalog> HardwareCatalog::LoadBuiltin() {
+  HardwareCatalog catalog;
+  const std::filesystem::path dir = std::filesystem::path(DataDir()) / "models" / "hardware";
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  }
+  if (ec) return Status::NotFound(dir.string() + ": cannot list the hardware catalogue");
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) FATHOM_RETURN_IF_ERROR(catalog.AddFile(file));
+  return catalog;
+}
+
+Status HardwareCatalog::AddFile(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(Hardware hw, LoadHardwareFile(path));
+  by_name_[hw.name] = std::move(hw);
+  return Status::Ok();
+}
+
+Result<Hardware> HardwareCatalog::Find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return it->second;
+  std::string known;
+  for (const auto& [n, hw] : by_name_) known += (known.empty() ? "" : ", ") + n;
+  return Status::NotFound("hardware '" + name + "': unknown (known: " + known +
+                          "; add your own with --hardware-file)");
+}
+
+std::vector<const Hardware*> HardwareCatalog::All() const {
+  std::vector<const Hardware*> out;
+  for (const auto& [n, hw] : by_name_) out.push_back(&hw);
+  return out;
+}
+
+}  // namespace fathom::models

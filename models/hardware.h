@@ -1,0 +1,50 @@
+// GPU specifications, loaded at run time from models/hardware/*.json (one file per GPU).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "models/dtype.h"
+
+namespace fathom::models {
+
+struct Hardware {
+  std::string name;
+  std::string description;
+  std::string vendor;
+  double memory_bytes = 0;              // usable HBM
+  double hbm_bytes_per_s = 0;
+  double peak_bf16_flops = 0;           // dense tensor-core peaks
+  double peak_fp8_flops = 0;            // 0 where the format is not supported
+  double peak_fp4_flops = 0;
+  double scale_up_bytes_per_s = 0;      // per GPU, both directions together, as datasheets give it
+  int scale_up_domain_gpus = 0;         // GPUs one scale-up fabric joins (8 for HGX, 72 for NVL72)
+  double scale_out_bytes_per_s = 0;     // per GPU, one direction
+  double power_watts = 0;
+  double price_per_gpu_hour_usd = 0;
+
+  // Dense peak for GEMMs in `t`; formats without native support run at the next wider one.
+  double PeakFlops(DType t) const;
+};
+
+// Parses one hardware JSON file; errors name the file, the field and the rule.
+Result<Hardware> LoadHardwareFile(const std::string& path);
+
+// The built-in GPUs plus any the user adds with --hardware-file.
+class HardwareCatalog {
+ public:
+  // Loads every models/hardware/*.json under DataDir().
+  static Result<HardwareCatalog> LoadBuiltin();
+  Status AddFile(const std::string& path);
+
+  // Looks up a GPU by name; the error lists the known names.
+  Result<Hardware> Find(const std::string& name) const;
+  std::vector<const Hardware*> All() const;
+
+ private:
+  std::map<std::string, Hardware> by_name_;
+};
+
+}  // namespace fathom::models

@@ -1,0 +1,51 @@
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "base/files.h"
+#include "models/hardware.h"
+
+namespace fathom::models {
+
+TEST_CASE("HardwareCatalog: ships the ten GPUs of the reference with their datasheet figures", "[models]") {
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  for (const char* name : {"h100-sxm", "h200", "h200-nvl", "b200", "b300", "gb200", "gb300", "mi300x",
+                           "mi325x", "mi355x"}) {
+    INFO(name);
+    CHECK(catalog->Find(name).ok());
+  }
+  auto b200 = catalog->Find("b200");
+  CHECK(b200->memory_bytes == Approx(180e9));
+  CHECK(b200->hbm_bytes_per_s == Approx(8e12));
+  CHECK(b200->PeakFlops(DType::kNvfp4) == Approx(9e15));
+  CHECK(b200->PeakFlops(DType::kFp8) == Approx(4.5e15));
+  CHECK(b200->scale_up_domain_gpus == 8);
+  auto h100 = catalog->Find("h100-sxm");
+  // No FP4 tensor cores on Hopper: FP4 weights run at the FP8 peak.
+  CHECK(h100->PeakFlops(DType::kNvfp4) == Approx(1979e12));
+  CHECK(catalog->Find("gb200")->scale_up_domain_gpus == 72);
+}
+
+TEST_CASE("HardwareCatalog: an unknown GPU lists the known ones", "[models]") {
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  auto r = catalog->Find("tpu-v9");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("b200") != std::string::npos);
+}
+
+TEST_CASE("LoadHardwareFile: a missing or non-positive field names the file and the rule", "[models]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / "fathom_gpu.json").string();
+  REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 0,
+    "dense_tflops": {"bf16": 100}, "scale_up_gb_per_s": 100, "scale_up_domain_gpus": 8,
+    "scale_out_gbit_per_s": 400})").ok());
+  auto r = LoadHardwareFile(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() == path + ": field 'hbm_bandwidth_tb_per_s' = 0.000000: must be > 0");
+  REQUIRE(WriteFileAtomic(path, R"({"name": "x"})").ok());
+  r = LoadHardwareFile(path);
+  CHECK(r.status().message() == path + ": field 'memory_gb': missing (required number)");
+  std::filesystem::remove(path);
+}
+
+}  // namespace fathom::models

@@ -1,0 +1,271 @@
+#include "models/model_arch.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/files.h"
+
+namespace fathom::models {
+namespace {
+
+std::filesystem::path ConfigDir() {
+  return std::filesystem::path(DataDir()) / "models" / "configs";
+}
+
+// Reads the weight formats a checkpoint ships in from its quantization_config.
+void ReadNativePrecision(const Json& config, ModelArch* m) {
+  if (!config.contains("quantization_config") || !config["quantization_config"].is_object()) return;
+  const Json& q = config["quantization_config"];
+  const std::string method = q.value("quant_method", "");
+  if (method == "fp8") {
+    m->native_moe_weights = DType::kFp8;
+    m->native_dense_weights = DType::kFp8;
+  } else if (method == "mxfp4") {
+    m->native_moe_weights = DType::kMxfp4;
+    bool attention_excluded = false;
+    if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array()) {
+      for (const auto& mod : q["modules_to_not_convert"]) {
+        if (mod.is_string() && mod.get<std::string>().find("self_attn") != std::string::npos)
+          attention_excluded = true;
+      }
+    }
+    m->native_dense_weights = attention_excluded ? DType::kBf16 : DType::kMxfp4;
+  }
+}
+
+}  // namespace
+
+int64_t ModelArch::NumMoeLayers() const {
+  return std::count(moe_layer.begin(), moe_layer.end(), true);
+}
+
+int64_t ModelArch::NumSlidingLayers() const {
+  return std::count(sliding_layer.begin(), sliding_layer.end(), true);
+}
+
+int64_t ModelArch::QProjParams() const {
+  if (attention == AttentionKind::kMla) {
+    const int64_t in = q_lora_rank > 0 ? q_lora_rank : hidden;
+    return in * heads * (qk_nope_dim + qk_rope_dim);
+  }
+  return hidden * heads * head_dim + (attention_bias ? heads * head_dim : 0);
+}
+
+int64_t ModelArch::KvProjParams() const {
+  if (attention == AttentionKind::kMla) return kv_lora_rank * heads * (qk_nope_dim + v_head_dim);
+  return 2 * (hidden * kv_heads * head_dim + (attention_bias ? kv_heads * head_dim : 0));
+}
+
+int64_t ModelArch::OProjParams() const {
+  const int64_t in = attention == AttentionKind::kMla ? heads * v_head_dim : heads * head_dim;
+  return in * hidden + (attention_bias ? hidden : 0);
+}
+
+int64_t ModelArch::LoraDownParams() const {
+  if (attention != AttentionKind::kMla) return 0;
+  int64_t p = hidden * (kv_lora_rank + qk_rope_dim) + kv_lora_rank;  // kv_a_proj + kv_a_layernorm
+  if (q_lora_rank > 0) p += hidden * q_lora_rank + q_lora_rank;       // q_a_proj + q_a_layernorm
+  return p;
+}
+
+int64_t ModelArch::AttentionParams() const {
+  int64_t p = QProjParams() + KvProjParams() + OProjParams() + LoraDownParams();
+  if (qk_norm) p += 2 * head_dim;
+  if (attention_sinks) p += heads;
+  return p;
+}
+
+int64_t ModelArch::DenseMlpParams() const { return 3 * hidden * intermediate; }
+
+int64_t ModelArch::ExpertParams() const {
+  return 3 * hidden * moe_intermediate + (expert_bias ? 2 * moe_intermediate + hidden : 0);
+}
+
+int64_t ModelArch::RouterParams() const {
+  if (!is_moe()) return 0;
+  // DeepSeek-V3 and GPT-OSS carry a per-expert bias (correction bias or router bias).
+  const bool bias = model_type == "deepseek_v3" || model_type == "gpt_oss";
+  return hidden * experts + (bias ? experts : 0);
+}
+
+int64_t ModelArch::LayerNormParams() const { return 2 * hidden; }
+
+int64_t ModelArch::KvValuesPerTokenPerLayer() const {
+  if (attention == AttentionKind::kMla) return kv_lora_rank + qk_rope_dim;
+  return 2 * kv_heads * head_dim;
+}
+
+ParamCounts CountParams(const ModelArch& m) {
+  ParamCounts c;
+  const int64_t moe_layers = m.NumMoeLayers();
+  const int64_t dense_layers = m.layers - moe_layers;
+  const int64_t per_layer_common = m.AttentionParams() + m.LayerNormParams();
+  const int64_t moe_shared = m.shared_experts * m.ExpertParams() + m.RouterParams();
+  const int64_t lm_head = m.tie_embeddings ? 0 : m.LmHeadParams();
+
+  c.total = m.EmbeddingParams() + lm_head + m.hidden /* final norm */ +
+            m.layers * per_layer_common + dense_layers * m.DenseMlpParams() +
+            moe_layers * (m.experts * m.ExpertParams() + moe_shared);
+  c.active = m.LmHeadParams() + m.layers * per_layer_common + dense_layers * m.DenseMlpParams() +
+             moe_layers * (m.experts_per_token * m.ExpertParams() + moe_shared);
+  if (m.mtp_layers > 0) {
+    // Each DeepSeek MTP layer: two norms, a 2h -> h projection, one full MoE decoder layer and a
+    // final norm; the embedding and head are shared with the main model.
+    const int64_t one = 2 * m.hidden + 2 * m.hidden * m.hidden + per_layer_common +
+                        (m.is_moe() ? m.experts * m.ExpertParams() + moe_shared
+                                    : m.DenseMlpParams()) +
+                        m.hidden;
+    c.mtp = m.mtp_layers * one;
+  }
+  return c;
+}
+
+Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source) {
+  JsonFields f(config, source);
+  ModelArch m;
+  m.model_type = f.String("model_type");
+  m.vocab = f.Int("vocab_size");
+  m.hidden = f.Int("hidden_size");
+  m.layers = f.Int("num_hidden_layers");
+  m.heads = f.Int("num_attention_heads");
+  m.kv_heads = f.Int("num_key_value_heads", m.heads);
+  m.intermediate = f.Int("intermediate_size", 0);
+  m.tie_embeddings = f.Bool("tie_word_embeddings", false);
+  m.attention_bias = f.Bool("attention_bias", false);
+  m.max_context = f.Int("max_position_embeddings", 0);
+  FATHOM_RETURN_IF_ERROR(f.status());
+
+  auto require_positive = [&](const char* field, int64_t v) {
+    if (v <= 0) f.Fail(field, std::to_string(v), "must be a positive integer");
+  };
+  require_positive("vocab_size", m.vocab);
+  require_positive("hidden_size", m.hidden);
+  require_positive("num_hidden_layers", m.layers);
+  require_positive("num_attention_heads", m.heads);
+  require_positive("num_key_value_heads", m.kv_heads);
+  FATHOM_RETURN_IF_ERROR(f.status());
+  if (m.heads % m.kv_heads != 0) {
+    f.Fail("num_key_value_heads", std::to_string(m.kv_heads),
+           "must divide num_attention_heads (" + std::to_string(m.heads) + ")");
+  }
+  m.head_dim = f.Int("head_dim", m.hidden / m.heads);
+
+  const std::string& type = m.model_type;
+  if (type == "deepseek_v3" || type == "deepseek_v2") {
+    m.attention = AttentionKind::kMla;
+    m.q_lora_rank = f.Int("q_lora_rank", 0);
+    m.kv_lora_rank = f.Int("kv_lora_rank");
+    m.qk_nope_dim = f.Int("qk_nope_head_dim");
+    m.qk_rope_dim = f.Int("qk_rope_head_dim");
+    m.v_head_dim = f.Int("v_head_dim");
+    m.experts = f.Int("n_routed_experts", 0);
+    m.shared_experts = f.Int("n_shared_experts", 0);
+    m.mtp_layers = f.Int("num_nextn_predict_layers", 0);
+    const int64_t first_dense = f.Int("first_k_dense_replace", 0);
+    const int64_t freq = f.Int("moe_layer_freq", 1);
+    if (freq <= 0) f.Fail("moe_layer_freq", std::to_string(freq), "must be >= 1");
+    m.moe_layer.assign(m.layers, false);
+    for (int64_t i = 0; i < m.layers && freq > 0; ++i)
+      m.moe_layer[i] = m.experts > 0 && i >= first_dense && i % freq == 0;
+  } else if (type == "mixtral" || type == "gpt_oss") {
+    m.experts = f.Int("num_local_experts");
+    m.moe_layer.assign(m.layers, true);
+    if (type == "gpt_oss") {
+      m.expert_bias = true;
+      m.attention_sinks = true;
+    }
+  } else if (type == "qwen3_moe" || type == "qwen2_moe") {
+    m.experts = f.Int("num_experts");
+    m.shared_experts = 0;
+    m.qk_norm = type == "qwen3_moe";
+    const int64_t step = f.Int("decoder_sparse_step", 1);
+    if (step <= 0) f.Fail("decoder_sparse_step", std::to_string(step), "must be >= 1");
+    m.moe_layer.assign(m.layers, false);
+    for (int64_t i = 0; i < m.layers && step > 0; ++i) m.moe_layer[i] = (i + 1) % step == 0;
+    if (config.contains("mlp_only_layers") && config["mlp_only_layers"].is_array()) {
+      for (const auto& idx : config["mlp_only_layers"]) {
+        if (idx.is_number_integer() && idx.get<int64_t>() >= 0 && idx.get<int64_t>() < m.layers)
+          m.moe_layer[idx.get<int64_t>()] = false;
+      }
+    }
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+    m.moe_layer.assign(m.layers, false);
+    m.qk_norm = type == "qwen3";
+  } else {
+    return Status::InvalidArgument(source + ": field 'model_type' = \"" + type +
+                                   "\": unsupported architecture (supported: llama, mistral, "
+                                   "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, deepseek_v3, "
+                                   "deepseek_v2, gpt_oss)");
+  }
+  if (m.experts > 0) {
+    m.experts_per_token = f.Int("num_experts_per_tok");
+    // Mixtral's experts are full-width MLPs; the others name the expert width separately.
+    m.moe_intermediate = f.Has("moe_intermediate_size") ? f.Int("moe_intermediate_size")
+                                                        : f.Int("intermediate_size");
+    if (m.experts_per_token <= 0 || m.experts_per_token > m.experts) {
+      f.Fail("num_experts_per_tok", std::to_string(m.experts_per_token),
+             "must be between 1 and the number of experts (" + std::to_string(m.experts) + ")");
+    }
+  }
+  if (m.NumMoeLayers() < m.layers && m.intermediate <= 0) {
+    f.Fail("intermediate_size", std::to_string(m.intermediate),
+           "must be a positive integer (the model has dense MLP layers)");
+  }
+
+  m.sliding_layer.assign(m.layers, false);
+  if (config.contains("layer_types") && config["layer_types"].is_array()) {
+    const Json& types = config["layer_types"];
+    if (static_cast<int64_t>(types.size()) != m.layers) {
+      f.Fail("layer_types", std::to_string(types.size()) + " entries",
+             "must list one type per layer (" + std::to_string(m.layers) + ")");
+    } else {
+      for (int64_t i = 0; i < m.layers; ++i)
+        m.sliding_layer[i] = types[i].is_string() && types[i] == "sliding_attention";
+    }
+  } else if (f.Bool("use_sliding_window", false) || type == "mistral") {
+    std::fill(m.sliding_layer.begin(), m.sliding_layer.end(), f.Has("sliding_window"));
+  }
+  if (m.NumSlidingLayers() > 0) {
+    m.sliding_window = f.Int("sliding_window");
+    if (m.sliding_window <= 0) {
+      f.Fail("sliding_window", std::to_string(m.sliding_window),
+             "must be a positive token count when layers use sliding attention");
+    }
+  }
+  FATHOM_RETURN_IF_ERROR(f.status());
+  ReadNativePrecision(config, &m);
+  m.name = source;
+  return m;
+}
+
+Result<ModelArch> LoadModel(const std::string& name_or_path) {
+  std::filesystem::path path = name_or_path;
+  bool builtin = false;
+  if (!std::filesystem::exists(path)) {
+    path = ConfigDir() / (name_or_path + ".json");
+    builtin = true;
+    if (!std::filesystem::exists(path)) {
+      std::string known;
+      for (const auto& n : BuiltinModelNames()) known += (known.empty() ? "" : ", ") + n;
+      return Status::NotFound("model '" + name_or_path +
+                              "': no such file and no built-in of that name (built-ins: " + known +
+                              ")");
+    }
+  }
+  FATHOM_ASSIGN_OR_RETURN(Json config, ReadJsonFile(path.string()));
+  FATHOM_ASSIGN_OR_RETURN(ModelArch m, ParseModelConfig(config, path.string()));
+  m.name = builtin ? name_or_path : path.string();
+  return m;
+}
+
+std::vector<std::string> BuiltinModelNames() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(ConfigDir(), ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace fathom::models

@@ -1,0 +1,76 @@
+// The per-GPU operators of one engine iteration: the single description that the cost model
+// prices and the profiler measures.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "models/batch_shape.h"
+#include "models/deployment.h"
+#include "models/model_arch.h"
+
+namespace fathom::models {
+
+enum class OpKind { kGemm, kGroupedGemm, kAttention, kElementwise, kCommunication };
+enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv, kKvTransfer };
+
+std::string_view Name(OpKind k);
+std::string_view Name(CommKind k);
+
+struct Operator {
+  OpKind kind = OpKind::kElementwise;
+  std::string_view name;  // static string, e.g. "attn.q_b_proj"
+  int64_t count = 1;      // identical instances per iteration (layers of the stage)
+  DType dtype = DType::kBf16;  // weight / math format
+  // GEMM: (m x k) x (k x n). Grouped GEMM: m rows spread over `groups` experts.
+  int64_t m = 0, n = 0, k = 0;
+  int64_t groups = 0;
+  double active_groups = 0;  // experts expected to receive at least one token
+  // Per instance.
+  double flops = 0;
+  double bytes = 0;  // HBM traffic
+  // Communication: bytes this GPU sends, over a group of `ranks` GPUs spanning `span` consecutive
+  // GPUs (the cost model compares the span with the scale-up domain).
+  CommKind comm = CommKind::kNone;
+  double comm_bytes = 0;
+  int ranks = 1;
+  int span = 1;
+};
+
+// Tokens that reach this GPU's MoE layers: the batch of every attention rank of the group when
+// attention is data parallel, else the rank's own.
+struct MoeInput {
+  int64_t group_tokens = 0;
+};
+
+class OperatorBuilder {
+ public:
+  // Borrows `m`; it must outlive the builder.
+  OperatorBuilder(const ModelArch& m, const ParallelLayout& layout, const Precision& precision);
+
+  // Replaces `out` with the operators one GPU of pipeline stage `stage` runs for `batch` (this
+  // GPU's attention rank) while the MoE layers see `moe.group_tokens` tokens. Reuses capacity.
+  void Build(const BatchShape& batch, MoeInput moe, int stage, std::vector<Operator>* out) const;
+
+  int num_stages() const { return layout_.pp; }
+
+ private:
+  void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;
+  void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
+              std::vector<Operator>* out) const;
+
+  const ModelArch& m_;
+  ParallelLayout layout_;
+  Precision precision_;
+  struct StageInfo {
+    int64_t layers = 0, sliding = 0, moe = 0;
+  };
+  std::vector<StageInfo> stages_;
+};
+
+// Sum of flops x count over GEMM and grouped-GEMM operators.
+double GemmFlops(const std::vector<Operator>& ops);
+double AttentionFlops(const std::vector<Operator>& ops);
+
+}  // namespace fathom::models

@@ -1,0 +1,172 @@
+#include <catch2/catch.hpp>
+
+#include "models/hardware.h"
+#include "models/operators.h"
+#include "models/roofline.h"
+
+namespace fathom::models {
+namespace {
+
+ModelArch Load(const std::string& name) {
+  auto m = LoadModel(name);
+  REQUIRE(m.ok());
+  return *m;
+}
+
+ParallelLayout Layout(int gpus, int tp, int ep, int dp) {
+  ParallelLayout l;
+  l.gpus = gpus;
+  l.tp = tp;
+  l.ep = ep;
+  l.attn_dp = dp;
+  return l;
+}
+
+BatchShape Prefill(int64_t tokens) {
+  BatchShape b;
+  b.Add({tokens, 0, false, true}, 0);
+  return b;
+}
+
+const Operator* Find(const std::vector<Operator>& ops, std::string_view name) {
+  for (const auto& op : ops) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("Operators: GEMM FLOPs of a prefill are 2 x active parameters per token", "[models]") {
+  for (const char* name : {"deepseek-r1", "llama3.1-405b", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"}) {
+    INFO(name);
+    const ModelArch m = Load(name);
+    OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
+    std::vector<Operator> ops;
+    const int64_t T = 2048;
+    builder.Build(Prefill(T), MoeInput{T}, 0, &ops);
+    const ParamCounts c = CountParams(m);
+    // One sequence samples one token: the LM head runs on one row, everything else on T.
+    const double expected = 2.0 * T * (c.active - m.LmHeadParams()) + 2.0 * m.LmHeadParams();
+    CHECK(GemmFlops(ops) == Approx(expected).epsilon(5e-4));  // norms and biases are not GEMMs
+  }
+}
+
+TEST_CASE("Operators: causal attention FLOPs are 4 x heads x head_dim per query-key pair", "[models]") {
+  const ModelArch m = Load("llama3.1-405b");
+  OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
+  std::vector<Operator> ops;
+  const double T = 1000;
+  builder.Build(Prefill(1000), MoeInput{1000}, 0, &ops);
+  CHECK(AttentionFlops(ops) == Approx(126 * 4.0 * 128 * 128 * T * (T + 1) / 2));
+
+  // A chunk of 100 tokens after 900 cached ones adds exactly the remaining pairs.
+  BatchShape chunk;
+  chunk.Add({100, 900, false, true}, 0);
+  builder.Build(chunk, MoeInput{100}, 0, &ops);
+  const double pairs = 100.0 * 900 + 100.0 * 101 / 2;
+  CHECK(AttentionFlops(ops) == Approx(126 * 4.0 * 128 * 128 * pairs));
+}
+
+TEST_CASE("Operators: sliding-window layers attend to at most the window", "[models]") {
+  const ModelArch m = Load("gpt-oss-120b");
+  OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
+  std::vector<Operator> ops;
+  BatchShape decode;
+  decode.Add({1, 5000, true, true}, m.sliding_window);
+  builder.Build(decode, MoeInput{1}, 0, &ops);
+  const Operator* full = Find(ops, "attn.decode");
+  const Operator* window = Find(ops, "attn.decode_window");
+  REQUIRE(full);
+  REQUIRE(window);
+  CHECK(full->count == 18);
+  CHECK(window->count == 18);
+  CHECK(full->flops == Approx(4.0 * 64 * 64 * 5001));
+  CHECK(window->flops == Approx(4.0 * 64 * 64 * 128));
+}
+
+TEST_CASE("Operators: DeepSeek-R1 with TP8/EP8 and attention DP", "[models]") {
+  const ModelArch m = Load("deepseek-r1");
+  OperatorBuilder builder(m, Layout(8, 8, 8, 8), Precision{DType::kNvfp4, DType::kNvfp4, DType::kFp8});
+  std::vector<Operator> ops;
+  BatchShape b;
+  for (int i = 0; i < 64; ++i) b.Add({1, 2000, true, true}, 0);
+  builder.Build(b, MoeInput{512}, 0, &ops);  // 8 ranks x 64 decode tokens reach the MoE layers
+  CHECK(Find(ops, "attn.all_reduce") == nullptr);  // attention TP = 1
+  const Operator* q = Find(ops, "attn.q_b_proj");
+  REQUIRE(q);
+  CHECK(q->n == 128 * 192);  // all heads on every GPU
+  CHECK(q->m == 64);
+  CHECK(q->count == 61);
+  const Operator* attn = Find(ops, "attn.decode");
+  REQUIRE(attn);
+  CHECK(attn->bytes >= 64 * 2001 * 576 * 1.0);  // reads the latent cache in FP8
+  REQUIRE(Find(ops, "attn.absorb_uk"));
+  const Operator* up = Find(ops, "moe.experts_gate_up");
+  REQUIRE(up);
+  CHECK(up->kind == OpKind::kGroupedGemm);
+  CHECK(up->groups == 32);
+  CHECK(up->m == 512);  // 512 tokens x top-8 / 8 GPUs
+  CHECK(up->n == 2 * 2048);
+  CHECK(up->count == 58);
+  CHECK(up->active_groups > 29);  // 4,096 copies over 256 experts: nearly all are hit
+  const Operator* dispatch = Find(ops, "moe.dispatch");
+  REQUIRE(dispatch);
+  CHECK(dispatch->comm == CommKind::kAllToAll);
+  CHECK(dispatch->comm_bytes == Approx(64.0 * 8 * 7168 * 2 * 7 / 8));
+  REQUIRE(Find(ops, "moe.combine"));
+  CHECK(Find(ops, "mlp.gate_up")->count == 3);
+  CHECK(Find(ops, "mlp.gate_up")->n == 2 * 18432);  // dense layers follow the attention layout
+  CHECK(Find(ops, "lm_head")->n == 129280);
+}
+
+TEST_CASE("Operators: Llama 3.1 405B with TP8", "[models]") {
+  const ModelArch m = Load("llama3.1-405b");
+  OperatorBuilder builder(m, Layout(8, 8, 1, 1), Precision{DType::kFp8, DType::kFp8, DType::kFp8});
+  std::vector<Operator> ops;
+  builder.Build(Prefill(4096), MoeInput{4096}, 0, &ops);
+  CHECK(Find(ops, "attn.qkv_proj")->n == (16 + 2) * 128);
+  CHECK(Find(ops, "attn.o_proj")->k == 16 * 128);
+  CHECK(Find(ops, "mlp.gate_up")->n == 2 * 53248 / 8);
+  CHECK(Find(ops, "mlp.down")->k == 53248 / 8);
+  const Operator* ar = Find(ops, "attn.all_reduce");
+  REQUIRE(ar);
+  CHECK(ar->ranks == 8);
+  CHECK(ar->count == 126);
+  CHECK(ar->comm_bytes == 4096.0 * 16384 * 2);
+  CHECK(Find(ops, "mlp.all_reduce")->count == 126);
+  CHECK(Find(ops, "lm_head")->n == 128256 / 8);
+  CHECK(Find(ops, "lm_head.all_gather"));
+  CHECK(Find(ops, "pp.send") == nullptr);
+}
+
+TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, monotone in batch", "[models]") {
+  const ModelArch m = Load("llama2-70b");
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  const Hardware hw = *catalog->Find("h200");
+  const Precision p{DType::kFp8, DType::kFp8, DType::kFp8};
+  RooflineModel roofline(m, hw, Layout(1, 1, 1, 1), p);
+  std::vector<Operator> ops;
+  double last = 0;
+  for (int batch : {1, 8, 64, 256}) {
+    BatchShape b;
+    for (int i = 0; i < batch; ++i) b.Add({1, 1000, true, true}, 0);
+    const double t = ToSeconds(roofline.StageTime(std::span<const BatchShape>(&b, 1), 0));
+    roofline.builder().Build(b, MoeInput{b.tokens}, 0, &ops);
+    double flops = 0, bytes = 0;
+    for (const auto& op : ops) {
+      flops += op.flops * op.count;
+      bytes += op.bytes * op.count;
+    }
+    CHECK(t >= flops / hw.PeakFlops(DType::kFp8) - 1e-9);  // time is rounded to 1 ns
+    CHECK(t >= bytes / hw.hbm_bytes_per_s - 1e-9);
+    CHECK(t > last);
+    last = t;
+  }
+  // Decode at batch 1 reads every weight once: about 70 GB / 4.8 TB/s.
+  BatchShape one;
+  one.Add({1, 100, true, true}, 0);
+  CHECK(ToSeconds(roofline.StageTime(std::span<const BatchShape>(&one, 1), 0)) == Approx(69e9 / 4.8e12).epsilon(0.03));
+}
+
+}  // namespace fathom::models
