@@ -1,0 +1,59 @@
+#include "traces/internal/line_reader.h"
+
+#include <cstring>
+
+namespace fathom::traces::internal {
+
+constexpr size_t kChunk = 1 << 20;
+
+LineReader::LineReader(std::FILE* file) : file_(file), buf_(kChunk) {}
+
+LineReader::~LineReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+bool LineReader::Refill() {
+  if (eof_) return false;
+  // Keep the unfinished line at the front, grow when one line fills the whole buffer.
+  const size_t pending = end_ - begin_;
+  if (begin_ > 0) std::memmove(buf_.data(), buf_.data() + begin_, pending);
+  begin_ = 0;
+  end_ = pending;
+  if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
+  const size_t n = std::fread(buf_.data() + end_, 1, buf_.size() - end_, file_);
+  if (n == 0) {
+    eof_ = true;
+    io_error_ = std::ferror(file_) != 0;
+    return false;
+  }
+  end_ += n;
+  return true;
+}
+
+bool LineReader::Next(std::string_view* line) {
+  while (true) {
+    const char* start = buf_.data() + begin_;
+    const void* nl = std::memchr(start, '\n', end_ - begin_);
+    if (nl != nullptr) {
+      size_t len = static_cast<const char*>(nl) - start;
+      begin_ += len + 1;
+      if (len > 0 && start[len - 1] == '\r') --len;
+      *line = std::string_view(start, len);
+      ++line_number_;
+      return true;
+    }
+    if (!Refill()) {
+      if (begin_ == end_) return false;
+      // Last line without a trailing newline.
+      size_t len = end_ - begin_;
+      const char* s = buf_.data() + begin_;
+      begin_ = end_;
+      if (len > 0 && s[len - 1] == '\r') --len;
+      *line = std::string_view(s, len);
+      ++line_number_;
+      return true;
+    }
+  }
+}
+
+}  // namespace fathom::traces::internal
