@@ -48,5 +48,27 @@ expect 2 "model 'gpt-9'" -- model show gpt-9
 expect 2 "--reserve = 1.500000: must be in [0, 1)" -- memory --reserve 1.5
 expect 2 "The following argument was not expected" -- memory --bogus
 
+# Workloads.
+root=$(cd "$data/../.." && pwd)
+expect 0 '"mean": 3886.2274' -- trace stats "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --max-output 20000 --json
+expect 0 "requests        19366" -- trace stats "$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+expect 0 "36.6% repeated" -- trace stats "$root/traces/data/mooncake_fast25/conversation_trace.jsonl"
+expect 0 "failed responses 2" -- trace stats "$data/burstgpt_sample.csv"
+printf 'input_length,output_length\n10,20\n5,x\n7,8\n' >"$tmp/bad.csv"
+expect 2 "bad.csv:3: column output_length: \"x\" is not a non-negative integer" -- trace stats "$tmp/bad.csv"
+expect 0 "skipped lines   1 (first: " -- trace stats "$tmp/bad.csv" --skip-bad-lines
+expect 2 '--format = "parquet": unknown trace format' -- trace stats "$tmp/bad.csv" --format parquet
+expect 0 "wrote 8776 requests" -- trace convert "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" \
+  --equal-issue 5000 --out "$tmp/padded.jsonl"
+expect 0 "requests        8776" -- trace stats "$tmp/padded.jsonl"
+expect 0 "wrote 1000 requests" -- trace synth --requests 1000 --rate 2 --arrival gamma --cv 3 --out "$tmp/syn.csv" --to csv
+expect 0 "burstiness CV" -- trace stats "$tmp/syn.csv"
+expect 0 "fitted lognormal lengths" -- trace synth --requests 100 --lengths fit --max-output 20000 \
+  --from "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --out "$tmp/fit.jsonl"
+expect 2 "--cv = -1.000000: must be > 0" -- trace synth --arrival gamma --cv -1 --out "$tmp/never.jsonl"
+[[ ! -e "$tmp/never.jsonl" ]] || { echo "FAIL: a failed synth left a file"; failed=$((failed + 1)); }
+expect 2 "bad.csv:3" -- trace convert "$tmp/bad.csv" --out "$tmp/half.csv"
+[[ ! -e "$tmp/half.csv" ]] || { echo "FAIL: a failed convert left a half-written file"; failed=$((failed + 1)); }
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -11,5 +11,6 @@ namespace fathom::cli {
 void RegisterHardware(CLI::App& app, Status* result);
 void RegisterModel(CLI::App& app, Status* result);
 void RegisterMemory(CLI::App& app, Status* result);
+void RegisterTrace(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterHardware(app, &result);
   fathom::cli::RegisterModel(app, &result);
   fathom::cli::RegisterMemory(app, &result);
+  fathom::cli::RegisterTrace(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,45 @@
+#include "apps/fathom/trace_flags.h"
+
+#include <cstdio>
+
+namespace fathom::cli {
+
+void AddTraceReadFlags(CLI::App* cmd, TraceReadFlags* f) {
+  cmd->add_option("--format", f->format, "auto, csv, azure, mooncake, burstgpt or jsonl")->capture_default_str();
+  cmd->add_flag("--skip-bad-lines", f->skip_bad_lines, "Skip and count malformed lines instead of failing");
+  cmd->add_option("--max-output", f->max_output, "Cap output tokens (MLPerf DeepSeek-R1: 20000)");
+  cmd->add_option("--model-filter", f->model_filter, "BurstGPT: keep only this Model");
+  cmd->add_option("--log-type", f->log_type_filter, "BurstGPT: keep only this Log Type");
+}
+
+Result<traces::ReadOptions> ToReadOptions(const TraceReadFlags& f) {
+  traces::ReadOptions o;
+  FATHOM_ASSIGN_OR_RETURN(o.format, traces::ParseTraceFormat(f.format));
+  o.skip_bad_lines = f.skip_bad_lines;
+  if (f.max_output && *f.max_output < 1) {
+    return Status::InvalidArgument("--max-output = " + std::to_string(*f.max_output) + ": must be >= 1");
+  }
+  o.max_output = f.max_output;
+  o.model_filter = f.model_filter;
+  o.log_type_filter = f.log_type_filter;
+  return o;
+}
+
+Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::string& path,
+                                                                const TraceReadFlags& f) {
+  FATHOM_ASSIGN_OR_RETURN(traces::ReadOptions o, ToReadOptions(f));
+  return traces::OpenTrace(path, o);
+}
+
+void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) {
+  if (c.skipped_bad > 0) {
+    std::fprintf(stderr, "fathom: %s: skipped %lld bad lines (first: %s)\n", path.c_str(),
+                 static_cast<long long>(c.skipped_bad), c.first_error.c_str());
+  }
+  if (c.filtered > 0 || c.failed_responses > 0) {
+    std::fprintf(stderr, "fathom: %s: %lld rows filtered out, %lld failed responses left out\n", path.c_str(),
+                 static_cast<long long>(c.filtered), static_cast<long long>(c.failed_responses));
+  }
+}
+
+}  // namespace fathom::cli

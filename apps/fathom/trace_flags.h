@@ -1,0 +1,29 @@
+// Flags that say how to read a trace, shared by `trace` and `simulate`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "traces/reader.h"
+
+namespace fathom::cli {
+
+struct TraceReadFlags {
+  std::string format = "auto";
+  bool skip_bad_lines = false;
+  std::optional<int64_t> max_output;
+  std::string model_filter;
+  std::string log_type_filter;
+};
+
+void AddTraceReadFlags(CLI::App* cmd, TraceReadFlags* flags);
+Result<traces::ReadOptions> ToReadOptions(const TraceReadFlags& flags);
+Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::string& path,
+                                                                const TraceReadFlags& flags);
+// One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
+void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
+
+}  // namespace fathom::cli
