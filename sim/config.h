@@ -1,0 +1,76 @@
+// Everything a simulation run needs besides the models: engine knobs, cluster shape, scenario.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/status.h"
+
+namespace fathom::sim {
+
+enum class SchedulerKind {
+  kStatic,       // a batch runs to completion before the next is formed
+  kPrefillFirst, // continuous batching, prefill-only iterations first (vLLM v0, Orca)
+  kChunked,      // decodes plus prefill chunks under a token budget (Sarathi, vLLM v1, TRT-LLM)
+  kDecodeFirst,  // decode iterations first; prefills wait until half the batch slots are free
+};
+enum class PreemptionMode { kRecompute, kSwap };
+enum class AdmissionPolicy {
+  kGreedy,   // allocate KV as tokens arrive; preempt when blocks run out (vLLM)
+  kReserve,  // reserve input + output at admission, never preempt (TRT-LLM GUARANTEED_NO_EVICT)
+};
+enum class RouterKind { kRoundRobin, kLeastOutstanding, kLeastKv, kPrefixAware };
+enum class Scenario { kOffline, kServer, kInteractive, kReplay, kClosedLoop };
+
+Result<SchedulerKind> ParseScheduler(std::string_view s);
+Result<RouterKind> ParseRouter(std::string_view s);
+Result<Scenario> ParseScenario(std::string_view s);
+std::string_view Name(SchedulerKind k);
+std::string_view Name(RouterKind k);
+std::string_view Name(Scenario s);
+
+struct EngineConfig {
+  SchedulerKind scheduler = SchedulerKind::kChunked;
+  int64_t max_batch = 256;         // running sequences per attention rank
+  int64_t max_num_tokens = 8192;   // tokens per iteration per attention rank
+  int64_t chunk_size = 0;          // max prefill tokens of one sequence per iteration; 0 = budget
+  int64_t block_tokens = 32;       // KV block size
+  double reserve_fraction = 0.10;  // HBM kept free
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  AdmissionPolicy admission = AdmissionPolicy::kGreedy;
+  bool prefix_caching = false;
+  double swap_bytes_per_s = 50e9;  // host link for swapped KV (PCIe 5 x16, one direction)
+  // Speculative decoding / MTP: k draft tokens per step; each accepted with probability
+  // `acceptance` (geometric), or accepted-length probabilities 0..k from `acceptance_dist`.
+  int mtp_depth = 0;
+  double acceptance = 0.0;
+  std::vector<double> acceptance_dist;
+  double draft_cost = 0.02;  // time of one draft token, as a fraction of the step it rides on
+
+  Status Validate() const;
+};
+
+// A pool of identical engine instances (its layout comes with the deployment).
+struct DisaggConfig {
+  bool enabled = false;
+  int prefill_instances = 1;
+  int decode_instances = 1;
+  double kv_link_bytes_per_s = 0;  // per decode instance ingress; 0 = scale-out bandwidth x GPUs
+  double kv_link_latency_s = 20e-6;
+};
+
+struct ScenarioConfig {
+  Scenario scenario = Scenario::kOffline;
+  double qps = 0;                    // Server / Interactive
+  int64_t samples = 0;               // 0 = dataset size (Offline) or what min_duration needs
+  double min_duration_s = 600;       // MLPerf minimum run length
+  int clients = 0;                   // closed loop
+  double think_time_s = 0;           // closed loop pause between a reply and the next request
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // override the benchmark's limits
+  uint64_t seed = 1;
+};
+
+}  // namespace fathom::sim

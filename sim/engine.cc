@@ -1,0 +1,380 @@
+#include "sim/engine.h"
+
+#include <algorithm>
+
+#include "traces/request.h"
+
+namespace fathom::sim {
+
+Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
+               std::vector<Sequence>* slots, EngineListener* listener, Rng* rng)
+    : id_(id), role_(role), pool_(pool), config_(config), slots_(slots), listener_(listener), rng_(rng),
+      ranks_(pool.ranks), shapes_(pool.ranks) {
+  for (Rank& r : ranks_) {
+    r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
+  }
+  stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
+}
+
+int64_t Engine::Outstanding(int rank) const {
+  return static_cast<int64_t>(ranks_[rank].waiting.size() + ranks_[rank].running.size());
+}
+
+double Engine::KvUtilization(int rank) const {
+  const KvCacheManager& kv = *ranks_[rank].kv;
+  return kv.capacity_blocks() > 0 ? static_cast<double>(kv.used_blocks()) / kv.capacity_blocks() : 1.0;
+}
+
+int64_t Engine::PrefixHits(int rank, const std::vector<uint64_t>& prefix) const {
+  return ranks_[rank].kv->Peek(prefix);
+}
+
+int64_t Engine::prefix_lookups() const {
+  int64_t n = 0;
+  for (const Rank& r : ranks_) n += r.kv->lookups();
+  return n;
+}
+
+int64_t Engine::prefix_hits() const {
+  int64_t n = 0;
+  for (const Rank& r : ranks_) n += r.kv->hits();
+  return n;
+}
+
+void Engine::Enqueue(int rank, int64_t slot) {
+  Sequence& s = (*slots_)[slot];
+  s.instance = id_;
+  s.rank = rank;
+  ranks_[rank].waiting.push_back(slot);
+}
+
+int64_t Engine::DecodeStepTokens(const Sequence&) const { return 1 + config_.mtp_depth; }
+
+int64_t Engine::AcceptedDrafts() {
+  if (config_.mtp_depth == 0) return 0;
+  if (!config_.acceptance_dist.empty()) {
+    double u = rng_->Uniform();
+    for (int a = 0; a <= config_.mtp_depth; ++a) {
+      u -= config_.acceptance_dist[a];
+      if (u < 0) return a;
+    }
+    return config_.mtp_depth;
+  }
+  int64_t a = 0;
+  while (a < config_.mtp_depth && rng_->Uniform() < config_.acceptance) ++a;
+  return a;
+}
+
+void Engine::RemoveRunning(Rank& rank, int64_t slot) {
+  auto it = std::find(rank.running.begin(), rank.running.end(), slot);
+  FATHOM_CHECK(it != rank.running.end());
+  rank.running.erase(it);
+}
+
+void Engine::ReleaseAll(Rank& rank, Sequence& s) {
+  rank.kv->Release(s.owned_blocks);
+  s.owned_blocks = 0;
+  rank.kv->Unpin(s.prefix, s.pinned_prefix);
+  s.pinned_prefix = 0;
+}
+
+bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
+  const int64_t need =
+      rank.kv->BlocksFor(tokens_after - s.pinned_prefix * traces::kPrefixBlockTokens) - s.owned_blocks;
+  if (need <= 0) return true;
+  if (!rank.kv->Allocate(need)) return false;
+  s.owned_blocks += need;
+  return true;
+}
+
+void Engine::Preempt(Rank& rank, int64_t slot) {
+  Sequence& s = (*slots_)[slot];
+  ++counters_.preemptions;
+  ++s.preemptions;
+  if (config_.preemption == PreemptionMode::kSwap) {
+    s.swapped = true;  // KV moves to host memory; swap-out time joins the current iteration
+    counters_.swapped_bytes += static_cast<int64_t>(s.kv_len * pool_.kv_bytes_per_token);
+  } else {
+    s.kv_len = 0;
+    s.prefill_target = s.input + s.generated;
+  }
+  ReleaseAll(rank, s);
+  RemoveRunning(rank, slot);
+  rank.waiting.push_front(slot);
+}
+
+bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
+  Sequence& s = (*slots_)[slot];
+  KvCacheManager& kv = *rank.kv;
+  const int64_t block = traces::kPrefixBlockTokens;
+  // Prefix blocks already cached on this rank, leaving at least one token to compute.
+  int64_t match = 0;
+  if (!s.swapped && config_.prefix_caching && !s.prefix.empty()) {
+    match = std::min(kv.Peek(s.prefix), std::max<int64_t>(0, (s.prefill_target - 1) / block));
+  }
+  const int64_t kv_after = std::max(s.kv_len, match * block);
+  const bool ready = kv_after >= s.prefill_target;
+  const int64_t first_step = ready ? DecodeStepTokens(s) : 1;
+  const int64_t tokens = config_.admission == AdmissionPolicy::kReserve ? s.input + s.output
+                                                                        : kv_after + first_step;
+  const int64_t need = kv.BlocksFor(tokens - match * block);
+  if (need + match * kv.prefix_block_kv_blocks() > kv.Available()) return false;
+
+  if (match > 0) {
+    const int64_t pinned = kv.MatchAndPin(s.prefix);
+    kv.Unpin(std::vector<uint64_t>(s.prefix.begin() + match, s.prefix.begin() + pinned), pinned - match);
+    s.pinned_prefix = match;
+    counters_.cached_tokens += std::max<int64_t>(0, std::min(match * block, s.input) - std::max(s.kv_len, s.kv_high));
+    s.kv_len = kv_after;
+    s.kv_high = std::max(s.kv_high, s.kv_len);
+  }
+  FATHOM_CHECK(kv.Allocate(need));
+  s.owned_blocks = need;
+  if (s.swapped) {
+    *swap_bytes += s.kv_len * pool_.kv_bytes_per_token;
+    counters_.swapped_bytes += static_cast<int64_t>(s.kv_len * pool_.kv_bytes_per_token);
+    s.swapped = false;
+  }
+  s.admitted_order = admissions_++;
+  rank.waiting.pop_front();
+  rank.running.push_back(slot);
+  return true;
+}
+
+bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int64_t* budget) {
+  bool any = false;
+  size_t i = 0;
+  while (i < rank.running.size()) {
+    const int64_t slot = rank.running[i];
+    Sequence& s = (*slots_)[slot];
+    if (s.in_flight || s.prefilling()) {
+      ++i;
+      continue;
+    }
+    const int64_t step = DecodeStepTokens(s);
+    if (step > *budget) break;
+    bool preempted_self = false;
+    while (!Grow(rank, s, s.kv_len + step)) {
+      // Out of blocks: preempt the most recently admitted sequence not yet in this batch.
+      size_t victim = rank.running.size();
+      for (size_t j = rank.running.size(); j-- > i + 1;) {
+        if (!(*slots_)[rank.running[j]].in_flight) {
+          victim = j;
+          break;
+        }
+      }
+      if (victim == rank.running.size()) {
+        Preempt(rank, slot);
+        preempted_self = true;
+        break;
+      }
+      Preempt(rank, rank.running[victim]);
+    }
+    if (preempted_self) continue;  // running[i] is now the next sequence
+    entries->push_back({slot, step, true});
+    *budget -= step;
+    any = true;
+    ++i;
+  }
+  return any;
+}
+
+void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
+                         double* swap_bytes) {
+  const int64_t chunk_cap = config_.chunk_size > 0 ? config_.chunk_size : config_.max_num_tokens;
+  auto plan = [&](const Sequence& s) -> int64_t {
+    const int64_t remaining = s.prefill_target - s.kv_len;
+    if (whole_prompts) return remaining > *budget && !entries->empty() ? 0 : remaining;
+    return std::min({remaining, chunk_cap, *budget});
+  };
+  for (int64_t slot : rank.running) {
+    if (*budget <= 0) return;
+    Sequence& s = (*slots_)[slot];
+    if (s.in_flight || !s.prefilling()) continue;
+    const int64_t tokens = plan(s);
+    if (tokens <= 0 || !Grow(rank, s, s.kv_len + tokens)) return;
+    entries->push_back({slot, tokens, false});
+    *budget -= tokens;
+  }
+  const bool admit = config_.scheduler != SchedulerKind::kStatic;
+  while (admit && *budget > 0 && !rank.waiting.empty() &&
+         static_cast<int64_t>(rank.running.size()) < config_.max_batch) {
+    const int64_t slot = rank.waiting.front();
+    Sequence& s = (*slots_)[slot];
+    if (whole_prompts && !entries->empty() && s.prefill_target - s.kv_len > *budget) return;
+    if (!Admit(rank, slot, swap_bytes)) return;
+    const bool decode = !s.prefilling();
+    const int64_t tokens = decode ? DecodeStepTokens(s) : plan(s);
+    if (tokens <= 0 || tokens > *budget || !Grow(rank, s, s.kv_len + tokens)) continue;  // admitted, runs next time
+    entries->push_back({slot, tokens, decode});
+    *budget -= tokens;
+  }
+}
+
+void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes) {
+  int64_t budget = config_.max_num_tokens;
+  switch (config_.scheduler) {
+    case SchedulerKind::kChunked:
+      AddDecodes(rank, entries, &budget);
+      AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
+      break;
+    case SchedulerKind::kPrefillFirst:
+      AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+      if (entries->empty()) AddDecodes(rank, entries, &budget);
+      break;
+    case SchedulerKind::kDecodeFirst: {
+      int64_t decoding = 0;
+      for (int64_t slot : rank.running) decoding += !(*slots_)[slot].prefilling();
+      const bool crowded = 2 * static_cast<int64_t>(rank.running.size()) > config_.max_batch;
+      if (decoding > 0 && (crowded || rank.waiting.empty())) {
+        AddDecodes(rank, entries, &budget);
+      } else {
+        AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+        if (entries->empty()) AddDecodes(rank, entries, &budget);
+      }
+      break;
+    }
+    case SchedulerKind::kStatic:
+      // A new batch forms only when the previous one has drained.
+      if (rank.running.empty()) {
+        while (!rank.waiting.empty() && static_cast<int64_t>(rank.running.size()) < config_.max_batch &&
+               Admit(rank, rank.waiting.front(), swap_bytes)) {
+        }
+      }
+      AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
+      if (entries->empty()) AddDecodes(rank, entries, &budget);
+      break;
+  }
+  // Every running sequence is stuck waiting for blocks (prefills never preempt): free the most
+  // recently admitted one, as vLLM does, and try again.
+  for (size_t tries = rank.running.size(); entries->empty() && tries > 1; --tries) {
+    const bool busy = std::any_of(rank.running.begin(), rank.running.end(),
+                                  [&](int64_t slot) { return (*slots_)[slot].in_flight; });
+    if (busy) return;
+    Preempt(rank, rank.running.back());
+    budget = config_.max_num_tokens;
+    AddDecodes(rank, entries, &budget);
+    AddPrefills(rank, entries, &budget, config_.scheduler != SchedulerKind::kChunked, swap_bytes);
+  }
+}
+
+bool Engine::TryStart(SimTime now, SimTime* stage_free, SimTime* done, int64_t* batch_id) {
+  if (stage0_busy_) return false;
+  Batch batch;
+  batch.ranks.resize(ranks_.size());
+  double swap_bytes = 0;
+  bool any = false;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    FormRankBatch(ranks_[r], &batch.ranks[r], &swap_bytes);
+    any = any || !batch.ranks[r].empty();
+  }
+  if (!any) return false;
+
+  int64_t tokens = 0, sequences = 0;
+  bool decodes = false;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    shapes_[r] = models::BatchShape{};
+    for (const Entry& e : batch.ranks[r]) {
+      Sequence& s = (*slots_)[e.slot];
+      s.in_flight = true;
+      const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
+      shapes_[r].Add({e.tokens, s.kv_len, e.decode, samples}, pool_.sliding_window);
+      tokens += e.tokens;
+      decodes = decodes || e.decode;
+    }
+    sequences += static_cast<int64_t>(batch.ranks[r].size());
+    peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
+  }
+  const double draft = decodes ? 1.0 + config_.mtp_depth * config_.draft_cost : 1.0;
+  const SimTime swap = FromSeconds(swap_bytes / config_.swap_bytes_per_s);
+  SimTime t = now;
+  for (size_t st = 0; st < stage_free_at_.size(); ++st) {
+    SimTime dur = SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, static_cast<int>(st)).count() * draft));
+    if (st == 0) dur += swap;
+    dur = std::max(dur, SimTime(1));
+    const SimTime start = std::max(t, stage_free_at_[st]);
+    const SimTime end = start + dur;
+    stage_free_at_[st] = end;
+    listener_->OnIteration(id_, static_cast<int>(st), start, end, tokens, sequences);
+    if (st == 0) {
+      *stage_free = end;
+      counters_.busy += dur;
+    }
+    t = end;
+  }
+  *done = t;
+  stage0_busy_ = true;
+  batch.id = next_batch_id_++;
+  *batch_id = batch.id;
+  in_flight_.push_back(std::move(batch));
+  ++counters_.iterations;
+  return true;
+}
+
+void Engine::Finish(int64_t batch_id, SimTime now) {
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const Batch& b) { return b.id == batch_id; });
+  FATHOM_CHECK(it != in_flight_.end());
+  Batch batch = std::move(*it);
+  in_flight_.erase(it);
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    Rank& rank = ranks_[r];
+    for (const Entry& e : batch.ranks[r]) {
+      Sequence& s = (*slots_)[e.slot];
+      s.in_flight = false;
+      bool sampled = false;
+      if (!e.decode) {
+        counters_.prefill_tokens += e.tokens;
+        // Prompt tokens computed for the first time; the rest recomputes what a preemption lost.
+        const int64_t fresh = std::max<int64_t>(0, std::min(s.kv_len + e.tokens, s.input) - std::max(s.kv_len, s.kv_high));
+        counters_.recomputed_tokens += e.tokens - fresh;
+        s.kv_len += e.tokens;
+        s.kv_high = std::max(s.kv_high, s.kv_len);
+        if (s.kv_len == s.prefill_target) {
+          ++s.generated;
+          ++counters_.generated_tokens;
+          sampled = true;
+          if (config_.prefix_caching && !s.prefix.empty()) {
+            const int64_t full = std::min<int64_t>(s.prefix.size(), s.kv_len / traces::kPrefixBlockTokens);
+            if (full > s.pinned_prefix) {
+              s.owned_blocks -= rank.kv->Insert(s.prefix, s.pinned_prefix, full);
+              s.pinned_prefix = full;
+            }
+          }
+        }
+      } else {
+        counters_.decode_tokens += e.tokens;
+        const int64_t produced = std::min<int64_t>(1 + AcceptedDrafts(), s.output - s.generated);
+        s.generated += produced;
+        s.kv_len += produced;
+        s.kv_high = std::max(s.kv_high, s.kv_len);
+        counters_.generated_tokens += produced;
+        sampled = true;
+        if (config_.admission == AdmissionPolicy::kGreedy) {
+          // Drafts that were rejected give back their blocks.
+          const int64_t keep = rank.kv->BlocksFor(s.kv_len - s.pinned_prefix * traces::kPrefixBlockTokens);
+          if (s.owned_blocks > keep) {
+            rank.kv->Release(s.owned_blocks - keep);
+            s.owned_blocks = keep;
+          }
+        }
+      }
+      if (!sampled) continue;
+      if (!s.has_first_token) {
+        s.has_first_token = true;
+        s.first_token = now;
+        listener_->OnFirstToken(e.slot, now);
+      }
+      if (s.generated >= s.output) {
+        ReleaseAll(rank, s);
+        RemoveRunning(rank, e.slot);
+        listener_->OnComplete(e.slot, now);
+      } else if (role_ == EngineRole::kPrefill && !e.decode) {
+        ReleaseAll(rank, s);
+        RemoveRunning(rank, e.slot);
+        listener_->OnPrefillDone(e.slot, now);
+      }
+    }
+  }
+}
+
+}  // namespace fathom::sim

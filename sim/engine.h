@@ -1,0 +1,125 @@
+// One serving-engine instance (a model replica): attention ranks with their own batches and KV
+// caches that step together, an iteration-level scheduler, and pipeline stages.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "base/random.h"
+#include "base/sim_time.h"
+#include "models/batch_shape.h"
+#include "models/execution_time.h"
+#include "sim/config.h"
+#include "sim/kv_cache.h"
+#include "sim/sequence.h"
+
+namespace fathom::sim {
+
+enum class EngineRole { kAggregated, kPrefill, kDecode };
+
+// Where an engine reports what happened to its requests. Implemented by the Simulator.
+class EngineListener {
+ public:
+  virtual ~EngineListener() = default;
+  virtual void OnFirstToken(int64_t slot, SimTime t) = 0;
+  virtual void OnComplete(int64_t slot, SimTime t) = 0;
+  virtual void OnPrefillDone(int64_t slot, SimTime t) = 0;  // disaggregated prefill instances
+  virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens,
+                           int64_t sequences) = 0;
+};
+
+struct PoolSpec {
+  const models::ExecutionTimeModel* time = nullptr;  // borrowed; outlives the simulation
+  int instances = 1;
+  int ranks = 1;                    // attention DP ranks per instance
+  int64_t kv_blocks_per_rank = 0;
+  int64_t sliding_window = 0;
+  double kv_bytes_per_token = 0;    // whole-model KV of one token (transfers, swaps)
+  int gpus_per_instance = 1;
+};
+
+struct EngineCounters {
+  int64_t iterations = 0;
+  int64_t prefill_tokens = 0;   // prompt tokens computed (prefix-cache hits excluded)
+  int64_t cached_tokens = 0;    // prompt tokens served by the prefix cache
+  int64_t recomputed_tokens = 0;  // tokens prefilled again after a recompute preemption
+  int64_t decode_tokens = 0;    // query tokens of decode steps (drafts included)
+  int64_t generated_tokens = 0; // tokens sampled
+  int64_t preemptions = 0;
+  int64_t swapped_bytes = 0;
+  SimTime busy{0};
+};
+
+class Engine {
+ public:
+  Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
+         std::vector<Sequence>* slots, EngineListener* listener, Rng* rng);
+
+  int id() const { return id_; }
+  int num_ranks() const { return static_cast<int>(ranks_.size()); }
+  int64_t Outstanding(int rank) const;
+  double KvUtilization(int rank) const;
+  int64_t PrefixHits(int rank, const std::vector<uint64_t>& prefix) const;
+  double PeakKvUtilization() const { return peak_kv_utilization_; }
+  const EngineCounters& counters() const { return counters_; }
+  int64_t prefix_lookups() const;
+  int64_t prefix_hits() const;
+
+  // Queues a sequence on one of this engine's ranks.
+  void Enqueue(int rank, int64_t slot);
+  // Starts a batch if the first stage is free and there is work. Returns the time the first
+  // stage frees up again and, via *done, when the batch leaves the last stage; false when
+  // nothing started.
+  bool TryStart(SimTime now, SimTime* stage_free, SimTime* done, int64_t* batch_id);
+  void StageFreed() { stage0_busy_ = false; }
+  void Finish(int64_t batch_id, SimTime now);
+
+ private:
+  struct Entry {
+    int64_t slot;
+    int64_t tokens;
+    bool decode;
+  };
+  struct Rank {
+    std::unique_ptr<KvCacheManager> kv;
+    std::deque<int64_t> waiting;
+    std::vector<int64_t> running;
+  };
+  struct Batch {
+    int64_t id = 0;
+    std::vector<std::vector<Entry>> ranks;
+  };
+
+  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes);
+  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int64_t* budget);
+  void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
+                   double* swap_bytes);
+  bool Admit(Rank& rank, int64_t slot, double* swap_bytes);
+  bool Grow(Rank& rank, Sequence& s, int64_t tokens_after);
+  void Preempt(Rank& rank, int64_t slot);
+  void ReleaseAll(Rank& rank, Sequence& s);
+  int64_t DecodeStepTokens(const Sequence& s) const;
+  int64_t AcceptedDrafts();
+  void RemoveRunning(Rank& rank, int64_t slot);
+
+  int id_;
+  EngineRole role_;
+  PoolSpec pool_;
+  EngineConfig config_;
+  std::vector<Sequence>* slots_;
+  EngineListener* listener_;
+  Rng* rng_;
+  std::vector<Rank> ranks_;
+  std::vector<Batch> in_flight_;
+  std::vector<models::BatchShape> shapes_;
+  std::vector<SimTime> stage_free_at_;
+  bool stage0_busy_ = false;
+  int64_t next_batch_id_ = 0;
+  int64_t admissions_ = 0;
+  double peak_kv_utilization_ = 0;
+  EngineCounters counters_;
+};
+
+}  // namespace fathom::sim

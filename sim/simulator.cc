@@ -1,0 +1,361 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+
+#include "base/stats.h"
+
+namespace fathom::sim {
+namespace {
+
+double Mean(const std::vector<float>& v) {
+  double sum = 0;
+  for (float x : v) sum += x;
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+OrderedJson SimulationResult::ToJson() const {
+  OrderedJson j;
+  j["throughput_tokens_per_s"] = throughput_tokens_per_s;
+  j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
+  j["requests_per_s"] = requests_per_s;
+  j["completed_requests"] = completed_requests;
+  j["input_tokens"] = input_tokens;
+  j["output_tokens"] = output_tokens;
+  j["duration_s"] = duration_s;
+  j["ttft_p50_ms"] = ttft_p50_ms;
+  j["ttft_p99_ms"] = ttft_p99_ms;
+  j["ttft_mean_ms"] = ttft_mean_ms;
+  j["tpot_p50_ms"] = tpot_p50_ms;
+  j["tpot_p99_ms"] = tpot_p99_ms;
+  j["tpot_mean_ms"] = tpot_mean_ms;
+  j["e2e_p50_ms"] = e2e_p50_ms;
+  j["e2e_p99_ms"] = e2e_p99_ms;
+  j["e2e_mean_ms"] = e2e_mean_ms;
+  if (limits) {
+    j["ttft_limit_ms"] = limits->ttft_ms;
+    j["tpot_limit_ms"] = limits->tpot_ms;
+  }
+  j["latency_limits_met"] = latency_limits_met;
+  j["min_duration_met"] = min_duration_met;
+  j["mlperf_valid"] = mlperf_valid;
+  j["preemptions"] = preemptions;
+  j["kv_peak_utilization"] = kv_peak_utilization;
+  j["prefix_hit_rate"] = prefix_hit_rate;
+  j["iterations"] = iterations;
+  j["mean_in_system"] = mean_in_system;
+  j["peak_in_system"] = peak_in_flight;
+  j["tokens"] = {{"prefilled", counters.prefill_tokens},
+                 {"prefix_cached", counters.cached_tokens},
+                 {"recomputed", counters.recomputed_tokens},
+                 {"decode_steps", counters.decode_tokens},
+                 {"generated", counters.generated_tokens}};
+  return j;
+}
+
+Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
+    : spec_(std::move(spec)), source_(std::move(source)), rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
+  const bool disagg = spec_.decode_pool.has_value();
+  auto add = [&](const PoolSpec& pool, const EngineConfig& config, EngineRole role, std::vector<int>* ids) {
+    for (int i = 0; i < pool.instances; ++i) {
+      const int id = static_cast<int>(engines_.size());
+      engines_.push_back(std::make_unique<Engine>(id, role, pool, config, &slots_, this, &rng_));
+      ids->push_back(id);
+    }
+  };
+  add(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated, &main_engines_);
+  if (disagg) add(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
+  kick_pending_.assign(engines_.size(), false);
+  link_free_.assign(engines_.size(), SimTime(0));
+  closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
+}
+
+Simulator::~Simulator() = default;
+
+int64_t Simulator::NewSlot() {
+  if (!free_slots_.empty()) {
+    const int64_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  slots_.emplace_back();
+  return static_cast<int64_t>(slots_.size()) - 1;
+}
+
+void Simulator::AdvanceLittle(SimTime now) {
+  little_area_ += static_cast<double>(in_system_) * ToSeconds(now - little_last_);
+  little_last_ = now;
+}
+
+std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engines, RouterKind policy) {
+  const Sequence& s = slots_[slot];
+  int best_e = engines[0], best_r = 0;
+  double best_key = 0;
+  bool first = true;
+  int64_t total = 0;
+  for (int e : engines) total += engines_[e]->num_ranks();
+  if (policy == RouterKind::kRoundRobin) {
+    int64_t k = round_robin_++ % total;
+    for (int e : engines) {
+      if (k < engines_[e]->num_ranks()) return {e, static_cast<int>(k)};
+      k -= engines_[e]->num_ranks();
+    }
+  }
+  for (int e : engines) {
+    const Engine& engine = *engines_[e];
+    for (int r = 0; r < engine.num_ranks(); ++r) {
+      const double outstanding = static_cast<double>(engine.Outstanding(r));
+      double key = outstanding;
+      if (policy == RouterKind::kLeastKv) key = engine.KvUtilization(r) * 1e9 + outstanding;
+      if (policy == RouterKind::kPrefixAware) key = -static_cast<double>(engine.PrefixHits(r, s.prefix)) * 1e9 + outstanding;
+      if (first || key < best_key) {
+        best_key = key;
+        best_e = e;
+        best_r = r;
+        first = false;
+      }
+    }
+  }
+  return {best_e, best_r};
+}
+
+void Simulator::Kick(int engine) {
+  if (kick_pending_[engine]) return;
+  kick_pending_[engine] = true;
+  queue_.Push(queue_.now(), EventKind::kKick, engine);
+}
+
+void Simulator::StartIfIdle(int engine) {
+  SimTime stage_free, done;
+  int64_t batch_id = 0;
+  if (engines_[engine]->TryStart(queue_.now(), &stage_free, &done, &batch_id)) {
+    queue_.Push(done, EventKind::kBatchDone, engine, batch_id);
+    queue_.Push(stage_free, EventKind::kStageFree, engine);
+  }
+}
+
+Result<bool> Simulator::ScheduleNext(std::optional<SimTime> issue) {
+  traces::Request r;
+  SimTime source_time;
+  FATHOM_ASSIGN_OR_RETURN(bool more, source_->Next(&r, &source_time));
+  if (!more) return false;
+  const SimTime t = issue.value_or(source_time);
+  if (t < queue_.now()) {
+    return Status::InvalidArgument("request " + std::to_string(r.id) + ": arrival at " +
+                                   std::to_string(ToSeconds(t)) + " s is earlier than the previous one");
+  }
+  const int64_t key = next_arrival_key_++;
+  pending_arrivals_.emplace(key, std::move(r));
+  queue_.Push(t, EventKind::kArrival, key);
+  return true;
+}
+
+void Simulator::Issue(const traces::Request& r) {
+  const SimTime now = queue_.now();
+  const int64_t slot = NewSlot();
+  Sequence& s = slots_[slot];
+  s = Sequence{};
+  s.request_id = r.id;
+  s.scheduled = now;
+  s.input = r.input_tokens;
+  s.output = r.output_tokens;
+  s.prefill_target = r.input_tokens;
+  s.prefix = r.prefix_blocks;
+  AdvanceLittle(now);
+  ++in_system_;
+  ++issued_;
+  peak_in_system_ = std::max(peak_in_system_, in_system_);
+  last_issue_ = now;
+  const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
+  engines_[engine]->Enqueue(rank, slot);
+  if (event_log_) {
+    std::fprintf(event_log_, "%.9f arrival request=%lld input=%lld output=%lld engine=%d rank=%d\n", ToSeconds(now),
+                 static_cast<long long>(r.id), static_cast<long long>(r.input_tokens),
+                 static_cast<long long>(r.output_tokens), engine, rank);
+  }
+  Kick(engine);
+}
+
+void Simulator::OnFirstToken(int64_t slot, SimTime t) {
+  if (event_log_) {
+    std::fprintf(event_log_, "%.9f first_token request=%lld\n", ToSeconds(t),
+                 static_cast<long long>(slots_[slot].request_id));
+  }
+}
+
+void Simulator::OnComplete(int64_t slot, SimTime t) {
+  Sequence& s = slots_[slot];
+  const double ttft = ToMillis(s.first_token - s.scheduled);
+  const double e2e = ToMillis(t - s.scheduled);
+  ttft_ms_.push_back(static_cast<float>(ttft));
+  e2e_ms_.push_back(static_cast<float>(e2e));
+  if (s.output > 1) tpot_ms_.push_back(static_cast<float>((e2e - ttft) / static_cast<double>(s.output - 1)));
+  output_tokens_ += s.output;
+  input_tokens_ += s.input;
+  last_completion_ = t;
+  AdvanceLittle(t);
+  --in_system_;
+  if (requests_csv_) {
+    std::fprintf(requests_csv_, "%lld,%.9f,%.9f,%.9f,%lld,%lld,%d\n", static_cast<long long>(s.request_id),
+                 ToSeconds(s.scheduled), ToSeconds(s.first_token), ToSeconds(t), static_cast<long long>(s.input),
+                 static_cast<long long>(s.output), s.preemptions);
+  }
+  if (event_log_) {
+    std::fprintf(event_log_, "%.9f complete request=%lld generated=%lld preemptions=%d\n", ToSeconds(t),
+                 static_cast<long long>(s.request_id), static_cast<long long>(s.generated), s.preemptions);
+  }
+  s.prefix.clear();
+  free_slots_.push_back(slot);
+  if (closed_loop_) {
+    Result<bool> more = ScheduleNext(t + FromSeconds(spec_.scenario.think_time_s));
+    FATHOM_CHECK(more.ok());  // closed-loop sources are in-memory data sets
+  }
+}
+
+void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
+  Sequence& s = slots_[slot];
+  const auto [engine, rank] = Route(slot, decode_engines_, RouterKind::kLeastOutstanding);
+  (void)rank;
+  const double bytes = static_cast<double>(s.kv_len) * spec_.pool.kv_bytes_per_token;
+  const SimTime start = std::max(t, link_free_[engine]);
+  const SimTime end = start + FromSeconds(spec_.disagg.kv_link_latency_s + bytes / spec_.disagg.kv_link_bytes_per_s);
+  link_free_[engine] = end;
+  if (event_log_) {
+    std::fprintf(event_log_, "%.9f kv_transfer request=%lld engine=%d bytes=%.0f arrives=%.9f\n", ToSeconds(t),
+                 static_cast<long long>(s.request_id), engine, bytes, ToSeconds(end));
+  }
+  queue_.Push(end, EventKind::kKvArrived, slot, engine);
+}
+
+void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens, int64_t sequences) {
+  if (timeline_) {
+    std::fprintf(timeline_,
+                 "%s{\"name\":\"batch\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                 "\"dur\":%.3f,\"args\":{\"tokens\":%lld,\"sequences\":%lld}}",
+                 first_timeline_event_ ? "" : ",\n", instance, stage, start.count() / 1e3,
+                 (end - start).count() / 1e3, static_cast<long long>(tokens), static_cast<long long>(sequences));
+    first_timeline_event_ = false;
+  }
+  if (event_log_) {
+    std::fprintf(event_log_, "%.9f iteration engine=%d stage=%d tokens=%lld sequences=%lld end=%.9f\n",
+                 ToSeconds(start), instance, stage, static_cast<long long>(tokens),
+                 static_cast<long long>(sequences), ToSeconds(end));
+  }
+}
+
+Result<SimulationResult> Simulator::Run() {
+  if (closed_loop_) {
+    for (int c = 0; c < spec_.scenario.clients; ++c) {
+      FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(SimTime(0)));
+      if (!more) break;
+    }
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
+    (void)more;
+  }
+  while (!queue_.empty()) {
+    const Event e = queue_.Pop();
+    switch (e.kind) {
+      case EventKind::kArrival: {
+        auto it = pending_arrivals_.find(e.a);
+        const traces::Request r = std::move(it->second);
+        pending_arrivals_.erase(it);
+        Issue(r);
+        if (!closed_loop_) {
+          FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
+          (void)more;
+        }
+        break;
+      }
+      case EventKind::kKick:
+        kick_pending_[e.a] = false;
+        StartIfIdle(static_cast<int>(e.a));
+        break;
+      case EventKind::kStageFree:
+        engines_[e.a]->StageFreed();
+        StartIfIdle(static_cast<int>(e.a));
+        break;
+      case EventKind::kBatchDone:
+        engines_[e.a]->Finish(e.b, queue_.now());
+        Kick(static_cast<int>(e.a));  // with pipelining, the freed sequences may run again
+        break;
+      case EventKind::kKvArrived: {
+        const int64_t slot = e.a;
+        Sequence& s = slots_[slot];
+        s.kv_len = s.prefill_target;
+        Engine& engine = *engines_[e.b];
+        int best = 0;
+        for (int r = 1; r < engine.num_ranks(); ++r) {
+          if (engine.Outstanding(r) < engine.Outstanding(best)) best = r;
+        }
+        engine.Enqueue(best, slot);
+        Kick(static_cast<int>(e.b));
+        break;
+      }
+    }
+  }
+
+  SimulationResult res;
+  res.completed_requests = static_cast<int64_t>(e2e_ms_.size());
+  if (res.completed_requests != issued_) {
+    return Status::InvalidArgument(
+        "the deployment could not serve every request (" + std::to_string(issued_ - res.completed_requests) +
+        " never completed): a request needs more KV cache than one attention rank has; lower the "
+        "output cap or use more GPUs per rank");
+  }
+  res.output_tokens = output_tokens_;
+  res.input_tokens = input_tokens_;
+  res.duration_s = ToSeconds(last_completion_);
+  if (res.duration_s > 0) {
+    res.throughput_tokens_per_s = output_tokens_ / res.duration_s;
+    res.requests_per_s = res.completed_requests / res.duration_s;
+    res.mean_in_system = little_area_ / res.duration_s;
+    res.arrival_rate_per_s = issued_ / res.duration_s;
+  }
+  res.tokens_per_s_per_gpu = res.throughput_tokens_per_s / spec_.total_gpus;
+  res.ttft_mean_ms = Mean(ttft_ms_);
+  res.tpot_mean_ms = Mean(tpot_ms_);
+  res.e2e_mean_ms = Mean(e2e_ms_);
+  res.ttft_p50_ms = Percentile(ttft_ms_, 0.50);
+  res.ttft_p99_ms = Percentile(ttft_ms_, 0.99);
+  res.tpot_p50_ms = Percentile(tpot_ms_, 0.50);
+  res.tpot_p99_ms = Percentile(tpot_ms_, 0.99);
+  res.e2e_p50_ms = Percentile(e2e_ms_, 0.50);
+  res.e2e_p99_ms = Percentile(e2e_ms_, 0.99);
+  res.peak_in_flight = peak_in_system_;
+
+  const ScenarioConfig& sc = spec_.scenario;
+  res.limits = MlperfLimits(spec_.benchmark, sc.scenario);
+  if (sc.ttft_limit_ms || sc.tpot_limit_ms) {
+    LatencyLimits l = res.limits.value_or(LatencyLimits{1e300, 1e300});
+    if (sc.ttft_limit_ms) l.ttft_ms = *sc.ttft_limit_ms;
+    if (sc.tpot_limit_ms) l.tpot_ms = *sc.tpot_limit_ms;
+    res.limits = l;
+  }
+  res.latency_limits_met = res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
+  res.min_duration_met = res.duration_s >= sc.min_duration_s;
+  res.mlperf_valid = res.min_duration_met && (sc.scenario == Scenario::kOffline || res.latency_limits_met);
+
+  int64_t lookups = 0, hits = 0;
+  for (const auto& engine : engines_) {
+    const EngineCounters& c = engine->counters();
+    res.counters.iterations += c.iterations;
+    res.counters.prefill_tokens += c.prefill_tokens;
+    res.counters.cached_tokens += c.cached_tokens;
+    res.counters.recomputed_tokens += c.recomputed_tokens;
+    res.counters.decode_tokens += c.decode_tokens;
+    res.counters.generated_tokens += c.generated_tokens;
+    res.counters.preemptions += c.preemptions;
+    res.counters.swapped_bytes += c.swapped_bytes;
+    res.kv_peak_utilization = std::max(res.kv_peak_utilization, engine->PeakKvUtilization());
+    lookups += engine->prefix_lookups();
+    hits += engine->prefix_hits();
+  }
+  res.preemptions = res.counters.preemptions;
+  res.iterations = res.counters.iterations;
+  res.prefix_hit_rate = lookups > 0 ? static_cast<double>(hits) / lookups : 0.0;
+  return res;
+}
+
+}  // namespace fathom::sim

@@ -1,0 +1,124 @@
+// The discrete-event simulation of a serving deployment under an MLPerf-style workload.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/random.h"
+#include "sim/config.h"
+#include "sim/engine.h"
+#include "sim/event_queue.h"
+#include "sim/mlperf.h"
+#include "sim/workload.h"
+
+namespace fathom::sim {
+
+struct SimulationSpec {
+  PoolSpec pool;                      // aggregated instances, or the prefill pool
+  std::optional<PoolSpec> decode_pool;  // set when disaggregated
+  EngineConfig engine;
+  EngineConfig decode_engine;         // used by the decode pool
+  DisaggConfig disagg;
+  RouterKind router = RouterKind::kLeastOutstanding;
+  ScenarioConfig scenario;
+  std::string benchmark;  // model name, for the MLPerf latency limits
+  int total_gpus = 1;
+};
+
+struct SimulationResult {
+  int64_t completed_requests = 0;
+  int64_t output_tokens = 0;
+  int64_t input_tokens = 0;
+  double duration_s = 0;  // t = 0 to the last completion
+  double throughput_tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double requests_per_s = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
+  double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;
+  double e2e_p50_ms = 0, e2e_p99_ms = 0, e2e_mean_ms = 0;
+  std::optional<LatencyLimits> limits;
+  bool latency_limits_met = false;
+  bool min_duration_met = false;
+  bool mlperf_valid = false;
+  int64_t preemptions = 0;
+  double kv_peak_utilization = 0;
+  double prefix_hit_rate = 0;
+  int64_t iterations = 0;
+  // Little's law: time-average requests in the system vs. arrival rate x mean latency.
+  double mean_in_system = 0;
+  double arrival_rate_per_s = 0;
+  EngineCounters counters;  // summed over engines
+  int64_t peak_in_flight = 0;
+
+  OrderedJson ToJson() const;
+};
+
+class Simulator : public EngineListener {
+ public:
+  Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source);
+  ~Simulator() override;
+
+  // Optional outputs, borrowed streams: per-request CSV rows, Chrome trace events (the caller
+  // writes the surrounding brackets), and the event log (one line per event).
+  void set_requests_csv(std::FILE* f) { requests_csv_ = f; }
+  void set_timeline(std::FILE* f) { timeline_ = f; }
+  void set_event_log(std::FILE* f) { event_log_ = f; }
+
+  Result<SimulationResult> Run();
+
+  // EngineListener (called by the engines during Run).
+  void OnFirstToken(int64_t slot, SimTime t) override;
+  void OnComplete(int64_t slot, SimTime t) override;
+  void OnPrefillDone(int64_t slot, SimTime t) override;
+  void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens, int64_t sequences) override;
+
+ private:
+
+  void Issue(const traces::Request& r);
+  // Pulls the next request from the source and schedules its arrival at `issue`, or at the
+  // source's own time when `issue` is not given. False when the source is exhausted.
+  Result<bool> ScheduleNext(std::optional<SimTime> issue);
+  // Picks an (engine, rank) of `engines` for the sequence in `slot` by the router policy.
+  std::pair<int, int> Route(int64_t slot, const std::vector<int>& engines, RouterKind policy);
+  void Kick(int engine);
+  void StartIfIdle(int engine);
+  void AdvanceLittle(SimTime now);
+  int64_t NewSlot();
+
+  SimulationSpec spec_;
+  std::unique_ptr<RequestSource> source_;
+  Rng rng_;
+  EventQueue queue_;
+  std::vector<Sequence> slots_;
+  std::vector<int64_t> free_slots_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<int> main_engines_, decode_engines_;
+  std::vector<bool> kick_pending_;
+  std::vector<SimTime> link_free_;  // per decode engine: its KV ingress link
+  std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
+  int64_t next_arrival_key_ = 0;
+  int64_t round_robin_ = 0;
+  bool closed_loop_ = false;
+
+  // Metrics.
+  std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;
+  int64_t output_tokens_ = 0, input_tokens_ = 0;
+  SimTime last_completion_{0};
+  int64_t in_system_ = 0, peak_in_system_ = 0, issued_ = 0;
+  SimTime little_last_{0};
+  double little_area_ = 0;  // request-seconds
+  SimTime last_issue_{0};
+
+  std::FILE* requests_csv_ = nullptr;
+  std::FILE* timeline_ = nullptr;
+  std::FILE* event_log_ = nullptr;
+  bool first_timeline_event_ = true;
+};
+
+}  // namespace fathom::sim

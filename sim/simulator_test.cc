@@ -1,0 +1,346 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "base/files.h"
+#include "base/random.h"
+#include "models/hardware.h"
+#include "models/memory.h"
+#include "models/roofline.h"
+#include "sim/simulator.h"
+#include "traces/reader.h"
+#include "traces/transforms.h"
+
+namespace fathom::sim {
+namespace {
+
+// An engine whose every iteration takes a fixed time, or an exponential one.
+class FakeTime : public models::ExecutionTimeModel {
+ public:
+  FakeTime(double seconds, bool exponential, int stages = 1)
+      : seconds_(seconds), exponential_(exponential), stages_(stages), rng_(99) {}
+  SimTime StageTime(std::span<const models::BatchShape> ranks, int) const override {
+    int64_t tokens = 0;
+    for (const auto& r : ranks) tokens += r.tokens;
+    if (tokens == 0) return SimTime(0);
+    return FromSeconds(exponential_ ? rng_.Exponential(1.0 / seconds_) : seconds_);
+  }
+  int num_stages() const override { return stages_; }
+
+ private:
+  double seconds_;
+  bool exponential_;
+  int stages_;
+  mutable Rng rng_;
+};
+
+std::vector<traces::Request> Dataset(int n, int64_t input, int64_t output) {
+  std::vector<traces::Request> d(n);
+  for (int i = 0; i < n; ++i) {
+    d[i].id = i;
+    d[i].input_tokens = input;
+    d[i].output_tokens = output;
+  }
+  return d;
+}
+
+SimulationSpec SingleSlot(const models::ExecutionTimeModel* time) {
+  SimulationSpec spec;
+  spec.pool.time = time;
+  spec.pool.kv_blocks_per_rank = 1 << 20;
+  spec.engine.max_batch = 1;
+  spec.engine.scheduler = SchedulerKind::kChunked;
+  spec.scenario.scenario = Scenario::kServer;
+  spec.scenario.min_duration_s = 0;
+  return spec;
+}
+
+// DeepSeek-R1 on 8xB200, TP8/EP8/attention DP, FP4 weights, FP8 KV, under the roofline.
+struct DeepSeek {
+  models::ModelArch model;
+  models::Hardware hw;
+  models::ParallelLayout layout{8, 8, 1, 8, 8};
+  models::Precision precision{models::DType::kNvfp4, models::DType::kNvfp4, models::DType::kFp8};
+  std::unique_ptr<models::RooflineModel> time;
+  models::MemoryPlan plan;
+
+  DeepSeek() {
+    model = *models::LoadModel("deepseek-r1");
+    hw = *(*models::HardwareCatalog::LoadBuiltin()).Find("b200");
+    time = std::make_unique<models::RooflineModel>(model, hw, layout, precision);
+    models::MemoryOptions o;
+    o.max_num_tokens = 4608;
+    o.max_batch = 512;
+    plan = models::PlanMemory(model, hw, layout, precision, o);
+  }
+  SimulationSpec Spec(Scenario scenario, int64_t kv_tokens = 0) const {
+    SimulationSpec spec;
+    spec.pool.time = time.get();
+    spec.pool.ranks = 8;
+    spec.pool.kv_blocks_per_rank = (kv_tokens > 0 ? kv_tokens : plan.kv_capacity_tokens) / 32;
+    spec.pool.kv_bytes_per_token = plan.kv_bytes_per_token;
+    spec.pool.gpus_per_instance = 8;
+    spec.engine.max_batch = 512;
+    spec.engine.max_num_tokens = 4608;
+    spec.scenario.scenario = scenario;
+    spec.benchmark = "deepseek-r1";
+    spec.total_gpus = 8;
+    return spec;
+  }
+};
+
+std::vector<traces::Request> MlperfSet() {
+  traces::ReadOptions o;
+  o.max_output = 20000;
+  auto reader = traces::OpenTrace(traces::DefaultTracePath(), o);
+  REQUIRE(reader.ok());
+  return *traces::ReadAll(**reader);
+}
+
+SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> source, std::FILE* log = nullptr) {
+  Simulator sim(std::move(spec), std::move(source));
+  sim.set_event_log(log);
+  auto r = sim.Run();
+  INFO(r.status().message());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)", "[sim]") {
+  const double service = 0.01, lambda = 70.0;  // rho = 0.7
+  FakeTime time(service, false);
+  SimulationSpec spec = SingleSlot(&time);
+  const int64_t n = 200000;
+  const SimulationResult r = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, lambda, 5));
+  const double rho = lambda * service;
+  const double wait = rho * service / (2 * (1 - rho));  // P-K mean wait for deterministic service
+  CHECK(r.completed_requests == n);
+  CHECK((r.e2e_mean_ms / 1e3 - service) == Approx(wait).epsilon(0.03));
+}
+
+TEST_CASE("Simulator: exponential service gives M/M/1 waiting times", "[sim]") {
+  const double service = 0.01, lambda = 60.0;  // rho = 0.6
+  FakeTime time(service, true);
+  const SimulationResult r = RunOk(SingleSlot(&time), PoissonSource(Dataset(1, 10, 1), 300000, lambda, 8));
+  const double mu = 1 / service;
+  const double wait = lambda / (mu * (mu - lambda));
+  CHECK((r.e2e_mean_ms / 1e3 - service) == Approx(wait).epsilon(0.03));
+}
+
+TEST_CASE("Simulator: Little's law and token conservation on DeepSeek-R1 Server", "[sim]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  auto data = MlperfSet();
+  int64_t input = 0, output = 0, steps = 0;
+  const int64_t n = 600;
+  // The source cycles through a permutation; count what it will issue by replaying it.
+  auto preview = PoissonSource(data, n, 2.0, 3);
+  traces::Request req;
+  SimTime t;
+  while (*preview->Next(&req, &t)) {
+    input += req.input_tokens;
+    output += req.output_tokens;
+    steps += req.output_tokens - 1;
+  }
+  const SimulationResult r = RunOk(spec, PoissonSource(data, n, 2.0, 3));
+  CHECK(r.completed_requests == n);
+  CHECK(r.mean_in_system == Approx(r.arrival_rate_per_s * r.e2e_mean_ms / 1e3).epsilon(1e-6));
+  CHECK(r.counters.generated_tokens == output);
+  CHECK(r.output_tokens == output);
+  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens == input + r.counters.recomputed_tokens);
+  CHECK(r.counters.decode_tokens == steps);
+  CHECK(r.preemptions == 0);
+  CHECK(r.ttft_p99_ms > 0);
+  CHECK(r.tpot_p99_ms > 0);
+}
+
+TEST_CASE("Simulator: preemption under KV pressure loses and duplicates no token", "[sim]") {
+  DeepSeek ds;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/60000);
+    spec.engine.preemption = mode;
+    auto data = MlperfSet();
+    data.resize(400);
+    int64_t input = 0, output = 0;
+    for (const auto& d : data) {
+      input += d.input_tokens;
+      output += d.output_tokens;
+    }
+    const SimulationResult r = RunOk(spec, OfflineSource(data, 400, 1));
+    CHECK(r.completed_requests == 400);
+    CHECK(r.preemptions > 0);
+    CHECK(r.counters.generated_tokens == output);
+    CHECK(r.kv_peak_utilization <= 1.0);
+    if (mode == PreemptionMode::kRecompute) {
+      CHECK(r.counters.recomputed_tokens > 0);
+      CHECK(r.counters.prefill_tokens == input + r.counters.recomputed_tokens);
+    } else {
+      CHECK(r.counters.recomputed_tokens == 0);
+      CHECK(r.counters.prefill_tokens == input);
+      CHECK(r.counters.swapped_bytes > 0);
+    }
+  }
+}
+
+TEST_CASE("Simulator: reserve admission never preempts", "[sim]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kOffline, 60000);
+  spec.engine.admission = AdmissionPolicy::kReserve;
+  auto data = MlperfSet();
+  data.resize(400);
+  const SimulationResult r = RunOk(spec, OfflineSource(data, 400, 1));
+  CHECK(r.completed_requests == 400);
+  CHECK(r.preemptions == 0);
+}
+
+TEST_CASE("Simulator: the same seed gives byte-identical JSON", "[sim]") {
+  DeepSeek ds;
+  auto data = MlperfSet();
+  auto run = [&] {
+    SimulationSpec spec = ds.Spec(Scenario::kServer);
+    return RunOk(spec, PoissonSource(data, 300, 3.0, 42)).ToJson().dump();
+  };
+  CHECK(run() == run());
+}
+
+TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(200);
+  for (SchedulerKind k : {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
+                          SchedulerKind::kDecodeFirst}) {
+    INFO(Name(k));
+    SimulationSpec spec = ds.Spec(Scenario::kServer);
+    spec.engine.scheduler = k;
+    spec.engine.max_batch = 16;
+    const SimulationResult r = RunOk(spec, PoissonSource(data, 200, 4.0, 1));
+    CHECK(r.completed_requests == 200);
+  }
+}
+
+TEST_CASE("Simulator: static batching waits for the batch to drain", "[sim]") {
+  FakeTime time(0.001, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.engine.max_batch = 4;
+  spec.engine.scheduler = SchedulerKind::kStatic;
+  spec.scenario.scenario = Scenario::kOffline;
+  // Outputs 2 and 10: the short request's slot stays empty until the long one ends.
+  std::vector<traces::Request> data = Dataset(2, 10, 2);
+  data[1].output_tokens = 10;
+  SimulationResult r = RunOk(spec, OfflineSource(data, 8, 1));
+  // Two batches of four, each a prefill and 9 decode iterations (the long requests set the pace).
+  CHECK(r.iterations == 2 * 10);
+  spec.engine.scheduler = SchedulerKind::kChunked;
+  r = RunOk(spec, OfflineSource(data, 8, 1));
+  CHECK(r.iterations < 2 * 10);
+}
+
+TEST_CASE("Simulator: MTP speculative decoding produces several tokens per step", "[sim]") {
+  FakeTime time(0.001, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.scenario.scenario = Scenario::kOffline;
+  spec.engine.mtp_depth = 3;
+  spec.engine.acceptance_dist = {0.0, 0.0, 0.0, 1.0};  // always accept all three drafts
+  const SimulationResult r = RunOk(spec, OfflineSource(Dataset(1, 10, 401), 1, 1));
+  CHECK(r.iterations == 1 + 100);  // prefill, then 100 steps of 4 tokens
+  CHECK(r.counters.generated_tokens == 401);
+  spec.engine.acceptance_dist.clear();
+  spec.engine.acceptance = 0.0;
+  const SimulationResult none = RunOk(spec, OfflineSource(Dataset(1, 10, 401), 1, 1));
+  CHECK(none.iterations == 401);
+}
+
+TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]") {
+  DeepSeek ds;
+  auto reader = traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
+  REQUIRE(reader.ok());
+  traces::TransformOptions head;
+  head.head = 2000;
+  auto trace = traces::Transform(std::move(*reader), head);
+  SimulationSpec spec = ds.Spec(Scenario::kReplay);
+  spec.engine.prefix_caching = true;
+  spec.router = RouterKind::kPrefixAware;
+  const SimulationResult r = RunOk(spec, ReplaySource(std::move(trace)));
+  CHECK(r.completed_requests == 2000);
+  CHECK(r.prefix_hit_rate > 0.2);
+  CHECK(r.counters.cached_tokens > 0);
+  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens == r.input_tokens + r.counters.recomputed_tokens);
+}
+
+TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[sim]") {
+  FakeTime time(0.01, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.scenario.scenario = Scenario::kOffline;
+  spec.pool.kv_bytes_per_token = 1e6;  // 1 MB per token
+  spec.decode_pool = spec.pool;
+  spec.decode_engine = spec.engine;
+  spec.disagg.enabled = true;
+  spec.disagg.kv_link_bytes_per_s = 1e9;  // 100 tokens -> 0.1 s
+  spec.disagg.kv_link_latency_s = 0;
+  std::vector<char> log(1 << 16);
+  std::FILE* f = fmemopen(log.data(), log.size(), "w");
+  const SimulationResult r = RunOk(spec, OfflineSource(Dataset(1, 100, 3), 1, 1), f);
+  std::fclose(f);
+  CHECK(r.ttft_mean_ms == Approx(10));                // prefill on the prefill instance
+  CHECK(r.e2e_mean_ms == Approx(10 + 100 + 2 * 10));  // transfer, then two decode steps
+  CHECK(std::string(log.data()).find("kv_transfer") != std::string::npos);
+}
+
+TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with one sequence", "[sim]") {
+  FakeTime time(0.01, false, /*stages=*/2);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.scenario.scenario = Scenario::kOffline;
+  spec.engine.max_batch = 1;
+  // One sequence: every step waits for both stages (a bubble of one stage per step).
+  SimulationResult one = RunOk(spec, OfflineSource(Dataset(1, 10, 10), 1, 1));
+  CHECK(one.duration_s == Approx(10 * 0.02));
+  // Two sequences on two ranks' worth of slots: the second microbatch fills the bubble.
+  spec.engine.max_batch = 1;
+  spec.pool.ranks = 1;
+  spec.engine.max_num_tokens = 16;
+  spec.engine.max_batch = 2;
+  spec.engine.chunk_size = 10;
+  SimulationResult two = RunOk(spec, OfflineSource(Dataset(2, 10, 10), 2, 1));
+  CHECK(two.duration_s < 2 * one.duration_s);
+}
+
+TEST_CASE("Simulator: attention DP ranks step together at the slowest rank's pace", "[sim]") {
+  DeepSeek ds;
+  std::vector<models::BatchShape> ranks(8);
+  for (int i = 0; i < 64; ++i) ranks[0].Add({1, 2000, true, true}, 0);
+  const SimTime one_busy = ds.time->StageTime(ranks, 0);
+  for (int r = 1; r < 8; ++r) ranks[r].Add({1, 10, true, true}, 0);
+  const SimTime all_busy = ds.time->StageTime(ranks, 0);
+  std::vector<models::BatchShape> alone(1, ranks[0]);
+  CHECK(all_busy >= one_busy);
+  CHECK(ToSeconds(all_busy) < 1.2 * ToSeconds(one_busy));  // the light ranks hide behind the heavy one
+}
+
+TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.pool.ranks = 2;
+  spec.engine.max_num_tokens = 512;
+  spec.engine.max_batch = 4;
+  std::vector<traces::Request> data = Dataset(3, 700, 4);
+  data[1].input_tokens = 200;
+  data[2].output_tokens = 2;
+  const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/../golden/small_chunked.expected";
+  const std::string actual_path = (std::filesystem::temp_directory_path() / "fathom_golden.log").string();
+  std::FILE* f = std::fopen(actual_path.c_str(), "w");
+  RunOk(spec, PoissonSource(data, 6, 50.0, 7), f);
+  std::fclose(f);
+  const std::string actual = *ReadFile(actual_path);
+  if (std::getenv("FATHOM_UPDATE_GOLDEN") != nullptr) REQUIRE(WriteFileAtomic(path, actual).ok());
+  auto expected = ReadFile(path);
+  REQUIRE(expected.ok());
+  CHECK(actual == *expected);
+}
+
+}  // namespace fathom::sim
