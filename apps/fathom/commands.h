@@ -12,5 +12,6 @@ void RegisterHardware(CLI::App& app, Status* result);
 void RegisterModel(CLI::App& app, Status* result);
 void RegisterMemory(CLI::App& app, Status* result);
 void RegisterTrace(CLI::App& app, Status* result);
+void RegisterSimulate(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

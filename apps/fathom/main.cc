@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterModel(app, &result);
   fathom::cli::RegisterMemory(app, &result);
   fathom::cli::RegisterTrace(app, &result);
+  fathom::cli::RegisterSimulate(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,286 @@
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "apps/fathom/commands.h"
+#include "apps/fathom/deployment_flags.h"
+#include "apps/fathom/trace_flags.h"
+#include "base/files.h"
+#include "base/format.h"
+#include "models/roofline.h"
+#include "sim/deployment_config.h"
+#include "sim/simulator.h"
+#include "traces/transforms.h"
+
+namespace fathom::cli {
+namespace {
+
+struct SimulateFlags {
+  DeploymentFlags deployment;
+  std::string deployment_file;
+  std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
+  sim::DeploymentConfig config;  // engine knobs bound to flags
+  std::string scheduler = "chunked", preemption = "recompute", admission = "greedy", router = "least-outstanding";
+  std::vector<double> acceptance_dist;
+  // Disaggregation.
+  bool disagg = false;
+  sim::PoolLayout prefill{1, 0, 1, 1, 1}, decode{1, 0, 1, 1, 1};
+  // Scenario.
+  std::string scenario = "offline";
+  sim::ScenarioConfig sc;
+  std::string trace;
+  TraceReadFlags read;
+  // Outputs.
+  bool json = false;
+  std::string requests_out, timeline, event_log;
+};
+
+// A file written to `path.tmp` and moved into place only when the run succeeds.
+class PendingFile {
+ public:
+  Status Open(const std::string& path) {
+    path_ = path;
+    if (path.empty()) return Status::Ok();
+    f_ = std::fopen((path + ".tmp").c_str(), "wb");
+    if (f_ == nullptr) return Status::IoError(path + ": cannot open for writing");
+    return Status::Ok();
+  }
+  std::FILE* get() const { return f_; }
+  Status Commit() {
+    if (f_ == nullptr) return Status::Ok();
+    const bool ok = std::fflush(f_) == 0 && !std::ferror(f_);
+    std::fclose(f_);
+    f_ = nullptr;
+    if (!ok || std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
+      std::remove((path_ + ".tmp").c_str());
+      return Status::IoError(path_ + ": write failed");
+    }
+    return Status::Ok();
+  }
+  ~PendingFile() {
+    if (f_ != nullptr) {
+      std::fclose(f_);
+      std::remove((path_ + ".tmp").c_str());
+    }
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+
+Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
+  if (!f.deployment_file.empty()) {
+    for (const CLI::Option* o : f.deployment_options) {
+      if (o->count() > 0) {
+        return Status::InvalidArgument(o->get_name() + " and --deployment: give the deployment in one place");
+      }
+    }
+    return sim::LoadDeploymentFile(f.deployment_file);
+  }
+  sim::DeploymentConfig d = f.config;
+  FATHOM_ASSIGN_OR_RETURN(d.engine.scheduler, sim::ParseScheduler(f.scheduler));
+  FATHOM_ASSIGN_OR_RETURN(d.router, sim::ParseRouter(f.router));
+  if (f.preemption != "recompute" && f.preemption != "swap") {
+    return Status::InvalidArgument("--preemption = \"" + f.preemption + "\": must be recompute or swap");
+  }
+  d.engine.preemption = f.preemption == "swap" ? sim::PreemptionMode::kSwap : sim::PreemptionMode::kRecompute;
+  if (f.admission != "greedy" && f.admission != "reserve") {
+    return Status::InvalidArgument("--admission = \"" + f.admission + "\": must be greedy or reserve");
+  }
+  d.engine.admission = f.admission == "reserve" ? sim::AdmissionPolicy::kReserve : sim::AdmissionPolicy::kGreedy;
+  d.engine.acceptance_dist = f.acceptance_dist;
+  FATHOM_RETURN_IF_ERROR(d.engine.Validate());
+  FATHOM_ASSIGN_OR_RETURN(Deployment resolved, ResolveDeployment(f.deployment));
+  d.model = f.deployment.model.empty() ? "deepseek-r1" : f.deployment.model;
+  d.hardware = resolved.hardware.name;
+  d.gpus = resolved.layout.gpus;
+  d.tp = resolved.layout.tp;
+  d.pp = resolved.layout.pp;
+  d.ep = resolved.layout.ep;
+  d.attn_dp = resolved.layout.attn_dp;
+  d.weights = std::string(models::Name(resolved.precision.moe_weights));
+  d.dense_weights = std::string(models::Name(resolved.precision.dense_weights));
+  d.kv = std::string(models::Name(resolved.precision.kv));
+  if (f.disagg) {
+    d.disaggregated = true;
+    d.prefill = f.prefill;
+    d.decode = f.decode;
+    if (d.prefill.tp == 0) d.prefill.tp = d.tp;
+    if (d.decode.tp == 0) d.decode.tp = d.tp;
+  }
+  return d;
+}
+
+void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
+                  const sim::SimulationResult& res, double wall_s) {
+  std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld\n", d.model.c_str(),
+              d.TotalGpus(), d.hardware.c_str(),
+              d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
+              std::string(sim::Name(d.engine.scheduler)).c_str(), static_cast<long long>(d.engine.max_batch),
+              static_cast<long long>(d.engine.max_num_tokens));
+  std::printf("Scenario: %s%s, %lld requests, %.1f s simulated in %.2f s\n\n", std::string(sim::Name(sc.scenario)).c_str(),
+              sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "", static_cast<long long>(res.completed_requests),
+              res.duration_s, wall_s);
+  std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n", res.throughput_tokens_per_s,
+              res.tokens_per_s_per_gpu, res.requests_per_s);
+  std::printf("  %-16s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p99");
+  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "TTFT", res.ttft_mean_ms, res.ttft_p50_ms, res.ttft_p99_ms);
+  std::printf("  %-16s %10.2f %10.2f %10.2f\n", "TPOT", res.tpot_mean_ms, res.tpot_p50_ms, res.tpot_p99_ms);
+  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "end to end", res.e2e_mean_ms, res.e2e_p50_ms, res.e2e_p99_ms);
+  if (res.limits) {
+    std::printf("\n  limits (p99)      TTFT %.0f ms, TPOT %.0f ms: %s\n", res.limits->ttft_ms, res.limits->tpot_ms,
+                res.latency_limits_met ? "met" : "NOT met");
+  }
+  std::printf("  run length        %s 600 s minimum\n", res.min_duration_met ? "meets the" : "below the");
+  std::printf("  MLPerf valid      %s\n", res.mlperf_valid ? "yes" : "no");
+  std::printf("  preemptions %lld, peak KV use %.1f%%, iterations %lld", static_cast<long long>(res.preemptions),
+              100 * res.kv_peak_utilization, static_cast<long long>(res.iterations));
+  if (d.engine.prefix_caching) std::printf(", prefix hit rate %.1f%%", 100 * res.prefix_hit_rate);
+  std::printf("\n  (execution times: plain roofline, a lower bound until a calibrated cost model is set)\n");
+}
+
+Status Run(const SimulateFlags& f) {
+  FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildConfig(f));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
+  auto roofline = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                     const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::RooflineModel>(m, hw, l, p);
+  };
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved, sim::Resolve(d, catalog, roofline));
+
+  sim::ScenarioConfig sc = f.sc;
+  FATHOM_ASSIGN_OR_RETURN(sc.scenario, sim::ParseScenario(f.scenario));
+  const bool server = sc.scenario == sim::Scenario::kServer || sc.scenario == sim::Scenario::kInteractive;
+  if (server && !(sc.qps > 0)) return Status::InvalidArgument("--qps = " + std::to_string(sc.qps) + ": must be > 0 for the " + f.scenario + " scenario");
+  if (!server && sc.qps != 0) return Status::InvalidArgument("--qps applies to the server and interactive scenarios only");
+  if (sc.scenario == sim::Scenario::kClosedLoop && sc.clients < 1) {
+    return Status::InvalidArgument("--clients = " + std::to_string(sc.clients) + ": must be >= 1 for closed-loop");
+  }
+  if (sc.samples < 0) return Status::InvalidArgument("--samples = " + std::to_string(sc.samples) + ": must be >= 0");
+  if (sc.min_duration_s < 0) return Status::InvalidArgument("--min-duration must be >= 0");
+
+  TraceReadFlags read = f.read;
+  const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
+  if (f.trace.empty() && !read.max_output) read.max_output = 20000;  // MLPerf DeepSeek-R1's cap
+  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+  std::unique_ptr<sim::RequestSource> source;
+  if (sc.scenario == sim::Scenario::kReplay) {
+    source = sim::ReplaySource(std::move(reader));
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> dataset, traces::ReadAll(*reader));
+    ReportReadCounters(trace, reader->counters());
+    if (dataset.empty()) return Status::InvalidArgument(trace + ": no requests");
+    const int64_t n = static_cast<int64_t>(dataset.size());
+    switch (sc.scenario) {
+      case sim::Scenario::kOffline:
+        source = sim::OfflineSource(std::move(dataset), traces::EqualIssueCount(n, std::max(sc.samples, n)), sc.seed);
+        break;
+      case sim::Scenario::kServer:
+      case sim::Scenario::kInteractive: {
+        const int64_t wanted = sc.samples > 0 ? sc.samples
+                                              : traces::EqualIssueCount(n, static_cast<int64_t>(std::ceil(sc.qps * sc.min_duration_s)));
+        source = sim::PoissonSource(std::move(dataset), wanted, sc.qps, sc.seed);
+        break;
+      }
+      default:
+        source = sim::CyclingSource(std::move(dataset), sc.samples > 0 ? sc.samples : n, sc.seed);
+        break;
+    }
+  }
+  resolved->spec.scenario = sc;
+
+  PendingFile requests, timeline, log;
+  FATHOM_RETURN_IF_ERROR(requests.Open(f.requests_out));
+  FATHOM_RETURN_IF_ERROR(timeline.Open(f.timeline));
+  FATHOM_RETURN_IF_ERROR(log.Open(f.event_log));
+  if (requests.get()) std::fputs("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n", requests.get());
+  if (timeline.get()) std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", timeline.get());
+
+  sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+  simulator.set_requests_csv(requests.get());
+  simulator.set_timeline(timeline.get());
+  simulator.set_event_log(log.get());
+  const auto start = std::chrono::steady_clock::now();
+  FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (timeline.get()) std::fputs("\n]}\n", timeline.get());
+  FATHOM_RETURN_IF_ERROR(requests.Commit());
+  FATHOM_RETURN_IF_ERROR(timeline.Commit());
+  FATHOM_RETURN_IF_ERROR(log.Commit());
+
+  if (f.json) {
+    OrderedJson j;
+    j["deployment"] = sim::ToJson(d);
+    j["scenario"] = sim::Name(sc.scenario);
+    if (sc.qps > 0) j["qps"] = sc.qps;
+    j["seed"] = sc.seed;
+    for (auto& [k, v] : res.ToJson().items()) j[k] = v;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    PrintSummary(d, *resolved, sc, res, wall);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterSimulate(CLI::App& app, Status* result) {
+  auto f = std::make_shared<SimulateFlags>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Replay a workload on a deployment, with MLPerf LoadGen semantics");
+  AddDeploymentFlags(cmd, &f->deployment);
+  cmd->add_option("--deployment", f->deployment_file, "Deployment JSON (as `fathom tune` writes it) instead of the flags");
+  sim::EngineConfig& e = f->config.engine;
+  e.max_batch = 512;
+  e.max_num_tokens = 4608;
+  auto dep = [&](CLI::Option* o) { f->deployment_options.push_back(o); };
+  dep(cmd->add_option("--scheduler", f->scheduler, "static, prefill-first, chunked or decode-first")->capture_default_str());
+  dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")->capture_default_str());
+  dep(cmd->add_option("--max-num-tokens", e.max_num_tokens, "Token budget per iteration per attention rank")->capture_default_str());
+  dep(cmd->add_option("--chunk-size", e.chunk_size, "Max prefill tokens of one sequence per iteration (0: the budget)"));
+  dep(cmd->add_option("--block-size", e.block_tokens, "KV-cache block size in tokens")->capture_default_str());
+  dep(cmd->add_option("--reserve", e.reserve_fraction, "Fraction of HBM kept free")->capture_default_str());
+  dep(cmd->add_option("--preemption", f->preemption, "recompute or swap")->capture_default_str());
+  dep(cmd->add_option("--admission", f->admission, "greedy (vLLM) or reserve (TRT-LLM guaranteed no evict)")->capture_default_str());
+  dep(cmd->add_flag("--prefix-caching", e.prefix_caching, "Reuse cached prefix blocks (traces with hash ids)"));
+  dep(cmd->add_option("--mtp", e.mtp_depth, "Speculative (MTP) draft tokens per step"));
+  dep(cmd->add_option("--acceptance", e.acceptance, "Per-draft-token acceptance probability"));
+  dep(cmd->add_option("--acceptance-dist", f->acceptance_dist, "Probabilities of accepting 0..k drafts")->delimiter(','));
+  dep(cmd->add_option("--draft-cost", e.draft_cost, "One draft token's cost as a fraction of a step")->capture_default_str());
+  dep(cmd->add_option("--router", f->router, "round-robin, least-outstanding, least-kv or prefix-aware")->capture_default_str());
+  dep(cmd->add_flag("--disagg", f->disagg, "Disaggregated prefill and decode pools"));
+  dep(cmd->add_option("--prefill-instances", f->prefill.instances, "Prefill instances")->capture_default_str());
+  dep(cmd->add_option("--prefill-tp", f->prefill.tp, "Prefill instance TP (default: --tp)"));
+  dep(cmd->add_option("--prefill-ep", f->prefill.ep, "Prefill instance EP"));
+  dep(cmd->add_option("--prefill-attn-dp", f->prefill.attn_dp, "Prefill instance attention DP"));
+  dep(cmd->add_option("--decode-instances", f->decode.instances, "Decode instances")->capture_default_str());
+  dep(cmd->add_option("--decode-tp", f->decode.tp, "Decode instance TP (default: --tp)"));
+  dep(cmd->add_option("--decode-ep", f->decode.ep, "Decode instance EP"));
+  dep(cmd->add_option("--decode-attn-dp", f->decode.attn_dp, "Decode instance attention DP"));
+  dep(cmd->add_option("--decode-max-batch", f->config.decode_max_batch, "Decode instances' max batch"));
+  dep(cmd->add_option("--kv-link-gbps", f->config.kv_link_gb_per_s, "KV transfer bandwidth per GPU in GB/s"));
+  for (const char* name : {"--model", "--hardware", "--gpus", "--tp", "--pp", "--ep", "--attn-dp", "--weights",
+                           "--dense-weights", "--kv"}) {
+    dep(cmd->get_option(name));
+  }
+
+  cmd->add_option("--scenario", f->scenario, "offline, server, interactive, replay or closed-loop")->capture_default_str();
+  cmd->add_option("--qps", f->sc.qps, "Server/interactive: Poisson arrival rate");
+  cmd->add_option("--samples", f->sc.samples, "Requests to issue (equal issue: rounded up to whole data sets)");
+  cmd->add_option("--min-duration", f->sc.min_duration_s, "MLPerf minimum run length in s")->capture_default_str();
+  cmd->add_option("--clients", f->sc.clients, "Closed loop: concurrent clients");
+  cmd->add_option("--think-time", f->sc.think_time_s, "Closed loop: pause between a reply and the next request (s)");
+  cmd->add_option("--ttft-ms", f->sc.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--tpot-ms", f->sc.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--seed", f->sc.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--trace", f->trace, "Workload file (default: the MLPerf DeepSeek-R1 set, output capped at 20000)");
+  AddTraceReadFlags(cmd, &f->read);
+  cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
+  cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of every iteration (opens in Perfetto)");
+  cmd->add_option("--event-log", f->event_log, "One line per simulation event");
+  cmd->callback([f, result] { *result = Run(*f); });
+}
+
+}  // namespace fathom::cli
