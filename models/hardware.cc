@@ -9,10 +9,17 @@
 namespace fathom::models {
 
 double Hardware::PeakFlops(DType t) const {
-  const std::string_view cls = PeakClass(t);
-  if (cls == "fp4" && peak_fp4_flops > 0) return peak_fp4_flops;
-  if ((cls == "fp4" || cls == "fp8") && peak_fp8_flops > 0) return peak_fp8_flops;
-  return peak_bf16_flops;
+  switch (t) {
+    case DType::kNvfp4:
+    case DType::kMxfp4:
+      if (peak_fp4_flops > 0) return peak_fp4_flops;
+      [[fallthrough]];
+    case DType::kFp8:
+      if (peak_fp8_flops > 0) return peak_fp8_flops;
+      [[fallthrough]];
+    default:
+      return peak_bf16_flops;
+  }
 }
 
 Result<Hardware> LoadHardwareFile(const std::string& path) {

@@ -98,6 +98,7 @@ Status EngineConfig::Validate() const {
     if (std::abs(sum - 1) > 1e-6) return bad("acceptance_dist sum", sum, "must be 1");
   }
   if (draft_cost < 0) return bad("draft_cost", draft_cost, "must be >= 0");
+  if (fast_forward < 1) return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
   return Status::Ok();
 }
 

@@ -49,6 +49,10 @@ struct EngineConfig {
   double acceptance = 0.0;
   std::vector<double> acceptance_dist;
   double draft_cost = 0.02;  // time of one draft token, as a fraction of the step it rides on
+  // Up to this many consecutive pure-decode steps (no arrival, admission or completion between
+  // them) are simulated as one batch: their times are evaluated at the first and last step and
+  // summed linearly (decode cost grows linearly with context). 1 disables it.
+  int64_t fast_forward = 64;
 
   Status Validate() const;
 };

@@ -79,6 +79,8 @@ void Engine::ReleaseAll(Rank& rank, Sequence& s) {
 }
 
 bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
+  const int64_t held = s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
+  if (tokens_after <= held) return true;  // the common decode step: room left in the last block
   const int64_t need =
       rank.kv->BlocksFor(tokens_after - s.pinned_prefix * traces::kPrefixBlockTokens) - s.owned_blocks;
   if (need <= 0) return true;
@@ -258,56 +260,124 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap
   }
 }
 
-bool Engine::TryStart(SimTime now, SimTime* stage_free, SimTime* done, int64_t* batch_id) {
+int64_t Engine::FastForwardSteps(const std::vector<std::vector<Entry>>& batch) const {
+  if (config_.fast_forward <= 1 || config_.mtp_depth > 0 || stage_free_at_.size() > 1) return 1;
+  int64_t steps = config_.fast_forward;
+  for (size_t r = 0; r < batch.size(); ++r) {
+    int64_t blocks = 0;
+    for (const Entry& e : batch[r]) {
+      if (!e.decode) return 1;
+      const Sequence& s = (*slots_)[e.slot];
+      steps = std::min(steps, s.output - s.generated);
+    }
+    for (const Entry& e : batch[r]) {
+      const Sequence& s = (*slots_)[e.slot];
+      blocks += std::max<int64_t>(0, ranks_[r].kv->BlocksFor(s.kv_len + steps - s.pinned_prefix * traces::kPrefixBlockTokens) -
+                                         s.owned_blocks);
+    }
+    if (blocks > ranks_[r].kv->Available()) return 1;
+  }
+  return std::max<int64_t>(steps, 1);
+}
+
+void Engine::ShapeBatch(const std::vector<std::vector<Entry>>& batch, int64_t step) {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    shapes_[r] = models::BatchShape{};
+    for (const Entry& e : batch[r]) {
+      const Sequence& s = (*slots_)[e.slot];
+      const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
+      shapes_[r].Add({e.tokens, s.kv_len + step, e.decode, samples}, pool_.sliding_window);
+    }
+  }
+}
+
+bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done, int64_t* batch_id) {
   if (stage0_busy_) return false;
   Batch batch;
+  if (!spare_batches_.empty()) {
+    batch = std::move(spare_batches_.back());
+    spare_batches_.pop_back();
+  }
   batch.ranks.resize(ranks_.size());
+  for (auto& entries : batch.ranks) entries.clear();
   double swap_bytes = 0;
   bool any = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     FormRankBatch(ranks_[r], &batch.ranks[r], &swap_bytes);
     any = any || !batch.ranks[r].empty();
   }
-  if (!any) return false;
+  if (!any) {
+    spare_batches_.push_back(std::move(batch));
+    return false;
+  }
 
   int64_t tokens = 0, sequences = 0;
   bool decodes = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    shapes_[r] = models::BatchShape{};
     for (const Entry& e : batch.ranks[r]) {
-      Sequence& s = (*slots_)[e.slot];
-      s.in_flight = true;
-      const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
-      shapes_[r].Add({e.tokens, s.kv_len, e.decode, samples}, pool_.sliding_window);
+      (*slots_)[e.slot].in_flight = true;
       tokens += e.tokens;
       decodes = decodes || e.decode;
     }
     sequences += static_cast<int64_t>(batch.ranks[r].size());
-    peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
   const double draft = decodes ? 1.0 + config_.mtp_depth * config_.draft_cost : 1.0;
   const SimTime swap = FromSeconds(swap_bytes / config_.swap_bytes_per_s);
+  auto stage_time = [&](int stage) {
+    return SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, stage).count() * draft));
+  };
+
+  ShapeBatch(batch.ranks, 0);
+  int64_t steps = FastForwardSteps(batch.ranks);
   SimTime t = now;
-  for (size_t st = 0; st < stage_free_at_.size(); ++st) {
-    SimTime dur = SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, static_cast<int>(st)).count() * draft));
-    if (st == 0) dur += swap;
-    dur = std::max(dur, SimTime(1));
-    const SimTime start = std::max(t, stage_free_at_[st]);
-    const SimTime end = start + dur;
-    stage_free_at_[st] = end;
-    listener_->OnIteration(id_, static_cast<int>(st), start, end, tokens, sequences);
-    if (st == 0) {
-      *stage_free = end;
-      counters_.busy += dur;
+  if (steps > 1) {
+    // Step j takes first + slope * j; stop after the step during which the horizon passes.
+    const double first = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
+    ShapeBatch(batch.ranks, steps - 1);
+    const double last = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
+    const double slope = (last - first) / static_cast<double>(steps - 1);
+    double total = 0;
+    int64_t taken = 0;
+    while (taken < steps) {
+      total += first + slope * static_cast<double>(taken);
+      ++taken;
+      if (now + SimTime(static_cast<int64_t>(total)) >= horizon) break;
     }
-    t = end;
+    steps = taken;
+    t = now + SimTime(static_cast<int64_t>(std::llround(total)));
+    counters_.busy += t - now;
+    listener_->OnIteration(id_, 0, now, t, tokens * steps, sequences);
+    *stage_free = t;
+    stage_free_at_[0] = t;
+  } else {
+    for (size_t st = 0; st < stage_free_at_.size(); ++st) {
+      SimTime dur = stage_time(static_cast<int>(st));
+      if (st == 0) dur += swap;
+      dur = std::max(dur, SimTime(1));
+      const SimTime start = std::max(t, stage_free_at_[st]);
+      const SimTime end = start + dur;
+      stage_free_at_[st] = end;
+      listener_->OnIteration(id_, static_cast<int>(st), start, end, tokens, sequences);
+      if (st == 0) {
+        *stage_free = end;
+        counters_.busy += dur;
+      }
+      t = end;
+    }
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    for (Entry& e : batch.ranks[r]) {
+      e.steps = steps;
+      if (steps > 1) FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
+    }
+    peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
   *done = t;
   stage0_busy_ = true;
   batch.id = next_batch_id_++;
   *batch_id = batch.id;
   in_flight_.push_back(std::move(batch));
-  ++counters_.iterations;
+  counters_.iterations += steps;
   return true;
 }
 
@@ -342,8 +412,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
           }
         }
       } else {
-        counters_.decode_tokens += e.tokens;
-        const int64_t produced = std::min<int64_t>(1 + AcceptedDrafts(), s.output - s.generated);
+        counters_.decode_tokens += e.tokens * e.steps;
+        const int64_t produced = std::min<int64_t>(e.steps + AcceptedDrafts(), s.output - s.generated);
         s.generated += produced;
         s.kv_len += produced;
         s.kv_high = std::max(s.kv_high, s.kv_len);
@@ -375,6 +445,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
       }
     }
   }
+  spare_batches_.push_back(std::move(batch));
 }
 
 }  // namespace fathom::sim

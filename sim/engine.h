@@ -71,16 +71,18 @@ class Engine {
   void Enqueue(int rank, int64_t slot);
   // Starts a batch if the first stage is free and there is work. Returns the time the first
   // stage frees up again and, via *done, when the batch leaves the last stage; false when
-  // nothing started.
-  bool TryStart(SimTime now, SimTime* stage_free, SimTime* done, int64_t* batch_id);
+  // nothing started. Nothing outside this engine changes its state before `horizon` (the next
+  // arrival), which lets a run of pure decode steps be taken as one batch (see fast_forward).
+  bool TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done, int64_t* batch_id);
   void StageFreed() { stage0_busy_ = false; }
   void Finish(int64_t batch_id, SimTime now);
 
  private:
   struct Entry {
     int64_t slot;
-    int64_t tokens;
+    int64_t tokens;  // per step
     bool decode;
+    int64_t steps = 1;  // decode steps taken together (fast-forward)
   };
   struct Rank {
     std::unique_ptr<KvCacheManager> kv;
@@ -93,6 +95,10 @@ class Engine {
   };
 
   void FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes);
+  // How many identical decode steps the formed batch can take at once: until the first sequence
+  // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
+  int64_t FastForwardSteps(const std::vector<std::vector<Entry>>& batch) const;
+  void ShapeBatch(const std::vector<std::vector<Entry>>& batch, int64_t step);
   bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int64_t* budget);
   void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
                    double* swap_bytes);
@@ -113,6 +119,7 @@ class Engine {
   Rng* rng_;
   std::vector<Rank> ranks_;
   std::vector<Batch> in_flight_;
+  std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
   std::vector<SimTime> stage_free_at_;
   bool stage0_busy_ = false;

@@ -129,7 +129,8 @@ void Simulator::Kick(int engine) {
 void Simulator::StartIfIdle(int engine) {
   SimTime stage_free, done;
   int64_t batch_id = 0;
-  if (engines_[engine]->TryStart(queue_.now(), &stage_free, &done, &batch_id)) {
+  const SimTime horizon = pending_times_.empty() ? SimTime::max() : *pending_times_.begin();
+  if (engines_[engine]->TryStart(queue_.now(), horizon, &stage_free, &done, &batch_id)) {
     queue_.Push(done, EventKind::kBatchDone, engine, batch_id);
     queue_.Push(stage_free, EventKind::kStageFree, engine);
   }
@@ -148,6 +149,7 @@ Result<bool> Simulator::ScheduleNext(std::optional<SimTime> issue) {
   const int64_t key = next_arrival_key_++;
   pending_arrivals_.emplace(key, std::move(r));
   queue_.Push(t, EventKind::kArrival, key);
+  pending_times_.insert(t);
   return true;
 }
 
@@ -226,6 +228,7 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
                  static_cast<long long>(s.request_id), engine, bytes, ToSeconds(end));
   }
   queue_.Push(end, EventKind::kKvArrived, slot, engine);
+  pending_times_.insert(end);
 }
 
 void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens, int64_t sequences) {
@@ -256,6 +259,7 @@ Result<SimulationResult> Simulator::Run() {
   }
   while (!queue_.empty()) {
     const Event e = queue_.Pop();
+    if (e.kind == EventKind::kArrival || e.kind == EventKind::kKvArrived) pending_times_.erase(pending_times_.find(e.time));
     switch (e.kind) {
       case EventKind::kArrival: {
         auto it = pending_arrivals_.find(e.a);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -103,6 +104,7 @@ class Simulator : public EngineListener {
   std::vector<SimTime> link_free_;  // per decode engine: its KV ingress link
   std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
   int64_t next_arrival_key_ = 0;
+  std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed
   int64_t round_robin_ = 0;
   bool closed_loop_ = false;
 

@@ -209,6 +209,21 @@ TEST_CASE("Simulator: the same seed gives byte-identical JSON", "[sim]") {
   CHECK(run() == run());
 }
 
+TEST_CASE("Simulator: fast-forwarded decode runs match step-by-step simulation", "[sim]") {
+  DeepSeek ds;
+  auto data = MlperfSet();
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  const SimulationResult fast = RunOk(spec, PoissonSource(data, 500, 4.0, 9));
+  spec.engine.fast_forward = 1;
+  const SimulationResult exact = RunOk(spec, PoissonSource(data, 500, 4.0, 9));
+  CHECK(fast.iterations == exact.iterations);
+  CHECK(fast.counters.decode_tokens == exact.counters.decode_tokens);
+  CHECK(fast.throughput_tokens_per_s == Approx(exact.throughput_tokens_per_s).epsilon(1e-3));
+  CHECK(fast.ttft_p99_ms == Approx(exact.ttft_p99_ms).epsilon(5e-3));
+  CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-3));
+  CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-3));
+}
+
 TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
   DeepSeek ds;
   auto data = MlperfSet();

@@ -216,7 +216,8 @@ Status Run(const SimulateFlags& f) {
     j["scenario"] = sim::Name(sc.scenario);
     if (sc.qps > 0) j["qps"] = sc.qps;
     j["seed"] = sc.seed;
-    for (auto& [k, v] : res.ToJson().items()) j[k] = v;
+    const OrderedJson metrics = res.ToJson();
+    for (const auto& [k, v] : metrics.items()) j[k] = v;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall);

@@ -1,0 +1,132 @@
+// fathom's benchmark (not a test): times the hot paths and prints one line per figure.
+//   fathom_bench [csv|offline|server|stream|all] [--rows N] [--repeat R]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/hardware.h"
+#include "models/roofline.h"
+#include "sim/deployment_config.h"
+#include "sim/simulator.h"
+#include "traces/reader.h"
+#include "traces/synth.h"
+#include "traces/transforms.h"
+
+namespace fathom {
+namespace {
+
+double PeakRssMb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+// Median wall time of `repeat` runs of `fn`, in seconds.
+double Median(int repeat, const std::function<void()>& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void CsvParse(int64_t rows, int repeat) {
+  const std::string path = "/tmp/fathom_bench_trace.csv";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("input_length,output_length,timestamp\n", f);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::fprintf(f, "%lld,%lld,%.3f\n", static_cast<long long>(100 + i % 3000), static_cast<long long>(1 + i % 20000),
+                   i * 0.01);
+    }
+    std::fclose(f);
+  }
+  int64_t n = 0;
+  const double s = Median(repeat, [&] {
+    auto reader = traces::OpenTrace(path, {});
+    traces::Request r;
+    n = 0;
+    while (*(*reader)->Next(&r)) ++n;
+  });
+  std::printf("csv_parse: %lld rows in %.3f s = %.2f M rows/s, peak RSS %.1f MB\n", static_cast<long long>(n), s,
+              n / s / 1e6, PeakRssMb());
+  std::remove(path.c_str());
+}
+
+std::unique_ptr<sim::ResolvedDeployment> DeepSeekB200() {
+  sim::DeploymentConfig d;  // defaults: DeepSeek-R1, 8xB200, TP8/EP8/attention DP8, FP4, FP8 KV
+  d.engine.max_batch = 512;
+  d.engine.max_num_tokens = 4608;
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto r = sim::Resolve(d, *catalog, [](const auto& m, const auto& hw, const auto& l, const auto& p) {
+    return std::unique_ptr<models::ExecutionTimeModel>(std::make_unique<models::RooflineModel>(m, hw, l, p));
+  });
+  return std::move(r).value();
+}
+
+std::vector<traces::Request> MlperfSet() {
+  traces::ReadOptions o;
+  o.max_output = 20000;
+  return *traces::ReadAll(**traces::OpenTrace(traces::DefaultTracePath(), o));
+}
+
+void Scenario(const char* name, sim::Scenario scenario, double qps, int64_t samples, int repeat) {
+  const auto data = MlperfSet();
+  double sim_s = 0;
+  int64_t done = 0;
+  const double s = Median(repeat, [&] {
+    auto d = DeepSeekB200();
+    d->spec.scenario.scenario = scenario;
+    d->spec.scenario.qps = qps;
+    auto source = qps > 0 ? sim::PoissonSource(data, samples, qps, 1) : sim::OfflineSource(data, samples, 1);
+    sim::Simulator simulator(std::move(d->spec), std::move(source));
+    auto res = simulator.Run();
+    sim_s = res->duration_s;
+    done = res->completed_requests;
+  });
+  std::printf("%s: %lld requests, %.0f s simulated in %.3f s wall (median of %d)\n", name,
+              static_cast<long long>(done), sim_s, s, repeat);
+}
+
+void Stream(int64_t requests) {
+  traces::SynthSpec spec;
+  spec.requests = requests;
+  spec.arrivals.rate_per_s = 60;
+  spec.lengths.input = {6.0, 0.5};
+  spec.lengths.output = {3.0, 0.5};
+  auto d = DeepSeekB200();
+  d->spec.scenario.scenario = sim::Scenario::kReplay;
+  sim::Simulator simulator(std::move(d->spec), sim::ReplaySource(std::move(*traces::Synthesize(spec))));
+  const auto start = std::chrono::steady_clock::now();
+  auto res = simulator.Run();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("stream: %lld synthetic requests (%.0f s simulated) in %.1f s wall, peak RSS %.1f MB\n",
+              static_cast<long long>(res->completed_requests), res->duration_s, s, PeakRssMb());
+}
+
+}  // namespace
+}  // namespace fathom
+
+int main(int argc, char** argv) {
+  std::string what = argc > 1 ? argv[1] : "all";
+  int64_t rows = 10'000'000;
+  int repeat = 5;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--rows") == 0) rows = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::atoi(argv[i + 1]);
+  }
+  if (what == "csv" || what == "all") fathom::CsvParse(rows, repeat);
+  if (what == "offline" || what == "all") fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
+  if (what == "server" || what == "all") fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
+  if (what == "stream" || what == "all") fathom::Stream(rows);
+  return 0;
+}
