@@ -70,5 +70,34 @@ expect 2 "--cv = -1.000000: must be > 0" -- trace synth --arrival gamma --cv -1 
 expect 2 "bad.csv:3" -- trace convert "$tmp/bad.csv" --out "$tmp/half.csv"
 [[ ! -e "$tmp/half.csv" ]] || { echo "FAIL: a failed convert left a half-written file"; failed=$((failed + 1)); }
 
+# Simulation.
+expect 0 "MLPerf valid      yes" -- simulate --scenario server --qps 5
+expect 0 '"mlperf_valid": true' -- simulate --deployment "$data/deployment_dsr1_b200.json" --scenario server --qps 4 --json
+expect 0 '"completed_requests": 500' -- simulate --scenario interactive --qps 2 --samples 500 --json \
+  --requests-out "$tmp/req.csv" --timeline "$tmp/timeline.json"
+head -1 "$tmp/req.csv" | grep -qx "request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions" \
+  && [[ $(wc -l <"$tmp/req.csv") -eq 501 ]] || { echo "FAIL: requests CSV"; failed=$((failed + 1)); }
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['traceEvents']) > 100" "$tmp/timeline.json" \
+  || { echo "FAIL: timeline is not Chrome trace JSON"; failed=$((failed + 1)); }
+"$fathom" simulate --scenario server --qps 3 --samples 300 --seed 7 --json >"$tmp/a.json"
+"$fathom" simulate --scenario server --qps 3 --samples 300 --seed 7 --json >"$tmp/b.json"
+cmp -s "$tmp/a.json" "$tmp/b.json" && passed=$((passed + 1)) || { echo "FAIL: same seed, different JSON"; failed=$((failed + 1)); }
+expect 0 '"prefix_hit_rate"' -- simulate --model llama3.1-405b --hardware h200 --gpus 8 --weights fp8 --kv fp8 \
+  --scenario replay --trace "$root/traces/data/mooncake_fast25/conversation_trace.jsonl" --prefix-caching \
+  --router prefix-aware --max-batch 64 --json --samples 100
+expect 0 '"completed_requests": 200' -- simulate --scenario closed-loop --clients 16 --samples 200 --json
+expect 0 "disaggregated" -- simulate --disagg --prefill-instances 1 --prefill-tp 4 --prefill-ep 4 \
+  --decode-tp 4 --decode-ep 4 --decode-attn-dp 4 --samples 200
+expect 2 'scheduler = "fifo": unknown (one of static, prefill-first, chunked, decode-first)' -- simulate --scheduler fifo
+expect 2 "--qps = 0.000000: must be > 0 for the server scenario" -- simulate --scenario server
+expect 2 "--qps = -2.000000: must be > 0" -- simulate --scenario server --qps -2
+expect 2 "deployment_typo.json: field 'max_batch_size': unknown" -- simulate --deployment "$data/deployment_typo.json"
+expect 2 "--tp and --deployment: give the deployment in one place" -- simulate --deployment "$data/deployment_dsr1_b200.json" --tp 4
+expect 2 "the replay scenario needs arrival times" -- simulate --scenario replay
+expect 2 "max_batch = 0.000000: must be >= 1" -- simulate --max-batch 0
+simulate_out="$tmp/never.csv"
+"$fathom" simulate --scheduler fifo --requests-out "$simulate_out" >/dev/null 2>&1
+[[ ! -e "$simulate_out" && ! -e "$simulate_out.tmp" ]] || { echo "FAIL: a failed simulate left a file"; failed=$((failed + 1)); }
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
