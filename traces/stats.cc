@@ -7,6 +7,7 @@ namespace fathom::traces {
 
 void IntDistribution::Add(int64_t v) {
   if (v < kDense) {
+    if (v >= static_cast<int64_t>(dense_.size())) dense_.resize(std::min<int64_t>(kDense, 2 * v + 64), 0);
     ++dense_[v];
   } else {
     ++sparse_[v];
@@ -20,7 +21,7 @@ int64_t IntDistribution::Percentile(double p) const {
   if (count_ == 0) return 0;
   const int64_t index = std::min<int64_t>(static_cast<int64_t>(p * count_), count_ - 1);
   int64_t seen = 0;
-  for (int64_t v = 0; v < kDense; ++v) {
+  for (int64_t v = 0; v < static_cast<int64_t>(dense_.size()); ++v) {
     seen += dense_[v];
     if (seen > index) return v;
   }

@@ -23,7 +23,7 @@ class IntDistribution {
 
  private:
   static constexpr int64_t kDense = 1 << 17;
-  std::vector<int64_t> dense_ = std::vector<int64_t>(kDense, 0);
+  std::vector<int64_t> dense_;  // counts of values below kDense, grown on demand
   std::map<int64_t, int64_t> sparse_;
   int64_t count_ = 0;
   int64_t sum_ = 0;

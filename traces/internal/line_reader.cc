@@ -4,7 +4,7 @@
 
 namespace fathom::traces::internal {
 
-constexpr size_t kChunk = 1 << 20;
+constexpr size_t kChunk = 1 << 16;
 
 LineReader::LineReader(std::FILE* file) : file_(file), buf_(kChunk) {}
 
