@@ -13,5 +13,6 @@ void RegisterModel(CLI::App& app, Status* result);
 void RegisterMemory(CLI::App& app, Status* result);
 void RegisterTrace(CLI::App& app, Status* result);
 void RegisterSimulate(CLI::App& app, Status* result);
+void RegisterCalibrate(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterMemory(app, &result);
   fathom::cli::RegisterTrace(app, &result);
   fathom::cli::RegisterSimulate(app, &result);
+  fathom::cli::RegisterCalibrate(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -5,10 +6,10 @@
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
+#include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/files.h"
 #include "base/format.h"
-#include "models/roofline.h"
 #include "sim/deployment_config.h"
 #include "sim/simulator.h"
 #include "traces/transforms.h"
@@ -31,6 +32,7 @@ struct SimulateFlags {
   sim::ScenarioConfig sc;
   std::string trace;
   TraceReadFlags read;
+  TimeModelFlags time_model;
   // Outputs.
   bool json = false;
   std::string requests_out, timeline, event_log;
@@ -114,7 +116,7 @@ Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
 }
 
 void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
-                  const sim::SimulationResult& res, double wall_s) {
+                  const sim::SimulationResult& res, double wall_s, const TimeModel& time_model) {
   std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld\n", d.model.c_str(),
               d.TotalGpus(), d.hardware.c_str(),
               d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
@@ -138,17 +140,21 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
   std::printf("  preemptions %lld, peak KV use %.1f%%, iterations %lld", static_cast<long long>(res.preemptions),
               100 * res.kv_peak_utilization, static_cast<long long>(res.iterations));
   if (d.engine.prefix_caching) std::printf(", prefix hit rate %.1f%%", 100 * res.prefix_hit_rate);
-  std::printf("\n  (execution times: plain roofline, a lower bound until a calibrated cost model is set)\n");
+  std::printf("\n");
+  if (time_model.roofline) {
+    std::printf("  (execution times: plain roofline, an optimistic bound)\n");
+  } else if (std::find(time_model.calibration.fitted_hardware.begin(), time_model.calibration.fitted_hardware.end(),
+                       d.hardware) == time_model.calibration.fitted_hardware.end()) {
+    std::printf("  (note: %s is not among the calibration's hardware: these figures extrapolate)\n", d.hardware.c_str());
+  }
 }
 
 Status Run(const SimulateFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildConfig(f));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
-  auto roofline = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                     const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::RooflineModel>(m, hw, l, p);
-  };
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved, sim::Resolve(d, catalog, roofline));
+  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
+                          sim::Resolve(d, catalog, time_model.factory));
 
   sim::ScenarioConfig sc = f.sc;
   FATHOM_ASSIGN_OR_RETURN(sc.scenario, sim::ParseScenario(f.scenario));
@@ -220,7 +226,7 @@ Status Run(const SimulateFlags& f) {
     for (const auto& [k, v] : metrics.items()) j[k] = v;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    PrintSummary(d, *resolved, sc, res, wall);
+    PrintSummary(d, *resolved, sc, res, wall, time_model);
   }
   return Status::Ok();
 }
@@ -277,6 +283,7 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   cmd->add_option("--seed", f->sc.seed, "Random seed")->capture_default_str();
   cmd->add_option("--trace", f->trace, "Workload file (default: the MLPerf DeepSeek-R1 set, output capped at 20000)");
   AddTraceReadFlags(cmd, &f->read);
+  AddTimeModelFlags(cmd, &f->time_model);
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
   cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of every iteration (opens in Perfetto)");

@@ -1,0 +1,149 @@
+#include <cstdio>
+#include <memory>
+#include <set>
+
+#include "apps/fathom/commands.h"
+#include "apps/fathom/deployment_flags.h"
+#include "base/files.h"
+#include "base/json_fields.h"
+#include "models/cost_model.h"
+#include "tuner/calibrate.h"
+
+namespace fathom::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::string results;
+  std::string setup;
+  std::string calibration;
+  std::string out;
+  int64_t samples = 2000;      // data-set size drawn from each workload
+  int64_t max_requests = 12000;  // per simulated row
+  bool fit = false;
+  bool cross_validate = false;
+  bool json = false;
+  std::vector<std::string> hardware_files;
+};
+
+OrderedJson RowJson(const tuner::RowPrediction& p) {
+  OrderedJson j;
+  j["line"] = p.row.line;
+  j["submitter"] = p.row.submitter;
+  j["accelerator"] = p.row.accelerator;
+  j["model"] = p.row.model;
+  j["scenario"] = p.row.scenario;
+  j["deployment"] = p.deployment;
+  j["extrapolated"] = p.extrapolated;
+  auto metric = [](double published, double predicted, double err) {
+    return OrderedJson{{"published", published}, {"predicted", predicted}, {"error_pct", err}};
+  };
+  j["tokens_per_s"] = metric(p.row.tokens_per_s, p.tokens_per_s, p.TokensErrorPct());
+  if (!p.row.offline()) {
+    j["ttft_p99_ms"] = metric(p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct());
+    j["tpot_p99_ms"] = metric(p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
+  }
+  // The first metric's fields at the top level too, for a flat view of each row.
+  j["published"] = p.row.tokens_per_s;
+  j["predicted"] = p.tokens_per_s;
+  j["error_pct"] = p.TokensErrorPct();
+  return j;
+}
+
+void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
+  std::printf("%-5s %-14s %-6s %-14s %-11s %10s %10s %7s %8s %8s %7s %7s %7s %7s\n", "line", "submitter", "gpu",
+              "model", "scenario", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub",
+              "TPOT sim", "err%");
+  for (const auto& p : preds) {
+    std::printf("%-5d %-14s %-6s %-14s %-11s %10.0f %10.0f %+7.1f", p.row.line, p.row.submitter.c_str(),
+                p.row.accelerator.c_str(), p.row.model.c_str(), p.row.scenario.c_str(), p.row.tokens_per_s,
+                p.tokens_per_s, p.TokensErrorPct());
+    if (!p.row.offline()) {
+      std::printf(" %8.0f %8.0f %+7.1f %7.1f %7.1f %+7.1f", p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct(),
+                  p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
+    }
+    std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
+  }
+  const tuner::ErrorSummary s = tuner::Summarize(preds);
+  std::printf("median |error|: throughput %.1f%%, p99 latencies %.1f%% over %d rows\n", s.tokens_median_abs_pct,
+              s.latency_median_abs_pct, s.rows);
+}
+
+Status Run(const CalibrateFlags& f) {
+  if (f.samples < 100) return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be >= 100");
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::PublishedResult> rows, tuner::LoadPublishedResults(f.results));
+  FATHOM_ASSIGN_OR_RETURN(tuner::CalibrationSetup setup,
+                          tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath() : f.setup, f.samples, 1));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration,
+                          models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
+  OrderedJson out;
+  if (f.fit) {
+    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests));
+    calibration = fit.calibration;
+    calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
+                       " rows, " + std::to_string(f.max_requests) + " requests at most per run); stddev from Ceres's covariance.";
+    if (!f.json) {
+      std::printf("fit: %d iterations, cost %.4f -> %.4f\n", fit.iterations, fit.initial_cost, fit.final_cost);
+      const auto v = calibration.params.Fitted();
+      for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+        std::printf("  %-24s %10.4f +- %.4f\n", models::CostParams::kFitted[i], v[i], calibration.stddev[i]);
+      }
+    }
+    out["calibration"] = models::ToJson(calibration);
+    if (!f.out.empty()) {
+      FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.out, models::ToJson(calibration).dump(2) + "\n"));
+      if (!f.json) std::printf("wrote %s\n", f.out.c_str());
+    }
+  }
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds,
+                          tuner::PredictRows(rows, setup, catalog, calibration, f.max_requests));
+  if (!f.json) PrintTable(preds);
+  OrderedJson jrows = OrderedJson::array();
+  for (const auto& p : preds) jrows.push_back(RowJson(p));
+  out["rows"] = jrows;
+  const tuner::ErrorSummary s = tuner::Summarize(preds);
+  out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct}, {"p99_latency", s.latency_median_abs_pct}};
+
+  if (f.cross_validate) {
+    // Leave one model out: fit on the others, predict the held-out model's rows.
+    std::set<std::string> models;
+    for (const auto& r : rows) models.insert(r.model);
+    std::vector<tuner::RowPrediction> held_out;
+    for (const auto& model : models) {
+      std::vector<tuner::PublishedResult> train, test;
+      for (const auto& r : rows) (r.model == model ? test : train).push_back(r);
+      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, calibration, f.max_requests));
+      FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests));
+      held_out.insert(held_out.end(), p.begin(), p.end());
+    }
+    const tuner::ErrorSummary cv = tuner::Summarize(held_out);
+    out["leave_one_model_out"] = {{"tokens_per_s", cv.tokens_median_abs_pct}, {"p99_latency", cv.latency_median_abs_pct}};
+    if (!f.json) {
+      std::printf("\nleave-one-model-out:\n");
+      PrintTable(held_out);
+    }
+  }
+  if (f.json) std::printf("%s\n", out.dump(2).c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterCalibrate(CLI::App& app, Status* result) {
+  auto f = std::make_shared<CalibrateFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
+  cmd->add_option("--results", f->results, "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")->required();
+  cmd->add_option("--setup", f->setup, "Deployments and workloads of the rows (default: models/calibration/published_deployments.json)");
+  cmd->add_option("--calibration", f->calibration, "Starting calibration (default: models/calibration/default.json)");
+  cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
+  cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
+  cmd->add_flag("--cross-validate", f->cross_validate, "Also report leave-one-model-out errors");
+  cmd->add_option("--samples", f->samples, "Data-set size drawn from each workload")->capture_default_str();
+  cmd->add_option("--max-requests", f->max_requests, "Requests simulated per row at most")->capture_default_str();
+  cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
+  cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->callback([f, result] { *result = Run(*f); });
+}
+
+}  // namespace fathom::cli

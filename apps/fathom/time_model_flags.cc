@@ -1,0 +1,43 @@
+#include "apps/fathom/time_model_flags.h"
+
+#include "models/roofline.h"
+
+namespace fathom::cli {
+
+void AddTimeModelFlags(CLI::App* cmd, TimeModelFlags* f) {
+  cmd->add_option("--cost-model", f->cost_model, "calibrated or roofline")->capture_default_str();
+  cmd->add_option("--calibration", f->calibration, "Calibration file (default: models/calibration/default.json)");
+  cmd->add_option("--perf-db", f->perf_db, "Performance database of measured kernels (SQLite)");
+}
+
+Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hardware) {
+  TimeModel out;
+  if (f.cost_model == "roofline") {
+    out.roofline = true;
+    out.factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                     const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+      return std::make_unique<models::RooflineModel>(m, hw, l, p);
+    };
+    return out;
+  }
+  if (f.cost_model != "calibrated") {
+    return Status::InvalidArgument("--cost-model = \"" + f.cost_model + "\": must be calibrated or roofline");
+  }
+  FATHOM_ASSIGN_OR_RETURN(out.calibration,
+                          models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
+  std::shared_ptr<const models::MeasuredGemms> measured;
+  if (!f.perf_db.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.perf_db));
+    FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, hardware));
+    measured = std::make_shared<const models::MeasuredGemms>(std::move(gemms));
+  }
+  const models::CostParams params = out.calibration.params;
+  out.factory = [params, measured](const models::ModelArch& m, const models::Hardware& hw,
+                                   const models::ParallelLayout& l,
+                                   const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, measured);
+  };
+  return out;
+}
+
+}  // namespace fathom::cli

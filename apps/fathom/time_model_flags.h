@@ -1,0 +1,32 @@
+// Which execution-time model a command uses: the calibrated cost model (default) or the plain
+// roofline, with an optional performance database of measured kernels.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "models/cost_model.h"
+#include "sim/deployment_config.h"
+
+namespace fathom::cli {
+
+struct TimeModelFlags {
+  std::string cost_model = "calibrated";
+  std::string calibration;  // empty: models/calibration/default.json
+  std::string perf_db;
+};
+
+void AddTimeModelFlags(CLI::App* cmd, TimeModelFlags* flags);
+
+struct TimeModel {
+  sim::TimeModelFactory factory;
+  models::Calibration calibration;
+  bool roofline = false;
+};
+
+// `hardware` names the GPU whose measurements are taken from the perf database.
+Result<TimeModel> MakeTimeModel(const TimeModelFlags& flags, const std::string& hardware);
+
+}  // namespace fathom::cli

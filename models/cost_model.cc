@@ -1,0 +1,187 @@
+#include "models/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/files.h"
+
+namespace fathom::models {
+
+std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
+  return {gemm_efficiency, memory_efficiency, iteration_overhead_us};
+}
+
+void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
+  gemm_efficiency = v[0];
+  memory_efficiency = v[1];
+  iteration_overhead_us = v[2];
+}
+
+Status CostParams::Validate() const {
+  auto fraction = [](const char* name, double v) -> Status {
+    if (v > 0 && v <= 1) return Status::Ok();
+    return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be in (0, 1]");
+  };
+  FATHOM_RETURN_IF_ERROR(fraction("gemm_efficiency", gemm_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
+  if (comm_overlap < 0 || comm_overlap > 1) return Status::InvalidArgument("comm_overlap must be in [0, 1]");
+  for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half}, {"kernel_floor_us", kernel_floor_us},
+                         {"collective_latency_us", collective_latency_us}, {"iteration_overhead_us", iteration_overhead_us},
+                         {"per_sequence_overhead_us", per_sequence_overhead_us}, {"moe_skew", moe_skew}}) {
+    if (v < 0) return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be >= 0");
+  }
+  return Status::Ok();
+}
+
+Result<Calibration> LoadCalibration(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
+  JsonFields f(j, path);
+  Calibration c;
+  CostParams& p = c.params;
+  if (!j.contains("params") || !j["params"].is_object()) {
+    return Status::InvalidArgument(path + ": field 'params': missing (required object)");
+  }
+  JsonFields pf(j["params"], path + ": params");
+  p.gemm_efficiency = pf.Double("gemm_efficiency", p.gemm_efficiency);
+  p.gemm_m_half = pf.Double("gemm_m_half", p.gemm_m_half);
+  p.memory_efficiency = pf.Double("memory_efficiency", p.memory_efficiency);
+  p.attention_efficiency = pf.Double("attention_efficiency", p.attention_efficiency);
+  p.kernel_floor_us = pf.Double("kernel_floor_us", p.kernel_floor_us);
+  p.link_efficiency = pf.Double("link_efficiency", p.link_efficiency);
+  p.collective_latency_us = pf.Double("collective_latency_us", p.collective_latency_us);
+  p.comm_overlap = pf.Double("comm_overlap", p.comm_overlap);
+  p.iteration_overhead_us = pf.Double("iteration_overhead_us", p.iteration_overhead_us);
+  p.per_sequence_overhead_us = pf.Double("per_sequence_overhead_us", p.per_sequence_overhead_us);
+  p.moe_skew = pf.Double("moe_skew", p.moe_skew);
+  FATHOM_RETURN_IF_ERROR(pf.status());
+  FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
+  if (j.contains("stddev") && j["stddev"].is_object()) {
+    JsonFields sf(j["stddev"], path + ": stddev");
+    for (int i = 0; i < CostParams::kNumFitted; ++i) c.stddev[i] = sf.Double(CostParams::kFitted[i], 0.0);
+    FATHOM_RETURN_IF_ERROR(sf.status());
+  }
+  if (j.contains("fitted_hardware") && j["fitted_hardware"].is_array()) {
+    for (const auto& h : j["fitted_hardware"]) {
+      if (h.is_string()) c.fitted_hardware.push_back(h.get<std::string>());
+    }
+  }
+  c.note = f.String("note", "");
+  return c;
+}
+
+OrderedJson ToJson(const Calibration& c) {
+  const CostParams& p = c.params;
+  OrderedJson j;
+  j["note"] = c.note;
+  j["fitted_hardware"] = c.fitted_hardware;
+  j["params"] = {{"gemm_efficiency", p.gemm_efficiency},
+                 {"gemm_m_half", p.gemm_m_half},
+                 {"memory_efficiency", p.memory_efficiency},
+                 {"attention_efficiency", p.attention_efficiency},
+                 {"kernel_floor_us", p.kernel_floor_us},
+                 {"link_efficiency", p.link_efficiency},
+                 {"collective_latency_us", p.collective_latency_us},
+                 {"comm_overlap", p.comm_overlap},
+                 {"iteration_overhead_us", p.iteration_overhead_us},
+                 {"per_sequence_overhead_us", p.per_sequence_overhead_us},
+                 {"moe_skew", p.moe_skew}};
+  OrderedJson sd;
+  for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
+  j["stddev"] = sd;
+  return j;
+}
+
+std::string DefaultCalibrationPath() { return DataDir() + "/models/calibration/default.json"; }
+
+Result<MeasuredGemms> MeasuredGemms::Load(const PerfDb& db, const std::string& hardware) {
+  MeasuredGemms out;
+  for (DType t : {DType::kBf16, DType::kFp8, DType::kNvfp4, DType::kMxfp4}) {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<OpMeasurement> rows, db.Query(hardware, "gemm", std::string(Name(t))));
+    for (const auto& r : rows) out.Add(t, r.m, r.n, r.k, r.median_us * 1e-6);
+  }
+  return out;
+}
+
+void MeasuredGemms::Add(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
+  auto& points = tables_[{static_cast<int>(dtype), n, k}];
+  points.emplace_back(static_cast<double>(m), seconds);
+  std::sort(points.begin(), points.end());
+}
+
+std::optional<double> MeasuredGemms::Seconds(DType dtype, int64_t m, int64_t n, int64_t k) const {
+  auto it = tables_.find({static_cast<int>(dtype), n, k});
+  if (it == tables_.end()) return std::nullopt;
+  return InterpolateLogLog(it->second, static_cast<double>(m));
+}
+
+CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
+                                 const Precision& precision, const CostParams& params,
+                                 std::shared_ptr<const MeasuredGemms> measured)
+    : hw_(hw), layout_(layout), p_(params), builder_(m, layout, precision), measured_(std::move(measured)) {}
+
+double CalibratedModel::OpSeconds(const Operator& op) const {
+  const double floor = p_.kernel_floor_us * 1e-6;
+  const double bw = hw_.hbm_bytes_per_s * p_.memory_efficiency;
+  switch (op.kind) {
+    case OpKind::kGemm: {
+      if (op.m == 0) return 0.0;
+      if (measured_) {
+        if (auto t = measured_->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
+      }
+      const double eff = p_.gemm_efficiency * op.m / (op.m + p_.gemm_m_half);
+      return std::max(op.flops / (hw_.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+    }
+    case OpKind::kGroupedGemm: {
+      if (op.m == 0) return 0.0;
+      // Tokens reaching this GPU vary with the routing: the slowest of the EP GPUs sets the
+      // pace. Per GPU the count is about Poisson(mean); the expected maximum of ep of them is
+      // mean + sqrt(2 mean ln ep), widened by the skew.
+      const double mean = static_cast<double>(op.m);
+      const double spread = layout_.ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(layout_.ep))) : 0.0;
+      const double rows = mean + spread * (1.0 + p_.moe_skew);
+      const double per_expert = rows / std::max(1.0, op.active_groups);
+      const double eff = p_.gemm_efficiency * per_expert / (per_expert + p_.gemm_m_half);
+      const double flops = op.flops * rows / mean;
+      return std::max(flops / (hw_.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+    }
+    case OpKind::kAttention: {
+      const double peak = hw_.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);
+      return std::max(op.flops / (peak * p_.attention_efficiency), op.bytes / bw) + floor;
+    }
+    case OpKind::kElementwise:
+      return op.bytes / bw + floor;
+    case OpKind::kCommunication: {
+      const double link = (op.span <= hw_.scale_up_domain_gpus ? hw_.scale_up_bytes_per_s / 2.0 : hw_.scale_out_bytes_per_s) *
+                          p_.link_efficiency;
+      const double n = op.ranks;
+      double factor = 1.0;
+      if (op.comm == CommKind::kAllReduce) factor = 2.0 * (n - 1) / n;
+      if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter) factor = n - 1;
+      const double t = p_.collective_latency_us * 1e-6 + op.comm_bytes * factor / link;
+      return t * (1.0 - p_.comm_overlap);
+    }
+  }
+  return 0.0;
+}
+
+SimTime CalibratedModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
+  int64_t group_tokens = 0, sequences = 0;
+  for (const auto& r : ranks) {
+    group_tokens += r.tokens;
+    sequences = std::max(sequences, r.sequences);
+  }
+  if (group_tokens == 0) return SimTime(0);
+  double slowest = 0.0;
+  for (const auto& r : ranks) {
+    builder_.Build(r, MoeInput{group_tokens}, stage, &scratch_);
+    double t = 0.0;
+    for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
+    slowest = std::max(slowest, t);
+  }
+  const double overhead = (stage == 0 ? p_.iteration_overhead_us : 0.0) + p_.per_sequence_overhead_us * sequences;
+  return FromSeconds(slowest + overhead * 1e-6);
+}
+
+}  // namespace fathom::models

@@ -1,0 +1,92 @@
+// The calibrated cost model: the operator list priced with shape-dependent efficiencies, alpha-
+// beta collectives, MoE load imbalance from the routing, kernel floors and per-iteration
+// overheads; measured latencies from the performance database where they cover the shape.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "models/deployment.h"
+#include "models/execution_time.h"
+#include "models/hardware.h"
+#include "models/model_arch.h"
+#include "models/operators.h"
+#include "models/perf_db.h"
+
+namespace fathom::models {
+
+// Few parameters, each a physical quantity. The fitted ones are listed in kFitted.
+struct CostParams {
+  double gemm_efficiency = 0.70;       // fraction of dense peak large GEMMs reach
+  double gemm_m_half = 64;             // rows at which a GEMM reaches half of that (small-M loss)
+  double memory_efficiency = 0.80;     // fraction of HBM bandwidth streaming kernels reach
+  double attention_efficiency = 0.45;  // fraction of peak prefill attention reaches
+  double kernel_floor_us = 2.0;        // shortest kernel (launch and tail, CUDA graphs on)
+  double link_efficiency = 0.70;       // fraction of link bandwidth collectives reach
+  double collective_latency_us = 8.0;  // alpha of one collective
+  double comm_overlap = 0.0;           // fraction of communication hidden behind compute
+  double iteration_overhead_us = 250;  // scheduler, sampling, host work per iteration
+  double per_sequence_overhead_us = 0.5;
+  double moe_skew = 0.0;  // routing skew: scales the spread of tokens per GPU beyond multinomial
+
+  static constexpr int kNumFitted = 3;
+  static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency", "memory_efficiency",
+                                                                   "iteration_overhead_us"};
+  std::array<double, kNumFitted> Fitted() const;
+  void SetFitted(const std::array<double, kNumFitted>& v);
+  Status Validate() const;
+};
+
+// A calibration file: parameters, their standard deviations (from the fit's covariance), and
+// the hardware it was fitted on (predictions elsewhere are extrapolations).
+struct Calibration {
+  CostParams params;
+  std::array<double, CostParams::kNumFitted> stddev = {0, 0, 0};
+  std::vector<std::string> fitted_hardware;
+  std::string note;
+};
+
+Result<Calibration> LoadCalibration(const std::string& path);
+OrderedJson ToJson(const Calibration& c);
+std::string DefaultCalibrationPath();  // models/calibration/default.json
+
+// Measured GEMM latencies for one GPU, by (dtype, N, K), interpolated over M.
+class MeasuredGemms {
+ public:
+  static Result<MeasuredGemms> Load(const PerfDb& db, const std::string& hardware);
+  // Seconds, or nullopt when no measurement has this (dtype, N, K).
+  std::optional<double> Seconds(DType dtype, int64_t m, int64_t n, int64_t k) const;
+  size_t size() const { return tables_.size(); }
+  void Add(DType dtype, int64_t m, int64_t n, int64_t k, double seconds);
+
+ private:
+  std::map<std::tuple<int, int64_t, int64_t>, std::vector<std::pair<double, double>>> tables_;
+};
+
+class CalibratedModel : public ExecutionTimeModel {
+ public:
+  // `m` must outlive the model. `measured` may be null.
+  CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout, const Precision& precision,
+                  const CostParams& params, std::shared_ptr<const MeasuredGemms> measured = nullptr);
+
+  SimTime StageTime(std::span<const BatchShape> ranks, int stage) const override;
+  int num_stages() const override { return builder_.num_stages(); }
+
+  double OpSeconds(const Operator& op) const;
+  const OperatorBuilder& builder() const { return builder_; }
+
+ private:
+  Hardware hw_;
+  ParallelLayout layout_;
+  CostParams p_;
+  OperatorBuilder builder_;
+  std::shared_ptr<const MeasuredGemms> measured_;
+  mutable std::vector<Operator> scratch_;
+};
+
+}  // namespace fathom::models

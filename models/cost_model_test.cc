@@ -1,0 +1,191 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "base/random.h"
+#include "models/cost_model.h"
+#include "models/fit.h"
+#include "models/hardware.h"
+#include "models/perf_db.h"
+#include "models/roofline.h"
+
+namespace fathom::models {
+namespace {
+
+struct Setup {
+  ModelArch model = *LoadModel("deepseek-r1");
+  Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("b200");
+  ParallelLayout layout{8, 8, 1, 8, 8};
+  Precision precision{DType::kNvfp4, DType::kNvfp4, DType::kFp8};
+};
+
+BatchShape Decode(int seqs, int64_t context) {
+  BatchShape b;
+  for (int i = 0; i < seqs; ++i) b.Add({1, context, true, true}, 0);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("CalibratedModel: no operator beats its physical minimum", "[models]") {
+  Setup s;
+  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{});
+  std::vector<Operator> ops;
+  for (int seqs : {1, 16, 256}) {
+    BatchShape b = Decode(seqs, 3000);
+    b.Add({2048, 0, false, true}, 0);
+    model.builder().Build(b, MoeInput{b.tokens * 8}, 0, &ops);
+    for (const Operator& op : ops) {
+      INFO(op.name);
+      const double t = model.OpSeconds(op);
+      if (op.kind == OpKind::kCommunication) {
+        CHECK(t >= op.comm_bytes / s.hw.scale_up_bytes_per_s - 1e-12);
+        continue;
+      }
+      const double peak = op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm ? s.hw.PeakFlops(op.dtype)
+                                                                                      : s.hw.PeakFlops(DType::kFp8);
+      CHECK(t >= op.flops / peak);
+      CHECK(t >= op.bytes / s.hw.hbm_bytes_per_s);
+    }
+  }
+}
+
+TEST_CASE("CalibratedModel: iteration time grows with batch and with context", "[models]") {
+  Setup s;
+  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{});
+  double last = 0;
+  for (int seqs : {1, 4, 16, 64, 256}) {
+    std::vector<BatchShape> ranks(8, Decode(seqs, 2000));
+    const double t = ToSeconds(model.StageTime(ranks, 0));
+    CHECK(t > last);
+    last = t;
+  }
+  last = 0;
+  for (int64_t ctx : {100, 1000, 10000, 100000}) {
+    std::vector<BatchShape> ranks(8, Decode(32, ctx));
+    const double t = ToSeconds(model.StageTime(ranks, 0));
+    CHECK(t > last);
+    last = t;
+  }
+  // Slower than the roofline, which is the physical bound.
+  RooflineModel roofline(s.model, s.hw, s.layout, s.precision);
+  std::vector<BatchShape> ranks(8, Decode(64, 4000));
+  CHECK(model.StageTime(ranks, 0) > roofline.StageTime(ranks, 0));
+}
+
+TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
+  auto db = PerfDb::Open(":memory:");
+  REQUIRE(db.ok());
+  OpMeasurement m;
+  m.hardware = "h100-sxm";
+  m.stack = "cublaslt-13.0";
+  m.op = "gemm";
+  m.dtype = "fp8";
+  m.m = 128;
+  m.n = 7168;
+  m.k = 2048;
+  m.median_us = 21.5;
+  m.p10_us = 21.0;
+  m.p90_us = 22.4;
+  m.count = 50;
+  m.date = "2026-11-22";
+  m.device_info = "NVIDIA H100 80GB HBM3";
+  REQUIRE(db->Insert(m).ok());
+  m.m = 256;
+  m.median_us = 30.0;
+  REQUIRE(db->Insert(m).ok());
+  auto rows = db->Query("h100-sxm", "gemm", "fp8");
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 2);
+  CHECK((*rows)[0].m == 128);
+  CHECK((*rows)[0].median_us == 21.5);
+  CHECK((*rows)[0].p90_us == 22.4);
+  CHECK((*rows)[0].stack == "cublaslt-13.0");
+  CHECK((*rows)[1].median_us == 30.0);
+  CHECK(db->Query("h100-sxm", "gemm", "bf16")->empty());
+  m.source = "guessed";
+  CHECK(db->Insert(m).message().find("source = \"guessed\"") != std::string::npos);
+
+  std::vector<KernelRecord> kernels(2);
+  kernels[0].name = "sm90_xmma_gemm";
+  kernels[0].start_ns = 100;
+  kernels[0].end_ns = 250;
+  kernels[0].nvtx_range = "layer.0";
+  kernels[1].name = "flash_fwd";
+  kernels[1].start_ns = 300;
+  kernels[1].end_ns = 400;
+  REQUIRE(db->InsertKernels(kernels).ok());
+  auto back = db->Kernels();
+  REQUIRE(back->size() == 2);
+  CHECK((*back)[0].name == "sm90_xmma_gemm");
+  CHECK((*back)[0].nvtx_range == "layer.0");
+  CHECK((*back)[1].end_ns == 400);
+}
+
+TEST_CASE("InterpolateLogLog: exact at grid points, log-linear between, floor below", "[models]") {
+  const std::vector<std::pair<double, double>> pts = {{16, 10}, {64, 12}, {256, 30}, {1024, 100}};
+  for (const auto& [x, y] : pts) CHECK(*InterpolateLogLog(pts, x) == y);
+  CHECK(*InterpolateLogLog(pts, 128) == Approx(std::sqrt(12.0 * 30.0)));  // midpoint in log space
+  CHECK(*InterpolateLogLog(pts, 4) == 10);
+  CHECK(*InterpolateLogLog(pts, 4096) == Approx(100 * std::pow(100.0 / 30.0, 1.0)));
+  CHECK_FALSE(InterpolateLogLog({}, 5).has_value());
+}
+
+TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[models]") {
+  Setup s;
+  auto measured = std::make_shared<MeasuredGemms>();
+  measured->Add(DType::kNvfp4, 64, 24576, 1536, 40e-6);
+  measured->Add(DType::kNvfp4, 256, 24576, 1536, 80e-6);
+  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{}, measured);
+  Operator op;
+  op.kind = OpKind::kGemm;
+  op.dtype = DType::kNvfp4;
+  op.m = 64;
+  op.n = 24576;
+  op.k = 1536;
+  CHECK(model.OpSeconds(op) == 40e-6);
+  op.m = 128;
+  CHECK(model.OpSeconds(op) == Approx(std::sqrt(40e-6 * 80e-6)));
+  op.k = 7168;  // no measurement of this shape: the analytical model answers
+  CHECK(model.OpSeconds(op) != Approx(std::sqrt(40e-6 * 80e-6)));
+}
+
+TEST_CASE("FitGemmCurve: recovers known parameters from noisy synthetic measurements", "[models]") {
+  Setup s;
+  const double eff = 0.62, m_half = 48, floor_us = 4.0;
+  Rng rng(3);
+  std::vector<OpMeasurement> rows;
+  for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{7168, 2048}, {4096, 7168}, {24576, 1536}}) {
+      const double flops = 2.0 * m * n * k;
+      const double t = flops / (s.hw.PeakFlops(DType::kFp8) * eff * m / (m + m_half)) + floor_us * 1e-6;
+      OpMeasurement r;
+      r.op = "gemm";
+      r.dtype = "fp8";
+      r.m = m;
+      r.n = n;
+      r.k = k;
+      r.median_us = t * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
+      rows.push_back(r);
+    }
+  }
+  auto fit = FitGemmCurve(rows, s.hw, CostParams{});
+  REQUIRE(fit.ok());
+  CHECK(fit->efficiency == Approx(eff).epsilon(0.05));
+  CHECK(fit->m_half == Approx(m_half).epsilon(0.15));
+  CHECK(fit->floor_us == Approx(floor_us).epsilon(0.15));
+  CHECK(fit->stddev[0] > 0);
+  CHECK(fit->stddev[0] < 0.05);
+  CHECK(fit->rms_log_error == Approx(0.03).epsilon(0.5));
+}
+
+TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the field", "[models]") {
+  auto c = LoadCalibration(DefaultCalibrationPath());
+  INFO(c.status().message());
+  REQUIRE(c.ok());
+  CHECK(c->params.Validate().ok());
+  CostParams p;
+  p.memory_efficiency = 1.5;
+  CHECK(p.Validate().message() == "memory_efficiency = 1.500000: must be in (0, 1]");
+}
+
+}  // namespace fathom::models

@@ -1,0 +1,72 @@
+// The performance database (SQLite): measured, imported or published operator latencies per
+// GPU and software stack, plus raw kernel activity from the profiler. The profiler writes it;
+// the cost model reads it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+struct sqlite3;
+
+namespace fathom::models {
+
+struct OpMeasurement {
+  std::string hardware;  // catalogue name, e.g. "h100-sxm"
+  std::string stack;     // software stack tag, e.g. "trtllm-1.0", "cublaslt-13.0"
+  std::string op;        // operator kind: gemm, grouped_gemm, attention_prefill, attention_decode,
+                         // all_reduce, all_gather, all_to_all, ...
+  std::string dtype;     // bf16, fp8, nvfp4, ...
+  int64_t m = 0, n = 0, k = 0;  // shape: GEMM (M, N, K); attention (tokens, context, heads);
+  int64_t extra = 0;            // collectives (bytes, ranks); grouped GEMM: groups in extra
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  int64_t count = 0;
+  std::string source = "measured";  // measured, imported or published
+  std::string date;                 // ISO 8601
+  std::string device_info;          // GPU name, clocks, driver and CUDA versions
+};
+
+// One kernel execution recorded by the CUPTI tracer or imported from a profile.
+struct KernelRecord {
+  std::string name;
+  int64_t start_ns = 0, end_ns = 0;
+  int32_t device = 0, stream = 0;
+  int64_t correlation = 0;
+  int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  std::string kind = "kernel";  // kernel, memcpy, memset
+  std::string nvtx_range;       // innermost enclosing NVTX range, "" when none
+  std::string source;           // which run or file it came from
+};
+
+class PerfDb {
+ public:
+  // Opens (creating when missing) the database at `path`; ":memory:" for a temporary one.
+  static Result<PerfDb> Open(const std::string& path);
+  PerfDb(PerfDb&& other) noexcept;
+  PerfDb& operator=(PerfDb&& other) noexcept;
+  ~PerfDb();
+
+  Status Insert(const OpMeasurement& m);
+  Status InsertKernels(const std::vector<KernelRecord>& kernels);  // one transaction
+
+  // Rows for one GPU, operator kind and data type; `stack` empty matches every stack.
+  Result<std::vector<OpMeasurement>> Query(const std::string& hardware, const std::string& op,
+                                           const std::string& dtype, const std::string& stack = "") const;
+  Result<std::vector<KernelRecord>> Kernels() const;
+
+ private:
+  explicit PerfDb(sqlite3* db) : db_(db) {}
+  Status Exec(const std::string& sql) const;
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+// Latency at `x` from points (x_i, y_i) sorted by x: piecewise linear in (log x, log y), exact
+// at the points; below the first point the first latency (a kernel's floor), above the last the
+// last segment extended. Empty input gives nullopt.
+std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points, double x);
+
+}  // namespace fathom::models

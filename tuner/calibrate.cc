@@ -1,0 +1,319 @@
+#include "tuner/calibrate.h"
+
+#include <ceres/ceres.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "base/files.h"
+#include "base/random.h"
+#include "base/stats.h"
+#include "sim/simulator.h"
+#include "traces/reader.h"
+#include "traces/transforms.h"
+
+namespace fathom::tuner {
+namespace {
+
+std::vector<std::string> SplitCsvLine(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    out.push_back(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row) {
+  for (const auto& e : setup.deployments) {
+    if (e.model == row.model && e.hardware == row.accelerator && (e.scenario == "*" || e.scenario == row.scenario))
+      return &e;
+  }
+  return nullptr;
+}
+
+std::vector<traces::Request> Lognormal(double input_mean, double input_sigma, double output_mean, double output_sigma,
+                                       int64_t max_input, int64_t max_output, int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<traces::Request> out(n);
+  const double mu_in = std::log(input_mean) - input_sigma * input_sigma / 2;
+  const double mu_out = std::log(output_mean) - output_sigma * output_sigma / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i].id = i;
+    out[i].input_tokens = std::clamp<int64_t>(std::llround(std::exp(mu_in + input_sigma * rng.Normal())), 1, max_input);
+    out[i].output_tokens = std::clamp<int64_t>(std::llround(std::exp(mu_out + output_sigma * rng.Normal())), 1, max_output);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DefaultSetupPath() { return DataDir() + "/models/calibration/published_deployments.json"; }
+
+Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open results file");
+  std::string line;
+  if (!std::getline(in, line)) return Status::InvalidArgument(path + ":1: empty file");
+  const std::vector<std::string> header = SplitCsvLine(line);
+  auto col = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+  };
+  const char* required[] = {"submitter", "system", "accelerator", "gpus", "model", "scenario", "tokens_per_s",
+                            "ttft_p99_ms", "tpot_p99_ms", "target_qps"};
+  for (const char* r : required) {
+    if (col(r) < 0) return Status::InvalidArgument(path + ":1: missing column " + std::string(r));
+  }
+  std::vector<PublishedResult> rows;
+  int line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    const std::vector<std::string> f = SplitCsvLine(line);
+    if (f.size() < header.size()) {
+      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::to_string(f.size()) +
+                                     " columns, expected " + std::to_string(header.size()));
+    }
+    PublishedResult r;
+    r.line = line_no;
+    r.submitter = f[col("submitter")];
+    r.system = f[col("system")];
+    r.accelerator = f[col("accelerator")];
+    r.model = f[col("model")];
+    r.scenario = f[col("scenario")];
+    auto number = [&](const char* name, double* out, bool required_value) -> Status {
+      const std::string& v = f[col(name)];
+      if (v.empty() && !required_value) return Status::Ok();
+      char* end = nullptr;
+      *out = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(*out >= 0)) {
+        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name + ": \"" + v +
+                                       "\" is not a non-negative number");
+      }
+      return Status::Ok();
+    };
+    double gpus = 0;
+    FATHOM_RETURN_IF_ERROR(number("gpus", &gpus, true));
+    r.gpus = static_cast<int>(gpus);
+    FATHOM_RETURN_IF_ERROR(number("tokens_per_s", &r.tokens_per_s, true));
+    const bool server = !r.offline();
+    FATHOM_RETURN_IF_ERROR(number("ttft_p99_ms", &r.ttft_p99_ms, server));
+    FATHOM_RETURN_IF_ERROR(number("tpot_p99_ms", &r.tpot_p99_ms, server));
+    FATHOM_RETURN_IF_ERROR(number("target_qps", &r.target_qps, server));
+    if (col("samples_per_s") >= 0) FATHOM_RETURN_IF_ERROR(number("samples_per_s", &r.samples_per_s, false));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed) {
+  FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
+  CalibrationSetup setup;
+  if (!j.contains("deployments") || !j["deployments"].is_array()) {
+    return Status::InvalidArgument(path + ": field 'deployments': missing (required array)");
+  }
+  for (size_t i = 0; i < j["deployments"].size(); ++i) {
+    const Json& e = j["deployments"][i];
+    const std::string where = path + ": deployments[" + std::to_string(i) + "]";
+    JsonFields f(e, where);
+    CalibrationSetup::Entry entry;
+    entry.model = f.String("model");
+    entry.hardware = f.String("hardware");
+    entry.scenario = f.String("scenario");
+    FATHOM_RETURN_IF_ERROR(f.status());
+    if (!e.contains("deployment")) return Status::InvalidArgument(where + ": field 'deployment': missing");
+    Json dep = e["deployment"];
+    dep["hardware"] = entry.hardware;
+    FATHOM_ASSIGN_OR_RETURN(entry.deployment, sim::DeploymentFromJson(dep, where + ".deployment"));
+    setup.deployments.push_back(std::move(entry));
+  }
+  if (!j.contains("workloads") || !j["workloads"].is_object()) {
+    return Status::InvalidArgument(path + ": field 'workloads': missing (required object)");
+  }
+  for (auto it = j["workloads"].begin(); it != j["workloads"].end(); ++it) {
+    const std::string where = path + ": workloads." + it.key();
+    JsonFields f(it.value(), where);
+    if (f.Has("trace")) {
+      traces::ReadOptions o;
+      o.max_output = f.Int("max_output", 20000);
+      FATHOM_RETURN_IF_ERROR(f.status());
+      FATHOM_ASSIGN_OR_RETURN(auto reader, traces::OpenTrace(DataDir() + "/" + f.String("trace"), o));
+      FATHOM_ASSIGN_OR_RETURN(auto data, traces::SampleWithoutReplacement(*reader, samples, seed));
+      setup.workloads[it.key()] = std::move(data);
+    } else {
+      auto data = Lognormal(f.Double("input_mean"), f.Double("input_sigma"), f.Double("output_mean"),
+                            f.Double("output_sigma"), f.Int("max_input"), f.Int("max_output"), samples, seed);
+      FATHOM_RETURN_IF_ERROR(f.status());
+      setup.workloads[it.key()] = std::move(data);
+    }
+  }
+  return setup;
+}
+
+Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
+                                              const models::HardwareCatalog& catalog,
+                                              const models::Calibration& calibration, int64_t max_requests) {
+  std::vector<RowPrediction> out;
+  const models::CostParams params = calibration.params;
+  auto make_time = [&](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                       const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params);
+  };
+  for (const PublishedResult& row : rows) {
+    const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
+    if (entry == nullptr) {
+      return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment known for " +
+                                     row.model + " on " + row.accelerator + " (" + row.scenario + ")");
+    }
+    auto workload = setup.workloads.find(row.model);
+    if (workload == setup.workloads.end()) {
+      return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
+    }
+    FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(entry->deployment, catalog, make_time));
+    sim::ScenarioConfig sc;
+    sc.min_duration_s = 0;
+    std::unique_ptr<sim::RequestSource> source;
+    const double rate = row.offline() ? row.samples_per_s : row.target_qps;
+    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(600.0 * rate)),
+                                          static_cast<int64_t>(workload->second.size()), max_requests);
+    if (row.offline()) {
+      sc.scenario = sim::Scenario::kOffline;
+      source = sim::OfflineSource(workload->second, n, 1);
+    } else {
+      sc.scenario = sim::Scenario::kServer;
+      sc.qps = row.target_qps;
+      source = sim::PoissonSource(workload->second, n, row.target_qps, 1);
+    }
+    resolved->spec.scenario = sc;
+    const std::string layout = resolved->layout.ToString();
+    sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+    FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
+    RowPrediction p;
+    p.row = row;
+    p.deployment = layout;
+    p.tokens_per_s = res.throughput_tokens_per_s;
+    p.ttft_p99_ms = res.ttft_p99_ms;
+    p.tpot_p99_ms = res.tpot_p99_ms;
+    p.extrapolated = std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
+                               row.accelerator) == calibration.fitted_hardware.end();
+    out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+
+// Residuals of all rows for one parameter vector: log(predicted / published) of throughput and,
+// for server-type rows, half-weighted p99 TTFT and TPOT.
+struct RowsResidual {
+  const std::vector<PublishedResult>* rows;
+  const CalibrationSetup* setup;
+  const models::HardwareCatalog* catalog;
+  models::Calibration base;
+  int64_t max_requests;
+
+  bool operator()(double const* const* params, double* residuals) const {
+    models::Calibration c = base;
+    c.params.SetFitted({params[0][0], params[0][1], params[0][2]});
+    if (!c.params.Validate().ok()) return false;
+    auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests);
+    if (!pred.ok()) return false;
+    int i = 0;
+    for (const RowPrediction& p : *pred) {
+      residuals[i++] = std::log(std::max(p.tokens_per_s, 1e-9) / p.row.tokens_per_s);
+      if (!p.row.offline()) {
+        residuals[i++] = 0.5 * std::log(std::max(p.ttft_p99_ms, 1e-9) / p.row.ttft_p99_ms);
+        residuals[i++] = 0.5 * std::log(std::max(p.tpot_p99_ms, 1e-9) / p.row.tpot_p99_ms);
+      }
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
+                                  const models::HardwareCatalog& catalog, const models::Calibration& start,
+                                  int64_t max_requests) {
+  int residuals = 0;
+  for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
+  if (residuals < models::CostParams::kNumFitted) {
+    return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
+  }
+  std::array<double, models::CostParams::kNumFitted> x = start.params.Fitted();
+  ceres::NumericDiffOptions diff;
+  diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
+  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
+      new RowsResidual{&rows, &setup, &catalog, start, max_requests}, ceres::TAKE_OWNERSHIP, diff);
+  cost->AddParameterBlock(models::CostParams::kNumFitted);
+  cost->SetNumResiduals(residuals);
+  ceres::Problem problem;
+  problem.AddResidualBlock(cost, new ceres::HuberLoss(0.3), x.data());
+  const double lower[] = {0.05, 0.05, 0.0}, upper[] = {1.0, 1.0, 20000.0};
+  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+    problem.SetParameterLowerBound(x.data(), i, lower[i]);
+    problem.SetParameterUpperBound(x.data(), i, upper[i]);
+  }
+  ceres::Solver::Options options;
+  options.max_num_iterations = 25;
+  options.function_tolerance = 1e-4;
+  ceres::Solver::Summary summary;
+  ceres::Solve(options, &problem, &summary);
+  if (!summary.IsSolutionUsable()) return Status::InvalidArgument("calibration fit failed: " + summary.message);
+
+  FitOutcome out;
+  out.calibration = start;
+  out.calibration.params.SetFitted(x);
+  out.iterations = static_cast<int>(summary.iterations.size());
+  out.initial_cost = summary.initial_cost;
+  out.final_cost = summary.final_cost;
+  // Parameter uncertainty: Ceres's covariance, scaled by the residual variance.
+  ceres::Covariance::Options cov_options;
+  cov_options.algorithm_type = ceres::DENSE_SVD;
+  cov_options.null_space_rank = -1;
+  ceres::Covariance covariance(cov_options);
+  std::vector<std::pair<const double*, const double*>> blocks = {{x.data(), x.data()}};
+  if (covariance.Compute(blocks, &problem)) {
+    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
+    covariance.GetCovarianceBlock(x.data(), x.data(), cov);
+    const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
+    const double s2 = 2.0 * summary.final_cost / dof;
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+      out.calibration.stddev[i] = std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
+    }
+  }
+  out.calibration.fitted_hardware.clear();
+  for (const auto& r : rows) {
+    if (std::find(out.calibration.fitted_hardware.begin(), out.calibration.fitted_hardware.end(), r.accelerator) ==
+        out.calibration.fitted_hardware.end())
+      out.calibration.fitted_hardware.push_back(r.accelerator);
+  }
+  return out;
+}
+
+ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
+  std::vector<double> tokens, latency;
+  for (const auto& p : predictions) {
+    tokens.push_back(std::abs(p.TokensErrorPct()));
+    if (!p.row.offline()) {
+      latency.push_back(std::abs(p.TtftErrorPct()));
+      latency.push_back(std::abs(p.TpotErrorPct()));
+    }
+  }
+  ErrorSummary s;
+  s.rows = static_cast<int>(predictions.size());
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  s.tokens_median_abs_pct = median(tokens);
+  s.latency_median_abs_pct = median(latency);
+  return s;
+}
+
+}  // namespace fathom::tuner

@@ -1,0 +1,56 @@
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "base/files.h"
+#include "tuner/calibrate.h"
+
+namespace fathom::tuner {
+
+TEST_CASE("LoadPublishedResults: reads the shipped MLPerf v5.1 rows", "[tuner]") {
+  auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
+  INFO(rows.status().message());
+  REQUIRE(rows.ok());
+  CHECK(rows->size() == 20);
+  CHECK((*rows)[0].model == "deepseek-r1");
+  CHECK((*rows)[0].offline());
+  CHECK((*rows)[1].target_qps == 3.8);
+  CHECK((*rows)[1].ttft_p99_ms == 1631.1);
+}
+
+TEST_CASE("LoadPublishedResults: a bad value names file, line and column", "[tuner]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_results.csv").string();
+  REQUIRE(WriteFileAtomic(path,
+                          "version,division,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,samples_per_s,"
+                          "ttft_p99_ms,tpot_p99_ms,target_qps,ttft_limit_ms,tpot_limit_ms\n"
+                          "v5.1,closed,X,Y,b200,8,deepseek-r1,Server,fast,3.78,1631.1,64.87,3.8,2000,80\n")
+              .ok());
+  auto rows = LoadPublishedResults(path);
+  REQUIRE_FALSE(rows.ok());
+  CHECK(rows.status().message() == path + ":2: column tokens_per_s: \"fast\" is not a non-negative number");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("PredictRows: simulates every calibration row under its deployment", "[tuner]") {
+  auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
+  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
+  INFO(setup.status().message());
+  REQUIRE(setup.ok());
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto calibration = models::LoadCalibration(models::DefaultCalibrationPath());
+  REQUIRE(calibration.ok());
+  std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[19]};
+  auto preds = PredictRows(some, *setup, *catalog, *calibration, 3000);
+  INFO(preds.status().message());
+  REQUIRE(preds.ok());
+  REQUIRE(preds->size() == 3);
+  for (const auto& p : *preds) {
+    CHECK(p.tokens_per_s > 0);
+    CHECK(std::isfinite(p.TokensErrorPct()));
+  }
+  CHECK((*preds)[1].ttft_p99_ms > 0);
+  const ErrorSummary s = Summarize(*preds);
+  CHECK(s.rows == 3);
+  CHECK(s.tokens_median_abs_pct >= 0);
+}
+
+}  // namespace fathom::tuner
