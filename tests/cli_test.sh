@@ -99,5 +99,16 @@ simulate_out="$tmp/never.csv"
 "$fathom" simulate --scheduler fifo --requests-out "$simulate_out" >/dev/null 2>&1
 [[ ! -e "$simulate_out" && ! -e "$simulate_out.tmp" ]] || { echo "FAIL: a failed simulate left a file"; failed=$((failed + 1)); }
 
+# Calibration and tuning.
+expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
+expect 2 "burstgpt_sample.csv:1: missing column submitter" -- calibrate --results "$data/burstgpt_sample.csv"
+expect 0 '"cost_per_million_tokens"' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
+  --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --best-out "$tmp/best.json" --db "$tmp/tune.db"
+expect 0 '"evaluated": 0' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
+  --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --db "$tmp/tune.db"
+expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" --trace "$data/../../traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --samples 300 --max-output 2000 --json
+expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
+expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost-model magic
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

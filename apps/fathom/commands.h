@@ -14,5 +14,6 @@ void RegisterMemory(CLI::App& app, Status* result);
 void RegisterTrace(CLI::App& app, Status* result);
 void RegisterSimulate(CLI::App& app, Status* result);
 void RegisterCalibrate(CLI::App& app, Status* result);
+void RegisterTune(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterTrace(app, &result);
   fathom::cli::RegisterSimulate(app, &result);
   fathom::cli::RegisterCalibrate(app, &result);
+  fathom::cli::RegisterTune(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,24 @@
+// Ready-to-run launch commands for a deployment on real engines.
+#pragma once
+
+#include <string>
+
+#include "sim/deployment_config.h"
+
+namespace fathom::tuner {
+
+struct LaunchCommands {
+  std::string vllm;          // vllm serve ...
+  std::string sglang;        // python -m sglang.launch_server ...
+  std::string trtllm;        // trtllm-serve ... --extra_llm_api_options extra.yaml
+  std::string trtllm_yaml;   // the extra options file
+};
+
+// Flag names follow the engines' documentation (vLLM engine arguments, SGLang server arguments,
+// trtllm-serve options and LlmArgs). Disaggregated deployments get one command per pool.
+LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d);
+
+// The Hugging Face repository a built-in model is served from (the name itself otherwise).
+std::string HuggingFaceId(const std::string& model, const std::string& weights);
+
+}  // namespace fathom::tuner

@@ -1,0 +1,130 @@
+#include "tuner/search_space.h"
+
+#include "models/memory.h"
+
+namespace fathom::tuner {
+namespace {
+
+std::vector<int> PowersOfTwoUpTo(int n) {
+  std::vector<int> out;
+  for (int v = 1; v <= n; v *= 2) out.push_back(v);
+  return out;
+}
+
+bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+          const models::Precision& p, int64_t max_batch, int64_t max_tokens) {
+  if (!models::ValidateLayout(m, l).ok()) return false;
+  models::MemoryOptions o;
+  o.max_batch = max_batch;
+  o.max_num_tokens = max_tokens;
+  // Room for at least a full batch of average-sized requests (2k tokens each) on every rank.
+  o.min_kv_tokens = std::max<int64_t>(max_tokens, max_batch * 2048 / 4);
+  return models::PlanMemory(m, hw, l, p, o).fits;
+}
+
+}  // namespace
+
+std::string CandidateKey(const sim::DeploymentConfig& d) { return sim::ToJson(d).dump(); }
+
+Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog& catalog) {
+  FATHOM_ASSIGN_OR_RETURN(models::ModelArch model, models::LoadModel(s.model));
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(s.hardware));
+  if (s.gpus < 1) return Status::InvalidArgument("--gpus = " + std::to_string(s.gpus) + ": must be >= 1");
+  std::vector<std::string> weights = s.weights;
+  if (weights.empty()) weights = {hw.peak_fp4_flops > 0 ? "fp4" : "fp8"};
+  std::vector<int> mtp = s.mtp;
+  if (s.scenario == sim::Scenario::kInteractive && model.mtp_layers > 0 &&
+      std::find(mtp.begin(), mtp.end(), 3) == mtp.end()) {
+    mtp.push_back(3);  // MLPerf allows speculative decoding in Interactive only
+  }
+  Candidates out;
+  const int domain = std::min(s.gpus, hw.scale_up_domain_gpus);
+  auto layouts = [&](int gpus) {
+    std::vector<models::ParallelLayout> ls;
+    for (int tp : PowersOfTwoUpTo(domain)) {
+      for (int pp : {1, 2, 4}) {
+        if (gpus % (tp * pp) != 0) continue;
+        std::vector<int> eps = {1};
+        std::vector<int> dps = {1};
+        if (model.is_moe()) {
+          eps = {tp};
+          if (tp > 1) dps = {1, tp};
+        }
+        for (int ep : eps)
+          for (int dp : dps) ls.push_back({gpus, tp, pp, ep, dp});
+      }
+    }
+    return ls;
+  };
+
+  for (const std::string& w : weights) {
+    FATHOM_ASSIGN_OR_RETURN(models::DType wt, models::ParseDType(w, "--weights"));
+    for (const std::string& kv : s.kv) {
+      FATHOM_ASSIGN_OR_RETURN(models::DType kt, models::ParseDType(kv, "--kv"));
+      const models::Precision precision{wt, wt, kt};
+      for (int depth : mtp) {
+        for (int64_t batch : s.max_batch) {
+          for (int64_t tokens : s.max_num_tokens) {
+            sim::DeploymentConfig base;
+            base.model = s.model;
+            base.hardware = s.hardware;
+            base.weights = w;
+            base.kv = kv;
+            base.engine.max_batch = batch;
+            base.engine.max_num_tokens = tokens;
+            base.engine.mtp_depth = depth;
+            base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
+            for (const models::ParallelLayout& l : layouts(s.gpus)) {
+              if (!Fits(model, hw, l, precision, batch, tokens)) {
+                ++out.infeasible;
+                continue;
+              }
+              sim::DeploymentConfig d = base;
+              d.gpus = l.gpus;
+              d.tp = l.tp;
+              d.pp = l.pp;
+              d.ep = l.ep;
+              d.attn_dp = l.attn_dp;
+              out.feasible.push_back(d);
+            }
+            if (!s.disaggregated || s.gpus < 2 || s.scenario == sim::Scenario::kOffline) continue;
+            // Disaggregated: split the GPUs into a prefill and a decode pool (one instance each,
+            // or several prefill instances when the split is uneven).
+            for (int prefill_gpus = 1; prefill_gpus < s.gpus; prefill_gpus *= 2) {
+              const int decode_gpus = s.gpus - prefill_gpus;
+              for (int ptp : PowersOfTwoUpTo(std::min(prefill_gpus, domain))) {
+                const int pinst = prefill_gpus / ptp;
+                if (pinst * ptp != prefill_gpus) continue;
+                const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
+                if (!Fits(model, hw, pl, precision, batch, tokens)) {
+                  ++out.infeasible;
+                  continue;
+                }
+                for (int dtp : PowersOfTwoUpTo(std::min(decode_gpus, domain))) {
+                  if (decode_gpus % dtp != 0) continue;
+                  const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1, model.is_moe() ? dtp : 1};
+                  if (!Fits(model, hw, dl, precision, batch, tokens)) {
+                    ++out.infeasible;
+                    continue;
+                  }
+                  sim::DeploymentConfig d = base;
+                  d.disaggregated = true;
+                  d.prefill = {pinst, ptp, 1, pl.ep, 1};
+                  d.decode = {decode_gpus / dtp, dtp, 1, dl.ep, dl.attn_dp};
+                  d.gpus = s.gpus;
+                  d.tp = dtp;
+                  d.ep = dl.ep;
+                  d.attn_dp = dl.attn_dp;
+                  out.feasible.push_back(d);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace fathom::tuner

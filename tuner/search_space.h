@@ -1,0 +1,40 @@
+// The candidate deployments a tune explores, and which of them can run at all.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "models/hardware.h"
+#include "models/model_arch.h"
+#include "sim/config.h"
+#include "sim/deployment_config.h"
+
+namespace fathom::tuner {
+
+struct SearchSpace {
+  std::string model = "deepseek-r1";
+  std::string hardware = "b200";
+  int gpus = 8;
+  sim::Scenario scenario = sim::Scenario::kOffline;
+  std::vector<std::string> weights;  // empty: the best the GPU runs natively (fp4, else fp8)
+  std::vector<std::string> kv = {"fp8"};
+  std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024};
+  std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
+  bool disaggregated = true;  // also try prefill/decode pools splitting the GPUs
+  std::vector<int> mtp = {0};  // MTP depths; the interactive scenario adds 3 for models with MTP
+};
+
+struct Candidates {
+  std::vector<sim::DeploymentConfig> feasible;
+  int64_t infeasible = 0;  // invalid layouts or not fitting in memory
+};
+
+// Every combination of layout, precision and engine knobs; layouts that break a rule or do not
+// fit in memory are counted and dropped.
+Result<Candidates> Enumerate(const SearchSpace& space, const models::HardwareCatalog& catalog);
+
+// A stable text key of a deployment: identical candidates share it (and are simulated once).
+std::string CandidateKey(const sim::DeploymentConfig& d);
+
+}  // namespace fathom::tuner

@@ -1,0 +1,362 @@
+#include "tuner/tuner.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "sim/mlperf.h"
+#include "sim/simulator.h"
+
+namespace fathom::tuner {
+namespace {
+
+bool ServerLike(sim::Scenario s) { return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive; }
+
+// Results of a sweep in SQLite: one row per (sweep, candidate), written as each completes.
+class ResultStore {
+ public:
+  ~ResultStore() { sqlite3_close(db_); }
+  Status Open(const std::string& path) {
+    if (path.empty()) return Status::Ok();
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
+      return Status::IoError(path + ": cannot open results database: " + sqlite3_errmsg(db_));
+    }
+    return Exec("CREATE TABLE IF NOT EXISTS tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, "
+                "config TEXT NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate))",
+                path);
+  }
+  std::map<std::string, Json> Load(const std::string& sweep) {
+    std::map<std::string, Json> out;
+    if (db_ == nullptr) return out;
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT candidate, metrics FROM tune_results WHERE sweep = ?", -1, &st, nullptr);
+    sqlite3_bind_text(st, 1, sweep.c_str(), -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const std::string key = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+      out[key] = Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), nullptr, false);
+    }
+    sqlite3_finalize(st);
+    return out;
+  }
+  void Save(const std::string& sweep, const std::string& key, const std::string& config, const std::string& metrics) {
+    if (db_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO tune_results(sweep, candidate, config, metrics) VALUES(?,?,?,?)", -1,
+                       &st, nullptr);
+    sqlite3_bind_text(st, 1, sweep.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, config.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, metrics.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+  }
+
+ private:
+  Status Exec(const std::string& sql, const std::string& path) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string msg = err ? err : "error";
+      sqlite3_free(err);
+      return Status::IoError(path + ": " + msg);
+    }
+    return Status::Ok();
+  }
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;
+};
+
+CandidateResult FromJson(const sim::DeploymentConfig& d, const Json& j) {
+  CandidateResult r;
+  r.config = d;
+  r.valid = j.value("valid", false);
+  r.throughput_tokens_per_s = j.value("throughput_tokens_per_s", 0.0);
+  r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
+  r.tokens_per_s_per_user = j.value("tokens_per_s_per_user", 0.0);
+  r.qps = j.value("qps", 0.0);
+  r.ttft_p99_ms = j.value("ttft_p99_ms", 0.0);
+  r.tpot_p99_ms = j.value("tpot_p99_ms", 0.0);
+  r.cost_per_million_tokens = j.value("cost_per_million_tokens", 0.0);
+  r.bound = j.value("bound", 0.0);
+  r.reused = true;
+  return r;
+}
+
+double MeanOutput(const std::vector<traces::Request>& data) {
+  double sum = 0;
+  for (const auto& r : data) sum += static_cast<double>(r.output_tokens);
+  return data.empty() ? 1.0 : sum / static_cast<double>(data.size());
+}
+
+// The decode context an average generated token sees: sum over requests of output x (input +
+// output / 2), divided by the output tokens.
+double MeanDecodeContext(const std::vector<traces::Request>& data) {
+  double weighted = 0, tokens = 0;
+  for (const auto& r : data) {
+    const double out = static_cast<double>(r.output_tokens);
+    weighted += out * (static_cast<double>(r.input_tokens) + out / 2);
+    tokens += out;
+  }
+  return tokens > 0 ? weighted / tokens : 1.0;
+}
+
+// Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
+// attend to. A step's time is convex in its batch's sequences and contexts, so the total is at
+// least (tokens / full batch) steps of a full batch at the mean decode context (Jensen), with the
+// batch limited by max_batch and by the KV cache at that context. Prefill adds time, so leaving it
+// out keeps this an upper bound.
+double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
+  const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
+  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
+  const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
+  const int64_t batch =
+      std::max<int64_t>(1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
+  std::vector<models::BatchShape> ranks(pool.ranks);
+  for (auto& shape : ranks) {
+    for (int64_t i = 0; i < batch; ++i) {
+      shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true}, pool.sliding_window);
+    }
+  }
+  double step = 0;
+  for (int s = 0; s < pool.time->num_stages(); ++s) step = std::max(step, ToSeconds(pool.time->StageTime(ranks, s)));
+  const double tokens_per_step = static_cast<double>(batch * pool.ranks) * (1 + engine.mtp_depth);
+  // Pipelining keeps every stage busy: one step per slowest stage.
+  return pool.instances * tokens_per_step / std::max(step, 1e-9);
+}
+
+struct Probe {
+  sim::SimulationResult result;
+  bool valid = false;
+};
+
+Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, const models::HardwareCatalog& catalog,
+                       double qps) {
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+  sim::ScenarioConfig sc;
+  sc.scenario = o.space.scenario;
+  sc.min_duration_s = 0;  // short probes: MLPerf's 600 s minimum is for the final run
+  sc.ttft_limit_ms = o.ttft_limit_ms;
+  sc.tpot_limit_ms = o.tpot_limit_ms;
+  sc.seed = o.seed;
+  std::unique_ptr<sim::RequestSource> source;
+  if (ServerLike(sc.scenario)) {
+    sc.qps = qps;
+    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(qps * o.probe_duration_s)),
+                                          o.probe_min_samples, o.probe_max_samples);
+    source = sim::PoissonSource(o.dataset, n, qps, o.seed);
+  } else {
+    sc.scenario = sim::Scenario::kOffline;
+    source = sim::OfflineSource(o.dataset, o.offline_samples > 0 ? o.offline_samples : o.dataset.size(), o.seed);
+  }
+  resolved->spec.scenario = sc;
+  sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+  auto res = simulator.Run();
+  Probe p;
+  if (!res.ok()) return p;  // could not serve every request: not valid
+  p.result = *res;
+  p.valid = ServerLike(sc.scenario) ? res->latency_limits_met : true;
+  return p;
+}
+
+}  // namespace
+
+OrderedJson CandidateResult::ToJson() const {
+  OrderedJson j;
+  j["config"] = sim::ToJson(config);
+  j["valid"] = valid;
+  j["throughput_tokens_per_s"] = throughput_tokens_per_s;
+  j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
+  j["tokens_per_s_per_user"] = tokens_per_s_per_user;
+  j["qps"] = qps;
+  j["ttft_p99_ms"] = ttft_p99_ms;
+  j["tpot_p99_ms"] = tpot_p99_ms;
+  j["cost_per_million_tokens"] = cost_per_million_tokens;
+  j["bound"] = bound;
+  return j;
+}
+
+Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& o,
+                                 const models::HardwareCatalog& catalog) {
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+  CandidateResult c;
+  c.config = d;
+  const bool server = ServerLike(o.space.scenario);
+  const double tok_bound = ThroughputBound(*resolved, MeanDecodeContext(o.dataset));
+  c.bound = server ? tok_bound / MeanOutput(o.dataset) : tok_bound;
+  const double price = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
+  Probe best;
+  if (!server) {
+    FATHOM_ASSIGN_OR_RETURN(best, Simulate(d, o, catalog, 0));
+  } else {
+    // Bisection on QPS below the bound: the highest rate whose p99s meet the limits.
+    double lo = 0, hi = c.bound;
+    for (int step = 0; step < o.qps_steps && hi > 0; ++step) {
+      const double mid = lo > 0 ? std::sqrt(lo * hi) : hi / 4;
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, mid));
+      if (p.valid) {
+        lo = mid;
+        best = p;
+      } else {
+        hi = mid;
+      }
+    }
+    c.qps = lo;
+  }
+  c.valid = best.valid;
+  if (c.valid) {
+    const sim::SimulationResult& r = best.result;
+    c.throughput_tokens_per_s = r.throughput_tokens_per_s;
+    c.tokens_per_s_per_gpu = r.tokens_per_s_per_gpu;
+    c.tokens_per_s_per_user = r.tpot_mean_ms > 0 ? 1000.0 / r.tpot_mean_ms : 0.0;
+    c.ttft_p99_ms = r.ttft_p99_ms;
+    c.tpot_p99_ms = r.tpot_p99_ms;
+    c.cost_per_million_tokens =
+        r.throughput_tokens_per_s > 0 ? price * d.TotalGpus() / (r.throughput_tokens_per_s * 3600.0) * 1e6 : 0.0;
+  }
+  return c;
+}
+
+Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.dataset.empty()) return Status::InvalidArgument("the workload has no requests");
+  const bool server = ServerLike(o.space.scenario);
+  if (server && !o.ttft_limit_ms && !sim::MlperfLimits(o.space.model, o.space.scenario)) {
+    return Status::InvalidArgument("no MLPerf latency limits known for " + o.space.model +
+                                   " in this scenario: give --ttft-ms and --tpot-ms");
+  }
+  FATHOM_ASSIGN_OR_RETURN(Candidates cands, Enumerate(o.space, catalog));
+  TuneResult out;
+  out.candidates = static_cast<int64_t>(cands.feasible.size());
+  out.infeasible = cands.infeasible;
+
+  // The sweep id covers everything a result depends on.
+  if (o.sweep_id.empty()) {
+    std::string sig = o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
+                      std::string(sim::Name(o.space.scenario)) + "|" + std::to_string(o.dataset.size()) + "|" +
+                      std::to_string(o.offline_samples) + "|" + std::to_string(o.probe_duration_s) + "|" +
+                      std::to_string(o.probe_min_samples) + "|" + std::to_string(o.probe_max_samples) + "|" +
+                      std::to_string(o.qps_steps) + "|" + std::to_string(o.ttft_limit_ms.value_or(0)) + "|" +
+                      std::to_string(o.tpot_limit_ms.value_or(0)) + "|" + o.time_model_tag + "|" +
+                      std::to_string(o.seed);
+    for (const auto& r : o.dataset) sig += "," + std::to_string(r.input_tokens) + ":" + std::to_string(r.output_tokens);
+    out.sweep_id = std::to_string(std::hash<std::string>{}(sig));
+  } else {
+    out.sweep_id = o.sweep_id;
+  }
+  ResultStore store;
+  FATHOM_RETURN_IF_ERROR(store.Open(o.db_path));
+  const std::map<std::string, Json> stored = store.Load(out.sweep_id);
+
+  // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
+  const double mean_context = MeanDecodeContext(o.dataset);
+  const double mean_output = MeanOutput(o.dataset);
+  struct Item {
+    sim::DeploymentConfig config;
+    std::string key;
+    double bound;
+  };
+  std::vector<Item> items;
+  for (const auto& d : cands.feasible) {
+    FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+    const double b = ThroughputBound(*resolved, mean_context);
+    items.push_back({d, CandidateKey(d), server ? b / mean_output : b});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bound > b.bound; });
+
+  std::vector<std::optional<CandidateResult>> results(items.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
+  std::mutex mu;
+  double best = 0;
+  Status failure;
+  auto worker = [&] {
+    while (true) {
+      const size_t i = next.fetch_add(1);
+      if (i >= items.size()) return;
+      const Item& item = items[i];
+      auto it = stored.find(item.key);
+      if (it != stored.end()) {
+        CandidateResult r = FromJson(item.config, it->second);
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.valid) best = std::max(best, r.Objective(server));
+        results[i] = r;
+        ++reused;
+      } else {
+        bool skip = false;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          skip = o.prune && item.bound < best;
+        }
+        if (skip) {
+          ++pruned;
+        } else {
+          auto r = Evaluate(item.config, o, catalog);
+          std::lock_guard<std::mutex> lock(mu);
+          if (!r.ok()) {
+            if (failure.ok()) failure = r.status();
+          } else {
+            if (r->valid) best = std::max(best, r->Objective(server));
+            results[i] = *r;
+            store.Save(out.sweep_id, item.key, sim::ToJson(item.config).dump(), r->ToJson().dump());
+            ++evaluated;
+          }
+        }
+      }
+      const int64_t n = ++done;
+      if (o.progress) {
+        std::lock_guard<std::mutex> lock(mu);
+        const int width = 30;
+        const int filled = static_cast<int>(width * n / std::max<size_t>(1, items.size()));
+        std::fprintf(stderr, "\r[%s%s] %lld/%zu  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
+                     std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                     static_cast<long long>(n), items.size(), static_cast<long long>(evaluated.load()),
+                     static_cast<long long>(reused.load()), static_cast<long long>(pruned.load()), best,
+                     server ? "QPS" : "tok/s");
+      }
+    }
+  };
+  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  if (o.progress) std::fprintf(stderr, "\n");
+  FATHOM_RETURN_IF_ERROR(failure);
+
+  for (auto& r : results) {
+    if (r && r->valid) out.ranked.push_back(*r);
+  }
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const CandidateResult& a, const CandidateResult& b) {
+    if (a.Objective(server) != b.Objective(server)) return a.Objective(server) > b.Objective(server);
+    return CandidateKey(a.config) < CandidateKey(b.config);
+  });
+  // Pareto frontier: no other candidate is at least as good on both axes and better on one.
+  for (const auto& c : out.ranked) {
+    bool dominated = false;
+    for (const auto& o2 : out.ranked) {
+      if (o2.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu && o2.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
+          (o2.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o2.tokens_per_s_per_user > c.tokens_per_s_per_user)) {
+        dominated = true;
+        break;
+      }
+    }
+    if (!dominated) out.frontier.push_back(c);
+  }
+  std::sort(out.frontier.begin(), out.frontier.end(), [](const CandidateResult& a, const CandidateResult& b) {
+    return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
+  });
+  out.evaluated = evaluated;
+  out.reused = reused;
+  out.pruned = pruned;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace fathom::tuner

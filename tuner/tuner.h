@@ -1,0 +1,76 @@
+// The offline tuner: search deployments for the best one under MLPerf's rules, simulating each
+// candidate, pruning with analytical upper bounds, in parallel, resumable from SQLite.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/status.h"
+#include "models/hardware.h"
+#include "sim/deployment_config.h"
+#include "traces/request.h"
+#include "tuner/search_space.h"
+
+namespace fathom::tuner {
+
+struct TuneOptions {
+  SearchSpace space;
+  std::vector<traces::Request> dataset;  // the workload's samples
+  int64_t offline_samples = 0;           // Offline run length; 0 = the data set's size
+  // Server-type scenarios: each QPS probe issues requests for this long (MLPerf's minimum run;
+  // shorter probes never fill the system with long-output requests and look better than they
+  // are), at least probe_min_samples and at most probe_max_samples requests.
+  double probe_duration_s = 600;
+  int64_t probe_min_samples = 300;
+  int64_t probe_max_samples = 20000;
+  int qps_steps = 7;                     // bisection steps of the QPS search
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // default: the MLPerf benchmark's
+  int jobs = 0;                          // worker threads; 0 = all cores
+  std::string db_path;                   // results store; empty = none (nothing resumable)
+  std::string sweep_id;                  // empty = derived from the sweep's inputs
+  double price_per_gpu_hour = 0;         // 0 = the hardware's default
+  bool progress = false;                 // a progress bar on stderr
+  bool prune = true;
+  sim::TimeModelFactory make_time;
+  std::string time_model_tag;            // part of the derived sweep id (e.g. calibration file hash)
+  uint64_t seed = 1;
+};
+
+struct CandidateResult {
+  sim::DeploymentConfig config;
+  bool valid = false;                 // served every request (and, server-type, met the limits)
+  double throughput_tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double tokens_per_s_per_user = 0;   // 1000 / mean TPOT
+  double qps = 0;                     // highest valid QPS (server-type scenarios)
+  double ttft_p99_ms = 0, tpot_p99_ms = 0;
+  double cost_per_million_tokens = 0;
+  double bound = 0;                   // analytical upper bound on the objective
+  bool reused = false;                // read back from the results store
+
+  double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
+  OrderedJson ToJson() const;
+};
+
+struct TuneResult {
+  std::string sweep_id;
+  std::vector<CandidateResult> ranked;    // valid candidates, best first
+  std::vector<CandidateResult> frontier;  // Pareto: tokens/s per GPU vs tokens/s per user
+  int64_t candidates = 0;                 // feasible candidates in the space
+  int64_t evaluated = 0;                  // simulated in this run
+  int64_t reused = 0;                     // answered by the results store
+  int64_t pruned = 0;                     // bound below the best found
+  int64_t infeasible = 0;                 // invalid layouts or out of memory
+  double wall_s = 0;
+};
+
+Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// Evaluates one candidate (exposed for tests and for the calibration comparison).
+Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
+                                 const models::HardwareCatalog& catalog);
+
+}  // namespace fathom::tuner

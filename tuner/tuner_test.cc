@@ -1,0 +1,127 @@
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "models/cost_model.h"
+#include "tuner/launch.h"
+#include "tuner/tuner.h"
+
+namespace fathom::tuner {
+namespace {
+
+TuneOptions SmallOptions(sim::Scenario scenario) {
+  TuneOptions o;
+  o.space.model = "llama2-70b";
+  o.space.hardware = "h200";
+  o.space.gpus = 4;
+  o.space.scenario = scenario;
+  o.space.weights = {"fp8"};
+  o.space.max_batch = {16, 64, 256};
+  o.space.max_num_tokens = {2048, 8192};
+  o.space.disaggregated = scenario != sim::Scenario::kOffline;
+  for (int i = 0; i < 120; ++i) {
+    traces::Request r;
+    r.id = i;
+    r.input_tokens = 200 + (i * 37) % 800;
+    r.output_tokens = 50 + (i * 53) % 300;
+    o.dataset.push_back(r);
+  }
+  o.probe_duration_s = 60;
+  o.qps_steps = 5;
+  o.jobs = 2;
+  const models::CostParams params = models::LoadCalibration(models::DefaultCalibrationPath())->params;
+  o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                         const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params);
+  };
+  return o;
+}
+
+models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }
+
+}  // namespace
+
+TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustive search", "[tuner]") {
+  for (sim::Scenario scenario : {sim::Scenario::kOffline, sim::Scenario::kServer}) {
+    TuneOptions o = SmallOptions(scenario);
+    o.prune = false;
+    auto exhaustive = Tune(o, Catalog());
+    REQUIRE(exhaustive.ok());
+    o.prune = true;
+    auto pruned = Tune(o, Catalog());
+    REQUIRE(pruned.ok());
+    REQUIRE_FALSE(exhaustive->ranked.empty());
+    CHECK(pruned->pruned > 0);
+    CHECK(pruned->evaluated + pruned->pruned == exhaustive->evaluated);
+    const bool server = scenario != sim::Scenario::kOffline;
+    CHECK(pruned->ranked.front().Objective(server) == exhaustive->ranked.front().Objective(server));
+    CHECK(CandidateKey(pruned->ranked.front().config) == CandidateKey(exhaustive->ranked.front().config));
+    // Every candidate's bound is above what it achieved.
+    for (const auto& c : exhaustive->ranked) CHECK(c.bound >= c.Objective(server));
+  }
+}
+
+TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one", "[tuner]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string db = (dir / "fathom_tune_resume.db").string();
+  const std::string fresh_db = (dir / "fathom_tune_fresh.db").string();
+  std::filesystem::remove(db);
+  std::filesystem::remove(fresh_db);
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  o.prune = false;
+  o.sweep_id = "resume-test";
+  o.db_path = db;
+  // An interrupted sweep: only part of the space got simulated and stored.
+  TuneOptions partial = o;
+  partial.space.max_batch = {16};
+  auto first = Tune(partial, Catalog());
+  REQUIRE(first.ok());
+  CHECK(first->evaluated > 0);
+  // Resuming: the stored candidates are read back, the rest simulated.
+  auto resumed = Tune(o, Catalog());
+  REQUIRE(resumed.ok());
+  CHECK(resumed->reused == first->evaluated);
+  CHECK(resumed->evaluated == resumed->candidates - first->evaluated);
+  // Once more: everything comes from the store.
+  auto again = Tune(o, Catalog());
+  CHECK(again->evaluated == 0);
+  CHECK(again->reused == again->candidates);
+  // The same answer as an uninterrupted sweep.
+  TuneOptions clean = o;
+  clean.db_path = fresh_db;
+  auto uninterrupted = Tune(clean, Catalog());
+  REQUIRE(uninterrupted.ok());
+  REQUIRE(resumed->ranked.size() == uninterrupted->ranked.size());
+  CHECK(CandidateKey(resumed->ranked.front().config) == CandidateKey(uninterrupted->ranked.front().config));
+  CHECK(resumed->ranked.front().throughput_tokens_per_s ==
+        Approx(uninterrupted->ranked.front().throughput_tokens_per_s).epsilon(1e-12));
+  std::filesystem::remove(db);
+  std::filesystem::remove(fresh_db);
+}
+
+TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits", "[tuner]") {
+  sim::DeploymentConfig d;  // DeepSeek-R1, TP8 / EP8 / attention DP8, FP4, FP8 KV
+  d.engine.max_batch = 512;
+  d.engine.max_num_tokens = 4608;
+  const LaunchCommands c = MakeLaunchCommands(d);
+  CHECK(c.trtllm.find("nvidia/DeepSeek-R1-FP4") != std::string::npos);
+  CHECK(c.trtllm.find("--tp_size 8 --pp_size 1 --ep_size 8 --max_batch_size 512 --max_num_tokens 4608") !=
+        std::string::npos);
+  CHECK(c.trtllm_yaml.find("enable_attention_dp: true") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("moe_expert_parallel_size: 8") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("  dtype: fp8") != std::string::npos);
+  CHECK(c.sglang.find("--tp 8 --dp 8 --enable-dp-attention --ep-size 8") != std::string::npos);
+  CHECK(c.sglang.find("--chunked-prefill-size 4608") != std::string::npos);
+  CHECK(c.vllm.find("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel") != std::string::npos);
+  CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
+  CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
+  d.engine.mtp_depth = 3;
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("decoding_type: MTP\n  num_nextn_predict_layers: 3") != std::string::npos);
+  d.disaggregated = true;
+  d.prefill = {2, 4, 1, 4, 1};
+  d.decode = {1, 8, 1, 8, 8};
+  const LaunchCommands dis = MakeLaunchCommands(d);
+  CHECK(dis.sglang.find("--disaggregation-mode prefill") != std::string::npos);
+  CHECK(dis.sglang.find("--disaggregation-mode decode") != std::string::npos);
+}
+
+}  // namespace fathom::tuner
