@@ -110,5 +110,16 @@ expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" 
 expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
 expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost-model magic
 
+# Profiler.
+expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"
+expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json
+expect 2 "no such performance database" -- profile summarize "$tmp/none.db"
+expect 2 "not an Nsight Systems SQLite export nor a PyTorch profiler trace" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  echo "cli: a GPU is present; the no-GPU profile check is skipped"
+else
+  expect 2 "fathom" -- profile ops --db "$tmp/ops.db"
+fi
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

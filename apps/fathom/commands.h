@@ -15,5 +15,6 @@ void RegisterTrace(CLI::App& app, Status* result);
 void RegisterSimulate(CLI::App& app, Status* result);
 void RegisterCalibrate(CLI::App& app, Status* result);
 void RegisterTune(CLI::App& app, Status* result);
+void RegisterProfile(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterSimulate(app, &result);
   fathom::cli::RegisterCalibrate(app, &result);
   fathom::cli::RegisterTune(app, &result);
+  fathom::cli::RegisterProfile(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
