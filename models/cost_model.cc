@@ -119,7 +119,7 @@ std::optional<double> MeasuredGemms::Seconds(DType dtype, int64_t m, int64_t n, 
 CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
                                  const Precision& precision, const CostParams& params,
                                  std::shared_ptr<const MeasuredGemms> measured)
-    : hw_(hw), layout_(layout), p_(params), builder_(m, layout, precision), measured_(std::move(measured)) {}
+    : OperatorTimeModel(m, layout, precision), hw_(hw), layout_(layout), p_(params), measured_(std::move(measured)) {}
 
 double CalibratedModel::OpSeconds(const Operator& op) const {
   const double floor = p_.kernel_floor_us * 1e-6;
@@ -152,36 +152,14 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
     }
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
-    case OpKind::kCommunication: {
-      const double link = (op.span <= hw_.scale_up_domain_gpus ? hw_.scale_up_bytes_per_s / 2.0 : hw_.scale_out_bytes_per_s) *
-                          p_.link_efficiency;
-      const double n = op.ranks;
-      double factor = 1.0;
-      if (op.comm == CommKind::kAllReduce) factor = 2.0 * (n - 1) / n;
-      if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter) factor = n - 1;
-      const double t = p_.collective_latency_us * 1e-6 + op.comm_bytes * factor / link;
-      return t * (1.0 - p_.comm_overlap);
-    }
+    case OpKind::kCommunication:
+      return CollectiveSeconds(op, hw_, p_.link_efficiency, p_.collective_latency_us * 1e-6) * (1.0 - p_.comm_overlap);
   }
   return 0.0;
 }
 
-SimTime CalibratedModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
-  int64_t group_tokens = 0, sequences = 0;
-  for (const auto& r : ranks) {
-    group_tokens += r.tokens;
-    sequences = std::max(sequences, r.sequences);
-  }
-  if (group_tokens == 0) return SimTime(0);
-  double slowest = 0.0;
-  for (const auto& r : ranks) {
-    builder_.Build(r, MoeInput{group_tokens}, stage, &scratch_);
-    double t = 0.0;
-    for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
-    slowest = std::max(slowest, t);
-  }
-  const double overhead = (stage == 0 ? p_.iteration_overhead_us : 0.0) + p_.per_sequence_overhead_us * sequences;
-  return FromSeconds(slowest + overhead * 1e-6);
+double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {
+  return ((stage == 0 ? p_.iteration_overhead_us : 0.0) + p_.per_sequence_overhead_us * sequences) * 1e-6;
 }
 
 }  // namespace fathom::models

@@ -15,6 +15,7 @@
 #include "models/execution_time.h"
 #include "models/hardware.h"
 #include "models/model_arch.h"
+#include "models/operator_time_model.h"
 #include "models/operators.h"
 #include "models/perf_db.h"
 
@@ -68,25 +69,22 @@ class MeasuredGemms {
   std::map<std::tuple<int, int64_t, int64_t>, std::vector<std::pair<double, double>>> tables_;
 };
 
-class CalibratedModel : public ExecutionTimeModel {
+class CalibratedModel : public OperatorTimeModel {
  public:
   // `m` must outlive the model. `measured` may be null.
   CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout, const Precision& precision,
                   const CostParams& params, std::shared_ptr<const MeasuredGemms> measured = nullptr);
 
-  SimTime StageTime(std::span<const BatchShape> ranks, int stage) const override;
-  int num_stages() const override { return builder_.num_stages(); }
+  double OpSeconds(const Operator& op) const override;
 
-  double OpSeconds(const Operator& op) const;
-  const OperatorBuilder& builder() const { return builder_; }
+ protected:
+  double OverheadSeconds(int stage, int64_t sequences) const override;
 
  private:
   Hardware hw_;
   ParallelLayout layout_;
   CostParams p_;
-  OperatorBuilder builder_;
   std::shared_ptr<const MeasuredGemms> measured_;
-  mutable std::vector<Operator> scratch_;
 };
 
 }  // namespace fathom::models

@@ -52,6 +52,21 @@ void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   *size = *buffer ? s.buffer_bytes : 0;
 }
 
+// A memcpy or memset record (the two share these fields).
+template <typename Activity>
+models::KernelRecord Transfer(const Activity& a, const char* kind) {
+  models::KernelRecord out;
+  out.kind = kind;
+  out.name = kind;
+  out.start_ns = static_cast<int64_t>(a.start);
+  out.end_ns = static_cast<int64_t>(a.end);
+  out.device = static_cast<int32_t>(a.deviceId);
+  out.stream = static_cast<int32_t>(a.streamId);
+  out.correlation = a.correlationId;
+  out.source = "cupti";
+  return out;
+}
+
 void Record(State& s, CUpti_Activity* r) {
   switch (r->kind) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
@@ -74,34 +89,12 @@ void Record(State& s, CUpti_Activity* r) {
       s.records.push_back(std::move(out));
       break;
     }
-    case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(r);
-      models::KernelRecord out;
-      out.kind = "memcpy";
-      out.name = "memcpy";
-      out.start_ns = static_cast<int64_t>(m->start);
-      out.end_ns = static_cast<int64_t>(m->end);
-      out.device = static_cast<int32_t>(m->deviceId);
-      out.stream = static_cast<int32_t>(m->streamId);
-      out.correlation = m->correlationId;
-      out.source = "cupti";
-      s.records.push_back(std::move(out));
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      s.records.push_back(Transfer(*reinterpret_cast<CUpti_ActivityMemcpy6*>(r), "memcpy"));
       break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(r);
-      models::KernelRecord out;
-      out.kind = "memset";
-      out.name = "memset";
-      out.start_ns = static_cast<int64_t>(m->start);
-      out.end_ns = static_cast<int64_t>(m->end);
-      out.device = static_cast<int32_t>(m->deviceId);
-      out.stream = static_cast<int32_t>(m->streamId);
-      out.correlation = m->correlationId;
-      out.source = "cupti";
-      s.records.push_back(std::move(out));
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      s.records.push_back(Transfer(*reinterpret_cast<CUpti_ActivityMemset4*>(r), "memset"));
       break;
-    }
     case CUPTI_ACTIVITY_KIND_RUNTIME: {
       auto* a = reinterpret_cast<CUpti_ActivityAPI*>(r);
       const uint32_t thread = a->threadId;

@@ -1,0 +1,42 @@
+// Execution-time models that price the operator list one operator at a time. The attention
+// ranks of an instance meet in every MoE layer, so the slowest rank sets the iteration's pace.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "models/deployment.h"
+#include "models/execution_time.h"
+#include "models/hardware.h"
+#include "models/model_arch.h"
+#include "models/operators.h"
+
+namespace fathom::models {
+
+class OperatorTimeModel : public ExecutionTimeModel {
+ public:
+  // Borrows `m`; it must outlive the model. Not thread safe (reuses one operator buffer).
+  OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout, const Precision& precision);
+
+  SimTime StageTime(std::span<const BatchShape> ranks, int stage) const final;
+  int num_stages() const final { return builder_.num_stages(); }
+
+  // Seconds for one instance of `op` (the iteration runs it op.count times).
+  virtual double OpSeconds(const Operator& op) const = 0;
+  const OperatorBuilder& builder() const { return builder_; }
+
+ protected:
+  // Time an iteration spends beyond its operators (scheduling, sampling, host work).
+  virtual double OverheadSeconds(int stage, int64_t sequences) const { return 0.0; }
+
+ private:
+  OperatorBuilder builder_;
+  mutable std::vector<Operator> scratch_;
+};
+
+// A collective: alpha + bytes x the ring algorithm's factor / link bandwidth, over the scale-up
+// link when the group fits in one scale-up domain (datasheets give that for both directions
+// together, so one direction gets half), else over the scale-out network.
+double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s);
+
+}  // namespace fathom::models
