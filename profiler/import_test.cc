@@ -10,9 +10,10 @@
 namespace fathom::profiler {
 namespace {
 
-// Builds the Nsight Systems export fixture from its SQL text (tests/data/nsys_export.sql).
-std::string NsysFixture() {
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_nsys_fixture.sqlite").string();
+// Builds the Nsight Systems export fixture from its SQL text (tests/data/nsys_export.sql) under a
+// name of the caller's (tests run in parallel processes).
+std::string NsysFixture(const std::string& name) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("fathom_" + name + ".sqlite")).string();
   std::filesystem::remove(path);
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -25,7 +26,7 @@ std::string NsysFixture() {
 }  // namespace
 
 TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX range", "[profiler]") {
-  const std::string path = NsysFixture();
+  const std::string path = NsysFixture("nsys_read");
   CHECK(*DetectProfileFormat(path) == ProfileFormat::kNsysSqlite);
   auto records = ReadNsysSqlite(path);
   INFO(records.status().message());
@@ -61,7 +62,7 @@ TEST_CASE("ReadPytorchTrace: kernels, copies and GPU user annotations", "[profil
 }
 
 TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind", "[profiler]") {
-  const std::string nsys = NsysFixture();
+  const std::string nsys = NsysFixture("nsys_import");
   auto db = models::PerfDb::Open(":memory:");
   REQUIRE(db.ok());
   CHECK(*ImportProfile(nsys, *db) == 7);

@@ -359,4 +359,33 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   return out;
 }
 
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps, std::vector<int> gpu_counts,
+                                  const models::HardwareCatalog& catalog) {
+  if (!ServerLike(options.space.scenario)) {
+    return Status::InvalidArgument("capacity planning needs the server or interactive scenario");
+  }
+  if (!(target_qps > 0)) return Status::InvalidArgument("--capacity-qps = " + std::to_string(target_qps) + ": must be > 0");
+  std::sort(gpu_counts.begin(), gpu_counts.end());
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(options.space.hardware));
+  const double price = options.price_per_gpu_hour > 0 ? options.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  CapacityPlan plan;
+  for (int gpus : gpu_counts) {
+    TuneOptions o = options;
+    o.space.gpus = gpus;
+    o.sweep_id = options.sweep_id.empty() ? "" : options.sweep_id + "-" + std::to_string(gpus);
+    FATHOM_ASSIGN_OR_RETURN(TuneResult r, Tune(o, catalog));
+    CapacityStep step;
+    step.gpus = gpus;
+    step.cost_per_hour = gpus * price;
+    if (!r.ranked.empty()) step.best = r.ranked.front();
+    step.meets = step.best && step.best->qps >= target_qps;
+    plan.steps.push_back(step);
+    if (step.meets) {
+      plan.chosen = step;
+      break;
+    }
+  }
+  return plan;
+}
+
 }  // namespace fathom::tuner

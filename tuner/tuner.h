@@ -69,6 +69,23 @@ struct TuneResult {
 
 Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
 
+// Capacity planning: the fewest GPUs (and so the lowest cost on one GPU type) whose best
+// deployment sustains `target_qps` within the latency limits.
+struct CapacityStep {
+  int gpus = 0;
+  bool meets = false;
+  std::optional<CandidateResult> best;  // the highest-QPS deployment on this many GPUs
+  double cost_per_hour = 0;
+};
+struct CapacityPlan {
+  std::vector<CapacityStep> steps;  // in the order tried
+  std::optional<CapacityStep> chosen;
+};
+// Tries each count of `gpu_counts` in increasing order and stops at the first that meets the
+// target. `options.space.scenario` must be server or interactive.
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps, std::vector<int> gpu_counts,
+                                  const models::HardwareCatalog& catalog);
+
 // Evaluates one candidate (exposed for tests and for the calibration comparison).
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
                                  const models::HardwareCatalog& catalog);

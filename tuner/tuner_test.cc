@@ -98,6 +98,29 @@ TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterr
   std::filesystem::remove(fresh_db);
 }
 
+TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.space.disaggregated = false;
+  o.space.max_batch = {64};
+  o.space.max_num_tokens = {4096};
+  // What one GPU sustains, then ask for 1.5 times that.
+  o.space.gpus = 1;
+  auto one = Tune(o, Catalog());
+  REQUIRE(one.ok());
+  REQUIRE_FALSE(one->ranked.empty());
+  const double target = 1.5 * one->ranked.front().qps;
+  auto plan = PlanCapacity(o, target, {4, 1, 2}, Catalog());
+  INFO(plan.status().message());
+  REQUIRE(plan.ok());
+  REQUIRE(plan->chosen.has_value());
+  CHECK(plan->steps.front().gpus == 1);
+  CHECK_FALSE(plan->steps.front().meets);
+  CHECK(plan->chosen->gpus == 2);
+  CHECK(plan->chosen->best->qps >= target);
+  CHECK(plan->chosen->cost_per_hour == Approx(2 * 3.8));
+  CHECK_FALSE(PlanCapacity(o, target, {1}, Catalog())->chosen.has_value());
+}
+
 TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits", "[tuner]") {
   sim::DeploymentConfig d;  // DeepSeek-R1, TP8 / EP8 / attention DP8, FP4, FP8 KV
   d.engine.max_batch = 512;

@@ -31,7 +31,46 @@ struct TuneFlags {
   std::string frontier_csv;
   std::string best_out;
   int64_t dataset_samples = 0;
+  double capacity_qps = 0;
+  std::vector<int> capacity_gpus = {1, 2, 4, 8, 16, 32, 64};
 };
+
+Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
+  FATHOM_ASSIGN_OR_RETURN(tuner::CapacityPlan plan, tuner::PlanCapacity(f.options, f.capacity_qps, f.capacity_gpus, catalog));
+  if (f.json) {
+    OrderedJson j;
+    j["target_qps"] = f.capacity_qps;
+    OrderedJson steps = OrderedJson::array();
+    for (const auto& s : plan.steps) {
+      OrderedJson o = {{"gpus", s.gpus}, {"meets", s.meets}, {"cost_per_hour_usd", s.cost_per_hour}};
+      if (s.best) o["best"] = s.best->ToJson();
+      steps.push_back(o);
+    }
+    j["steps"] = steps;
+    if (plan.chosen) {
+      j["gpus"] = plan.chosen->gpus;
+      j["cost_per_hour_usd"] = plan.chosen->cost_per_hour;
+      j["config"] = sim::ToJson(plan.chosen->best->config);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n", f.options.space.model.c_str(),
+                f.options.space.hardware.c_str(), f.capacity_qps);
+    std::printf("%6s %10s %10s %10s\n", "GPUs", "best QPS", "$/hour", "meets");
+    for (const auto& s : plan.steps) {
+      std::printf("%6d %10.3f %10.2f %10s\n", s.gpus, s.best ? s.best->qps : 0.0, s.cost_per_hour, s.meets ? "yes" : "no");
+    }
+    if (plan.chosen) {
+      std::printf("\nFewest GPUs: %d ($%.2f per hour): %s\n", plan.chosen->gpus, plan.chosen->cost_per_hour,
+                  sim::ToJson(plan.chosen->best->config).dump().c_str());
+    }
+  }
+  if (!plan.chosen) {
+    return Status::InvalidArgument("no GPU count tried (up to " + std::to_string(f.capacity_gpus.back()) +
+                                   ") sustains " + std::to_string(f.capacity_qps) + " QPS within the limits");
+  }
+  return Status::Ok();
+}
 
 Status Run(TuneFlags f) {
   tuner::TuneOptions& o = f.options;
@@ -62,6 +101,7 @@ Status Run(TuneFlags f) {
   }
   ReportReadCounters(trace, reader->counters());
 
+  if (f.capacity_qps > 0) return Capacity(f, catalog);
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
   const bool server = o.space.scenario != sim::Scenario::kOffline;
 
@@ -191,6 +231,11 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--price", f->options.price_per_gpu_hour, "USD per GPU-hour (default: the hardware file's)");
   cmd->add_option("--seed", f->options.seed, "Random seed")->capture_default_str();
   cmd->add_option("--top", f->top, "Rows in the table")->capture_default_str();
+  cmd->add_option("--capacity-qps", f->capacity_qps,
+                  "Capacity planning: the fewest GPUs that sustain this QPS within the limits (server/interactive)");
+  cmd->add_option("--capacity-gpus", f->capacity_gpus, "GPU counts to try, in increasing order")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--frontier-csv", f->frontier_csv, "Write the Pareto frontier as CSV");
   cmd->add_option("--best-out", f->best_out, "Write the best deployment as JSON");
   AddTimeModelFlags(cmd, &f->time_model);
