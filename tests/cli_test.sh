@@ -99,6 +99,9 @@ simulate_out="$tmp/never.csv"
 "$fathom" simulate --scheduler fifo --requests-out "$simulate_out" >/dev/null 2>&1
 [[ ! -e "$simulate_out" && ! -e "$simulate_out.tmp" ]] || { echo "FAIL: a failed simulate left a file"; failed=$((failed + 1)); }
 
+expect 0 '"error_bars_1sigma"' -- simulate --scenario server --qps 3 --samples 300 --error-bars --json
+expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 100 --cost-model roofline --error-bars
+
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
 expect 2 "burstgpt_sample.csv:1: missing column submitter" -- calibrate --results "$data/burstgpt_sample.csv"

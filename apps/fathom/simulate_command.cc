@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -35,6 +37,7 @@ struct SimulateFlags {
   TimeModelFlags time_model;
   // Outputs.
   bool json = false;
+  bool error_bars = false;
   std::string requests_out, timeline, event_log;
 };
 
@@ -171,30 +174,34 @@ Status Run(const SimulateFlags& f) {
   const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
   if (f.trace.empty() && !read.max_output) read.max_output = 20000;  // MLPerf DeepSeek-R1's cap
   FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
-  std::unique_ptr<sim::RequestSource> source;
-  if (sc.scenario == sim::Scenario::kReplay) {
-    source = sim::ReplaySource(std::move(reader));
-  } else {
-    FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> dataset, traces::ReadAll(*reader));
+  // Requests for one run; error bars need the same requests again.
+  std::vector<traces::Request> dataset;
+  if (sc.scenario != sim::Scenario::kReplay) {
+    FATHOM_ASSIGN_OR_RETURN(dataset, traces::ReadAll(*reader));
     ReportReadCounters(trace, reader->counters());
     if (dataset.empty()) return Status::InvalidArgument(trace + ": no requests");
+  }
+  auto make_source = [&]() -> Result<std::unique_ptr<sim::RequestSource>> {
     const int64_t n = static_cast<int64_t>(dataset.size());
     switch (sc.scenario) {
+      case sim::Scenario::kReplay: {
+        if (reader) return sim::ReplaySource(std::move(reader));
+        FATHOM_ASSIGN_OR_RETURN(auto again, OpenTraceWithFlags(trace, read));
+        return sim::ReplaySource(std::move(again));
+      }
       case sim::Scenario::kOffline:
-        source = sim::OfflineSource(std::move(dataset), traces::EqualIssueCount(n, std::max(sc.samples, n)), sc.seed);
-        break;
+        return sim::OfflineSource(dataset, traces::EqualIssueCount(n, std::max(sc.samples, n)), sc.seed);
       case sim::Scenario::kServer:
       case sim::Scenario::kInteractive: {
         const int64_t wanted = sc.samples > 0 ? sc.samples
                                               : traces::EqualIssueCount(n, static_cast<int64_t>(std::ceil(sc.qps * sc.min_duration_s)));
-        source = sim::PoissonSource(std::move(dataset), wanted, sc.qps, sc.seed);
-        break;
+        return sim::PoissonSource(dataset, wanted, sc.qps, sc.seed);
       }
       default:
-        source = sim::CyclingSource(std::move(dataset), sc.samples > 0 ? sc.samples : n, sc.seed);
-        break;
+        return sim::CyclingSource(dataset, sc.samples > 0 ? sc.samples : n, sc.seed);
     }
-  }
+  };
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> source, make_source());
   resolved->spec.scenario = sc;
 
   PendingFile requests, timeline, log;
@@ -216,6 +223,33 @@ Status Run(const SimulateFlags& f) {
   FATHOM_RETURN_IF_ERROR(timeline.Commit());
   FATHOM_RETURN_IF_ERROR(log.Commit());
 
+  // Error bars: rerun with each fitted parameter one standard deviation up and down and add the
+  // halves of the differences in quadrature (linear propagation, correlations ignored).
+  std::optional<std::array<double, 3>> sigma;
+  if (f.error_bars) {
+    if (time_model.roofline) return Status::InvalidArgument("--error-bars needs the calibrated cost model");
+    std::array<double, 3> var = {0, 0, 0};
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+      std::array<double, 3> metric[2];
+      for (int side = 0; side < 2; ++side) {
+        models::CostParams p = time_model.calibration.params;
+        auto v = p.Fitted();
+        v[i] += (side == 0 ? 1 : -1) * time_model.calibration.stddev[i];
+        v[i] = std::max(v[i], 1e-3);
+        if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
+        p.SetFitted(v);
+        FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, CalibratedFactory(p, time_model.measured)));
+        r->spec.scenario = sc;
+        FATHOM_ASSIGN_OR_RETURN(auto src, make_source());
+        sim::Simulator s2(std::move(r->spec), std::move(src));
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, s2.Run());
+        metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
+      }
+      for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);
+    }
+    sigma = std::array<double, 3>{std::sqrt(var[0]), std::sqrt(var[1]), std::sqrt(var[2])};
+  }
+
   if (f.json) {
     OrderedJson j;
     j["deployment"] = sim::ToJson(d);
@@ -224,9 +258,18 @@ Status Run(const SimulateFlags& f) {
     j["seed"] = sc.seed;
     const OrderedJson metrics = res.ToJson();
     for (const auto& [k, v] : metrics.items()) j[k] = v;
+    if (sigma) {
+      j["error_bars_1sigma"] = {{"throughput_tokens_per_s", (*sigma)[0]}, {"ttft_p99_ms", (*sigma)[1]},
+                                {"tpot_p99_ms", (*sigma)[2]}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model);
+    if (sigma) {
+      std::printf("  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- %.0f tokens/s, "
+                  "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
+                  (*sigma)[0], (*sigma)[1], (*sigma)[2]);
+    }
   }
   return Status::Ok();
 }
@@ -285,6 +328,8 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   AddTraceReadFlags(cmd, &f->read);
   AddTimeModelFlags(cmd, &f->time_model);
   cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->add_flag("--error-bars", f->error_bars,
+                "Also run with each fitted cost parameter +- 1 sigma and report the spread");
   cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
   cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of every iteration (opens in Perfetto)");
   cmd->add_option("--event-log", f->event_log, "One line per simulation event");

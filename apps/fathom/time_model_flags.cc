@@ -31,13 +31,17 @@ Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hard
     FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, hardware));
     measured = std::make_shared<const models::MeasuredGemms>(std::move(gemms));
   }
-  const models::CostParams params = out.calibration.params;
-  out.factory = [params, measured](const models::ModelArch& m, const models::Hardware& hw,
-                                   const models::ParallelLayout& l,
-                                   const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+  out.measured = measured;
+  out.factory = CalibratedFactory(out.calibration.params, measured);
+  return out;
+}
+
+sim::TimeModelFactory CalibratedFactory(const models::CostParams& params,
+                                        std::shared_ptr<const models::MeasuredGemms> measured) {
+  return [params, measured](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                            const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, measured);
   };
-  return out;
 }
 
 }  // namespace fathom::cli

@@ -23,8 +23,13 @@ void AddTimeModelFlags(CLI::App* cmd, TimeModelFlags* flags);
 struct TimeModel {
   sim::TimeModelFactory factory;
   models::Calibration calibration;
+  std::shared_ptr<const models::MeasuredGemms> measured;
   bool roofline = false;
 };
+
+// The calibrated cost model with these parameters (and measured GEMMs, which may be null).
+sim::TimeModelFactory CalibratedFactory(const models::CostParams& params,
+                                        std::shared_ptr<const models::MeasuredGemms> measured);
 
 // `hardware` names the GPU whose measurements are taken from the perf database.
 Result<TimeModel> MakeTimeModel(const TimeModelFlags& flags, const std::string& hardware);
