@@ -57,12 +57,10 @@ struct EngineConfig {
   Status Validate() const;
 };
 
-// A pool of identical engine instances (its layout comes with the deployment).
+// The KV link of disaggregated serving (pools and their layouts live in SimulationSpec).
 struct DisaggConfig {
-  bool enabled = false;
-  int prefill_instances = 1;
-  int decode_instances = 1;
-  double kv_link_bytes_per_s = 0;  // per decode instance ingress; 0 = scale-out bandwidth x GPUs
+  double kv_link_bytes_per_s = 0;  // per GPU (each sends its share); transfers into one decode
+                                   // instance queue one after another
   double kv_link_latency_s = 20e-6;
 };
 

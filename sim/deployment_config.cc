@@ -192,7 +192,6 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
     p.kv_blocks_per_rank = plan->kv_capacity_tokens / engine.block_tokens;
     p.sliding_window = out->model.sliding_window;
     p.kv_bytes_per_token = plan->kv_bytes_per_token;
-    p.gpus_per_instance = layout.gpus_per_replica();
     return p;
   };
 
@@ -217,7 +216,6 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
   FATHOM_ASSIGN_OR_RETURN(PoolSpec decode, pool(out->decode_layout, d.decode.instances, spec.decode_engine,
                                                 &out->decode_plan, &out->decode_time, "decode pool"));
   spec.decode_pool = decode;
-  spec.disagg.enabled = true;
   // Each GPU of the prefill instance sends its share of the KV over its own NIC.
   const double per_gpu = d.kv_link_gb_per_s > 0 ? d.kv_link_gb_per_s * 1e9 : out->hardware.scale_out_bytes_per_s;
   spec.disagg.kv_link_bytes_per_s = per_gpu;

@@ -36,8 +36,7 @@ struct PoolSpec {
   int ranks = 1;                    // attention DP ranks per instance
   int64_t kv_blocks_per_rank = 0;
   int64_t sliding_window = 0;
-  double kv_bytes_per_token = 0;    // whole-model KV of one token (transfers, swaps)
-  int gpus_per_instance = 1;
+  double kv_bytes_per_token = 0;    // KV of one token on one GPU (transfers, swaps)
 };
 
 struct EngineCounters {

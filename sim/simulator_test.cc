@@ -82,7 +82,6 @@ struct DeepSeek {
     spec.pool.ranks = 8;
     spec.pool.kv_blocks_per_rank = (kv_tokens > 0 ? kv_tokens : plan.kv_capacity_tokens) / 32;
     spec.pool.kv_bytes_per_token = plan.kv_bytes_per_token;
-    spec.pool.gpus_per_instance = 8;
     spec.engine.max_batch = 512;
     spec.engine.max_num_tokens = 4608;
     spec.scenario.scenario = scenario;
@@ -295,7 +294,6 @@ TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[
   spec.pool.kv_bytes_per_token = 1e6;  // 1 MB per token
   spec.decode_pool = spec.pool;
   spec.decode_engine = spec.engine;
-  spec.disagg.enabled = true;
   spec.disagg.kv_link_bytes_per_s = 1e9;  // 100 tokens -> 0.1 s
   spec.disagg.kv_link_latency_s = 0;
   std::vector<char> log(1 << 16);
