@@ -10,6 +10,7 @@ namespace fathom::sim {
 
 struct Sequence {
   int64_t request_id = 0;
+  int64_t issue_index = 0;  // order of issue, from 0
   SimTime scheduled{0};  // LoadGen's scheduled issue time: latencies count from here
   SimTime first_token{0};
   bool has_first_token = false;

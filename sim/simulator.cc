@@ -24,6 +24,7 @@ OrderedJson SimulationResult::ToJson() const {
   j["input_tokens"] = input_tokens;
   j["output_tokens"] = output_tokens;
   j["duration_s"] = duration_s;
+  j["drain_end_s"] = drain_end_s;
   j["ttft_p50_ms"] = ttft_p50_ms;
   j["ttft_p99_ms"] = ttft_p99_ms;
   j["ttft_mean_ms"] = ttft_mean_ms;
@@ -159,6 +160,7 @@ void Simulator::Issue(const traces::Request& r) {
   Sequence& s = slots_[slot];
   s = Sequence{};
   s.request_id = r.id;
+  s.issue_index = issued_;
   s.scheduled = now;
   s.input = r.input_tokens;
   s.output = r.output_tokens;
@@ -196,6 +198,10 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   output_tokens_ += s.output;
   input_tokens_ += s.input;
   last_completion_ = t;
+  if (s.issue_index > latest_done_index_) {
+    latest_done_index_ = s.issue_index;
+    latest_done_at_ = t;
+  }
   AdvanceLittle(t);
   --in_system_;
   if (requests_csv_) {
@@ -310,12 +316,19 @@ Result<SimulationResult> Simulator::Run() {
   }
   res.output_tokens = output_tokens_;
   res.input_tokens = input_tokens_;
-  res.duration_s = ToSeconds(last_completion_);
+  const ScenarioConfig& sc = spec_.scenario;
+  const bool per_sample_queries = sc.scenario == Scenario::kServer || sc.scenario == Scenario::kInteractive;
+  res.drain_end_s = ToSeconds(last_completion_);
+  res.duration_s = per_sample_queries ? ToSeconds(latest_done_at_) : res.drain_end_s;
   if (res.duration_s > 0) {
     res.throughput_tokens_per_s = output_tokens_ / res.duration_s;
-    res.requests_per_s = res.completed_requests / res.duration_s;
-    res.mean_in_system = little_area_ / res.duration_s;
-    res.arrival_rate_per_s = issued_ / res.duration_s;
+    // LoadGen counts n - 1 Server samples: the last one opens the interval's end.
+    const int64_t counted = per_sample_queries ? std::max<int64_t>(res.completed_requests - 1, 1) : res.completed_requests;
+    res.requests_per_s = counted / res.duration_s;
+  }
+  if (res.drain_end_s > 0) {
+    res.mean_in_system = little_area_ / res.drain_end_s;
+    res.arrival_rate_per_s = issued_ / res.drain_end_s;
   }
   res.tokens_per_s_per_gpu = res.throughput_tokens_per_s / spec_.total_gpus;
   res.ttft_mean_ms = Mean(ttft_ms_);
@@ -329,7 +342,6 @@ Result<SimulationResult> Simulator::Run() {
   res.e2e_p99_ms = Percentile(e2e_ms_, 0.99);
   res.peak_in_flight = peak_in_system_;
 
-  const ScenarioConfig& sc = spec_.scenario;
   res.limits = MlperfLimits(spec_.benchmark, sc.scenario);
   if (sc.ttft_limit_ms || sc.tpot_limit_ms) {
     LatencyLimits l = res.limits.value_or(LatencyLimits{1e300, 1e300});
@@ -338,7 +350,8 @@ Result<SimulationResult> Simulator::Run() {
     res.limits = l;
   }
   res.latency_limits_met = res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
-  res.min_duration_met = res.duration_s >= sc.min_duration_s;
+  // LoadGen: a Server run's length is the last sample's scheduled time; an Offline one's, its latency.
+  res.min_duration_met = (per_sample_queries ? ToSeconds(last_issue_) : res.duration_s) >= sc.min_duration_s;
   res.mlperf_valid = res.min_duration_met && (sc.scenario == Scenario::kOffline || res.latency_limits_met);
 
   int64_t lookups = 0, hits = 0;

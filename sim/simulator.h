@@ -36,7 +36,11 @@ struct SimulationResult {
   int64_t completed_requests = 0;
   int64_t output_tokens = 0;
   int64_t input_tokens = 0;
-  double duration_s = 0;  // t = 0 to the last completion
+  // LoadGen's measured time: Offline, until every sample of its one query is done; Server and
+  // Interactive, until the last-issued sample is done (later completions of earlier samples do not
+  // count); replay and closed loop, until the last completion.
+  double duration_s = 0;
+  double drain_end_s = 0;  // t = 0 to the last completion
   double throughput_tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
   double requests_per_s = 0;
@@ -112,6 +116,8 @@ class Simulator : public EngineListener {
   std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;
   int64_t output_tokens_ = 0, input_tokens_ = 0;
   SimTime last_completion_{0};
+  int64_t latest_done_index_ = -1;  // issue index of the latest-issued request completed so far
+  SimTime latest_done_at_{0};       // and its completion time
   int64_t in_system_ = 0, peak_in_system_ = 0, issued_ = 0;
   SimTime little_last_{0};
   double little_area_ = 0;  // request-seconds

@@ -108,7 +108,48 @@ SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> sourc
   return *r;
 }
 
+// Requests at given issue times.
+class ListSource : public RequestSource {
+ public:
+  explicit ListSource(std::vector<std::pair<traces::Request, double>> items) : items_(std::move(items)) {}
+  Result<bool> Next(traces::Request* request, SimTime* issue) override {
+    if (next_ == items_.size()) return false;
+    *request = items_[next_].first;
+    *issue = FromSeconds(items_[next_].second);
+    ++next_;
+    return true;
+  }
+
+ private:
+  std::vector<std::pair<traces::Request, double>> items_;
+  size_t next_ = 0;
+};
+
 }  // namespace
+
+TEST_CASE("Simulator: Server throughput counts to the last-issued sample's completion (LoadGen)", "[sim]") {
+  FakeTime time(0.01, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.engine.max_batch = 2;
+  traces::Request long_one{.id = 0, .input_tokens = 10, .output_tokens = 50};
+  traces::Request short_one{.id = 1, .input_tokens = 10, .output_tokens = 2};
+  const SimulationResult r =
+      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
+                                                                                                 {short_one, 0.105}}));
+  // The short request, issued last, joins at the next step boundary (0.11) and finishes after its
+  // prefill and one decode step; the long one (50 steps from t = 0) finishes later and only
+  // extends the drain.
+  CHECK(r.duration_s == Approx(0.11 + 2 * 0.01));
+  CHECK(r.drain_end_s == Approx(50 * 0.01));
+  CHECK(r.throughput_tokens_per_s == Approx(52 / r.duration_s));
+  CHECK(r.requests_per_s == Approx(1 / r.duration_s));  // n - 1 samples
+  // Offline is one query: its time is the last completion.
+  spec.scenario.scenario = Scenario::kOffline;
+  const SimulationResult off =
+      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
+                                                                                                   {short_one, 0.0}}));
+  CHECK(off.duration_s == off.drain_end_s);
+}
 
 TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)", "[sim]") {
   const double service = 0.01, lambda = 70.0;  // rho = 0.7

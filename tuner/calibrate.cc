@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
 
 #include "base/files.h"
-#include "base/random.h"
 #include "base/stats.h"
 #include "sim/simulator.h"
 #include "traces/reader.h"
+#include "traces/synth.h"
 #include "traces/transforms.h"
 
 namespace fathom::tuner {
@@ -33,20 +37,6 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, con
       return &e;
   }
   return nullptr;
-}
-
-std::vector<traces::Request> Lognormal(double input_mean, double input_sigma, double output_mean, double output_sigma,
-                                       int64_t max_input, int64_t max_output, int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<traces::Request> out(n);
-  const double mu_in = std::log(input_mean) - input_sigma * input_sigma / 2;
-  const double mu_out = std::log(output_mean) - output_sigma * output_sigma / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    out[i].id = i;
-    out[i].input_tokens = std::clamp<int64_t>(std::llround(std::exp(mu_in + input_sigma * rng.Normal())), 1, max_input);
-    out[i].output_tokens = std::clamp<int64_t>(std::llround(std::exp(mu_out + output_sigma * rng.Normal())), 1, max_output);
-  }
-  return out;
 }
 
 }  // namespace
@@ -124,6 +114,7 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
     entry.model = f.String("model");
     entry.hardware = f.String("hardware");
     entry.scenario = f.String("scenario");
+    entry.samples = f.Int("samples", 0);
     FATHOM_RETURN_IF_ERROR(f.status());
     if (!e.contains("deployment")) return Status::InvalidArgument(where + ": field 'deployment': missing");
     Json dep = e["deployment"];
@@ -137,32 +128,73 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
   for (auto it = j["workloads"].begin(); it != j["workloads"].end(); ++it) {
     const std::string where = path + ": workloads." + it.key();
     JsonFields f(it.value(), where);
+    std::unique_ptr<traces::TraceReader> reader;
     if (f.Has("trace")) {
       traces::ReadOptions o;
       o.max_output = f.Int("max_output", 20000);
       FATHOM_RETURN_IF_ERROR(f.status());
-      FATHOM_ASSIGN_OR_RETURN(auto reader, traces::OpenTrace(DataDir() + "/" + f.String("trace"), o));
-      FATHOM_ASSIGN_OR_RETURN(auto data, traces::SampleWithoutReplacement(*reader, samples, seed));
-      setup.workloads[it.key()] = std::move(data);
+      FATHOM_ASSIGN_OR_RETURN(reader, traces::OpenTrace(DataDir() + "/" + f.String("trace"), o));
     } else {
-      auto data = Lognormal(f.Double("input_mean"), f.Double("input_sigma"), f.Double("output_mean"),
-                            f.Double("output_sigma"), f.Int("max_input"), f.Int("max_output"), samples, seed);
+      // Lognormal lengths with the published means (mu = log(mean) - sigma^2 / 2).
+      traces::SynthSpec spec;
+      spec.seed = seed;
+      spec.requests = f.Int("dataset_size");
+      const double input_sigma = f.Double("input_sigma"), output_sigma = f.Double("output_sigma");
+      spec.lengths.input = {std::log(f.Double("input_mean")) - input_sigma * input_sigma / 2, input_sigma};
+      spec.lengths.output = {std::log(f.Double("output_mean")) - output_sigma * output_sigma / 2, output_sigma};
+      spec.lengths.max_input = f.Int("max_input");
+      spec.lengths.max_output = f.Int("max_output");
       FATHOM_RETURN_IF_ERROR(f.status());
-      setup.workloads[it.key()] = std::move(data);
+      FATHOM_RETURN_IF_ERROR(spec.Validate());
+      FATHOM_ASSIGN_OR_RETURN(reader, traces::Synthesize(spec));
     }
+    std::vector<traces::Request> data;
+    if (samples > 0) {
+      FATHOM_ASSIGN_OR_RETURN(data, traces::SampleWithoutReplacement(*reader, samples, seed));
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(data, traces::ReadAll(*reader));
+    }
+    setup.workloads[it.key()] = std::move(data);
   }
   return setup;
 }
 
+int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
+                  int64_t max_requests) {
+  int64_t n = 0;
+  if (entry.samples > 0) {
+    n = entry.samples;  // the submitter's published sample count
+  } else {
+    // LoadGen: Offline pre-generates 1.1 x 600 s x the expected rate; Server issues 600 s of
+    // arrivals; equal issue pads both to whole data sets.
+    const double wanted = row.offline() ? 1.1 * 600.0 * row.samples_per_s : 600.0 * row.target_qps;
+    n = traces::EqualIssueCount(dataset_size, static_cast<int64_t>(std::ceil(wanted)));
+  }
+  return max_requests > 0 ? std::min(n, max_requests) : n;
+}
+
 Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                               const models::HardwareCatalog& catalog,
-                                              const models::Calibration& calibration, int64_t max_requests) {
-  std::vector<RowPrediction> out;
+                                              const models::Calibration& calibration, int64_t max_requests, int jobs) {
   const models::CostParams params = calibration.params;
   auto make_time = [&](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
                        const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::CalibratedModel>(m, hw, l, p, params);
   };
+  // Rows that would run the same simulation (same deployment, workload, scenario, length and
+  // rate) share one run.
+  struct Run {
+    const CalibrationSetup::Entry* entry;
+    const std::vector<traces::Request>* workload;
+    bool offline;
+    int64_t n;
+    double qps;
+    Result<sim::SimulationResult> result = Status::Unavailable("not run");
+    std::string layout;
+  };
+  std::vector<Run> runs;
+  std::map<std::tuple<const void*, bool, int64_t, double>, size_t> run_of_key;
+  std::vector<size_t> run_of_row;
   for (const PublishedResult& row : rows) {
     const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
     if (entry == nullptr) {
@@ -170,36 +202,71 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
                                      row.model + " on " + row.accelerator + " (" + row.scenario + ")");
     }
     auto workload = setup.workloads.find(row.model);
-    if (workload == setup.workloads.end()) {
+    if (workload == setup.workloads.end() || workload->second.empty()) {
       return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
     }
-    FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(entry->deployment, catalog, make_time));
-    sim::ScenarioConfig sc;
-    sc.min_duration_s = 0;
-    std::unique_ptr<sim::RequestSource> source;
-    const double rate = row.offline() ? row.samples_per_s : row.target_qps;
-    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(600.0 * rate)),
-                                          static_cast<int64_t>(workload->second.size()), max_requests);
-    if (row.offline()) {
-      sc.scenario = sim::Scenario::kOffline;
-      source = sim::OfflineSource(workload->second, n, 1);
-    } else {
-      sc.scenario = sim::Scenario::kServer;
-      sc.qps = row.target_qps;
-      source = sim::PoissonSource(workload->second, n, row.target_qps, 1);
+    const int64_t n = RunLength(row, *entry, static_cast<int64_t>(workload->second.size()), max_requests);
+    const double qps = row.offline() ? 0.0 : row.target_qps;
+    const auto key = std::make_tuple(static_cast<const void*>(entry), row.offline(), n, qps);
+    auto [it, fresh] = run_of_key.emplace(key, runs.size());
+    if (fresh) runs.push_back(Run{entry, &workload->second, row.offline(), n, qps, Status::Unavailable("not run"), ""});
+    run_of_row.push_back(it->second);
+  }
+
+  std::mutex mu;
+  size_t next = 0;
+  auto worker = [&] {
+    while (true) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next == runs.size()) return;
+        i = next++;
+      }
+      Run& run = runs[i];
+      auto resolved = sim::Resolve(run.entry->deployment, catalog, make_time);
+      if (!resolved.ok()) {
+        run.result = resolved.status();
+        continue;
+      }
+      sim::ScenarioConfig sc;
+      sc.min_duration_s = 0;
+      std::unique_ptr<sim::RequestSource> source;
+      if (run.offline) {
+        sc.scenario = sim::Scenario::kOffline;
+        source = sim::OfflineSource(*run.workload, run.n, 1);
+      } else {
+        sc.scenario = sim::Scenario::kServer;
+        sc.qps = run.qps;
+        source = sim::PoissonSource(*run.workload, run.n, run.qps, 1);
+      }
+      (*resolved)->spec.scenario = sc;
+      run.layout = (*resolved)->layout.ToString();
+      sim::Simulator simulator(std::move((*resolved)->spec), std::move(source));
+      run.result = simulator.Run();
     }
-    resolved->spec.scenario = sc;
-    const std::string layout = resolved->layout.ToString();
-    sim::Simulator simulator(std::move(resolved->spec), std::move(source));
-    FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
+  };
+  std::vector<std::thread> threads;
+  const int workers = std::clamp<int>(jobs > 0 ? jobs : static_cast<int>(std::thread::hardware_concurrency()), 1,
+                                      static_cast<int>(runs.size()));
+  for (int j = 0; j < workers; ++j) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+
+  std::vector<RowPrediction> out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Run& run = runs[run_of_row[r]];
+    if (!run.result.ok()) {
+      return run.result.status().WithContext("results line " + std::to_string(rows[r].line));
+    }
     RowPrediction p;
-    p.row = row;
-    p.deployment = layout;
-    p.tokens_per_s = res.throughput_tokens_per_s;
-    p.ttft_p99_ms = res.ttft_p99_ms;
-    p.tpot_p99_ms = res.tpot_p99_ms;
+    p.row = rows[r];
+    p.deployment = run.layout;
+    p.requests = run.n;
+    p.tokens_per_s = run.result->throughput_tokens_per_s;
+    p.ttft_p99_ms = run.result->ttft_p99_ms;
+    p.tpot_p99_ms = run.result->tpot_p99_ms;
     p.extrapolated = std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
-                               row.accelerator) == calibration.fitted_hardware.end();
+                               rows[r].accelerator) == calibration.fitted_hardware.end();
     out.push_back(p);
   }
   return out;
@@ -215,12 +282,13 @@ struct RowsResidual {
   const models::HardwareCatalog* catalog;
   models::Calibration base;
   int64_t max_requests;
+  int jobs;
 
   bool operator()(double const* const* params, double* residuals) const {
     models::Calibration c = base;
     c.params.SetFitted({params[0][0], params[0][1], params[0][2]});
     if (!c.params.Validate().ok()) return false;
-    auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests);
+    auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests, jobs);
     if (!pred.ok()) return false;
     int i = 0;
     for (const RowPrediction& p : *pred) {
@@ -238,7 +306,7 @@ struct RowsResidual {
 
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests) {
+                                  int64_t max_requests, int jobs) {
   int residuals = 0;
   for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
   if (residuals < models::CostParams::kNumFitted) {
@@ -248,7 +316,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
   auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
-      new RowsResidual{&rows, &setup, &catalog, start, max_requests}, ceres::TAKE_OWNERSHIP, diff);
+      new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs}, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
   ceres::Problem problem;

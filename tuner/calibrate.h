@@ -34,18 +34,22 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
 struct CalibrationSetup {
   struct Entry {
     std::string model, hardware, scenario;  // scenario "*" matches all
+    int64_t samples = 0;  // the published run's sample count, where known (0: LoadGen's rule)
     sim::DeploymentConfig deployment;
   };
   std::vector<Entry> deployments;
   std::map<std::string, std::vector<traces::Request>> workloads;  // by benchmark model name
 };
 
+// Workloads are the benchmark's data set (its trace, or `dataset_size` lognormal samples);
+// `samples` > 0 draws that many instead (faster, less faithful).
 Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed);
 std::string DefaultSetupPath();
 
 struct RowPrediction {
   PublishedResult row;
   std::string deployment;  // layout summary
+  int64_t requests = 0;    // samples issued in the simulated run
   double tokens_per_s = 0, ttft_p99_ms = 0, tpot_p99_ms = 0;
   bool extrapolated = false;  // hardware not among the calibration's fitted hardware
   double TokensErrorPct() const { return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s; }
@@ -53,11 +57,18 @@ struct RowPrediction {
   double TpotErrorPct() const { return row.offline() ? 0 : 100.0 * (tpot_p99_ms - row.tpot_p99_ms) / row.tpot_p99_ms; }
 };
 
-// Each row runs as long as MLPerf's 600 s minimum asks (600 s x the published sample rate, or x
-// the target QPS), capped at `max_requests` to bound the cost of a fit.
+// The samples a row's run issues: the published count where known, else LoadGen's rule (Offline
+// 1.1 x 600 s x the published sample rate, Server 600 s x the target QPS, padded to whole data
+// sets), capped at `max_requests` when > 0.
+int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
+                  int64_t max_requests);
+
+// Simulates each row as long as its MLPerf run lasted; rows with identical runs share one, and
+// runs go in parallel on `jobs` threads (0: all cores).
 Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                               const models::HardwareCatalog& catalog,
-                                              const models::Calibration& calibration, int64_t max_requests);
+                                              const models::Calibration& calibration, int64_t max_requests,
+                                              int jobs = 0);
 
 struct FitOutcome {
   models::Calibration calibration;
@@ -68,7 +79,7 @@ struct FitOutcome {
 // Fits CostParams::kFitted over `rows` (log errors, Huber loss), starting from `start`.
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests);
+                                  int64_t max_requests, int jobs = 0);
 
 // Median absolute errors (%) of throughput and of the p99 latencies (server-type rows).
 struct ErrorSummary {

@@ -17,8 +17,9 @@ struct CalibrateFlags {
   std::string setup;
   std::string calibration;
   std::string out;
-  int64_t samples = 2000;      // data-set size drawn from each workload
-  int64_t max_requests = 12000;  // per simulated row
+  int64_t samples = 0;       // > 0: draw this many samples from each data set
+  int64_t max_requests = 0;  // > 0: cap each row's run
+  int jobs = 0;
   bool fit = false;
   bool cross_validate = false;
   bool json = false;
@@ -33,6 +34,7 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
   j["model"] = p.row.model;
   j["scenario"] = p.row.scenario;
   j["deployment"] = p.deployment;
+  j["requests"] = p.requests;
   j["extrapolated"] = p.extrapolated;
   auto metric = [](double published, double predicted, double err) {
     return OrderedJson{{"published", published}, {"predicted", predicted}, {"error_pct", err}};
@@ -50,12 +52,13 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
-  std::printf("%-5s %-14s %-6s %-14s %-11s %10s %10s %7s %8s %8s %7s %7s %7s %7s\n", "line", "submitter", "gpu",
-              "model", "scenario", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub",
+  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s\n", "line", "submitter", "gpu",
+              "model", "scenario", "samples", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub",
               "TPOT sim", "err%");
   for (const auto& p : preds) {
-    std::printf("%-5d %-14s %-6s %-14s %-11s %10.0f %10.0f %+7.1f", p.row.line, p.row.submitter.c_str(),
-                p.row.accelerator.c_str(), p.row.model.c_str(), p.row.scenario.c_str(), p.row.tokens_per_s,
+    std::printf("%-5d %-14s %-6s %-14s %-11s %7lld %10.0f %10.0f %+7.1f", p.row.line, p.row.submitter.c_str(),
+                p.row.accelerator.c_str(), p.row.model.c_str(), p.row.scenario.c_str(),
+                static_cast<long long>(p.requests), p.row.tokens_per_s,
                 p.tokens_per_s, p.TokensErrorPct());
     if (!p.row.offline()) {
       std::printf(" %8.0f %8.0f %+7.1f %7.1f %7.1f %+7.1f", p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct(),
@@ -69,7 +72,11 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
 }
 
 Status Run(const CalibrateFlags& f) {
-  if (f.samples < 100) return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be >= 100");
+  if (f.samples != 0 && f.samples < 100) {
+    return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be 0 (whole data sets) or >= 100");
+  }
+  if (f.max_requests < 0) return Status::InvalidArgument("--max-requests = " + std::to_string(f.max_requests) + ": must be >= 0");
+  if (f.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
   FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::PublishedResult> rows, tuner::LoadPublishedResults(f.results));
   FATHOM_ASSIGN_OR_RETURN(tuner::CalibrationSetup setup,
                           tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath() : f.setup, f.samples, 1));
@@ -78,10 +85,12 @@ Status Run(const CalibrateFlags& f) {
                           models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
   OrderedJson out;
   if (f.fit) {
-    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests));
+    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs));
     calibration = fit.calibration;
     calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
-                       " rows, " + std::to_string(f.max_requests) + " requests at most per run); stddev from Ceres's covariance.";
+                       " rows, each run as long as its MLPerf run" +
+                       (f.max_requests > 0 ? ", capped at " + std::to_string(f.max_requests) + " requests" : "") +
+                       "); stddev from Ceres's covariance.";
     if (!f.json) {
       std::printf("fit: %d iterations, cost %.4f -> %.4f\n", fit.iterations, fit.initial_cost, fit.final_cost);
       const auto v = calibration.params.Fitted();
@@ -96,7 +105,7 @@ Status Run(const CalibrateFlags& f) {
     }
   }
   FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds,
-                          tuner::PredictRows(rows, setup, catalog, calibration, f.max_requests));
+                          tuner::PredictRows(rows, setup, catalog, calibration, f.max_requests, f.jobs));
   if (!f.json) PrintTable(preds);
   OrderedJson jrows = OrderedJson::array();
   for (const auto& p : preds) jrows.push_back(RowJson(p));
@@ -112,8 +121,8 @@ Status Run(const CalibrateFlags& f) {
     for (const auto& model : models) {
       std::vector<tuner::PublishedResult> train, test;
       for (const auto& r : rows) (r.model == model ? test : train).push_back(r);
-      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, calibration, f.max_requests));
-      FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests));
+      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, calibration, f.max_requests, f.jobs));
+      FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests, f.jobs));
       held_out.insert(held_out.end(), p.begin(), p.end());
     }
     const tuner::ErrorSummary cv = tuner::Summarize(held_out);
@@ -139,8 +148,9 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
   cmd->add_flag("--cross-validate", f->cross_validate, "Also report leave-one-model-out errors");
-  cmd->add_option("--samples", f->samples, "Data-set size drawn from each workload")->capture_default_str();
-  cmd->add_option("--max-requests", f->max_requests, "Requests simulated per row at most")->capture_default_str();
+  cmd->add_option("--samples", f->samples, "Draw this many samples from each data set (default: whole data sets)");
+  cmd->add_option("--max-requests", f->max_requests, "Cap each row's run (default: as long as the MLPerf run)");
+  cmd->add_option("--jobs", f->jobs, "Simulations in parallel (default: all cores)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f, result] { *result = Run(*f); });

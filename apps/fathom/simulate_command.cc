@@ -125,9 +125,9 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
               d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
               std::string(sim::Name(d.engine.scheduler)).c_str(), static_cast<long long>(d.engine.max_batch),
               static_cast<long long>(d.engine.max_num_tokens));
-  std::printf("Scenario: %s%s, %lld requests, %.1f s simulated in %.2f s\n\n", std::string(sim::Name(sc.scenario)).c_str(),
-              sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "", static_cast<long long>(res.completed_requests),
-              res.duration_s, wall_s);
+  std::printf("Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f s\n\n",
+              std::string(sim::Name(sc.scenario)).c_str(), sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "",
+              static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);
   std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n", res.throughput_tokens_per_s,
               res.tokens_per_s_per_gpu, res.requests_per_s);
   std::printf("  %-16s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p99");
