@@ -99,6 +99,8 @@ Status EngineConfig::Validate() const {
   }
   if (draft_cost < 0) return bad("draft_cost", draft_cost, "must be >= 0");
   if (fast_forward < 1) return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
+  if (adp_batching_wait_iters < 0) return bad("adp_batching_wait_iters", adp_batching_wait_iters, "must be >= 0");
+  if (adp_timeout_iters < 1) return bad("adp_timeout_iters", adp_timeout_iters, "must be >= 1");
   return Status::Ok();
 }
 

@@ -53,6 +53,13 @@ struct EngineConfig {
   // them) are simulated as one batch: their times are evaluated at the first and last step and
   // summed linearly (decode cost grows linearly with context). 1 disables it.
   int64_t fast_forward = 64;
+  // TensorRT-LLM's attention-DP balancing (attention_dp_config.enable_balance): new prefills wait
+  // until every attention rank has one (at most `adp_timeout_iters` iterations, and never while
+  // a rank has nothing to decode), then `adp_batching_wait_iters` more, so that they batch
+  // together instead of stalling the other ranks one at a time.
+  bool adp_balance = false;
+  int64_t adp_batching_wait_iters = 10;
+  int64_t adp_timeout_iters = 50;
 
   Status Validate() const;
 };
@@ -73,6 +80,9 @@ struct ScenarioConfig {
   double think_time_s = 0;           // closed loop pause between a reply and the next request
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // override the benchmark's limits
   uint64_t seed = 1;
+  // > 0: end the run as soon as this many requests have broken the TTFT or the TPOT limit, when
+  // the p99 can no longer be met (a QPS search needs no more than that).
+  int64_t stop_after_violations = 0;
 };
 
 }  // namespace fathom::sim

@@ -62,7 +62,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
       {"model", "hardware", "gpus", "tp", "pp", "ep", "attn_dp", "weights", "dense_weights", "kv", "scheduler",
        "max_batch", "max_num_tokens", "chunk_size", "block_size", "reserve", "preemption", "admission",
        "prefix_caching", "mtp", "acceptance", "draft_cost", "router", "disaggregated", "decode_max_batch",
-       "kv_link_gb_per_s"}));
+       "kv_link_gb_per_s", "adp_balance"}));
   DeploymentConfig d;
   JsonFields f(j, source);
   d.model = f.String("model", d.model);
@@ -108,6 +108,15 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
     return Status::InvalidArgument(source + ": field 'admission' = \"" + admission + "\": must be greedy or reserve");
   }
   e.admission = admission == "reserve" ? AdmissionPolicy::kReserve : AdmissionPolicy::kGreedy;
+  if (j.contains("adp_balance") && !j["adp_balance"].is_null()) {
+    const Json& bj = j["adp_balance"];
+    FATHOM_RETURN_IF_ERROR(CheckKnown(bj, source + ": adp_balance", {"batching_wait_iters", "timeout_iters"}));
+    JsonFields bf(bj, source + ": adp_balance");
+    e.adp_balance = true;
+    e.adp_batching_wait_iters = bf.Int("batching_wait_iters", e.adp_batching_wait_iters);
+    e.adp_timeout_iters = bf.Int("timeout_iters", e.adp_timeout_iters);
+    FATHOM_RETURN_IF_ERROR(bf.status());
+  }
   FATHOM_RETURN_IF_ERROR(with_source(e.Validate()));
 
   if (j.contains("disaggregated") && !j["disaggregated"].is_null()) {
@@ -152,6 +161,10 @@ OrderedJson ToJson(const DeploymentConfig& d) {
   j["mtp"] = d.engine.mtp_depth;
   j["acceptance"] = d.engine.acceptance;
   j["router"] = Name(d.router);
+  if (d.engine.adp_balance) {
+    j["adp_balance"] = {{"batching_wait_iters", d.engine.adp_batching_wait_iters},
+                        {"timeout_iters", d.engine.adp_timeout_iters}};
+  }
   if (d.disaggregated) {
     j["disaggregated"] = {{"prefill", PoolToJson(d.prefill)}, {"decode", PoolToJson(d.decode)}};
     if (d.decode_max_batch > 0) j["decode_max_batch"] = d.decode_max_batch;

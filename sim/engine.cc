@@ -213,8 +213,77 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
   }
 }
 
-void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes) {
+// TensorRT-LLM's rule (PyExecutor attention-DP balancing), counted per iteration: when every
+// rank has a prefill to start and a free slot, prefills go after `batching_wait_iters` further
+// iterations (or at once if a rank has nothing to decode); otherwise they wait, until a rank
+// runs out of decode work or `timeout_iters` iterations have passed.
+Engine::Balance Engine::DecideBalance() const {
+  if (!config_.adp_balance || ranks_.size() < 2) return {};
+  bool all_prefill = true, all_decode = true, all_free = true;
+  for (const Rank& rank : ranks_) {
+    int64_t decoding = 0;
+    bool prefill = !rank.waiting.empty();
+    for (int64_t slot : rank.running) {
+      const Sequence& s = (*slots_)[slot];
+      if (s.prefilling()) {
+        prefill = prefill || !s.in_flight;
+      } else {
+        ++decoding;
+      }
+    }
+    all_prefill = all_prefill && prefill;
+    all_decode = all_decode && decoding > 0;
+    all_free = all_free && decoding < config_.max_batch;
+  }
+  Balance b;
+  if (all_free && all_prefill) {
+    if (!all_decode) return b;  // nothing to batch with: go
+    if (adp_batching_iters_ < config_.adp_batching_wait_iters) {
+      b.hold = true;
+      b.max_steps = config_.adp_batching_wait_iters - adp_batching_iters_;
+      b.counter = Balance::kBatching;
+      return b;
+    }
+    b.counter = Balance::kResetBoth;
+    return b;
+  }
+  if (!all_decode || adp_waiting_iters_ + 1 >= config_.adp_timeout_iters) {
+    b.counter = Balance::kResetWaiting;
+    return b;
+  }
+  b.hold = true;
+  b.max_steps = config_.adp_timeout_iters - 1 - adp_waiting_iters_;
+  b.counter = Balance::kWaiting;
+  return b;
+}
+
+void Engine::AdvanceBalance(const Balance& b, int64_t steps) {
+  switch (b.counter) {
+    case Balance::kNone:
+      break;
+    case Balance::kBatching:
+      adp_waiting_iters_ = 0;
+      adp_batching_iters_ += steps;
+      break;
+    case Balance::kWaiting:
+      adp_waiting_iters_ += steps;
+      break;
+    case Balance::kResetWaiting:
+      adp_waiting_iters_ = 0;
+      break;
+    case Balance::kResetBoth:
+      adp_waiting_iters_ = 0;
+      adp_batching_iters_ = 0;
+      break;
+  }
+}
+
+void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes, bool hold_prefills) {
   int64_t budget = config_.max_num_tokens;
+  if (hold_prefills) {
+    AddDecodes(rank, entries, &budget);
+    return;
+  }
   switch (config_.scheduler) {
     case SchedulerKind::kChunked:
       AddDecodes(rank, entries, &budget);
@@ -302,8 +371,9 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   for (auto& entries : batch.ranks) entries.clear();
   double swap_bytes = 0;
   bool any = false;
+  const Balance balance = DecideBalance();
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    FormRankBatch(ranks_[r], &batch.ranks[r], &swap_bytes);
+    FormRankBatch(ranks_[r], &batch.ranks[r], &swap_bytes, balance.hold);
     any = any || !batch.ranks[r].empty();
   }
   if (!any) {
@@ -328,7 +398,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   };
 
   ShapeBatch(batch.ranks, 0);
-  int64_t steps = FastForwardSteps(batch.ranks);
+  int64_t steps = std::min(FastForwardSteps(batch.ranks), balance.max_steps);
   SimTime t = now;
   if (steps > 1) {
     // Step j takes first + slope * j; stop after the step during which the horizon passes.
@@ -372,6 +442,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     }
     peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
+  AdvanceBalance(balance, steps);
   *done = t;
   stage0_busy_ = true;
   batch.id = next_batch_id_++;

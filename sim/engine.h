@@ -93,7 +93,17 @@ class Engine {
     std::vector<std::vector<Entry>> ranks;
   };
 
-  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes);
+  // What attention-DP balancing decides for the next batch: hold new prefills or not, for how
+  // many steps at most, and how its counters move per step.
+  struct Balance {
+    bool hold = false;
+    int64_t max_steps = INT64_MAX;
+    enum Counter { kNone, kBatching, kWaiting, kResetWaiting, kResetBoth } counter = kNone;
+  };
+  Balance DecideBalance() const;
+  void AdvanceBalance(const Balance& b, int64_t steps);
+
+  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes, bool hold_prefills);
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   int64_t FastForwardSteps(const std::vector<std::vector<Entry>>& batch) const;
@@ -124,6 +134,7 @@ class Engine {
   bool stage0_busy_ = false;
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;
+  int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters
   double peak_kv_utilization_ = 0;
   EngineCounters counters_;
 };

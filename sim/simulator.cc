@@ -41,6 +41,7 @@ OrderedJson SimulationResult::ToJson() const {
   j["latency_limits_met"] = latency_limits_met;
   j["min_duration_met"] = min_duration_met;
   j["mlperf_valid"] = mlperf_valid;
+  if (stopped_early) j["stopped_early"] = true;
   j["preemptions"] = preemptions;
   j["kv_peak_utilization"] = kv_peak_utilization;
   j["prefix_hit_rate"] = prefix_hit_rate;
@@ -70,6 +71,14 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
   kick_pending_.assign(engines_.size(), false);
   link_free_.assign(engines_.size(), SimTime(0));
   closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
+  const ScenarioConfig& sc = spec_.scenario;
+  limits_ = MlperfLimits(spec_.benchmark, sc.scenario);
+  if (sc.ttft_limit_ms || sc.tpot_limit_ms) {
+    LatencyLimits l = limits_.value_or(LatencyLimits{1e300, 1e300});
+    if (sc.ttft_limit_ms) l.ttft_ms = *sc.ttft_limit_ms;
+    if (sc.tpot_limit_ms) l.tpot_ms = *sc.tpot_limit_ms;
+    limits_ = l;
+  }
 }
 
 Simulator::~Simulator() = default;
@@ -181,7 +190,14 @@ void Simulator::Issue(const traces::Request& r) {
   Kick(engine);
 }
 
+void Simulator::CountViolation(int64_t* violations) {
+  ++*violations;
+  const int64_t stop = spec_.scenario.stop_after_violations;
+  if (stop > 0 && *violations >= stop) stopped_ = true;
+}
+
 void Simulator::OnFirstToken(int64_t slot, SimTime t) {
+  if (limits_ && ToMillis(t - slots_[slot].scheduled) > limits_->ttft_ms) CountViolation(&ttft_violations_);
   if (event_log_) {
     std::fprintf(event_log_, "%.9f first_token request=%lld\n", ToSeconds(t),
                  static_cast<long long>(slots_[slot].request_id));
@@ -194,7 +210,11 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   const double e2e = ToMillis(t - s.scheduled);
   ttft_ms_.push_back(static_cast<float>(ttft));
   e2e_ms_.push_back(static_cast<float>(e2e));
-  if (s.output > 1) tpot_ms_.push_back(static_cast<float>((e2e - ttft) / static_cast<double>(s.output - 1)));
+  if (s.output > 1) {
+    const double tpot = (e2e - ttft) / static_cast<double>(s.output - 1);
+    tpot_ms_.push_back(static_cast<float>(tpot));
+    if (limits_ && tpot > limits_->tpot_ms) CountViolation(&tpot_violations_);
+  }
   output_tokens_ += s.output;
   input_tokens_ += s.input;
   last_completion_ = t;
@@ -263,7 +283,7 @@ Result<SimulationResult> Simulator::Run() {
     FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
     (void)more;
   }
-  while (!queue_.empty()) {
+  while (!queue_.empty() && !stopped_) {
     const Event e = queue_.Pop();
     if (e.kind == EventKind::kArrival || e.kind == EventKind::kKvArrived) pending_times_.erase(pending_times_.find(e.time));
     switch (e.kind) {
@@ -308,7 +328,8 @@ Result<SimulationResult> Simulator::Run() {
 
   SimulationResult res;
   res.completed_requests = static_cast<int64_t>(e2e_ms_.size());
-  if (res.completed_requests != issued_) {
+  res.stopped_early = stopped_;
+  if (res.completed_requests != issued_ && !stopped_) {
     return Status::InvalidArgument(
         "the deployment could not serve every request (" + std::to_string(issued_ - res.completed_requests) +
         " never completed): a request needs more KV cache than one attention rank has; lower the "
@@ -342,14 +363,9 @@ Result<SimulationResult> Simulator::Run() {
   res.e2e_p99_ms = Percentile(e2e_ms_, 0.99);
   res.peak_in_flight = peak_in_system_;
 
-  res.limits = MlperfLimits(spec_.benchmark, sc.scenario);
-  if (sc.ttft_limit_ms || sc.tpot_limit_ms) {
-    LatencyLimits l = res.limits.value_or(LatencyLimits{1e300, 1e300});
-    if (sc.ttft_limit_ms) l.ttft_ms = *sc.ttft_limit_ms;
-    if (sc.tpot_limit_ms) l.tpot_ms = *sc.tpot_limit_ms;
-    res.limits = l;
-  }
-  res.latency_limits_met = res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
+  res.limits = limits_;
+  res.latency_limits_met =
+      !stopped_ && res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
   // LoadGen: a Server run's length is the last sample's scheduled time; an Offline one's, its latency.
   res.min_duration_met = (per_sample_queries ? ToSeconds(last_issue_) : res.duration_s) >= sc.min_duration_s;
   res.mlperf_valid = res.min_duration_met && (sc.scenario == Scenario::kOffline || res.latency_limits_met);

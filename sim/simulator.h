@@ -51,6 +51,7 @@ struct SimulationResult {
   bool latency_limits_met = false;
   bool min_duration_met = false;
   bool mlperf_valid = false;
+  bool stopped_early = false;  // ended at ScenarioConfig::stop_after_violations: partial figures
   int64_t preemptions = 0;
   double kv_peak_utilization = 0;
   double prefix_hit_rate = 0;
@@ -113,9 +114,13 @@ class Simulator : public EngineListener {
   bool closed_loop_ = false;
 
   // Metrics.
+  void CountViolation(int64_t* violations);  // sets stopped_ at stop_after_violations
   std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;
   int64_t output_tokens_ = 0, input_tokens_ = 0;
   SimTime last_completion_{0};
+  std::optional<LatencyLimits> limits_;
+  int64_t ttft_violations_ = 0, tpot_violations_ = 0;
+  bool stopped_ = false;
   int64_t latest_done_index_ = -1;  // issue index of the latest-issued request completed so far
   SimTime latest_done_at_{0};       // and its completion time
   int64_t in_system_ = 0, peak_in_system_ = 0, issued_ = 0;

@@ -131,8 +131,8 @@ TEST_CASE("Simulator: Server throughput counts to the last-issued sample's compl
   FakeTime time(0.01, false);
   SimulationSpec spec = SingleSlot(&time);
   spec.engine.max_batch = 2;
-  traces::Request long_one{.id = 0, .input_tokens = 10, .output_tokens = 50};
-  traces::Request short_one{.id = 1, .input_tokens = 10, .output_tokens = 2};
+  traces::Request long_one{.id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
+  traces::Request short_one{.id = 1, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
   const SimulationResult r =
       RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
                                                                                                  {short_one, 0.105}}));
@@ -149,6 +149,53 @@ TEST_CASE("Simulator: Server throughput counts to the last-issued sample's compl
       RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
                                                                                                    {short_one, 0.0}}));
   CHECK(off.duration_s == off.drain_end_s);
+}
+
+TEST_CASE("Simulator: attention-DP balancing holds prefills until every rank has one", "[sim]") {
+  FakeTime time(0.01, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.pool.ranks = 2;
+  spec.engine.max_batch = 4;
+  spec.engine.adp_balance = true;
+  spec.engine.adp_batching_wait_iters = 3;
+  spec.engine.adp_timeout_iters = 1000;
+  traces::Request long_one{.id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
+  traces::Request short_one{.id = 2, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
+  using Items = std::vector<std::pair<traces::Request, double>>;
+  // One long request per rank from t = 0, then new ones on both ranks at 0.105: they wait for
+  // three more iterations (0.11 to 0.14), prefill together, and their first token is at 0.15.
+  SimulationResult both = RunOk(spec, std::make_unique<ListSource>(Items{
+                                          {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}, {short_one, 0.105}}));
+  CHECK(both.ttft_p99_ms == Approx(45).epsilon(1e-6));
+  // A new request on one rank only waits until the other rank has nothing left to decode.
+  SimulationResult one =
+      RunOk(spec, std::make_unique<ListSource>(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  CHECK(one.ttft_p99_ms > 350);
+  spec.engine.adp_balance = false;
+  SimulationResult off =
+      RunOk(spec, std::make_unique<ListSource>(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  CHECK(off.ttft_p99_ms == Approx(15).epsilon(1e-6));
+}
+
+TEST_CASE("Simulator: a run stops once its p99 limits cannot be met, and only then", "[sim]") {
+  FakeTime time(0.01, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.scenario.ttft_limit_ms = 100;
+  spec.scenario.tpot_limit_ms = 1000;
+  const int64_t n = 2000;
+  spec.scenario.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * n));  // 20
+  // Overloaded (rho = 1.5): the queue grows, TTFTs pass 100 ms early on and the run stops.
+  const SimulationResult over = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 150.0, 3));
+  CHECK(over.stopped_early);
+  CHECK_FALSE(over.latency_limits_met);
+  CHECK(over.completed_requests < n / 2);
+  // Under load (rho = 0.5) it runs to the end with the same figures as without the rule.
+  const SimulationResult under = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 50.0, 3));
+  spec.scenario.stop_after_violations = 0;
+  const SimulationResult plain = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 50.0, 3));
+  CHECK_FALSE(under.stopped_early);
+  CHECK(under.latency_limits_met);
+  CHECK(under.ToJson().dump() == plain.ToJson().dump());
 }
 
 TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)", "[sim]") {

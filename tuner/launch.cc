@@ -58,6 +58,11 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   y += StrFormat("pipeline_parallel_size: %d\n", p.pp);
   y += StrFormat("moe_expert_parallel_size: %d\n", p.ep);
   y += StrFormat("enable_attention_dp: %s\n", p.attn_dp > 1 ? "true" : "false");
+  if (p.attn_dp > 1 && d.engine.adp_balance) {
+    y += StrFormat("attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: %lld\n  timeout_iters: %lld\n",
+                   static_cast<long long>(d.engine.adp_batching_wait_iters),
+                   static_cast<long long>(d.engine.adp_timeout_iters));
+  }
   y += StrFormat("max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
   y += StrFormat("max_num_tokens: %lld\n", static_cast<long long>(d.engine.max_num_tokens));
   y += StrFormat("enable_chunked_prefill: %s\n", d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");

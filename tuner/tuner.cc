@@ -152,6 +152,8 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
     const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(qps * o.probe_duration_s)),
                                           o.probe_min_samples, o.probe_max_samples);
     source = sim::PoissonSource(o.dataset, n, qps, o.seed);
+    // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
+    sc.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
   } else {
     sc.scenario = sim::Scenario::kOffline;
     source = sim::OfflineSource(o.dataset, o.offline_samples > 0 ? o.offline_samples : o.dataset.size(), o.seed);

@@ -137,6 +137,21 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(c.vllm.find("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel") != std::string::npos);
   CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
   CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
+  d.engine.adp_balance = true;
+  d.engine.adp_batching_wait_iters = 10;
+  d.engine.adp_timeout_iters = 500;
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find(
+            "attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: 10\n  timeout_iters: 500\n") !=
+        std::string::npos);
+  // The deployment file keeps it.
+  auto back = sim::DeploymentFromJson(Json::parse(sim::ToJson(d).dump()), "round trip");
+  REQUIRE(back.ok());
+  CHECK(back->engine.adp_balance);
+  CHECK(back->engine.adp_timeout_iters == 500);
+  auto bad = sim::DeploymentFromJson(Json::parse(R"({"adp_balance": {"wait": 3}})"), "x.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("adp_balance") != std::string::npos);
   d.engine.mtp_depth = 3;
   CHECK(MakeLaunchCommands(d).trtllm_yaml.find("decoding_type: MTP\n  num_nextn_predict_layers: 3") != std::string::npos);
   d.disaggregated = true;

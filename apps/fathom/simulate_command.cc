@@ -293,6 +293,12 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   dep(cmd->add_option("--reserve", e.reserve_fraction, "Fraction of HBM kept free")->capture_default_str());
   dep(cmd->add_option("--preemption", f->preemption, "recompute or swap")->capture_default_str());
   dep(cmd->add_option("--admission", f->admission, "greedy (vLLM) or reserve (TRT-LLM guaranteed no evict)")->capture_default_str());
+  dep(cmd->add_flag("--adp-balance", e.adp_balance,
+                    "TensorRT-LLM attention-DP balancing: hold new prefills until every rank has one"));
+  dep(cmd->add_option("--adp-wait-iters", e.adp_batching_wait_iters,
+                      "With --adp-balance: further iterations to batch prefills")->capture_default_str());
+  dep(cmd->add_option("--adp-timeout-iters", e.adp_timeout_iters,
+                      "With --adp-balance: iterations a prefill waits for the other ranks at most")->capture_default_str());
   dep(cmd->add_flag("--prefix-caching", e.prefix_caching, "Reuse cached prefix blocks (traces with hash ids)"));
   dep(cmd->add_option("--mtp", e.mtp_depth, "Speculative (MTP) draft tokens per step"));
   dep(cmd->add_option("--acceptance", e.acceptance, "Per-draft-token acceptance probability"));
