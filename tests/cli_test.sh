@@ -106,6 +106,9 @@ expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 10
 
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
+expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests -1
+expect 2 "--samples = 50: must be 0 (whole data sets) or >= 100" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --samples 50
+expect 2 'adp_timeout_iters = 0.000000: must be >= 1' -- simulate --adp-balance --adp-timeout-iters 0
 expect 2 "burstgpt_sample.csv:1: missing column submitter" -- calibrate --results "$data/burstgpt_sample.csv"
 expect 0 '"cost_per_million_tokens"' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
   --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --best-out "$tmp/best.json" --db "$tmp/tune.db"

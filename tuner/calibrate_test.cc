@@ -30,6 +30,22 @@ TEST_CASE("LoadPublishedResults: a bad value names file, line and column", "[tun
   std::filesystem::remove(path);
 }
 
+TEST_CASE("RunLength: the published count, else LoadGen's run length padded to whole data sets", "[tuner]") {
+  PublishedResult offline;
+  offline.scenario = "Offline";
+  offline.samples_per_s = 8.9;
+  PublishedResult server;
+  server.scenario = "Server";
+  server.target_qps = 5;
+  CalibrationSetup::Entry entry;
+  CHECK(RunLength(offline, entry, 4388, 0) == 2 * 4388);  // 1.1 x 600 x 8.9 = 5874
+  CHECK(RunLength(server, entry, 4388, 0) == 4388);       // 3000
+  CHECK(RunLength(server, entry, 1000, 0) == 3000);
+  CHECK(RunLength(server, entry, 1000, 2500) == 2500);    // the cap
+  entry.samples = 26328;
+  CHECK(RunLength(offline, entry, 4388, 0) == 26328);
+}
+
 TEST_CASE("PredictRows: simulates every calibration row under its deployment", "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
