@@ -35,6 +35,20 @@ struct BatchShape {
   // `window` is the model's sliding window (0 when it has none).
   void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }
   void Remove(const SequenceStep& s, int64_t window) { Accumulate(s, window, -1.0); }
+  // `n` one-token decode steps whose contexts sum to `context_sum`, for a model without a
+  // sliding window: the same as n Add calls.
+  void AddDecodeSteps(int64_t n, double context_sum) {
+    const double kv = context_sum + static_cast<double>(n);
+    tokens += n;
+    sequences += n;
+    sampled_tokens += n;
+    decode_tokens += n;
+    decode_sequences += n;
+    decode_pairs += kv;
+    decode_pairs_window += kv;
+    decode_kv += kv;
+    decode_kv_window += kv;
+  }
 
  private:
   // Query-key pairs of n new tokens after c cached ones: sum over i=1..n of (c + i), each term

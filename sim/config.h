@@ -53,6 +53,11 @@ struct EngineConfig {
   // them) are simulated as one batch: their times are evaluated at the first and last step and
   // summed linearly (decode cost grows linearly with context). 1 disables it.
   int64_t fast_forward = 64;
+  // Decoding sequences that step together advance implicitly (one counter per rank; completions
+  // and KV-block crossings from a heap and per-phase counts), so an iteration costs O(changes),
+  // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP,
+  // pipelines, sliding windows and token budgets below the batch limit (and tests, when false).
+  bool implicit_decode = true;
   // TensorRT-LLM's attention-DP balancing (attention_dp_config.enable_balance): new prefills wait
   // until every attention rank has one (at most `adp_timeout_iters` iterations, and never while
   // a rank has nothing to decode), then `adp_batching_wait_iters` more, so that they batch

@@ -12,8 +12,11 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
       ranks_(pool.ranks), shapes_(pool.ranks) {
   for (Rank& r : ranks_) {
     r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
+    r.cohort.phase_count.assign(config.block_tokens, 0);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
+  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && stage_free_at_.size() == 1 &&
+                     pool.sliding_window == 0 && config.max_batch <= config.max_num_tokens;
 }
 
 int64_t Engine::Outstanding(int rank) const {
@@ -71,6 +74,109 @@ void Engine::RemoveRunning(Rank& rank, int64_t slot) {
   rank.running.erase(it);
 }
 
+void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
+  auto it = std::find(rank.prefilling.begin(), rank.prefilling.end(), slot);
+  if (it != rank.prefilling.end()) rank.prefilling.erase(it);
+}
+
+int64_t Engine::Cohort::Crossings(int64_t from, int64_t to) const {
+  const int64_t period = static_cast<int64_t>(phase_count.size());
+  int64_t n = 0;
+  if (to - from >= period) {
+    int64_t all = 0;
+    for (int64_t c : phase_count) all += c;
+    n += all * ((to - from) / period);
+    from += (to - from) / period * period;
+  }
+  for (int64_t t = clock + from; t < clock + to; ++t) n += phase_count[t % period];
+  if (from == 0 && to > 0 && ahead_clock == clock) n -= ahead;
+  return n;
+}
+
+// A decoding sequence joins between steps: its KV covers `held` tokens, so it needs a new block
+// when its kv_len reaches held, then every block_tokens steps. Admission may have allocated a
+// whole block ahead (held = kv_len + block_tokens): its phase then skips the current step.
+void Engine::Join(Rank& rank, int64_t slot) {
+  Sequence& s = (*slots_)[slot];
+  Cohort& c = rank.cohort;
+  const int64_t held = s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
+  const int64_t gap = held - s.kv_len;
+  const int64_t remaining = s.output - s.generated;
+  int64_t phase = -1;
+  if (gap < remaining) {
+    FATHOM_CHECK(gap >= 0 && gap <= config_.block_tokens);
+    phase = (c.clock + gap) % config_.block_tokens;
+    ++c.phase_count[phase];
+    if (gap == config_.block_tokens) {
+      if (c.ahead_clock != c.clock) c.ahead = 0;
+      c.ahead_clock = c.clock;
+      ++c.ahead;
+    }
+  }
+  s.in_cohort = true;
+  s.cohort_mark = c.clock;
+  s.cohort_index = c.size();
+  c.members.push_back({slot, phase});
+  c.base += s.kv_len - c.clock;
+  c.completions.push({c.clock + remaining, slot});
+}
+
+void Engine::Sync(const Cohort& c, Sequence& s) const {
+  const int64_t steps = c.clock - s.cohort_mark;
+  if (steps == 0) return;
+  s.kv_len += steps;
+  s.generated += steps;
+  s.kv_high = std::max(s.kv_high, s.kv_len);
+  const int64_t blocks = (s.kv_len - s.pinned_prefix * traces::kPrefixBlockTokens + config_.block_tokens - 1) /
+                         config_.block_tokens;
+  s.owned_blocks = std::max(s.owned_blocks, blocks);
+  s.cohort_mark = c.clock;
+}
+
+void Engine::Dissolve(Rank& rank) {
+  Cohort& c = rank.cohort;
+  for (const Cohort::Member& m : c.members) {
+    Sequence& s = (*slots_)[m.slot];
+    Sync(c, s);
+    s.in_cohort = false;
+  }
+  c.members.clear();
+  c.base = 0;
+  c.ahead = 0;
+  std::fill(c.phase_count.begin(), c.phase_count.end(), 0);
+  c.completions = {};
+}
+
+// The cohort took `steps` steps; members whose last token that was leave, in admission order.
+void Engine::AdvanceCohort(Rank& rank, int64_t steps, SimTime now) {
+  Cohort& c = rank.cohort;
+  c.clock += steps;
+  counters_.decode_tokens += c.size() * steps;
+  counters_.generated_tokens += c.size() * steps;
+  std::vector<int64_t> done;
+  while (!c.completions.empty() && c.completions.top().first <= c.clock) {
+    FATHOM_CHECK(c.completions.top().first == c.clock);
+    done.push_back(c.completions.top().second);
+    c.completions.pop();
+  }
+  std::sort(done.begin(), done.end(),
+            [&](int64_t a, int64_t b) { return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order; });
+  for (int64_t slot : done) {
+    Sequence& s = (*slots_)[slot];
+    Sync(c, s);
+    const Cohort::Member m = c.members[s.cohort_index];
+    if (m.phase >= 0) --c.phase_count[m.phase];
+    c.base -= s.kv_len - c.clock;
+    c.members[s.cohort_index] = c.members.back();
+    (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
+    c.members.pop_back();
+    s.in_cohort = false;
+    ReleaseAll(rank, s);
+    RemoveRunning(rank, slot);
+    listener_->OnComplete(slot, now);
+  }
+}
+
 void Engine::ReleaseAll(Rank& rank, Sequence& s) {
   rank.kv->Release(s.owned_blocks);
   s.owned_blocks = 0;
@@ -102,6 +208,7 @@ void Engine::Preempt(Rank& rank, int64_t slot) {
   }
   ReleaseAll(rank, s);
   RemoveRunning(rank, slot);
+  RemovePrefilling(rank, slot);
   rank.waiting.push_front(slot);
 }
 
@@ -140,10 +247,30 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   s.admitted_order = admissions_++;
   rank.waiting.pop_front();
   rank.running.push_back(slot);
+  if (s.prefilling()) {
+    rank.prefilling.push_back(slot);
+  } else if (implicit_decode_) {
+    rank.loose.push_back(slot);
+  }
   return true;
 }
 
-bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int64_t* budget) {
+bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, char* cohort, int64_t* budget) {
+  Cohort& c = rank.cohort;
+  for (int64_t slot : rank.loose) Join(rank, slot);
+  rank.loose.clear();
+  if (c.size() > 0) {
+    // The whole cohort steps, unless the budget or the KV cache says otherwise: then every
+    // member goes back to the explicit path below, which picks and preempts one by one.
+    const int64_t blocks = c.Crossings(0, 1);
+    if (c.size() <= *budget && blocks <= rank.kv->Available()) {
+      FATHOM_CHECK(rank.kv->Allocate(blocks));
+      *cohort = 1;
+      *budget -= c.size();
+      return true;
+    }
+    Dissolve(rank);
+  }
   bool any = false;
   size_t i = 0;
   while (i < rank.running.size()) {
@@ -189,10 +316,10 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
     if (whole_prompts) return remaining > *budget && !entries->empty() ? 0 : remaining;
     return std::min({remaining, chunk_cap, *budget});
   };
-  for (int64_t slot : rank.running) {
+  for (int64_t slot : rank.prefilling) {
     if (*budget <= 0) return;
     Sequence& s = (*slots_)[slot];
-    if (s.in_flight || !s.prefilling()) continue;
+    if (s.in_flight) continue;
     const int64_t tokens = plan(s);
     if (tokens <= 0 || !Grow(rank, s, s.kv_len + tokens)) return;
     entries->push_back({slot, tokens, false});
@@ -208,6 +335,7 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
     const bool decode = !s.prefilling();
     const int64_t tokens = decode ? DecodeStepTokens(s) : plan(s);
     if (tokens <= 0 || tokens > *budget || !Grow(rank, s, s.kv_len + tokens)) continue;  // admitted, runs next time
+    if (decode && implicit_decode_) rank.loose.pop_back();  // runs now, explicitly
     entries->push_back({slot, tokens, decode});
     *budget -= tokens;
   }
@@ -221,16 +349,9 @@ Engine::Balance Engine::DecideBalance() const {
   if (!config_.adp_balance || ranks_.size() < 2) return {};
   bool all_prefill = true, all_decode = true, all_free = true;
   for (const Rank& rank : ranks_) {
-    int64_t decoding = 0;
+    const int64_t decoding = static_cast<int64_t>(rank.running.size() - rank.prefilling.size());
     bool prefill = !rank.waiting.empty();
-    for (int64_t slot : rank.running) {
-      const Sequence& s = (*slots_)[slot];
-      if (s.prefilling()) {
-        prefill = prefill || !s.in_flight;
-      } else {
-        ++decoding;
-      }
-    }
+    for (int64_t slot : rank.prefilling) prefill = prefill || !(*slots_)[slot].in_flight;
     all_prefill = all_prefill && prefill;
     all_decode = all_decode && decoding > 0;
     all_free = all_free && decoding < config_.max_batch;
@@ -278,30 +399,30 @@ void Engine::AdvanceBalance(const Balance& b, int64_t steps) {
   }
 }
 
-void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes, bool hold_prefills) {
+void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, char* cohort, double* swap_bytes,
+                           bool hold_prefills) {
   int64_t budget = config_.max_num_tokens;
   if (hold_prefills) {
-    AddDecodes(rank, entries, &budget);
+    AddDecodes(rank, entries, cohort, &budget);
     return;
   }
   switch (config_.scheduler) {
     case SchedulerKind::kChunked:
-      AddDecodes(rank, entries, &budget);
+      AddDecodes(rank, entries, cohort, &budget);
       AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
       break;
     case SchedulerKind::kPrefillFirst:
       AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
-      if (entries->empty()) AddDecodes(rank, entries, &budget);
+      if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
     case SchedulerKind::kDecodeFirst: {
-      int64_t decoding = 0;
-      for (int64_t slot : rank.running) decoding += !(*slots_)[slot].prefilling();
+      const auto decoding = static_cast<int64_t>(rank.running.size() - rank.prefilling.size());
       const bool crowded = 2 * static_cast<int64_t>(rank.running.size()) > config_.max_batch;
       if (decoding > 0 && (crowded || rank.waiting.empty())) {
-        AddDecodes(rank, entries, &budget);
+        AddDecodes(rank, entries, cohort, &budget);
       } else {
         AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
-        if (entries->empty()) AddDecodes(rank, entries, &budget);
+        if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       }
       break;
     }
@@ -313,46 +434,56 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap
         }
       }
       AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
-      if (entries->empty()) AddDecodes(rank, entries, &budget);
+      if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
   }
   // Every running sequence is stuck waiting for blocks (prefills never preempt): free the most
   // recently admitted one, as vLLM does, and try again.
-  for (size_t tries = rank.running.size(); entries->empty() && tries > 1; --tries) {
+  for (size_t tries = rank.running.size(); entries->empty() && !*cohort && tries > 1; --tries) {
     const bool busy = std::any_of(rank.running.begin(), rank.running.end(),
                                   [&](int64_t slot) { return (*slots_)[slot].in_flight; });
     if (busy) return;
+    Dissolve(rank);
     Preempt(rank, rank.running.back());
     budget = config_.max_num_tokens;
-    AddDecodes(rank, entries, &budget);
+    AddDecodes(rank, entries, cohort, &budget);
     AddPrefills(rank, entries, &budget, config_.scheduler != SchedulerKind::kChunked, swap_bytes);
   }
 }
 
-int64_t Engine::FastForwardSteps(const std::vector<std::vector<Entry>>& batch) const {
+int64_t Engine::FastForwardSteps(const Batch& batch) const {
   if (config_.fast_forward <= 1 || config_.mtp_depth > 0 || stage_free_at_.size() > 1) return 1;
   int64_t steps = config_.fast_forward;
-  for (size_t r = 0; r < batch.size(); ++r) {
-    int64_t blocks = 0;
-    for (const Entry& e : batch[r]) {
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    const Cohort& c = ranks_[r].cohort;
+    if (batch.cohort[r]) steps = std::min(steps, c.completions.top().first - c.clock);
+    for (const Entry& e : batch.ranks[r]) {
       if (!e.decode) return 1;
       const Sequence& s = (*slots_)[e.slot];
       steps = std::min(steps, s.output - s.generated);
     }
-    for (const Entry& e : batch[r]) {
+  }
+  steps = std::max<int64_t>(steps, 1);
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    int64_t blocks = batch.cohort[r] ? ranks_[r].cohort.Crossings(1, steps) : 0;
+    for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       blocks += std::max<int64_t>(0, ranks_[r].kv->BlocksFor(s.kv_len + steps - s.pinned_prefix * traces::kPrefixBlockTokens) -
                                          s.owned_blocks);
     }
     if (blocks > ranks_[r].kv->Available()) return 1;
   }
-  return std::max<int64_t>(steps, 1);
+  return steps;
 }
 
-void Engine::ShapeBatch(const std::vector<std::vector<Entry>>& batch, int64_t step) {
+void Engine::ShapeBatch(const Batch& batch, int64_t step) {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     shapes_[r] = models::BatchShape{};
-    for (const Entry& e : batch[r]) {
+    if (batch.cohort[r]) {
+      const Cohort& c = ranks_[r].cohort;
+      shapes_[r].AddDecodeSteps(c.size(), static_cast<double>(c.Context() + c.size() * step));
+    }
+    for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
       shapes_[r].Add({e.tokens, s.kv_len + step, e.decode, samples}, pool_.sliding_window);
@@ -369,12 +500,13 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   }
   batch.ranks.resize(ranks_.size());
   for (auto& entries : batch.ranks) entries.clear();
+  batch.cohort.assign(ranks_.size(), 0);
   double swap_bytes = 0;
   bool any = false;
   const Balance balance = DecideBalance();
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    FormRankBatch(ranks_[r], &batch.ranks[r], &swap_bytes, balance.hold);
-    any = any || !batch.ranks[r].empty();
+    FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes, balance.hold);
+    any = any || batch.cohort[r] || !batch.ranks[r].empty();
   }
   if (!any) {
     spare_batches_.push_back(std::move(batch));
@@ -384,6 +516,11 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   int64_t tokens = 0, sequences = 0;
   bool decodes = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (batch.cohort[r]) {
+      tokens += ranks_[r].cohort.size();
+      sequences += ranks_[r].cohort.size();
+      decodes = true;
+    }
     for (const Entry& e : batch.ranks[r]) {
       (*slots_)[e.slot].in_flight = true;
       tokens += e.tokens;
@@ -397,13 +534,13 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     return SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, stage).count() * draft));
   };
 
-  ShapeBatch(batch.ranks, 0);
-  int64_t steps = std::min(FastForwardSteps(batch.ranks), balance.max_steps);
+  ShapeBatch(batch, 0);
+  int64_t steps = std::min(FastForwardSteps(batch), balance.max_steps);
   SimTime t = now;
   if (steps > 1) {
     // Step j takes first + slope * j; stop after the step during which the horizon passes.
     const double first = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
-    ShapeBatch(batch.ranks, steps - 1);
+    ShapeBatch(batch, steps - 1);
     const double last = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
     const double slope = (last - first) / static_cast<double>(steps - 1);
     double total = 0;
@@ -436,16 +573,20 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     }
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    for (Entry& e : batch.ranks[r]) {
-      e.steps = steps;
-      if (steps > 1) FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
+    if (steps > 1) {
+      if (batch.cohort[r]) FATHOM_CHECK(ranks_[r].kv->Allocate(ranks_[r].cohort.Crossings(1, steps)));
+      for (Entry& e : batch.ranks[r]) {
+        FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
+      }
     }
+    for (Entry& e : batch.ranks[r]) e.steps = steps;
     peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
   AdvanceBalance(balance, steps);
   *done = t;
   stage0_busy_ = true;
   batch.id = next_batch_id_++;
+  batch.steps = steps;
   *batch_id = batch.id;
   in_flight_.push_back(std::move(batch));
   counters_.iterations += steps;
@@ -459,6 +600,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
   in_flight_.erase(it);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     Rank& rank = ranks_[r];
+    if (batch.cohort[r]) AdvanceCohort(rank, batch.steps, now);
     for (const Entry& e : batch.ranks[r]) {
       Sequence& s = (*slots_)[e.slot];
       s.in_flight = false;
@@ -471,6 +613,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         s.kv_len += e.tokens;
         s.kv_high = std::max(s.kv_high, s.kv_len);
         if (s.kv_len == s.prefill_target) {
+          RemovePrefilling(rank, e.slot);
           ++s.generated;
           ++counters_.generated_tokens;
           sampled = true;
@@ -513,6 +656,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         ReleaseAll(rank, s);
         RemoveRunning(rank, e.slot);
         listener_->OnPrefillDone(e.slot, now);
+      } else if (implicit_decode_) {
+        Join(rank, e.slot);
       }
     }
   }

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <queue>
+#include <utility>
 #include <vector>
 
 #include "base/random.h"
@@ -83,14 +85,42 @@ class Engine {
     bool decode;
     int64_t steps = 1;  // decode steps taken together (fast-forward)
   };
+  // A rank's decoding sequences while they all step together. Members' own counters stand still;
+  // the cohort counts its steps (`clock`) and knows, without visiting members, their summed
+  // context, who completes at which step and how many need a new KV block at each step.
+  struct Cohort {
+    struct Member {
+      int64_t slot;
+      int64_t phase;  // needs a new block when clock % block_tokens == phase; -1: never again
+    };
+    std::vector<Member> members;
+    int64_t clock = 0;
+    int64_t base = 0;  // sum of (kv_len - cohort_mark): summed context = base + size * clock
+    std::vector<int64_t> phase_count;  // members per phase
+    using Due = std::pair<int64_t, int64_t>;  // (clock at completion, slot)
+    std::priority_queue<Due, std::vector<Due>, std::greater<Due>> completions;
+    // Members that joined at step `ahead_clock` with a block allocated ahead: their phase is
+    // registered but they need no block at that step.
+    int64_t ahead = 0, ahead_clock = -1;
+
+    int64_t size() const { return static_cast<int64_t>(members.size()); }
+    int64_t Context() const { return base + size() * clock; }
+    // KV blocks the members need for steps clock + from .. clock + to - 1.
+    int64_t Crossings(int64_t from, int64_t to) const;
+  };
   struct Rank {
     std::unique_ptr<KvCacheManager> kv;
     std::deque<int64_t> waiting;
-    std::vector<int64_t> running;
+    std::vector<int64_t> running;     // in admission order
+    std::vector<int64_t> prefilling;  // the running ones still prefilling, in admission order
+    std::vector<int64_t> loose;       // admitted ready to decode, not yet stepped or in the cohort
+    Cohort cohort;
   };
   struct Batch {
     int64_t id = 0;
-    std::vector<std::vector<Entry>> ranks;
+    int64_t steps = 1;
+    std::vector<std::vector<Entry>> ranks;  // explicit entries
+    std::vector<char> cohort;               // whether each rank's cohort takes part
   };
 
   // What attention-DP balancing decides for the next batch: hold new prefills or not, for how
@@ -103,12 +133,13 @@ class Engine {
   Balance DecideBalance() const;
   void AdvanceBalance(const Balance& b, int64_t steps);
 
-  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, double* swap_bytes, bool hold_prefills);
+  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, char* cohort, double* swap_bytes,
+                     bool hold_prefills);
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
-  int64_t FastForwardSteps(const std::vector<std::vector<Entry>>& batch) const;
-  void ShapeBatch(const std::vector<std::vector<Entry>>& batch, int64_t step);
-  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int64_t* budget);
+  int64_t FastForwardSteps(const Batch& batch) const;
+  void ShapeBatch(const Batch& batch, int64_t step);
+  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, char* cohort, int64_t* budget);
   void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
                    double* swap_bytes);
   bool Admit(Rank& rank, int64_t slot, double* swap_bytes);
@@ -118,6 +149,13 @@ class Engine {
   int64_t DecodeStepTokens(const Sequence& s) const;
   int64_t AcceptedDrafts();
   void RemoveRunning(Rank& rank, int64_t slot);
+  void RemovePrefilling(Rank& rank, int64_t slot);
+
+  // Decode cohort (EngineConfig::implicit_decode).
+  void Join(Rank& rank, int64_t slot);
+  void Sync(const Cohort& cohort, Sequence& s) const;
+  void Dissolve(Rank& rank);  // every member back to explicit bookkeeping
+  void AdvanceCohort(Rank& rank, int64_t steps, SimTime now);
 
   int id_;
   EngineRole role_;
@@ -132,6 +170,7 @@ class Engine {
   std::vector<models::BatchShape> shapes_;
   std::vector<SimTime> stage_free_at_;
   bool stage0_busy_ = false;
+  bool implicit_decode_ = false;
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;
   int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters

@@ -311,6 +311,49 @@ TEST_CASE("Simulator: fast-forwarded decode runs match step-by-step simulation",
   CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-3));
 }
 
+TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's results", "[sim]") {
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(600);
+  auto same = [&](SimulationSpec spec, auto make_source) {
+    spec.engine.implicit_decode = spec.decode_engine.implicit_decode = true;
+    const std::string implicit = RunOk(spec, make_source()).ToJson().dump();
+    spec.engine.implicit_decode = spec.decode_engine.implicit_decode = false;
+    const std::string explicit_ = RunOk(spec, make_source()).ToJson().dump();
+    CHECK(implicit == explicit_);
+  };
+  for (SchedulerKind k : {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
+                          SchedulerKind::kDecodeFirst}) {
+    INFO(Name(k));
+    SimulationSpec spec = ds.Spec(Scenario::kServer);
+    spec.engine.scheduler = k;
+    spec.engine.max_batch = 64;
+    same(spec, [&] { return PoissonSource(data, 600, 3.0, 5); });
+  }
+  // KV pressure: cohorts dissolve for preemptions (recompute and swap) and re-form; step by step,
+  // since fast-forward checks KV per rank more exactly with the cohort.
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    for (SchedulerKind k : {SchedulerKind::kChunked, SchedulerKind::kStatic}) {
+      SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/60000);
+      spec.engine.preemption = mode;
+      spec.engine.scheduler = k;
+      spec.engine.fast_forward = 1;
+      same(spec, [&] { return OfflineSource(data, 600, 1); });
+    }
+  }
+  SimulationSpec reserve = ds.Spec(Scenario::kOffline, 60000);
+  reserve.engine.admission = AdmissionPolicy::kReserve;
+  same(reserve, [&] { return OfflineSource(data, 600, 1); });
+  // Disaggregated decode instances admit sequences ready to decode (KV allocated a block ahead
+  // when the prompt fills whole blocks).
+  SimulationSpec disagg = ds.Spec(Scenario::kServer, 200000);
+  disagg.decode_pool = disagg.pool;
+  disagg.decode_engine = disagg.engine;
+  disagg.disagg.kv_link_bytes_per_s = 50e9;
+  disagg.total_gpus = 16;
+  same(disagg, [&] { return PoissonSource(data, 600, 3.0, 6); });
+}
+
 TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
   DeepSeek ds;
   auto data = MlperfSet();
@@ -360,19 +403,23 @@ TEST_CASE("Simulator: MTP speculative decoding produces several tokens per step"
 
 TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]") {
   DeepSeek ds;
-  auto reader = traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
-  REQUIRE(reader.ok());
-  traces::TransformOptions head;
-  head.head = 2000;
-  auto trace = traces::Transform(std::move(*reader), head);
-  SimulationSpec spec = ds.Spec(Scenario::kReplay);
-  spec.engine.prefix_caching = true;
-  spec.router = RouterKind::kPrefixAware;
-  const SimulationResult r = RunOk(spec, ReplaySource(std::move(trace)));
+  auto run = [&](bool implicit_decode) {
+    auto reader = traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
+    REQUIRE(reader.ok());
+    traces::TransformOptions head;
+    head.head = 2000;
+    SimulationSpec spec = ds.Spec(Scenario::kReplay);
+    spec.engine.prefix_caching = true;
+    spec.engine.implicit_decode = implicit_decode;
+    spec.router = RouterKind::kPrefixAware;
+    return RunOk(spec, ReplaySource(traces::Transform(std::move(*reader), head)));
+  };
+  const SimulationResult r = run(true);
   CHECK(r.completed_requests == 2000);
   CHECK(r.prefix_hit_rate > 0.2);
   CHECK(r.counters.cached_tokens > 0);
   CHECK(r.counters.prefill_tokens + r.counters.cached_tokens == r.input_tokens + r.counters.recomputed_tokens);
+  CHECK(r.ToJson().dump() == run(false).ToJson().dump());  // shared prefix blocks in the cohort
 }
 
 TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[sim]") {
