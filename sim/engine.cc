@@ -12,11 +12,9 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
       ranks_(pool.ranks), shapes_(pool.ranks) {
   for (Rank& r : ranks_) {
     r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
-    r.cohort.phase_count.assign(config.block_tokens, 0);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
-  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && stage_free_at_.size() == 1 &&
-                     pool.sliding_window == 0 && config.max_batch <= config.max_num_tokens;
+  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0 && config.max_batch <= config.max_num_tokens;
 }
 
 int64_t Engine::Outstanding(int rank) const {
@@ -96,9 +94,9 @@ int64_t Engine::Cohort::Crossings(int64_t from, int64_t to) const {
 // A decoding sequence joins between steps: its KV covers `held` tokens, so it needs a new block
 // when its kv_len reaches held, then every block_tokens steps. Admission may have allocated a
 // whole block ahead (held = kv_len + block_tokens): its phase then skips the current step.
-void Engine::Join(Rank& rank, int64_t slot) {
+void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   Sequence& s = (*slots_)[slot];
-  Cohort& c = rank.cohort;
+  Cohort& c = rank.cohorts[cohort];
   const int64_t held = s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
   const int64_t gap = held - s.kv_len;
   const int64_t remaining = s.output - s.generated;
@@ -113,7 +111,7 @@ void Engine::Join(Rank& rank, int64_t slot) {
       ++c.ahead;
     }
   }
-  s.in_cohort = true;
+  s.cohort = cohort;
   s.cohort_mark = c.clock;
   s.cohort_index = c.size();
   c.members.push_back({slot, phase});
@@ -133,12 +131,12 @@ void Engine::Sync(const Cohort& c, Sequence& s) const {
   s.cohort_mark = c.clock;
 }
 
-void Engine::Dissolve(Rank& rank) {
-  Cohort& c = rank.cohort;
+void Engine::Dissolve(Rank& rank, int cohort) {
+  Cohort& c = rank.cohorts[cohort];
   for (const Cohort::Member& m : c.members) {
     Sequence& s = (*slots_)[m.slot];
     Sync(c, s);
-    s.in_cohort = false;
+    s.cohort = -1;
   }
   c.members.clear();
   c.base = 0;
@@ -147,9 +145,38 @@ void Engine::Dissolve(Rank& rank) {
   c.completions = {};
 }
 
+// The cohort the next batch's decodes can use: idle cohorts (not in a batch in flight) merge
+// into the largest; a new one is made when every cohort is in flight.
+int Engine::IdleCohort(Rank& rank) {
+  int target = -1;
+  for (int i = 0; i < static_cast<int>(rank.cohorts.size()); ++i) {
+    const Cohort& c = rank.cohorts[i];
+    if (!c.in_flight && (target < 0 || c.size() > rank.cohorts[target].size())) target = i;
+  }
+  if (target < 0) {
+    target = static_cast<int>(rank.cohorts.size());
+    rank.cohorts.emplace_back();
+    rank.cohorts.back().phase_count.assign(config_.block_tokens, 0);
+    return target;
+  }
+  for (int i = 0; i < static_cast<int>(rank.cohorts.size()); ++i) {
+    if (i == target || rank.cohorts[i].in_flight || rank.cohorts[i].size() == 0) continue;
+    std::vector<int64_t> moved;
+    for (const Cohort::Member& m : rank.cohorts[i].members) moved.push_back(m.slot);
+    Dissolve(rank, i);
+    for (int64_t slot : moved) Join(rank, target, slot);
+  }
+  return target;
+}
+
+bool Engine::Busy(const Rank& rank, const Sequence& s) const {
+  return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
+}
+
 // The cohort took `steps` steps; members whose last token that was leave, in admission order.
-void Engine::AdvanceCohort(Rank& rank, int64_t steps, SimTime now) {
-  Cohort& c = rank.cohort;
+void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
+  Cohort& c = rank.cohorts[cohort];
+  c.in_flight = false;
   c.clock += steps;
   counters_.decode_tokens += c.size() * steps;
   counters_.generated_tokens += c.size() * steps;
@@ -170,7 +197,7 @@ void Engine::AdvanceCohort(Rank& rank, int64_t steps, SimTime now) {
     c.members[s.cohort_index] = c.members.back();
     (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
     c.members.pop_back();
-    s.in_cohort = false;
+    s.cohort = -1;
     ReleaseAll(rank, s);
     RemoveRunning(rank, slot);
     listener_->OnComplete(slot, now);
@@ -255,28 +282,32 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   return true;
 }
 
-bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, char* cohort, int64_t* budget) {
-  Cohort& c = rank.cohort;
-  for (int64_t slot : rank.loose) Join(rank, slot);
-  rank.loose.clear();
-  if (c.size() > 0) {
-    // The whole cohort steps, unless the budget or the KV cache says otherwise: then every
-    // member goes back to the explicit path below, which picks and preempts one by one.
-    const int64_t blocks = c.Crossings(0, 1);
-    if (c.size() <= *budget && blocks <= rank.kv->Available()) {
-      FATHOM_CHECK(rank.kv->Allocate(blocks));
-      *cohort = 1;
-      *budget -= c.size();
-      return true;
+bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget) {
+  if (implicit_decode_) {
+    const int idle = IdleCohort(rank);
+    for (int64_t slot : rank.loose) Join(rank, idle, slot);
+    rank.loose.clear();
+    Cohort& c = rank.cohorts[idle];
+    if (c.size() > 0) {
+      // The whole cohort steps, unless the budget or the KV cache says otherwise: then every
+      // member goes back to the explicit path below, which picks and preempts one by one.
+      const int64_t blocks = c.Crossings(0, 1);
+      if (c.size() <= *budget && blocks <= rank.kv->Available()) {
+        FATHOM_CHECK(rank.kv->Allocate(blocks));
+        c.in_flight = true;
+        *cohort = idle;
+        *budget -= c.size();
+        return true;
+      }
+      Dissolve(rank, idle);
     }
-    Dissolve(rank);
   }
   bool any = false;
   size_t i = 0;
   while (i < rank.running.size()) {
     const int64_t slot = rank.running[i];
     Sequence& s = (*slots_)[slot];
-    if (s.in_flight || s.prefilling()) {
+    if (Busy(rank, s) || s.prefilling()) {
       ++i;
       continue;
     }
@@ -287,7 +318,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, char* cohort, i
       // Out of blocks: preempt the most recently admitted sequence not yet in this batch.
       size_t victim = rank.running.size();
       for (size_t j = rank.running.size(); j-- > i + 1;) {
-        if (!(*slots_)[rank.running[j]].in_flight) {
+        if (!Busy(rank, (*slots_)[rank.running[j]])) {
           victim = j;
           break;
         }
@@ -399,7 +430,7 @@ void Engine::AdvanceBalance(const Balance& b, int64_t steps) {
   }
 }
 
-void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, char* cohort, double* swap_bytes,
+void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
                            bool hold_prefills) {
   int64_t budget = config_.max_num_tokens;
   if (hold_prefills) {
@@ -439,11 +470,11 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, char* cohort
   }
   // Every running sequence is stuck waiting for blocks (prefills never preempt): free the most
   // recently admitted one, as vLLM does, and try again.
-  for (size_t tries = rank.running.size(); entries->empty() && !*cohort && tries > 1; --tries) {
+  for (size_t tries = rank.running.size(); entries->empty() && *cohort < 0 && tries > 1; --tries) {
     const bool busy = std::any_of(rank.running.begin(), rank.running.end(),
-                                  [&](int64_t slot) { return (*slots_)[slot].in_flight; });
+                                  [&](int64_t slot) { return Busy(rank, (*slots_)[slot]); });
     if (busy) return;
-    Dissolve(rank);
+    for (int c = 0; c < static_cast<int>(rank.cohorts.size()); ++c) Dissolve(rank, c);
     Preempt(rank, rank.running.back());
     budget = config_.max_num_tokens;
     AddDecodes(rank, entries, cohort, &budget);
@@ -455,8 +486,10 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   if (config_.fast_forward <= 1 || config_.mtp_depth > 0 || stage_free_at_.size() > 1) return 1;
   int64_t steps = config_.fast_forward;
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    const Cohort& c = ranks_[r].cohort;
-    if (batch.cohort[r]) steps = std::min(steps, c.completions.top().first - c.clock);
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      steps = std::min(steps, c.completions.top().first - c.clock);
+    }
     for (const Entry& e : batch.ranks[r]) {
       if (!e.decode) return 1;
       const Sequence& s = (*slots_)[e.slot];
@@ -465,7 +498,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   }
   steps = std::max<int64_t>(steps, 1);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    int64_t blocks = batch.cohort[r] ? ranks_[r].cohort.Crossings(1, steps) : 0;
+    int64_t blocks = batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       blocks += std::max<int64_t>(0, ranks_[r].kv->BlocksFor(s.kv_len + steps - s.pinned_prefix * traces::kPrefixBlockTokens) -
@@ -479,8 +512,8 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
 void Engine::ShapeBatch(const Batch& batch, int64_t step) {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     shapes_[r] = models::BatchShape{};
-    if (batch.cohort[r]) {
-      const Cohort& c = ranks_[r].cohort;
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
       shapes_[r].AddDecodeSteps(c.size(), static_cast<double>(c.Context() + c.size() * step));
     }
     for (const Entry& e : batch.ranks[r]) {
@@ -500,13 +533,13 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   }
   batch.ranks.resize(ranks_.size());
   for (auto& entries : batch.ranks) entries.clear();
-  batch.cohort.assign(ranks_.size(), 0);
+  batch.cohort.assign(ranks_.size(), -1);
   double swap_bytes = 0;
   bool any = false;
   const Balance balance = DecideBalance();
   for (size_t r = 0; r < ranks_.size(); ++r) {
     FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes, balance.hold);
-    any = any || batch.cohort[r] || !batch.ranks[r].empty();
+    any = any || batch.cohort[r] >= 0 || !batch.ranks[r].empty();
   }
   if (!any) {
     spare_batches_.push_back(std::move(batch));
@@ -516,9 +549,9 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   int64_t tokens = 0, sequences = 0;
   bool decodes = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    if (batch.cohort[r]) {
-      tokens += ranks_[r].cohort.size();
-      sequences += ranks_[r].cohort.size();
+    if (batch.cohort[r] >= 0) {
+      tokens += ranks_[r].cohorts[batch.cohort[r]].size();
+      sequences += ranks_[r].cohorts[batch.cohort[r]].size();
       decodes = true;
     }
     for (const Entry& e : batch.ranks[r]) {
@@ -574,7 +607,9 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (steps > 1) {
-      if (batch.cohort[r]) FATHOM_CHECK(ranks_[r].kv->Allocate(ranks_[r].cohort.Crossings(1, steps)));
+      if (batch.cohort[r] >= 0) {
+        FATHOM_CHECK(ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
+      }
       for (Entry& e : batch.ranks[r]) {
         FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
       }
@@ -600,7 +635,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
   in_flight_.erase(it);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     Rank& rank = ranks_[r];
-    if (batch.cohort[r]) AdvanceCohort(rank, batch.steps, now);
+    if (batch.cohort[r] >= 0) AdvanceCohort(rank, batch.cohort[r], batch.steps, now);
+    int joins = batch.cohort[r];  // where this batch's decoders continue
     for (const Entry& e : batch.ranks[r]) {
       Sequence& s = (*slots_)[e.slot];
       s.in_flight = false;
@@ -657,7 +693,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         RemoveRunning(rank, e.slot);
         listener_->OnPrefillDone(e.slot, now);
       } else if (implicit_decode_) {
-        Join(rank, e.slot);
+        if (joins < 0) joins = IdleCohort(rank);
+        Join(rank, joins, e.slot);
       }
     }
   }

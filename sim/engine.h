@@ -94,6 +94,7 @@ class Engine {
       int64_t phase;  // needs a new block when clock % block_tokens == phase; -1: never again
     };
     std::vector<Member> members;
+    bool in_flight = false;  // part of a batch in the pipeline
     int64_t clock = 0;
     int64_t base = 0;  // sum of (kv_len - cohort_mark): summed context = base + size * clock
     std::vector<int64_t> phase_count;  // members per phase
@@ -114,13 +115,13 @@ class Engine {
     std::vector<int64_t> running;     // in admission order
     std::vector<int64_t> prefilling;  // the running ones still prefilling, in admission order
     std::vector<int64_t> loose;       // admitted ready to decode, not yet stepped or in the cohort
-    Cohort cohort;
+    std::vector<Cohort> cohorts;  // more than one with pipeline stages (one per batch in flight)
   };
   struct Batch {
     int64_t id = 0;
     int64_t steps = 1;
     std::vector<std::vector<Entry>> ranks;  // explicit entries
-    std::vector<char> cohort;               // whether each rank's cohort takes part
+    std::vector<int> cohort;                // each rank's cohort taking part, or -1
   };
 
   // What attention-DP balancing decides for the next batch: hold new prefills or not, for how
@@ -133,13 +134,13 @@ class Engine {
   Balance DecideBalance() const;
   void AdvanceBalance(const Balance& b, int64_t steps);
 
-  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, char* cohort, double* swap_bytes,
+  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
                      bool hold_prefills);
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   int64_t FastForwardSteps(const Batch& batch) const;
   void ShapeBatch(const Batch& batch, int64_t step);
-  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, char* cohort, int64_t* budget);
+  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
   void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
                    double* swap_bytes);
   bool Admit(Rank& rank, int64_t slot, double* swap_bytes);
@@ -152,10 +153,12 @@ class Engine {
   void RemovePrefilling(Rank& rank, int64_t slot);
 
   // Decode cohort (EngineConfig::implicit_decode).
-  void Join(Rank& rank, int64_t slot);
+  void Join(Rank& rank, int cohort, int64_t slot);
   void Sync(const Cohort& cohort, Sequence& s) const;
-  void Dissolve(Rank& rank);  // every member back to explicit bookkeeping
-  void AdvanceCohort(Rank& rank, int64_t steps, SimTime now);
+  void Dissolve(Rank& rank, int cohort);  // every member back to explicit bookkeeping
+  int IdleCohort(Rank& rank);
+  void AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now);
+  bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
 
   int id_;
   EngineRole role_;

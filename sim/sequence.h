@@ -30,9 +30,9 @@ struct Sequence {
   int instance = 0;
   int rank = 0;
   int64_t admitted_order = 0;  // preemption picks the most recently admitted
-  // In its rank's decode cohort: kv_len, generated and owned_blocks are as of cohort step
-  // `cohort_mark` (Engine::Sync brings them up to date).
-  bool in_cohort = false;
+  // In one of its rank's decode cohorts (>= 0): kv_len, generated and owned_blocks are as of
+  // that cohort's step `cohort_mark` (Engine::Sync brings them up to date).
+  int cohort = -1;
   int64_t cohort_mark = 0;
   int64_t cohort_index = 0;  // position in the cohort's member list
   std::vector<uint64_t> prefix;  // prompt prefix-block ids (Mooncake hash_ids)

@@ -67,7 +67,7 @@ struct DeepSeek {
   std::unique_ptr<models::RooflineModel> time;
   models::MemoryPlan plan;
 
-  DeepSeek() {
+  explicit DeepSeek(models::ParallelLayout l = {8, 8, 1, 8, 8}) : layout(l) {
     model = *models::LoadModel("deepseek-r1");
     hw = *(*models::HardwareCatalog::LoadBuiltin()).Find("b200");
     time = std::make_unique<models::RooflineModel>(model, hw, layout, precision);
@@ -79,7 +79,7 @@ struct DeepSeek {
   SimulationSpec Spec(Scenario scenario, int64_t kv_tokens = 0) const {
     SimulationSpec spec;
     spec.pool.time = time.get();
-    spec.pool.ranks = 8;
+    spec.pool.ranks = layout.attn_dp;
     spec.pool.kv_blocks_per_rank = (kv_tokens > 0 ? kv_tokens : plan.kv_capacity_tokens) / 32;
     spec.pool.kv_bytes_per_token = plan.kv_bytes_per_token;
     spec.engine.max_batch = 512;
@@ -352,6 +352,10 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   disagg.disagg.kv_link_bytes_per_s = 50e9;
   disagg.total_gpus = 16;
   same(disagg, [&] { return PoissonSource(data, 600, 3.0, 6); });
+  // Pipeline stages: one cohort per microbatch in flight; under KV pressure too.
+  const DeepSeek pipelined({8, 4, 2, 4, 1});
+  same(pipelined.Spec(Scenario::kServer), [&] { return PoissonSource(data, 600, 3.0, 7); });
+  same(pipelined.Spec(Scenario::kOffline, 60000), [&] { return OfflineSource(data, 600, 1); });
 }
 
 TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
