@@ -119,7 +119,9 @@ std::optional<double> MeasuredGemms::Seconds(DType dtype, int64_t m, int64_t n, 
 CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
                                  const Precision& precision, const CostParams& params,
                                  std::shared_ptr<const MeasuredGemms> measured)
-    : OperatorTimeModel(m, layout, precision), hw_(hw), layout_(layout), p_(params), measured_(std::move(measured)) {}
+    : OperatorTimeModel(m, layout, precision), hw_(hw), layout_(layout), p_(params), measured_(std::move(measured)) {
+  set_monotone(measured_ == nullptr);
+}
 
 double CalibratedModel::OpSeconds(const Operator& op) const {
   const double floor = p_.kernel_floor_us * 1e-6;

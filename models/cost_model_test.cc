@@ -72,6 +72,27 @@ TEST_CASE("CalibratedModel: iteration time grows with batch and with context", "
   CHECK(model.StageTime(ranks, 0) > roofline.StageTime(ranks, 0));
 }
 
+TEST_CASE("CalibratedModel: timing only undominated ranks gives the slowest rank's time", "[models]") {
+  Setup s;
+  CalibratedModel fast(s.model, s.hw, s.layout, s.precision, CostParams{});
+  CalibratedModel every(s.model, s.hw, s.layout, s.precision, CostParams{});
+  every.set_monotone(false);
+  Rng rng(3);
+  int skipped_some = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<BatchShape> ranks(8);
+    for (BatchShape& r : ranks) {
+      const int decodes = static_cast<int>(rng.Uniform() * 64);
+      for (int i = 0; i < decodes; ++i) r.Add({1, 1 + static_cast<int64_t>(rng.Uniform() * 8000), true, true}, 0);
+      if (rng.Uniform() < 0.3) r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), 0, false, true}, 0);
+    }
+    if (trial % 4 == 0) ranks[1] = ranks[0];  // equal shapes
+    CHECK(fast.StageTime(ranks, 0) == every.StageTime(ranks, 0));
+    for (size_t i = 1; i < ranks.size(); ++i) skipped_some += NoMoreWork(ranks[i], ranks[0]);
+  }
+  CHECK(skipped_some > 0);
+}
+
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
   auto db = PerfDb::Open(":memory:");
   REQUIRE(db.ok());

@@ -7,6 +7,16 @@ namespace fathom::models {
 OperatorTimeModel::OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout, const Precision& precision)
     : builder_(m, layout, precision) {}
 
+bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
+  return a.tokens <= b.tokens && a.sequences <= b.sequences && a.sampled_tokens <= b.sampled_tokens &&
+         a.prefill_tokens <= b.prefill_tokens && a.prefill_pairs <= b.prefill_pairs &&
+         a.prefill_pairs_window <= b.prefill_pairs_window && a.prefill_cached <= b.prefill_cached &&
+         a.prefill_cached_window <= b.prefill_cached_window && a.decode_tokens <= b.decode_tokens &&
+         a.decode_sequences <= b.decode_sequences && a.decode_pairs <= b.decode_pairs &&
+         a.decode_pairs_window <= b.decode_pairs_window && a.decode_kv <= b.decode_kv &&
+         a.decode_kv_window <= b.decode_kv_window;
+}
+
 SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
   int64_t group_tokens = 0, sequences = 0;
   for (const auto& r : ranks) {
@@ -15,7 +25,17 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   }
   if (group_tokens == 0) return SimTime(0);
   double slowest = 0.0;
-  for (const auto& r : ranks) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const BatchShape& r = ranks[i];
+    // A rank with no more work than another in any respect cannot be the slowest: operator
+    // times are monotone in every shape field (equal shapes: the first one counts).
+    if (monotone_) {
+      bool dominated = false;
+      for (size_t j = 0; j < ranks.size() && !dominated; ++j) {
+        dominated = j != i && NoMoreWork(r, ranks[j]) && (j < i || !NoMoreWork(ranks[j], r));
+      }
+      if (dominated) continue;
+    }
     builder_.Build(r, MoeInput{group_tokens}, stage, &scratch_);
     double t = 0.0;
     for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);

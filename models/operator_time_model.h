@@ -24,6 +24,9 @@ class OperatorTimeModel : public ExecutionTimeModel {
   // Seconds for one instance of `op` (the iteration runs it op.count times).
   virtual double OpSeconds(const Operator& op) const = 0;
   const OperatorBuilder& builder() const { return builder_; }
+  // False when some operator's time may fall as its shape grows (interpolated measurements):
+  // then every rank is timed, not only those no other rank dominates.
+  void set_monotone(bool monotone) { monotone_ = monotone; }
 
  protected:
   // Time an iteration spends beyond its operators (scheduling, sampling, host work).
@@ -32,7 +35,11 @@ class OperatorTimeModel : public ExecutionTimeModel {
  private:
   OperatorBuilder builder_;
   mutable std::vector<Operator> scratch_;
+  bool monotone_ = true;
 };
+
+// Whether shape `a` has no more of anything than `b` (so its operators take no longer).
+bool NoMoreWork(const BatchShape& a, const BatchShape& b);
 
 // A collective: alpha + bytes x the ring algorithm's factor / link bandwidth, over the scale-up
 // link when the group fits in one scale-up domain (datasheets give that for both directions

@@ -12,6 +12,7 @@
 
 #include "base/files.h"
 #include "base/stats.h"
+#include "sim/mlperf.h"
 #include "sim/simulator.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
@@ -165,10 +166,8 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
   if (entry.samples > 0) {
     n = entry.samples;  // the submitter's published sample count
   } else {
-    // LoadGen: Offline pre-generates 1.1 x 600 s x the expected rate; Server issues 600 s of
-    // arrivals; equal issue pads both to whole data sets.
-    const double wanted = row.offline() ? 1.1 * 600.0 * row.samples_per_s : 600.0 * row.target_qps;
-    n = traces::EqualIssueCount(dataset_size, static_cast<int64_t>(std::ceil(wanted)));
+    n = row.offline() ? sim::LoadGenOfflineSamples(dataset_size, row.samples_per_s)
+                      : sim::LoadGenServerSamples(dataset_size, row.target_qps);
   }
   return max_requests > 0 ? std::min(n, max_requests) : n;
 }

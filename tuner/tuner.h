@@ -19,7 +19,7 @@ namespace fathom::tuner {
 struct TuneOptions {
   SearchSpace space;
   std::vector<traces::Request> dataset;  // the workload's samples
-  int64_t offline_samples = 0;           // Offline run length; 0 = the data set's size
+  int64_t offline_samples = 0;           // Offline run length; 0 = LoadGen's (1.1 x 600 s)
   // Server-type scenarios: each QPS probe issues requests for this long (MLPerf's minimum run;
   // shorter probes never fill the system with long-output requests and look better than they
   // are), at least probe_min_samples and at most probe_max_samples requests.

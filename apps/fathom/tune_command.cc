@@ -218,7 +218,7 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")->delimiter(',')->capture_default_str();
   cmd->add_flag("--no-disagg", f->no_disagg, "Skip disaggregated prefill/decode candidates");
   cmd->add_flag("--no-prune", f->no_prune, "Simulate every feasible candidate (no bound pruning)");
-  cmd->add_option("--samples", f->options.offline_samples, "Offline: requests per run (default: the data set)");
+  cmd->add_option("--samples", f->options.offline_samples, "Offline: requests per run (default: whole data sets, at least six and LoadGen's 1.1 x 600 s at the rate one pass reaches)");
   cmd->add_option("--dataset-samples", f->dataset_samples, "Draw this many samples from the trace (seeded)");
   cmd->add_option("--probe-duration", f->options.probe_duration_s, "Server: seconds of arrivals per QPS probe")
       ->capture_default_str();
