@@ -17,8 +17,8 @@ struct SearchSpace {
   std::string hardware = "b200";
   int gpus = 8;
   sim::Scenario scenario = sim::Scenario::kOffline;
-  std::vector<std::string> weights;  // empty: the best the GPU runs natively (fp4, else fp8)
-  std::vector<std::string> kv = {"fp8"};
+  std::vector<std::string> weights;  // empty: what the GPU runs natively (fp4 and fp8, else fp8)
+  std::vector<std::string> kv = {"fp8", "bf16"};
   std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024};
   std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
   bool disaggregated = true;  // also try prefill/decode pools splitting the GPUs

@@ -212,7 +212,7 @@ void RegisterTune(CLI::App& app, Status* result) {
   AddTraceReadFlags(cmd, &f->read);
   cmd->add_option("--ttft-ms", f->options.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--tpot-ms", f->options.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
-  cmd->add_option("--weights", s.weights, "Weight formats to try (default: fp4 where supported, else fp8)")->delimiter(',');
+  cmd->add_option("--weights", s.weights, "Weight formats to try (default: fp4 and fp8 where fp4 is supported, else fp8)")->delimiter(',');
   cmd->add_option("--kv", s.kv, "KV-cache formats to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--max-batch", s.max_batch, "Batch limits to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")->delimiter(',')->capture_default_str();
