@@ -180,6 +180,7 @@ void Simulator::Issue(const traces::Request& r) {
   ++issued_;
   peak_in_system_ = std::max(peak_in_system_, in_system_);
   last_issue_ = now;
+  if (Watching()) deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
   engines_[engine]->Enqueue(rank, slot);
   if (event_log_) {
@@ -196,8 +197,35 @@ void Simulator::CountViolation(int64_t* violations) {
   if (stop > 0 && *violations >= stop) stopped_ = true;
 }
 
+bool Simulator::Watching() const { return limits_ && spec_.scenario.stop_after_violations > 0; }
+
+// A request still waiting for its first token past the TTFT limit, or still generating past
+// first token + limit x (output - 1), breaks the limit whatever happens next: count it now.
+void Simulator::CountCertainViolations(SimTime now) {
+  while (!deadlines_.empty() && deadlines_.top().at < now) {
+    const Deadline d = deadlines_.top();
+    deadlines_.pop();
+    Sequence& s = slots_[d.slot];
+    if (s.issue_index != d.issue_index || s.finished) continue;
+    if (!d.tpot && !s.has_first_token) {
+      s.ttft_violation_counted = true;
+      CountViolation(&ttft_violations_);
+    } else if (d.tpot) {
+      s.tpot_violation_counted = true;
+      CountViolation(&tpot_violations_);
+    }
+  }
+}
+
 void Simulator::OnFirstToken(int64_t slot, SimTime t) {
-  if (limits_ && ToMillis(t - slots_[slot].scheduled) > limits_->ttft_ms) CountViolation(&ttft_violations_);
+  Sequence& s = slots_[slot];
+  if (limits_ && ToMillis(t - s.scheduled) > limits_->ttft_ms && !s.ttft_violation_counted) {
+    CountViolation(&ttft_violations_);
+  }
+  if (Watching() && s.output > 1) {
+    deadlines_.push({t + FromSeconds(limits_->tpot_ms * 1e-3 * static_cast<double>(s.output - 1)), s.issue_index,
+                     slot, true});
+  }
   if (event_log_) {
     std::fprintf(event_log_, "%.9f first_token request=%lld\n", ToSeconds(t),
                  static_cast<long long>(slots_[slot].request_id));
@@ -213,8 +241,9 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   if (s.output > 1) {
     const double tpot = (e2e - ttft) / static_cast<double>(s.output - 1);
     tpot_ms_.push_back(static_cast<float>(tpot));
-    if (limits_ && tpot > limits_->tpot_ms) CountViolation(&tpot_violations_);
+    if (limits_ && tpot > limits_->tpot_ms && !s.tpot_violation_counted) CountViolation(&tpot_violations_);
   }
+  s.finished = true;
   output_tokens_ += s.output;
   input_tokens_ += s.input;
   last_completion_ = t;
@@ -285,6 +314,10 @@ Result<SimulationResult> Simulator::Run() {
   }
   while (!queue_.empty() && !stopped_) {
     const Event e = queue_.Pop();
+    if (Watching()) {
+      CountCertainViolations(e.time);
+      if (stopped_) break;
+    }
     if (e.kind == EventKind::kArrival || e.kind == EventKind::kKvArrived) pending_times_.erase(pending_times_.find(e.time));
     switch (e.kind) {
       case EventKind::kArrival: {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -115,6 +116,16 @@ class Simulator : public EngineListener {
 
   // Metrics.
   void CountViolation(int64_t* violations);  // sets stopped_ at stop_after_violations
+  bool Watching() const;  // counting violations as soon as they are certain (stop_after_violations)
+  void CountCertainViolations(SimTime now);
+  struct Deadline {
+    SimTime at;
+    int64_t issue_index;
+    int64_t slot;
+    bool tpot;  // else TTFT
+    bool operator>(const Deadline& o) const { return at > o.at; }
+  };
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines_;
   std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;
   int64_t output_tokens_ = 0, input_tokens_ = 0;
   SimTime last_completion_{0};

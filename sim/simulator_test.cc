@@ -198,6 +198,25 @@ TEST_CASE("Simulator: a run stops once its p99 limits cannot be met, and only th
   CHECK(under.ToJson().dump() == plain.ToJson().dump());
 }
 
+TEST_CASE("Simulator: a violation counts as soon as it is certain, before the request ends", "[sim]") {
+  FakeTime time(0.01, false);  // 10 ms per token
+  SimulationSpec spec = SingleSlot(&time);
+  spec.scenario.ttft_limit_ms = 1e6;
+  spec.scenario.tpot_limit_ms = 5;
+  spec.scenario.stop_after_violations = 1;
+  // The first request's TPOT is certainly over 5 ms once 5 ms x 999 have passed since its first
+  // token, about 5 s before it would complete.
+  const SimulationResult r = RunOk(spec, PoissonSource(Dataset(1, 10, 1000), 50, 1.0, 3));
+  CHECK(r.stopped_early);
+  CHECK(r.completed_requests == 0);
+  // A TTFT that cannot be met counts while the request still waits.
+  spec.scenario.ttft_limit_ms = 50;
+  spec.scenario.tpot_limit_ms = 1e6;
+  const SimulationResult waits = RunOk(spec, PoissonSource(Dataset(1, 10, 1000), 50, 50.0, 3));
+  CHECK(waits.stopped_early);
+  CHECK(waits.completed_requests == 0);
+}
+
 TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)", "[sim]") {
   const double service = 0.01, lambda = 70.0;  // rho = 0.7
   FakeTime time(service, false);
