@@ -6,11 +6,10 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <tuple>
 
 #include "base/files.h"
+#include "base/parallel.h"
 #include "base/stats.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
@@ -212,44 +211,29 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
     run_of_row.push_back(it->second);
   }
 
-  std::mutex mu;
-  size_t next = 0;
-  auto worker = [&] {
-    while (true) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next == runs.size()) return;
-        i = next++;
-      }
-      Run& run = runs[i];
-      auto resolved = sim::Resolve(run.entry->deployment, catalog, make_time);
-      if (!resolved.ok()) {
-        run.result = resolved.status();
-        continue;
-      }
-      sim::ScenarioConfig sc;
-      sc.min_duration_s = 0;
-      std::unique_ptr<sim::RequestSource> source;
-      if (run.offline) {
-        sc.scenario = sim::Scenario::kOffline;
-        source = sim::OfflineSource(*run.workload, run.n, 1);
-      } else {
-        sc.scenario = sim::Scenario::kServer;
-        sc.qps = run.qps;
-        source = sim::PoissonSource(*run.workload, run.n, run.qps, 1);
-      }
-      (*resolved)->spec.scenario = sc;
-      run.layout = (*resolved)->layout.ToString();
-      sim::Simulator simulator(std::move((*resolved)->spec), std::move(source));
-      run.result = simulator.Run();
+  ParallelFor(runs.size(), jobs, [&](size_t i) {
+    Run& run = runs[i];
+    auto resolved = sim::Resolve(run.entry->deployment, catalog, make_time);
+    if (!resolved.ok()) {
+      run.result = resolved.status();
+      return;
     }
-  };
-  std::vector<std::thread> threads;
-  const int workers = std::clamp<int>(jobs > 0 ? jobs : static_cast<int>(std::thread::hardware_concurrency()), 1,
-                                      static_cast<int>(runs.size()));
-  for (int j = 0; j < workers; ++j) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+    sim::ScenarioConfig sc;
+    sc.min_duration_s = 0;
+    std::unique_ptr<sim::RequestSource> source;
+    if (run.offline) {
+      sc.scenario = sim::Scenario::kOffline;
+      source = sim::OfflineSource(*run.workload, run.n, 1);
+    } else {
+      sc.scenario = sim::Scenario::kServer;
+      sc.qps = run.qps;
+      source = sim::PoissonSource(*run.workload, run.n, run.qps, 1);
+    }
+    (*resolved)->spec.scenario = sc;
+    run.layout = (*resolved)->layout.ToString();
+    sim::Simulator simulator(std::move((*resolved)->spec), std::move(source));
+    run.result = simulator.Run();
+  });
 
   std::vector<RowPrediction> out;
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -10,8 +10,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
 
+#include "base/parallel.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
 
@@ -287,61 +287,52 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bound > b.bound; });
 
   std::vector<std::optional<CandidateResult>> results(items.size());
-  std::atomic<size_t> next{0};
   std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
   std::mutex mu;
   double best = 0;
   Status failure;
-  auto worker = [&] {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= items.size()) return;
-      const Item& item = items[i];
-      auto it = stored.find(item.key);
-      if (it != stored.end()) {
-        CandidateResult r = FromJson(item.config, it->second);
+  ParallelFor(items.size(), o.jobs, [&](size_t i) {
+    const Item& item = items[i];
+    auto it = stored.find(item.key);
+    if (it != stored.end()) {
+      CandidateResult r = FromJson(item.config, it->second);
+      std::lock_guard<std::mutex> lock(mu);
+      if (r.valid) best = std::max(best, r.Objective(server));
+      results[i] = r;
+      ++reused;
+    } else {
+      bool skip = false;
+      {
         std::lock_guard<std::mutex> lock(mu);
-        if (r.valid) best = std::max(best, r.Objective(server));
-        results[i] = r;
-        ++reused;
-      } else {
-        bool skip = false;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          skip = o.prune && item.bound < best;
-        }
-        if (skip) {
-          ++pruned;
-        } else {
-          auto r = Evaluate(item.config, o, catalog);
-          std::lock_guard<std::mutex> lock(mu);
-          if (!r.ok()) {
-            if (failure.ok()) failure = r.status();
-          } else {
-            if (r->valid) best = std::max(best, r->Objective(server));
-            results[i] = *r;
-            store.Save(out.sweep_id, item.key, sim::ToJson(item.config).dump(), r->ToJson().dump());
-            ++evaluated;
-          }
-        }
+        skip = o.prune && item.bound < best;
       }
-      const int64_t n = ++done;
-      if (o.progress) {
+      if (skip) {
+        ++pruned;
+      } else {
+        auto r = Evaluate(item.config, o, catalog);
         std::lock_guard<std::mutex> lock(mu);
-        const int width = 30;
-        const int filled = static_cast<int>(width * n / std::max<size_t>(1, items.size()));
-        std::fprintf(stderr, "\r[%s%s] %lld/%zu  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
-                     std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-                     static_cast<long long>(n), items.size(), static_cast<long long>(evaluated.load()),
-                     static_cast<long long>(reused.load()), static_cast<long long>(pruned.load()), best,
-                     server ? "QPS" : "tok/s");
+        if (!r.ok()) {
+          if (failure.ok()) failure = r.status();
+        } else {
+          if (r->valid) best = std::max(best, r->Objective(server));
+          results[i] = *r;
+          store.Save(out.sweep_id, item.key, sim::ToJson(item.config).dump(), r->ToJson().dump());
+          ++evaluated;
+        }
       }
     }
-  };
-  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+    const int64_t n = ++done;
+    if (o.progress) {
+      std::lock_guard<std::mutex> lock(mu);
+      const int width = 30;
+      const int filled = static_cast<int>(width * n / std::max<size_t>(1, items.size()));
+      std::fprintf(stderr, "\r[%s%s] %lld/%zu  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
+                   std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                   static_cast<long long>(n), items.size(), static_cast<long long>(evaluated.load()),
+                   static_cast<long long>(reused.load()), static_cast<long long>(pruned.load()), best,
+                   server ? "QPS" : "tok/s");
+    }
+  });
   if (o.progress) std::fprintf(stderr, "\n");
   FATHOM_RETURN_IF_ERROR(failure);
 
