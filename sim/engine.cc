@@ -14,7 +14,8 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
     r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
-  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0 && config.max_batch <= config.max_num_tokens;
+  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0 &&
+                     config.max_batch <= config.max_num_tokens;
 }
 
 int64_t Engine::Outstanding(int rank) const {
@@ -72,6 +73,14 @@ void Engine::RemoveRunning(Rank& rank, int64_t slot) {
   rank.running.erase(it);
 }
 
+int64_t Engine::HeldTokens(const Sequence& s) const {
+  return s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
+}
+
+int64_t Engine::OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const {
+  return rank.kv->BlocksFor(tokens - s.pinned_prefix * traces::kPrefixBlockTokens);
+}
+
 void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
   auto it = std::find(rank.prefilling.begin(), rank.prefilling.end(), slot);
   if (it != rank.prefilling.end()) rank.prefilling.erase(it);
@@ -97,8 +106,7 @@ int64_t Engine::Cohort::Crossings(int64_t from, int64_t to) const {
 void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   Sequence& s = (*slots_)[slot];
   Cohort& c = rank.cohorts[cohort];
-  const int64_t held = s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
-  const int64_t gap = held - s.kv_len;
+  const int64_t gap = HeldTokens(s) - s.kv_len;
   const int64_t remaining = s.output - s.generated;
   int64_t phase = -1;
   if (gap < remaining) {
@@ -119,15 +127,13 @@ void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   c.completions.push({c.clock + remaining, slot});
 }
 
-void Engine::Sync(const Cohort& c, Sequence& s) const {
+void Engine::Sync(const Rank& rank, const Cohort& c, Sequence& s) const {
   const int64_t steps = c.clock - s.cohort_mark;
   if (steps == 0) return;
   s.kv_len += steps;
   s.generated += steps;
   s.kv_high = std::max(s.kv_high, s.kv_len);
-  const int64_t blocks = (s.kv_len - s.pinned_prefix * traces::kPrefixBlockTokens + config_.block_tokens - 1) /
-                         config_.block_tokens;
-  s.owned_blocks = std::max(s.owned_blocks, blocks);
+  s.owned_blocks = std::max(s.owned_blocks, OwnedBlocksFor(rank, s, s.kv_len));
   s.cohort_mark = c.clock;
 }
 
@@ -135,7 +141,7 @@ void Engine::Dissolve(Rank& rank, int cohort) {
   Cohort& c = rank.cohorts[cohort];
   for (const Cohort::Member& m : c.members) {
     Sequence& s = (*slots_)[m.slot];
-    Sync(c, s);
+    Sync(rank, c, s);
     s.cohort = -1;
   }
   c.members.clear();
@@ -190,7 +196,7 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
             [&](int64_t a, int64_t b) { return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order; });
   for (int64_t slot : done) {
     Sequence& s = (*slots_)[slot];
-    Sync(c, s);
+    Sync(rank, c, s);
     const Cohort::Member m = c.members[s.cohort_index];
     if (m.phase >= 0) --c.phase_count[m.phase];
     c.base -= s.kv_len - c.clock;
@@ -212,10 +218,8 @@ void Engine::ReleaseAll(Rank& rank, Sequence& s) {
 }
 
 bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
-  const int64_t held = s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
-  if (tokens_after <= held) return true;  // the common decode step: room left in the last block
-  const int64_t need =
-      rank.kv->BlocksFor(tokens_after - s.pinned_prefix * traces::kPrefixBlockTokens) - s.owned_blocks;
+  if (tokens_after <= HeldTokens(s)) return true;  // the common decode step: room left in the last block
+  const int64_t need = OwnedBlocksFor(rank, s, tokens_after) - s.owned_blocks;
   if (need <= 0) return true;
   if (!rank.kv->Allocate(need)) return false;
   s.owned_blocks += need;
@@ -501,8 +505,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
     int64_t blocks = batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
-      blocks += std::max<int64_t>(0, ranks_[r].kv->BlocksFor(s.kv_len + steps - s.pinned_prefix * traces::kPrefixBlockTokens) -
-                                         s.owned_blocks);
+      blocks += std::max<int64_t>(0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps) - s.owned_blocks);
     }
     if (blocks > ranks_[r].kv->Available()) return 1;
   }
@@ -614,7 +617,6 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
         FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
       }
     }
-    for (Entry& e : batch.ranks[r]) e.steps = steps;
     peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
   AdvanceBalance(balance, steps);
@@ -662,8 +664,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
           }
         }
       } else {
-        counters_.decode_tokens += e.tokens * e.steps;
-        const int64_t produced = std::min<int64_t>(e.steps + AcceptedDrafts(), s.output - s.generated);
+        counters_.decode_tokens += e.tokens * batch.steps;
+        const int64_t produced = std::min<int64_t>(batch.steps + AcceptedDrafts(), s.output - s.generated);
         s.generated += produced;
         s.kv_len += produced;
         s.kv_high = std::max(s.kv_high, s.kv_len);
@@ -671,7 +673,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         sampled = true;
         if (config_.admission == AdmissionPolicy::kGreedy) {
           // Drafts that were rejected give back their blocks.
-          const int64_t keep = rank.kv->BlocksFor(s.kv_len - s.pinned_prefix * traces::kPrefixBlockTokens);
+          const int64_t keep = OwnedBlocksFor(rank, s, s.kv_len);
           if (s.owned_blocks > keep) {
             rank.kv->Release(s.owned_blocks - keep);
             s.owned_blocks = keep;

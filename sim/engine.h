@@ -83,7 +83,6 @@ class Engine {
     int64_t slot;
     int64_t tokens;  // per step
     bool decode;
-    int64_t steps = 1;  // decode steps taken together (fast-forward)
   };
   // A rank's decoding sequences while they all step together. Members' own counters stand still;
   // the cohort counts its steps (`clock`) and knows, without visiting members, their summed
@@ -119,7 +118,7 @@ class Engine {
   };
   struct Batch {
     int64_t id = 0;
-    int64_t steps = 1;
+    int64_t steps = 1;  // decode steps taken together (fast-forward)
     std::vector<std::vector<Entry>> ranks;  // explicit entries
     std::vector<int> cohort;                // each rank's cohort taking part, or -1
   };
@@ -151,10 +150,13 @@ class Engine {
   int64_t AcceptedDrafts();
   void RemoveRunning(Rank& rank, int64_t slot);
   void RemovePrefilling(Rank& rank, int64_t slot);
+  int64_t HeldTokens(const Sequence& s) const;  // tokens its KV blocks cover
+  // KV blocks a sequence owns once it holds `tokens` (pinned prefix blocks cover the rest).
+  int64_t OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const;
 
   // Decode cohort (EngineConfig::implicit_decode).
   void Join(Rank& rank, int cohort, int64_t slot);
-  void Sync(const Cohort& cohort, Sequence& s) const;
+  void Sync(const Rank& rank, const Cohort& cohort, Sequence& s) const;
   void Dissolve(Rank& rank, int cohort);  // every member back to explicit bookkeeping
   int IdleCohort(Rank& rank);
   void AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now);

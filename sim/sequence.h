@@ -27,7 +27,6 @@ struct Sequence {
   int32_t preemptions = 0;
   bool swapped = false;    // preempted with its KV on the host
   bool in_flight = false;  // part of a batch still in the pipeline
-  bool finished = false;
   bool ttft_violation_counted = false, tpot_violation_counted = false;  // counted before the fact
   int instance = 0;
   int rank = 0;

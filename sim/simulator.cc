@@ -206,7 +206,7 @@ void Simulator::CountCertainViolations(SimTime now) {
     const Deadline d = deadlines_.top();
     deadlines_.pop();
     Sequence& s = slots_[d.slot];
-    if (s.issue_index != d.issue_index || s.finished) continue;
+    if (s.issue_index != d.issue_index || s.generated >= s.output) continue;  // slot reused, or done
     if (!d.tpot && !s.has_first_token) {
       s.ttft_violation_counted = true;
       CountViolation(&ttft_violations_);
@@ -243,7 +243,6 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
     tpot_ms_.push_back(static_cast<float>(tpot));
     if (limits_ && tpot > limits_->tpot_ms && !s.tpot_violation_counted) CountViolation(&tpot_violations_);
   }
-  s.finished = true;
   output_tokens_ += s.output;
   input_tokens_ += s.input;
   last_completion_ = t;

@@ -17,6 +17,9 @@
 namespace fathom::sim {
 namespace {
 
+constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst,
+                                         SchedulerKind::kChunked, SchedulerKind::kDecodeFirst};
+
 // An engine whose every iteration takes a fixed time, or an exponential one.
 class FakeTime : public models::ExecutionTimeModel {
  public:
@@ -341,8 +344,7 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
     const std::string explicit_ = RunOk(spec, make_source()).ToJson().dump();
     CHECK(implicit == explicit_);
   };
-  for (SchedulerKind k : {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
-                          SchedulerKind::kDecodeFirst}) {
+  for (SchedulerKind k : kSchedulers) {
     INFO(Name(k));
     SimulationSpec spec = ds.Spec(Scenario::kServer);
     spec.engine.scheduler = k;
@@ -381,8 +383,7 @@ TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
   DeepSeek ds;
   auto data = MlperfSet();
   data.resize(200);
-  for (SchedulerKind k : {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
-                          SchedulerKind::kDecodeFirst}) {
+  for (SchedulerKind k : kSchedulers) {
     INFO(Name(k));
     SimulationSpec spec = ds.Spec(Scenario::kServer);
     spec.engine.scheduler = k;
