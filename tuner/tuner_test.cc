@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <set>
 
 #include "models/cost_model.h"
+#include "sim/mlperf.h"
 #include "tuner/launch.h"
 #include "tuner/tuner.h"
 
@@ -96,6 +98,44 @@ TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterr
         Approx(uninterrupted->ranked.front().throughput_tokens_per_s).epsilon(1e-12));
   std::filesystem::remove(db);
   std::filesystem::remove(fresh_db);
+}
+
+TEST_CASE("Evaluate: an Offline run is whole data sets, six at least and LoadGen's 1.1 x 600 s", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  auto cands = Enumerate(o.space, Catalog());
+  REQUIRE(cands.ok());
+  REQUIRE_FALSE(cands->feasible.empty());
+  const sim::DeploymentConfig& d = cands->feasible.front();
+  const auto size = static_cast<int64_t>(o.dataset.size());
+  double output = 0;
+  for (const auto& r : o.dataset) output += static_cast<double>(r.output_tokens);
+  o.offline_samples = size;  // one pass: its rate is what LoadGen would expect
+  auto one = Evaluate(d, o, Catalog());
+  REQUIRE(one.ok());
+  const double rate = one->throughput_tokens_per_s * static_cast<double>(size) / output;
+  o.offline_samples = std::max(sim::LoadGenOfflineSamples(size, rate), 6 * size);
+  auto expected = Evaluate(d, o, Catalog());
+  o.offline_samples = 0;  // the default
+  auto run = Evaluate(d, o, Catalog());
+  REQUIRE(expected.ok());
+  REQUIRE(run.ok());
+  CHECK(run->throughput_tokens_per_s == expected->throughput_tokens_per_s);
+  CHECK(run->throughput_tokens_per_s > one->throughput_tokens_per_s);  // less of the drain
+}
+
+TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, and fp8 and bf16 KV", "[tuner]") {
+  auto formats = [](const std::string& hardware) {
+    SearchSpace space;
+    space.hardware = hardware;
+    space.gpus = 8;
+    auto cands = Enumerate(space, Catalog());
+    REQUIRE(cands.ok());
+    std::set<std::string> seen;
+    for (const auto& d : cands->feasible) seen.insert(d.weights + "/" + d.kv);
+    return seen;
+  };
+  CHECK(formats("b200") == std::set<std::string>{"fp4/bf16", "fp4/fp8", "fp8/bf16", "fp8/fp8"});
+  CHECK(formats("h200") == std::set<std::string>{"fp8/bf16", "fp8/fp8"});
 }
 
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
