@@ -93,6 +93,57 @@ TEST_CASE("CalibratedModel: timing only undominated ranks gives the slowest rank
   CHECK(skipped_some > 0);
 }
 
+TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator list", "[models]") {
+  // The stage time caches the routed experts by group tokens and a decode-only rank's other
+  // operators by its token count; pricing every rank's full list must agree.
+  const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("b200");
+  struct Case {
+    const char* model;
+    ParallelLayout layout;
+  };
+  for (const Case& c : {Case{"deepseek-r1", {8, 8, 1, 8, 8}}, Case{"deepseek-r1", {8, 4, 2, 4, 2}},
+                        Case{"gpt-oss-120b", {4, 4, 1, 4, 1}}, Case{"llama2-70b", {8, 4, 2, 1, 1}}}) {
+    const ModelArch model = *LoadModel(c.model);
+    CostParams params;
+    params.iteration_overhead_us = 0;
+    params.per_sequence_overhead_us = 0;
+    const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
+    CalibratedModel cached(model, hw, c.layout, precision, params);
+    CalibratedModel reference(model, hw, c.layout, precision, params);
+    Rng rng(11);
+    std::vector<Operator> ops;
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<BatchShape> ranks(c.layout.attn_dp);
+      for (BatchShape& r : ranks) {
+        const int decodes = static_cast<int>(rng.Uniform() * 8);  // few distinct counts: cache hits
+        const int64_t tokens = rng.Uniform() < 0.2 ? 2 : 1;       // MTP drafts in some trials
+        for (int i = 0; i < decodes; ++i) {
+          r.Add({tokens, 1 + static_cast<int64_t>(rng.Uniform() * 9000), true, true}, model.sliding_window);
+        }
+        if (rng.Uniform() < 0.3) {
+          const int64_t cached_tokens = rng.Uniform() < 0.5 ? 0 : 512;
+          r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), cached_tokens, false, rng.Uniform() < 0.5},
+                model.sliding_window);
+        }
+      }
+      int64_t group = 0;
+      for (const BatchShape& r : ranks) group += r.tokens;
+      for (int stage = 0; stage < c.layout.pp; ++stage) {
+        double slowest = 0;
+        for (const BatchShape& r : ranks) {
+          reference.builder().Build(r, MoeInput{group}, stage, &ops);
+          double t = 0;
+          for (const Operator& op : ops) t += reference.OpSeconds(op) * static_cast<double>(op.count);
+          slowest = std::max(slowest, t);
+        }
+        const SimTime got = cached.StageTime(ranks, stage);
+        INFO(c.model << " " << c.layout.ToString() << " trial " << trial << " stage " << stage);
+        CHECK(std::abs(got.count() - FromSeconds(slowest).count()) <= 1);
+      }
+    }
+  }
+}
+
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
   auto db = PerfDb::Open(":memory:");
   REQUIRE(db.ok());

@@ -36,12 +36,50 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
       }
       if (dominated) continue;
     }
-    builder_.Build(r, MoeInput{group_tokens}, stage, &scratch_);
-    double t = 0.0;
-    for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
-    slowest = std::max(slowest, t);
+    slowest = std::max(slowest, RankSeconds(r, stage));
   }
-  return FromSeconds(slowest + OverheadSeconds(stage, sequences));
+  // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
+  const double experts = Cached(expert_seconds_, group_tokens, stage, true);
+  return FromSeconds(slowest + experts + OverheadSeconds(stage, sequences));
+}
+
+double OperatorTimeModel::Priced() const {
+  double t = 0.0;
+  for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
+  return t;
+}
+
+double OperatorTimeModel::RankSeconds(const BatchShape& r, int stage) const {
+  if (r.prefill_tokens > 0 || r.sampled_tokens != r.tokens) {
+    builder_.Build(r, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
+    return Priced();
+  }
+  // Decode only: every operator but attention depends on the token count alone.
+  const double others = Cached(decode_rank_seconds_, r.tokens, stage, false);
+  builder_.BuildAttention(r, stage, &scratch_);
+  return others + Priced();
+}
+
+double OperatorTimeModel::Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,
+                                 bool experts) const {
+  if (cache.empty()) cache.resize(num_stages());
+  std::vector<double>& by_count = cache[stage];
+  if (static_cast<size_t>(count) >= by_count.size()) by_count.resize(count + 1, -1.0);
+  double& t = by_count[count];
+  if (t >= 0) return t;
+  if (experts) {
+    builder_.BuildExperts(count, stage, &scratch_);
+    t = Priced();
+  } else {
+    BatchShape shape;
+    shape.AddDecodeSteps(count, 0.0);
+    builder_.Build(shape, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
+    t = 0.0;
+    for (const auto& op : scratch_) {
+      if (op.kind != OpKind::kAttention) t += OpSeconds(op) * static_cast<double>(op.count);
+    }
+  }
+  return t;
 }
 
 double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s) {

@@ -1,5 +1,8 @@
 // Execution-time models that price the operator list one operator at a time. The attention
 // ranks of an instance meet in every MoE layer, so the slowest rank sets the iteration's pace.
+// Prices are cached where the operators depend on one count alone: the routed experts on the
+// tokens reaching the MoE layers (the same on every rank), and a decode-only rank's operators
+// other than attention on its token count. OpSeconds must therefore be a pure function.
 #pragma once
 
 #include <span>
@@ -33,8 +36,15 @@ class OperatorTimeModel : public ExecutionTimeModel {
   virtual double OverheadSeconds(int stage, int64_t sequences) const { return 0.0; }
 
  private:
+  double Priced() const;  // seconds of scratch_'s operators
+  double RankSeconds(const BatchShape& rank, int stage) const;
+  double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage, bool experts) const;
+
   OperatorBuilder builder_;
   mutable std::vector<Operator> scratch_;
+  // By stage, then count: seconds of the routed experts, and of a decode-only rank's operators
+  // other than attention (negative: not yet priced).
+  mutable std::vector<std::vector<double>> expert_seconds_, decode_rank_seconds_;
   bool monotone_ = true;
 };
 

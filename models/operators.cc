@@ -101,10 +101,8 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
                                    std::vector<Operator>* out) const {
   const int a = layout_.attn_tp();
   const DType dt = precision_.dense_weights;
-  const double kv_b = KvBytesPerElement(precision_.kv);
   const int64_t T = b.tokens;
   const int64_t heads = m_.heads / a;
-  const int64_t full = layers - sliding;
 
   out->push_back(Elementwise("attn.norm", layers, 2.0 * T * m_.hidden * kAct, 4.0 * T * m_.hidden));
   if (m_.attention == AttentionKind::kMla) {
@@ -122,39 +120,22 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
       const int64_t rows = b.prefill_tokens + static_cast<int64_t>(b.prefill_cached);
       out->push_back(Gemm("attn.kv_b_proj", layers, rows, heads * (m_.qk_nope_dim + m_.v_head_dim),
                           m_.kv_lora_rank, dt));
-      const double flops = 2.0 * heads * (qk + m_.v_head_dim) * b.prefill_pairs;
-      const double bytes = static_cast<double>(rows) * heads * (qk + m_.v_head_dim) * kAct +
-                           static_cast<double>(b.prefill_tokens) * heads * (qk + m_.v_head_dim) * kAct +
-                           b.prefill_cached * latent * kv_b;
-      out->push_back(Attention("attn.prefill", layers, flops, bytes, precision_.kv));
     }
     if (b.decode_tokens > 0) {
       // Decode absorbs W_UK into the query and W_UV into the output (weight absorption), so
       // attention runs over the compressed latent cache.
-      const int64_t d = b.decode_tokens;
-      out->push_back(Gemm("attn.absorb_uk", layers, d, heads * m_.kv_lora_rank, m_.qk_nope_dim, dt));
-      const double flops = 2.0 * heads * (latent + m_.kv_lora_rank) * b.decode_pairs;
-      const double bytes = b.decode_kv * latent * kv_b + static_cast<double>(d) * heads * (latent + m_.kv_lora_rank) * kAct;
-      out->push_back(Attention("attn.decode", layers, flops, bytes, precision_.kv));
-      out->push_back(Gemm("attn.absorb_uv", layers, d, heads * m_.v_head_dim, m_.kv_lora_rank, dt));
+      out->push_back(Gemm("attn.absorb_uk", layers, b.decode_tokens, heads * m_.kv_lora_rank, m_.qk_nope_dim, dt));
+    }
+    AddAttentionKernels(b, layers, sliding, out);
+    if (b.decode_tokens > 0) {
+      out->push_back(Gemm("attn.absorb_uv", layers, b.decode_tokens, heads * m_.v_head_dim, m_.kv_lora_rank, dt));
     }
     out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * m_.v_head_dim, dt));
   } else {
     const int64_t kvh = std::max<int64_t>(1, m_.kv_heads / a);
     const int64_t hd = m_.head_dim;
     out->push_back(Gemm("attn.qkv_proj", layers, T, (heads + 2 * kvh) * hd, m_.hidden, dt));
-    const double kv_token_bytes = 2.0 * kvh * hd * kv_b;
-    const double qo_bytes = 2.0 * heads * hd * kAct;
-    auto add = [&](std::string_view name, int64_t count, double pairs, double kv_tokens, double q_tokens) {
-      if (count <= 0 || q_tokens <= 0) return;
-      out->push_back(Attention(name, count, 4.0 * heads * hd * pairs,
-                               kv_tokens * kv_token_bytes + q_tokens * qo_bytes, precision_.kv));
-    };
-    add("attn.prefill", full, b.prefill_pairs, b.prefill_cached + b.prefill_tokens, b.prefill_tokens);
-    add("attn.prefill_window", sliding, b.prefill_pairs_window,
-        b.prefill_cached_window + b.prefill_tokens, b.prefill_tokens);
-    add("attn.decode", full, b.decode_pairs, b.decode_kv, b.decode_tokens);
-    add("attn.decode_window", sliding, b.decode_pairs_window, b.decode_kv_window, b.decode_tokens);
+    AddAttentionKernels(b, layers, sliding, out);
     out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * hd, dt));
   }
   if (a > 1) {
@@ -162,14 +143,54 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
   }
 }
 
-void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers,
-                             int64_t moe_layers, std::vector<Operator>* out) const {
+void OperatorBuilder::AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding,
+                                          std::vector<Operator>* out) const {
+  const int a = layout_.attn_tp();
+  const double kv_b = KvBytesPerElement(precision_.kv);
+  const int64_t heads = m_.heads / a;
+  if (m_.attention == AttentionKind::kMla) {
+    const int64_t qk = m_.qk_nope_dim + m_.qk_rope_dim;
+    const int64_t latent = m_.kv_lora_rank + m_.qk_rope_dim;
+    if (b.prefill_tokens > 0) {
+      const int64_t rows = b.prefill_tokens + static_cast<int64_t>(b.prefill_cached);
+      const double flops = 2.0 * heads * (qk + m_.v_head_dim) * b.prefill_pairs;
+      const double bytes = static_cast<double>(rows) * heads * (qk + m_.v_head_dim) * kAct +
+                           static_cast<double>(b.prefill_tokens) * heads * (qk + m_.v_head_dim) * kAct +
+                           b.prefill_cached * latent * kv_b;
+      out->push_back(Attention("attn.prefill", layers, flops, bytes, precision_.kv));
+    }
+    if (b.decode_tokens > 0) {
+      const double flops = 2.0 * heads * (latent + m_.kv_lora_rank) * b.decode_pairs;
+      const double bytes = b.decode_kv * latent * kv_b +
+                           static_cast<double>(b.decode_tokens) * heads * (latent + m_.kv_lora_rank) * kAct;
+      out->push_back(Attention("attn.decode", layers, flops, bytes, precision_.kv));
+    }
+    return;
+  }
+  const int64_t kvh = std::max<int64_t>(1, m_.kv_heads / a);
+  const int64_t hd = m_.head_dim;
+  const int64_t full = layers - sliding;
+  const double kv_token_bytes = 2.0 * kvh * hd * kv_b;
+  const double qo_bytes = 2.0 * heads * hd * kAct;
+  auto add = [&](std::string_view name, int64_t count, double pairs, double kv_tokens, double q_tokens) {
+    if (count <= 0 || q_tokens <= 0) return;
+    out->push_back(Attention(name, count, 4.0 * heads * hd * pairs,
+                             kv_tokens * kv_token_bytes + q_tokens * qo_bytes, precision_.kv));
+  };
+  add("attn.prefill", full, b.prefill_pairs, b.prefill_cached + b.prefill_tokens, b.prefill_tokens);
+  add("attn.prefill_window", sliding, b.prefill_pairs_window, b.prefill_cached_window + b.prefill_tokens,
+      b.prefill_tokens);
+  add("attn.decode", full, b.decode_pairs, b.decode_kv, b.decode_tokens);
+  add("attn.decode_window", sliding, b.decode_pairs_window, b.decode_kv_window, b.decode_tokens);
+}
+
+void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
+                             bool experts, std::vector<Operator>* out) const {
   const int a = layout_.attn_tp();
   const int64_t T = b.tokens;
   const int64_t h = m_.hidden;
   const DType dt = precision_.dense_weights;
-  const int64_t layers = dense_layers + moe_layers;
-  out->push_back(Elementwise("mlp.norm", layers, 2.0 * T * h * kAct, 4.0 * T * h));
+  out->push_back(Elementwise("mlp.norm", dense_layers + moe_layers, 2.0 * T * h * kAct, 4.0 * T * h));
   if (dense_layers > 0) {
     const int64_t inter = m_.intermediate / a;
     out->push_back(Gemm("mlp.gate_up", dense_layers, T, 2 * inter, h, dt));
@@ -181,11 +202,7 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
 
   const int ep = layout_.ep;
   const int tp = layout_.tp;
-  const int64_t local_experts = m_.experts / ep;
-  const int64_t inter = m_.moe_intermediate / layout_.moe_tp();
   const bool dp = layout_.attn_dp > 1;
-  const int64_t group_tokens = dp ? moe.group_tokens : T;
-
   out->push_back(Gemm("moe.router", moe_layers, T, m_.experts, h, Precision::kHighPrecision));
   out->push_back(Elementwise("moe.topk", moe_layers, T * m_.experts * 4.0, 4.0 * T * m_.experts));
   if (dp && tp > 1) {
@@ -193,6 +210,25 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
     const double sent = static_cast<double>(T) * m_.experts_per_token * h * kAct * (ep - 1) / ep;
     out->push_back(Comm("moe.dispatch", moe_layers, CommKind::kAllToAll, sent, tp, tp));
   }
+  if (experts) AddExperts(dp ? moe.group_tokens : T, moe_layers, out);
+  if (m_.shared_experts > 0) {
+    const int64_t shared = m_.shared_experts * m_.moe_intermediate / a;
+    out->push_back(Gemm("moe.shared_gate_up", moe_layers, T, 2 * shared, h, dt));
+    out->push_back(Gemm("moe.shared_down", moe_layers, T, h, shared, dt));
+  }
+  if (dp && tp > 1) {
+    const double back = static_cast<double>(T) * m_.experts_per_token * h * kAct * (ep - 1) / ep;
+    out->push_back(Comm("moe.combine", moe_layers, CommKind::kAllToAll, back, tp, tp));
+  } else if (tp > 1) {
+    out->push_back(Comm("moe.all_reduce", moe_layers, CommKind::kAllReduce, T * h * kAct, tp, tp));
+  }
+}
+
+void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers, std::vector<Operator>* out) const {
+  const int ep = layout_.ep;
+  const int64_t h = m_.hidden;
+  const int64_t local_experts = m_.experts / ep;
+  const int64_t inter = m_.moe_intermediate / layout_.moe_tp();
   // Token copies routed to this GPU's experts, on average.
   const int64_t routed = (group_tokens * m_.experts_per_token + ep - 1) / ep;
   const double p_idle = std::pow(1.0 - static_cast<double>(m_.experts_per_token) / m_.experts,
@@ -210,33 +246,23 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
   out->push_back(grouped("moe.experts_gate_up", 2 * inter, h));
   out->push_back(Elementwise("moe.act", moe_layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));
   out->push_back(grouped("moe.experts_down", h, inter));
-  if (m_.shared_experts > 0) {
-    const int64_t shared = m_.shared_experts * m_.moe_intermediate / a;
-    out->push_back(Gemm("moe.shared_gate_up", moe_layers, T, 2 * shared, h, dt));
-    out->push_back(Gemm("moe.shared_down", moe_layers, T, h, shared, dt));
-  }
-  if (dp && tp > 1) {
-    const double back = static_cast<double>(T) * m_.experts_per_token * h * kAct * (ep - 1) / ep;
-    out->push_back(Comm("moe.combine", moe_layers, CommKind::kAllToAll, back, tp, tp));
-  } else if (tp > 1) {
-    out->push_back(Comm("moe.all_reduce", moe_layers, CommKind::kAllReduce, T * h * kAct, tp, tp));
-  }
 }
 
-void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage,
-                            std::vector<Operator>* out) const {
+void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage, std::vector<Operator>* out,
+                            OpScope scope) const {
   out->clear();
   const StageInfo& s = stages_[stage];
   const int a = layout_.attn_tp();
   const int64_t T = b.tokens;
   const int64_t h = m_.hidden;
-  if (T == 0 && moe.group_tokens == 0) return;
+  const bool experts = scope == OpScope::kAll;
+  if (experts && T == 0 && moe.group_tokens == 0) return;
   if (stage == 0) {
     out->push_back(Elementwise("embedding", 1, 2.0 * T * h * kAct, 0.0));
     if (a > 1) out->push_back(Comm("embedding.all_reduce", 1, CommKind::kAllReduce, T * h * kAct, a, a));
   }
   AddAttention(b, s.layers, s.sliding, out);
-  AddMlp(b, moe, s.layers - s.moe, s.moe, out);
+  AddMlp(b, moe, s.layers - s.moe, s.moe, experts, out);
   if (stage == layout_.pp - 1) {
     out->push_back(Elementwise("final_norm", 1, 2.0 * b.sampled_tokens * h * kAct, 4.0 * b.sampled_tokens * h));
     if (b.sampled_tokens > 0) {
@@ -249,6 +275,16 @@ void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage,
   } else {
     out->push_back(Comm("pp.send", 1, CommKind::kSendRecv, T * h * kAct, 2, 2 * layout_.tp));
   }
+}
+
+void OperatorBuilder::BuildAttention(const BatchShape& b, int stage, std::vector<Operator>* out) const {
+  out->clear();
+  AddAttentionKernels(b, stages_[stage].layers, stages_[stage].sliding, out);
+}
+
+void OperatorBuilder::BuildExperts(int64_t moe_tokens, int stage, std::vector<Operator>* out) const {
+  out->clear();
+  if (stages_[stage].moe > 0) AddExperts(moe_tokens, stages_[stage].moe, out);
 }
 
 double GemmFlops(const std::vector<Operator>& ops) {

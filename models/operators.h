@@ -44,6 +44,10 @@ struct MoeInput {
   int64_t group_tokens = 0;
 };
 
+// Which of one GPU's operators to build: all, or all but the routed experts (whose work depends
+// only on the tokens reaching the MoE layers, the same on every rank of an attention-DP group).
+enum class OpScope { kAll, kWithoutExperts };
+
 class OperatorBuilder {
  public:
   // Borrows `m`; it must outlive the builder.
@@ -51,14 +55,22 @@ class OperatorBuilder {
 
   // Replaces `out` with the operators one GPU of pipeline stage `stage` runs for `batch` (this
   // GPU's attention rank) while the MoE layers see `moe.group_tokens` tokens. Reuses capacity.
-  void Build(const BatchShape& batch, MoeInput moe, int stage, std::vector<Operator>* out) const;
+  void Build(const BatchShape& batch, MoeInput moe, int stage, std::vector<Operator>* out,
+             OpScope scope = OpScope::kAll) const;
+  // Only the attention kernels (the operators that read the KV cache) of `batch` on `stage`.
+  void BuildAttention(const BatchShape& batch, int stage, std::vector<Operator>* out) const;
+  // Only the routed experts of `stage` when `moe_tokens` tokens reach its MoE layers (MoeInput's
+  // group tokens under attention DP, else the rank's own).
+  void BuildExperts(int64_t moe_tokens, int stage, std::vector<Operator>* out) const;
 
   int num_stages() const { return layout_.pp; }
 
  private:
   void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;
-  void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
+  void AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;
+  void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers, bool experts,
               std::vector<Operator>* out) const;
+  void AddExperts(int64_t group_tokens, int64_t moe_layers, std::vector<Operator>* out) const;
 
   const ModelArch& m_;
   ParallelLayout layout_;
