@@ -287,6 +287,7 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
 }
 
 bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget) {
+  if (role_ == EngineRole::kPrefill) return false;  // its sequences leave with their first token
   if (implicit_decode_) {
     const int idle = IdleCohort(rank);
     for (int64_t slot : rank.loose) Join(rank, idle, slot);
@@ -304,6 +305,11 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
         return true;
       }
       Dissolve(rank, idle);
+    } else {
+      // No decoder is outside a cohort (all stepping in batches in flight): nothing to walk.
+      size_t in_cohorts = 0;
+      for (const Cohort& k : rank.cohorts) in_cohorts += k.size();
+      if (rank.running.size() == rank.prefilling.size() + in_cohorts) return false;
     }
   }
   bool any = false;
