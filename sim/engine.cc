@@ -493,7 +493,17 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
 }
 
 int64_t Engine::FastForwardSteps(const Batch& batch) const {
-  if (config_.fast_forward <= 1 || config_.mtp_depth > 0 || stage_free_at_.size() > 1) return 1;
+  if (config_.fast_forward <= 1 || config_.mtp_depth > 0) return 1;
+  if (stage_free_at_.size() > 1) {
+    // A pipeline takes several steps at once only when this batch is all it has: its stages then
+    // run one after another, step after step, and nothing else could start in between.
+    if (!in_flight_.empty()) return 1;
+    for (size_t r = 0; r < batch.ranks.size(); ++r) {
+      const Rank& rank = ranks_[r];
+      const size_t cohort = batch.cohort[r] >= 0 ? rank.cohorts[batch.cohort[r]].size() : 0;
+      if (!rank.waiting.empty() || rank.running.size() != batch.ranks[r].size() + cohort) return 1;
+    }
+  }
   int64_t steps = config_.fast_forward;
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     if (batch.cohort[r] >= 0) {
@@ -533,8 +543,24 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
   }
 }
 
+bool Engine::HasIdleWork() const {
+  for (const Rank& rank : ranks_) {
+    if (!rank.waiting.empty() || !rank.loose.empty()) return true;
+    size_t in_cohorts = 0;
+    for (const Cohort& c : rank.cohorts) {
+      if (!c.in_flight && c.size() > 0) return true;
+      in_cohorts += c.size();
+    }
+    for (int64_t slot : rank.prefilling) {
+      if (!(*slots_)[slot].in_flight) return true;
+    }
+    if (rank.running.size() > rank.prefilling.size() + in_cohorts) return true;  // per-sequence decoders
+  }
+  return false;
+}
+
 bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done, int64_t* batch_id) {
-  if (stage0_busy_) return false;
+  if (stage0_busy_ || !HasIdleWork()) return false;
   Batch batch;
   if (!spare_batches_.empty()) {
     batch = std::move(spare_batches_.back());
@@ -577,27 +603,43 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   };
 
   ShapeBatch(batch, 0);
-  int64_t steps = std::min(FastForwardSteps(batch), balance.max_steps);
+  int64_t steps = swap_bytes > 0 ? 1 : std::min(FastForwardSteps(batch), balance.max_steps);
   SimTime t = now;
   if (steps > 1) {
-    // Step j takes first + slope * j; stop after the step during which the horizon passes.
-    const double first = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
+    // Stage s of step j takes first + slope * j; a step's stages run one after another (see
+    // FastForwardSteps). Stop after the step during which the horizon passes.
+    const size_t stages = stage_free_at_.size();
+    ff_first_.resize(stages);
+    ff_slope_.resize(stages);
+    ff_end_.resize(stages);
+    for (size_t st = 0; st < stages; ++st) {
+      ff_first_[st] = static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+    }
     ShapeBatch(batch, steps - 1);
-    const double last = static_cast<double>(std::max(stage_time(0), SimTime(1)).count());
-    const double slope = (last - first) / static_cast<double>(steps - 1);
-    double total = 0;
+    for (size_t st = 0; st < stages; ++st) {
+      const double last = static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+      ff_slope_[st] = (last - ff_first_[st]) / static_cast<double>(steps - 1);
+    }
+    double total = 0, stage0 = 0;
     int64_t taken = 0;
     while (taken < steps) {
-      total += first + slope * static_cast<double>(taken);
+      for (size_t st = 0; st < stages; ++st) {
+        const double d = ff_first_[st] + ff_slope_[st] * static_cast<double>(taken);
+        if (st == 0) stage0 += d;
+        total += d;
+        ff_end_[st] = total;
+      }
       ++taken;
       if (now + SimTime(static_cast<int64_t>(total)) >= horizon) break;
     }
     steps = taken;
     t = now + SimTime(static_cast<int64_t>(std::llround(total)));
-    counters_.busy += t - now;
-    listener_->OnIteration(id_, 0, now, t, tokens * steps, sequences);
-    *stage_free = t;
-    stage_free_at_[0] = t;
+    counters_.busy += SimTime(static_cast<int64_t>(std::llround(stage0)));
+    for (size_t st = 0; st < stages; ++st) {
+      stage_free_at_[st] = now + SimTime(static_cast<int64_t>(std::llround(ff_end_[st])));
+      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], tokens * steps, sequences);
+    }
+    *stage_free = stage_free_at_[0];
   } else {
     for (size_t st = 0; st < stage_free_at_.size(); ++st) {
       SimTime dur = stage_time(static_cast<int>(st));

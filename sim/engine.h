@@ -137,6 +137,9 @@ class Engine {
                      bool hold_prefills);
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
+  // Whether a batch could form now: a request waits, or a running sequence is in no batch in
+  // flight (conservative: per-sequence decoders always count). Pipelines ask at every stage-0 end.
+  bool HasIdleWork() const;
   int64_t FastForwardSteps(const Batch& batch) const;
   void ShapeBatch(const Batch& batch, int64_t step);
   bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
@@ -174,6 +177,7 @@ class Engine {
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
   std::vector<SimTime> stage_free_at_;
+  std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
   int64_t next_batch_id_ = 0;

@@ -20,6 +20,13 @@ namespace {
 
 bool ServerLike(sim::Scenario s) { return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive; }
 
+// The p99 TPOT limit a server-type tune holds to, if any.
+std::optional<double> TpotLimitMs(const TuneOptions& o) {
+  if (o.tpot_limit_ms) return o.tpot_limit_ms;
+  if (auto limits = sim::MlperfLimits(o.space.model, o.space.scenario)) return limits->tpot_ms;
+  return std::nullopt;
+}
+
 // Results of a sweep in SQLite: one row per (sweep, candidate), written as each completes.
 class ResultStore {
  public:
@@ -108,28 +115,63 @@ double MeanDecodeContext(const std::vector<traces::Request>& data) {
   return tokens > 0 ? weighted / tokens : 1.0;
 }
 
-// Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
-// attend to. A step's time is convex in its batch's sequences and contexts, so the total is at
-// least (tokens / full batch) steps of a full batch at the mean decode context (Jensen), with the
-// batch limited by max_batch and by the KV cache at that context. Prefill adds time, so leaving it
-// out keeps this an upper bound.
-double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
+// `batch` decoding sequences per rank at `mean_context`, split evenly over the pipeline's
+// microbatches: tokens/s of the pool, and the seconds between a sequence's tokens. Every
+// sequence advances once per round of the pipeline, and a round takes at least `stages` stage
+// times of one microbatch (a microbatch crosses every stage; each stage serves every microbatch).
+struct DecodeRate {
+  double tokens_per_s = 0;
+  double round_s = 0;
+};
+
+DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, int64_t batch) {
   const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
   const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
-  const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
-  const int64_t batch =
-      std::max<int64_t>(1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
+  const int stages = pool.time->num_stages();
+  const int64_t micro = std::max<int64_t>(1, batch / stages);
   std::vector<models::BatchShape> ranks(pool.ranks);
   for (auto& shape : ranks) {
-    for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t i = 0; i < micro; ++i) {
       shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true}, pool.sliding_window);
     }
   }
-  double step = 0;
-  for (int s = 0; s < pool.time->num_stages(); ++s) step = std::max(step, ToSeconds(pool.time->StageTime(ranks, s)));
-  const double tokens_per_step = static_cast<double>(batch * pool.ranks) * (1 + engine.mtp_depth);
-  // Pipelining keeps every stage busy: one step per slowest stage.
-  return pool.instances * tokens_per_step / std::max(step, 1e-9);
+  double stage = 0;
+  for (int s = 0; s < stages; ++s) stage = std::max(stage, ToSeconds(pool.time->StageTime(ranks, s)));
+  const double round = std::max(stage * stages, 1e-9);
+  const double tokens_per_round = static_cast<double>(batch * pool.ranks) * (1 + engine.mtp_depth);
+  return {pool.instances * tokens_per_round / round, round};
+}
+
+// The largest batch per rank: max_batch, and what the KV cache holds at `mean_context`.
+int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
+  const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
+  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
+  const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
+  return std::max<int64_t>(1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
+}
+
+// Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
+// attend to. A step's time is convex in its batch's sequences and contexts, so the total is at
+// least (tokens / full batch) steps of a full batch at the mean decode context (Jensen), with the
+// batch limited by max_batch and by the KV cache at that context, and split evenly over the
+// pipeline's microbatches. Prefill adds time, so leaving it out keeps this an upper bound.
+double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
+  return FullBatchRate(r, mean_context, BatchCap(r, mean_context)).tokens_per_s;
+}
+
+// Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
+// (per token generated) stays within the TPOT limit. An estimate, not a bound: prefill, queueing
+// and the spread of contexts move the real figure either way.
+double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_context, double tpot_limit_s) {
+  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
+  const double limit = tpot_limit_s * (1 + engine.mtp_depth);
+  int64_t lo = 1, hi = BatchCap(r, mean_context);
+  if (FullBatchRate(r, mean_context, hi).round_s <= limit) return FullBatchRate(r, mean_context, hi).tokens_per_s;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (FullBatchRate(r, mean_context, mid).round_s <= limit ? lo : hi) = mid;
+  }
+  return FullBatchRate(r, mean_context, lo).tokens_per_s;
 }
 
 struct Probe {
@@ -211,16 +253,25 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
       FATHOM_ASSIGN_OR_RETURN(best, Simulate(d, o, catalog, 0, n));
     }
   } else {
-    // Bisection on QPS below the bound: the highest rate whose p99s meet the limits.
+    // The highest QPS whose p99s meet the limits, to within kQpsTolerance. The first probe sits
+    // just below the bound (batch-limited candidates get there), the second at the TPOT-limited
+    // estimate, then bisection in log space; valid probes run to the end and cost the most.
+    constexpr double kQpsTolerance = 1.02;
+    const std::optional<double> tpot_ms = TpotLimitMs(o);
+    const double estimate =
+        tpot_ms ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) / MeanOutput(o.dataset)
+                : c.bound;
     double lo = 0, hi = c.bound;
-    for (int step = 0; step < o.qps_steps && hi > 0; ++step) {
-      const double mid = lo > 0 ? std::sqrt(lo * hi) : hi / 4;
-      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, mid));
+    for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance); ++probe) {
+      double q = lo > 0 ? std::sqrt(lo * hi) : hi / 4;
+      if (probe == 0) q = hi / kQpsTolerance;
+      if (probe == 1 && lo == 0 && estimate < hi / kQpsTolerance) q = estimate;
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
       if (p.valid) {
-        lo = mid;
+        lo = q;
         best = p;
       } else {
-        hi = mid;
+        hi = q;
       }
     }
     c.qps = lo;
