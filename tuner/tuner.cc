@@ -263,7 +263,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
                 : c.bound;
     double lo = 0, hi = c.bound;
     for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance); ++probe) {
-      double q = lo > 0 ? std::sqrt(lo * hi) : hi / 4;
+      double q = lo > 0 ? std::sqrt(lo * hi) : hi / 2;
       if (probe == 0) q = hi / kQpsTolerance;
       if (probe == 1 && lo == 0 && estimate < hi / kQpsTolerance) q = estimate;
       FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
