@@ -319,39 +319,29 @@ TEST_CASE("Simulator: the same seed gives byte-identical JSON", "[sim]") {
 }
 
 TEST_CASE("Simulator: fast-forwarded decode runs match step-by-step simulation", "[sim]") {
-  DeepSeek ds;
-  auto data = MlperfSet();
-  SimulationSpec spec = ds.Spec(Scenario::kServer);
-  const SimulationResult fast = RunOk(spec, PoissonSource(data, 500, 4.0, 9));
-  spec.engine.fast_forward = 1;
-  const SimulationResult exact = RunOk(spec, PoissonSource(data, 500, 4.0, 9));
-  CHECK(fast.iterations == exact.iterations);
-  CHECK(fast.counters.decode_tokens == exact.counters.decode_tokens);
-  CHECK(fast.throughput_tokens_per_s == Approx(exact.throughput_tokens_per_s).epsilon(1e-3));
-  CHECK(fast.ttft_p99_ms == Approx(exact.ttft_p99_ms).epsilon(5e-3));
-  CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-3));
-  CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-3));
-}
-
-TEST_CASE("Simulator: fast-forwarded pipelines match step-by-step simulation", "[sim]") {
   // A pipeline takes several steps at once only when one batch is all it has; at a low rate
   // that is most of the time.
   auto data = MlperfSet();
-  for (const models::ParallelLayout layout : {models::ParallelLayout{8, 4, 2, 4, 1}, models::ParallelLayout{8, 2, 4, 2, 1}}) {
-    for (const double qps : {0.1, 2.0}) {
-      INFO(layout.ToString() << " at " << qps << " QPS");
-      const DeepSeek ds(layout);
-      SimulationSpec spec = ds.Spec(Scenario::kServer);
-      const SimulationResult fast = RunOk(spec, PoissonSource(data, 120, qps, 3));
-      spec.engine.fast_forward = 1;
-      const SimulationResult exact = RunOk(spec, PoissonSource(data, 120, qps, 3));
-      CHECK(fast.iterations == exact.iterations);
-      CHECK(fast.counters.decode_tokens == exact.counters.decode_tokens);
-      CHECK(fast.ttft_p99_ms == Approx(exact.ttft_p99_ms).epsilon(5e-3));
-      CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-3));
-      CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-3));
-      CHECK(fast.drain_end_s == Approx(exact.drain_end_s).epsilon(1e-4));
-    }
+  struct Case {
+    models::ParallelLayout layout;
+    int64_t requests;
+    double qps;
+  };
+  for (const Case& c : {Case{{8, 8, 1, 8, 8}, 500, 4.0}, Case{{8, 4, 2, 4, 1}, 120, 0.1}, Case{{8, 4, 2, 4, 1}, 120, 2.0},
+                        Case{{8, 2, 4, 2, 1}, 120, 0.1}, Case{{8, 2, 4, 2, 1}, 120, 2.0}}) {
+    INFO(c.layout.ToString() << " at " << c.qps << " QPS");
+    const DeepSeek ds(c.layout);
+    SimulationSpec spec = ds.Spec(Scenario::kServer);
+    const SimulationResult fast = RunOk(spec, PoissonSource(data, c.requests, c.qps, 9));
+    spec.engine.fast_forward = 1;
+    const SimulationResult exact = RunOk(spec, PoissonSource(data, c.requests, c.qps, 9));
+    CHECK(fast.iterations == exact.iterations);
+    CHECK(fast.counters.decode_tokens == exact.counters.decode_tokens);
+    CHECK(fast.throughput_tokens_per_s == Approx(exact.throughput_tokens_per_s).epsilon(1e-3));
+    CHECK(fast.ttft_p99_ms == Approx(exact.ttft_p99_ms).epsilon(5e-3));
+    CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-3));
+    CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-3));
+    CHECK(fast.drain_end_s == Approx(exact.drain_end_s).epsilon(1e-4));
   }
 }
 
