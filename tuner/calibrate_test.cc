@@ -69,4 +69,22 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   CHECK(s.tokens_median_abs_pct >= 0);
 }
 
+TEST_CASE("LoadCalibrationSetup: DeepSeek-R1 Server rows run attention-DP balancing, Offline rows do not", "[tuner]") {
+  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 10, 1);
+  INFO(setup.status().message());
+  REQUIRE(setup.ok());
+  int checked = 0;
+  for (const auto& e : setup->deployments) {
+    if (e.model != "deepseek-r1") continue;
+    const sim::EngineConfig& engine = e.deployment.engine;
+    CHECK(engine.adp_balance == (e.scenario == "Server"));
+    if (engine.adp_balance) {
+      CHECK(engine.adp_batching_wait_iters == 10);  // TensorRT-LLM's AttentionDpConfig defaults
+      CHECK(engine.adp_timeout_iters == 50);
+    }
+    ++checked;
+  }
+  CHECK(checked == 2);
+}
+
 }  // namespace fathom::tuner
