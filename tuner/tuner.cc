@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -115,10 +116,13 @@ double MeanDecodeContext(const std::vector<traces::Request>& data) {
   return tokens > 0 ? weighted / tokens : 1.0;
 }
 
-// `batch` decoding sequences per rank at `mean_context`, split evenly over the pipeline's
-// microbatches: tokens/s of the pool, and the seconds between a sequence's tokens. Every
-// sequence advances once per round of the pipeline, and a round takes at least `stages` stage
-// times of one microbatch (a microbatch crosses every stage; each stage serves every microbatch).
+// `batch` decoding sequences per rank at `mean_context`: tokens/s of the pool, and the seconds
+// between a sequence's tokens. Every sequence advances once per round. With the batch split
+// evenly into m microbatches, a round takes at least m times the slowest stage's time for one
+// microbatch (each stage serves every microbatch) and at least the sum of the stages' times (a
+// microbatch crosses every stage). The simulator forms as many microbatches as keep the stages
+// busy, so the round is the least of these over m = 1..stages: with a large per-iteration cost
+// on one stage, fewer and larger microbatches can be faster than one per stage.
 struct DecodeRate {
   double tokens_per_s = 0;
   double round_s = 0;
@@ -128,16 +132,25 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
   const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
   const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
   const int stages = pool.time->num_stages();
-  const int64_t micro = std::max<int64_t>(1, batch / stages);
+  double round = std::numeric_limits<double>::infinity();
   std::vector<models::BatchShape> ranks(pool.ranks);
-  for (auto& shape : ranks) {
-    for (int64_t i = 0; i < micro; ++i) {
-      shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true}, pool.sliding_window);
+  for (int m = 1; m <= stages; ++m) {
+    const int64_t micro = std::max<int64_t>(1, batch / m);
+    for (auto& shape : ranks) {
+      shape = models::BatchShape{};
+      for (int64_t i = 0; i < micro; ++i) {
+        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true}, pool.sliding_window);
+      }
     }
+    double slowest = 0, crossing = 0;
+    for (int s = 0; s < stages; ++s) {
+      const double t = ToSeconds(pool.time->StageTime(ranks, s));
+      slowest = std::max(slowest, t);
+      crossing += t;
+    }
+    round = std::min(round, std::max(slowest * m, crossing));
   }
-  double stage = 0;
-  for (int s = 0; s < stages; ++s) stage = std::max(stage, ToSeconds(pool.time->StageTime(ranks, s)));
-  const double round = std::max(stage * stages, 1e-9);
+  round = std::max(round, 1e-9);
   const double tokens_per_round = static_cast<double>(batch * pool.ranks) * (1 + engine.mtp_depth);
   return {pool.instances * tokens_per_round / round, round};
 }
