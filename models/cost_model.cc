@@ -8,13 +8,14 @@
 namespace fathom::models {
 
 std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
-  return {gemm_efficiency, memory_efficiency, iteration_overhead_us};
+  return {gemm_efficiency, memory_efficiency, iteration_overhead_us, per_sequence_overhead_us};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   gemm_efficiency = v[0];
   memory_efficiency = v[1];
   iteration_overhead_us = v[2];
+  per_sequence_overhead_us = v[3];
 }
 
 Status CostParams::Validate() const {
@@ -161,7 +162,8 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
 }
 
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {
-  return ((stage == 0 ? p_.iteration_overhead_us : 0.0) + p_.per_sequence_overhead_us * sequences) * 1e-6;
+  // Host work happens once per iteration, before its first stage.
+  return stage == 0 ? (p_.iteration_overhead_us + p_.per_sequence_overhead_us * sequences) * 1e-6 : 0.0;
 }
 
 }  // namespace fathom::models

@@ -28,16 +28,17 @@ struct CostParams {
   double memory_efficiency = 0.80;     // fraction of HBM bandwidth streaming kernels reach
   double attention_efficiency = 0.45;  // fraction of peak prefill attention reaches
   double kernel_floor_us = 2.0;        // shortest kernel (launch and tail, CUDA graphs on)
-  double link_efficiency = 0.70;       // fraction of link bandwidth collectives reach
+  double link_efficiency = 0.82;       // fraction of link bandwidth collectives reach (NCCL's
+                                       // protocol costs about 20% of NVLink's line rate)
   double collective_latency_us = 8.0;  // alpha of one collective
   double comm_overlap = 0.0;           // fraction of communication hidden behind compute
   double iteration_overhead_us = 250;  // scheduler, sampling, host work per iteration
-  double per_sequence_overhead_us = 0.5;
+  double per_sequence_overhead_us = 0.5;  // host work per iteration for each running sequence
   double moe_skew = 0.0;  // routing skew: scales the spread of tokens per GPU beyond multinomial
 
-  static constexpr int kNumFitted = 3;
+  static constexpr int kNumFitted = 4;
   static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency", "memory_efficiency",
-                                                                   "iteration_overhead_us"};
+                                                                   "iteration_overhead_us", "per_sequence_overhead_us"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -47,7 +48,7 @@ struct CostParams {
 // the hardware it was fitted on (predictions elsewhere are extrapolations).
 struct Calibration {
   CostParams params;
-  std::array<double, CostParams::kNumFitted> stddev = {0, 0, 0};
+  std::array<double, CostParams::kNumFitted> stddev = {0, 0, 0, 0};
   std::vector<std::string> fitted_hardware;
   std::string note;
 };

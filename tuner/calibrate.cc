@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -257,8 +258,20 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
 
 namespace {
 
-// Residuals of all rows for one parameter vector: log(predicted / published) of throughput and,
-// for server-type rows, half-weighted p99 TTFT and TPOT.
+// A log error made robust (Cauchy, scale kRobustScale) inside the residual, so that each row's
+// error is bounded separately: one row far off (an overloaded run) cannot outweigh the rest.
+// Its square is the Cauchy loss a^2 log(1 + e^2 / a^2); near zero it is e itself.
+constexpr double kRobustScale = 0.2;
+double RobustLogError(double predicted, double published) {
+  const double e = std::log(std::max(predicted, 1e-9) / published);
+  const double a2 = kRobustScale * kRobustScale;
+  return std::copysign(std::sqrt(a2 * std::log1p(e * e / a2)), e);
+}
+
+// Residuals of all rows for one parameter vector: robust log(predicted / published) of
+// throughput and, for server-type rows, of p99 TTFT and TPOT (a server row's throughput is its
+// target QPS times its tokens per sample whenever the run keeps up, so its latencies carry
+// what the row says about speed).
 struct RowsResidual {
   const std::vector<PublishedResult>* rows;
   const CalibrationSetup* setup;
@@ -269,21 +282,61 @@ struct RowsResidual {
 
   bool operator()(double const* const* params, double* residuals) const {
     models::Calibration c = base;
-    c.params.SetFitted({params[0][0], params[0][1], params[0][2]});
+    std::array<double, models::CostParams::kNumFitted> x;
+    std::copy(params[0], params[0] + x.size(), x.begin());
+    // Central differences probe just outside the bounds; overheads are clamped at zero there.
+    x[2] = std::max(0.0, x[2]);
+    x[3] = std::max(0.0, x[3]);
+    c.params.SetFitted(x);
     if (!c.params.Validate().ok()) return false;
     auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests, jobs);
     if (!pred.ok()) return false;
     int i = 0;
     for (const RowPrediction& p : *pred) {
-      residuals[i++] = std::log(std::max(p.tokens_per_s, 1e-9) / p.row.tokens_per_s);
+      residuals[i++] = RobustLogError(p.tokens_per_s, p.row.tokens_per_s);
       if (!p.row.offline()) {
-        residuals[i++] = 0.5 * std::log(std::max(p.ttft_p99_ms, 1e-9) / p.row.ttft_p99_ms);
-        residuals[i++] = 0.5 * std::log(std::max(p.tpot_p99_ms, 1e-9) / p.row.tpot_p99_ms);
+        residuals[i++] = RobustLogError(p.ttft_p99_ms, p.row.ttft_p99_ms);
+        residuals[i++] = RobustLogError(p.tpot_p99_ms, p.row.tpot_p99_ms);
       }
     }
     return true;
   }
 };
+
+// Half the sum of squared residuals at `x` (Ceres's cost), or infinity where it cannot be priced.
+double Cost(const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& x, int residuals) {
+  std::vector<double> r(residuals);
+  const double* block = x.data();
+  if (!f(&block, r.data())) return std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (double v : r) sum += v * v;
+  return 0.5 * sum;
+}
+
+// Simulated metrics are piecewise constant in the parameters and the cost has several basins,
+// which a local solver does not leave: start it from the best of `start` and a coarse grid of
+// physically plausible points.
+std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual& f,
+                                                            const std::array<double, models::CostParams::kNumFitted>& start,
+                                                            int residuals) {
+  auto best = start;
+  double best_cost = Cost(f, start, residuals);
+  for (double gemm : {0.5, 0.8}) {
+    for (double memory : {0.5, 0.85}) {
+      for (double iteration_us : {2000.0, 15000.0}) {
+        for (double sequence_us : {5.0, 40.0}) {
+          const std::array<double, models::CostParams::kNumFitted> x = {gemm, memory, iteration_us, sequence_us};
+          const double cost = Cost(f, x, residuals);
+          if (cost < best_cost) {
+            best_cost = cost;
+            best = x;
+          }
+        }
+      }
+    }
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -295,16 +348,16 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   if (residuals < models::CostParams::kNumFitted) {
     return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
-  std::array<double, models::CostParams::kNumFitted> x = start.params.Fitted();
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
-  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
-      new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs}, ceres::TAKE_OWNERSHIP, diff);
+  auto* residual = new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs};
+  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(residual, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
+  std::array<double, models::CostParams::kNumFitted> x = BestStart(*residual, start.params.Fitted(), residuals);
   ceres::Problem problem;
-  problem.AddResidualBlock(cost, new ceres::HuberLoss(0.3), x.data());
-  const double lower[] = {0.05, 0.05, 0.0}, upper[] = {1.0, 1.0, 20000.0};
+  problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
+  const double lower[] = {0.05, 0.05, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0};
   for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
     problem.SetParameterLowerBound(x.data(), i, lower[i]);
     problem.SetParameterUpperBound(x.data(), i, upper[i]);

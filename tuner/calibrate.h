@@ -76,7 +76,8 @@ struct FitOutcome {
   double initial_cost = 0, final_cost = 0;
 };
 
-// Fits CostParams::kFitted over `rows` (log errors, Huber loss), starting from `start`.
+// Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
+// the best of `start` and a coarse grid of plausible points.
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
                                   int64_t max_requests, int jobs = 0);
