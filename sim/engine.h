@@ -135,11 +135,11 @@ class Engine {
 
   void FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
                      bool hold_prefills);
-  // How many identical decode steps the formed batch can take at once: until the first sequence
-  // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   // Whether a batch could form now: a request waits, or a running sequence is in no batch in
   // flight (conservative: per-sequence decoders always count). Pipelines ask at every stage-0 end.
   bool HasIdleWork() const;
+  // How many identical decode steps the formed batch can take at once: until the first sequence
+  // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   int64_t FastForwardSteps(const Batch& batch) const;
   void ShapeBatch(const Batch& batch, int64_t step);
   bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);

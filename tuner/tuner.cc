@@ -116,6 +116,16 @@ double MeanDecodeContext(const std::vector<traces::Request>& data) {
   return tokens > 0 ? weighted / tokens : 1.0;
 }
 
+// The pool that generates the tokens (the decode pool when disaggregated) and its engine.
+struct DecodeSide {
+  const sim::PoolSpec& pool;
+  const sim::EngineConfig& engine;
+};
+DecodeSide Decoding(const sim::ResolvedDeployment& r) {
+  if (r.spec.decode_pool) return {*r.spec.decode_pool, r.spec.decode_engine};
+  return {r.spec.pool, r.spec.engine};
+}
+
 // `batch` decoding sequences per rank at `mean_context`: tokens/s of the pool, and the seconds
 // between a sequence's tokens. Every sequence advances once per round. With the batch split
 // evenly into m microbatches, a round takes at least m times the slowest stage's time for one
@@ -129,8 +139,7 @@ struct DecodeRate {
 };
 
 DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, int64_t batch) {
-  const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
-  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
+  const auto [pool, engine] = Decoding(r);
   const int stages = pool.time->num_stages();
   double round = std::numeric_limits<double>::infinity();
   std::vector<models::BatchShape> ranks(pool.ranks);
@@ -157,8 +166,7 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
 
 // The largest batch per rank: max_batch, and what the KV cache holds at `mean_context`.
 int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
-  const sim::PoolSpec& pool = r.spec.decode_pool ? *r.spec.decode_pool : r.spec.pool;
-  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
+  const auto [pool, engine] = Decoding(r);
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
   return std::max<int64_t>(1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
 }
@@ -176,10 +184,9 @@ double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
 // (per token generated) stays within the TPOT limit. An estimate, not a bound: prefill, queueing
 // and the spread of contexts move the real figure either way.
 double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_context, double tpot_limit_s) {
-  const sim::EngineConfig& engine = r.spec.decode_pool ? r.spec.decode_engine : r.spec.engine;
-  const double limit = tpot_limit_s * (1 + engine.mtp_depth);
+  const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);
   int64_t lo = 1, hi = BatchCap(r, mean_context);
-  if (FullBatchRate(r, mean_context, hi).round_s <= limit) return FullBatchRate(r, mean_context, hi).tokens_per_s;
+  if (const DecodeRate full = FullBatchRate(r, mean_context, hi); full.round_s <= limit) return full.tokens_per_s;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
     (FullBatchRate(r, mean_context, mid).round_s <= limit ? lo : hi) = mid;
