@@ -144,6 +144,27 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
   }
 }
 
+TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pipeline stage", "[models]") {
+  const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("h200");
+  const ModelArch model = *LoadModel("llama2-70b");
+  const ParallelLayout layout{4, 2, 2, 1, 1};
+  const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
+  CostParams quiet;
+  quiet.iteration_overhead_us = 0;
+  quiet.per_sequence_overhead_us = 0;
+  CostParams host = quiet;
+  host.iteration_overhead_us = 3000;
+  host.per_sequence_overhead_us = 40;
+  const CalibratedModel without(model, hw, layout, precision, quiet);
+  const CalibratedModel with(model, hw, layout, precision, host);
+  BatchShape shape;
+  for (int i = 0; i < 25; ++i) shape.Add({1, 1000, true, true}, model.sliding_window);
+  const std::vector<BatchShape> ranks = {shape};
+  const double extra0 = ToSeconds(with.StageTime(ranks, 0) - without.StageTime(ranks, 0));
+  CHECK(extra0 == Approx((3000 + 40 * 25) * 1e-6).epsilon(1e-6));
+  CHECK(with.StageTime(ranks, 1) == without.StageTime(ranks, 1));
+}
+
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
   auto db = PerfDb::Open(":memory:");
   REQUIRE(db.ok());

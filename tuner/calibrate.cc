@@ -256,17 +256,14 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
   return out;
 }
 
-namespace {
-
-// A log error made robust (Cauchy, scale kRobustScale) inside the residual, so that each row's
-// error is bounded separately: one row far off (an overloaded run) cannot outweigh the rest.
-// Its square is the Cauchy loss a^2 log(1 + e^2 / a^2); near zero it is e itself.
-constexpr double kRobustScale = 0.2;
 double RobustLogError(double predicted, double published) {
+  constexpr double kScale = 0.2;  // log errors well below this count in full
   const double e = std::log(std::max(predicted, 1e-9) / published);
-  const double a2 = kRobustScale * kRobustScale;
+  const double a2 = kScale * kScale;
   return std::copysign(std::sqrt(a2 * std::log1p(e * e / a2)), e);
 }
+
+namespace {
 
 // Residuals of all rows for one parameter vector: robust log(predicted / published) of
 // throughput and, for server-type rows, of p99 TTFT and TPOT (a server row's throughput is its
@@ -321,18 +318,14 @@ std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual&
                                                             int residuals) {
   auto best = start;
   double best_cost = Cost(f, start, residuals);
-  for (double gemm : {0.5, 0.8}) {
-    for (double memory : {0.5, 0.85}) {
-      for (double iteration_us : {2000.0, 15000.0}) {
-        for (double sequence_us : {5.0, 40.0}) {
-          const std::array<double, models::CostParams::kNumFitted> x = {gemm, memory, iteration_us, sequence_us};
-          const double cost = Cost(f, x, residuals);
-          if (cost < best_cost) {
-            best_cost = cost;
-            best = x;
-          }
-        }
-      }
+  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us}.
+  constexpr double kCorners[models::CostParams::kNumFitted][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
+  for (int corner = 0; corner < (1 << models::CostParams::kNumFitted); ++corner) {
+    std::array<double, models::CostParams::kNumFitted> x;
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i) x[i] = kCorners[i][(corner >> (models::CostParams::kNumFitted - 1 - i)) & 1];
+    if (const double cost = Cost(f, x, residuals); cost < best_cost) {
+      best_cost = cost;
+      best = x;
     }
   }
   return best;

@@ -70,6 +70,12 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
                                               const models::Calibration& calibration, int64_t max_requests,
                                               int jobs = 0);
 
+// The fit's residual for one published figure: log(predicted / published) made robust with a
+// Cauchy loss (scale 0.2) inside the residual, so that each row's error is bounded separately and
+// one row far off (an overloaded run) cannot outweigh the rest. Its square is the Cauchy loss
+// a^2 log(1 + e^2 / a^2): near zero it is the log error itself, far off it grows like sqrt(log).
+double RobustLogError(double predicted, double published);
+
 struct FitOutcome {
   models::Calibration calibration;
   int iterations = 0;

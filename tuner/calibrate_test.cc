@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "base/files.h"
@@ -85,6 +86,19 @@ TEST_CASE("LoadCalibrationSetup: DeepSeek-R1 Server rows run attention-DP balanc
     ++checked;
   }
   CHECK(checked == 2);
+}
+
+TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {
+  CHECK(RobustLogError(101, 100) == Approx(std::log(1.01)).epsilon(1e-3));
+  CHECK(RobustLogError(99, 100) == Approx(std::log(0.99)).epsilon(1e-3));
+  CHECK(RobustLogError(100, 100) == 0.0);
+  // An overloaded run 20x off counts less than half its plain log error...
+  CHECK(RobustLogError(2000, 100) > 0);
+  CHECK(RobustLogError(2000, 100) < 0.5 * std::log(2000.0 / 100));
+  CHECK(RobustLogError(5, 100) < 0);
+  CHECK(std::abs(RobustLogError(5, 100)) < 0.5 * std::log(100.0 / 5));
+  // ...and still grows with the error, so the fit keeps a direction.
+  CHECK(RobustLogError(4000, 100) > RobustLogError(2000, 100));
 }
 
 }  // namespace fathom::tuner
