@@ -21,6 +21,7 @@ Result<SchedulerKind> ParseScheduler(std::string_view s) {
   return ParseEnum<SchedulerKind>(s, "scheduler", {{"static", SchedulerKind::kStatic},
                                                    {"prefill-first", SchedulerKind::kPrefillFirst},
                                                    {"chunked", SchedulerKind::kChunked},
+                                                   {"mixed", SchedulerKind::kMixed},
                                                    {"decode-first", SchedulerKind::kDecodeFirst}});
 }
 
@@ -44,6 +45,7 @@ std::string_view Name(SchedulerKind k) {
     case SchedulerKind::kStatic: return "static";
     case SchedulerKind::kPrefillFirst: return "prefill-first";
     case SchedulerKind::kChunked: return "chunked";
+    case SchedulerKind::kMixed: return "mixed";
     case SchedulerKind::kDecodeFirst: return "decode-first";
   }
   return "";

@@ -15,6 +15,7 @@ enum class SchedulerKind {
   kStatic,       // a batch runs to completion before the next is formed
   kPrefillFirst, // continuous batching, prefill-only iterations first (vLLM v0, Orca)
   kChunked,      // decodes plus prefill chunks under a token budget (Sarathi, vLLM v1, TRT-LLM)
+  kMixed,        // decodes plus whole prompts under a token budget (TRT-LLM without chunked context)
   kDecodeFirst,  // decode iterations first; prefills wait until half the batch slots are free
 };
 enum class PreemptionMode { kRecompute, kSwap };

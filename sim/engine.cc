@@ -452,6 +452,10 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
       AddDecodes(rank, entries, cohort, &budget);
       AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
       break;
+    case SchedulerKind::kMixed:
+      AddDecodes(rank, entries, cohort, &budget);
+      AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+      break;
     case SchedulerKind::kPrefillFirst:
       AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
       if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);

@@ -17,8 +17,8 @@
 namespace fathom::sim {
 namespace {
 
-constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst,
-                                         SchedulerKind::kChunked, SchedulerKind::kDecodeFirst};
+constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
+                                         SchedulerKind::kMixed, SchedulerKind::kDecodeFirst};
 
 // An engine whose every iteration takes a fixed time, or an exponential one.
 class FakeTime : public models::ExecutionTimeModel {
@@ -420,6 +420,29 @@ TEST_CASE("Simulator: static batching waits for the batch to drain", "[sim]") {
   spec.engine.scheduler = SchedulerKind::kChunked;
   r = RunOk(spec, OfflineSource(data, 8, 1));
   CHECK(r.iterations < 2 * 10);
+}
+
+TEST_CASE("Simulator: mixed batching runs prompts whole, in what the decodes leave of the budget", "[sim]") {
+  FakeTime time(0.001, false);
+  SimulationSpec spec = SingleSlot(&time);
+  spec.engine.max_batch = 4;
+  spec.engine.max_num_tokens = 100;
+  spec.scenario.scenario = Scenario::kOffline;
+  // A 10-token prompt with 5 outputs, then a 150-token prompt with one.
+  std::vector<traces::Request> data = Dataset(2, 10, 5);
+  data[1].input_tokens = 150;
+  data[1].output_tokens = 1;
+  spec.engine.scheduler = SchedulerKind::kChunked;
+  SimulationResult r = RunOk(spec, OfflineSource(data, 2, 1));
+  // 10 + 90, then a decode + the last 60, then three decodes.
+  CHECK(r.iterations == 5);
+  CHECK(r.ttft_p99_ms == Approx(2.0));
+  spec.engine.scheduler = SchedulerKind::kMixed;
+  r = RunOk(spec, OfflineSource(data, 2, 1));
+  // The long prompt never fits beside a decode: it waits for the four decodes, then runs alone.
+  CHECK(r.iterations == 6);
+  CHECK(r.ttft_p99_ms == Approx(6.0));
+  CHECK(r.counters.generated_tokens == 6);
 }
 
 TEST_CASE("Simulator: MTP speculative decoding produces several tokens per step", "[sim]") {

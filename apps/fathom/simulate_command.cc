@@ -285,7 +285,7 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   e.max_batch = 512;
   e.max_num_tokens = 4608;
   auto dep = [&](CLI::Option* o) { f->deployment_options.push_back(o); };
-  dep(cmd->add_option("--scheduler", f->scheduler, "static, prefill-first, chunked or decode-first")->capture_default_str());
+  dep(cmd->add_option("--scheduler", f->scheduler, "static, prefill-first, chunked, mixed or decode-first")->capture_default_str());
   dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")->capture_default_str());
   dep(cmd->add_option("--max-num-tokens", e.max_num_tokens, "Token budget per iteration per attention rank")->capture_default_str());
   dep(cmd->add_option("--chunk-size", e.chunk_size, "Max prefill tokens of one sequence per iteration (0: the budget)"));
