@@ -8,7 +8,8 @@
 namespace fathom::models {
 
 std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
-  return {gemm_efficiency, memory_efficiency, iteration_overhead_us, per_sequence_overhead_us};
+  return {gemm_efficiency,          memory_efficiency,         iteration_overhead_us,
+          per_sequence_overhead_us, cpp_iteration_overhead_us, cpp_per_sequence_overhead_us};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -16,6 +17,8 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   memory_efficiency = v[1];
   iteration_overhead_us = v[2];
   per_sequence_overhead_us = v[3];
+  cpp_iteration_overhead_us = v[4];
+  cpp_per_sequence_overhead_us = v[5];
 }
 
 Status CostParams::Validate() const {
@@ -30,7 +33,9 @@ Status CostParams::Validate() const {
   if (comm_overlap < 0 || comm_overlap > 1) return Status::InvalidArgument("comm_overlap must be in [0, 1]");
   for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half}, {"kernel_floor_us", kernel_floor_us},
                          {"collective_latency_us", collective_latency_us}, {"iteration_overhead_us", iteration_overhead_us},
-                         {"per_sequence_overhead_us", per_sequence_overhead_us}, {"moe_skew", moe_skew}}) {
+                         {"per_sequence_overhead_us", per_sequence_overhead_us},
+                         {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
+                         {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us}, {"moe_skew", moe_skew}}) {
     if (v < 0) return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be >= 0");
   }
   return Status::Ok();
@@ -55,6 +60,8 @@ Result<Calibration> LoadCalibration(const std::string& path) {
   p.comm_overlap = pf.Double("comm_overlap", p.comm_overlap);
   p.iteration_overhead_us = pf.Double("iteration_overhead_us", p.iteration_overhead_us);
   p.per_sequence_overhead_us = pf.Double("per_sequence_overhead_us", p.per_sequence_overhead_us);
+  p.cpp_iteration_overhead_us = pf.Double("cpp_iteration_overhead_us", p.cpp_iteration_overhead_us);
+  p.cpp_per_sequence_overhead_us = pf.Double("cpp_per_sequence_overhead_us", p.cpp_per_sequence_overhead_us);
   p.moe_skew = pf.Double("moe_skew", p.moe_skew);
   FATHOM_RETURN_IF_ERROR(pf.status());
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
@@ -87,6 +94,8 @@ OrderedJson ToJson(const Calibration& c) {
                  {"comm_overlap", p.comm_overlap},
                  {"iteration_overhead_us", p.iteration_overhead_us},
                  {"per_sequence_overhead_us", p.per_sequence_overhead_us},
+                 {"cpp_iteration_overhead_us", p.cpp_iteration_overhead_us},
+                 {"cpp_per_sequence_overhead_us", p.cpp_per_sequence_overhead_us},
                  {"moe_skew", p.moe_skew}};
   OrderedJson sd;
   for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
@@ -118,9 +127,14 @@ std::optional<double> MeasuredGemms::Seconds(DType dtype, int64_t m, int64_t n, 
 }
 
 CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
-                                 const Precision& precision, const CostParams& params,
+                                 const Precision& precision, const CostParams& params, Runtime runtime,
                                  std::shared_ptr<const MeasuredGemms> measured)
-    : OperatorTimeModel(m, layout, precision), hw_(hw), layout_(layout), p_(params), measured_(std::move(measured)) {
+    : OperatorTimeModel(m, layout, precision),
+      hw_(hw),
+      layout_(layout),
+      p_(params),
+      runtime_(runtime),
+      measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
 }
 
@@ -163,7 +177,11 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
 
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {
   // Host work happens once per iteration, before its first stage.
-  return stage == 0 ? (p_.iteration_overhead_us + p_.per_sequence_overhead_us * sequences) * 1e-6 : 0.0;
+  if (stage != 0) return 0.0;
+  const bool cpp = runtime_ == Runtime::kCpp;
+  const double iteration = cpp ? p_.cpp_iteration_overhead_us : p_.iteration_overhead_us;
+  const double per_sequence = cpp ? p_.cpp_per_sequence_overhead_us : p_.per_sequence_overhead_us;
+  return (iteration + per_sequence * sequences) * 1e-6;
 }
 
 }  // namespace fathom::models

@@ -32,13 +32,18 @@ struct CostParams {
                                        // protocol costs about 20% of NVLink's line rate)
   double collective_latency_us = 8.0;  // alpha of one collective
   double comm_overlap = 0.0;           // fraction of communication hidden behind compute
-  double iteration_overhead_us = 250;  // scheduler, sampling, host work per iteration
-  double per_sequence_overhead_us = 0.5;  // host work per iteration for each running sequence
+  // Host work per iteration (scheduler, sampling, launches), and per running sequence in it, for
+  // Python runtimes and for C++ ones (see Runtime).
+  double iteration_overhead_us = 250;
+  double per_sequence_overhead_us = 0.5;
+  double cpp_iteration_overhead_us = 250;
+  double cpp_per_sequence_overhead_us = 0.5;
   double moe_skew = 0.0;  // routing skew: scales the spread of tokens per GPU beyond multinomial
 
-  static constexpr int kNumFitted = 4;
-  static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency", "memory_efficiency",
-                                                                   "iteration_overhead_us", "per_sequence_overhead_us"};
+  static constexpr int kNumFitted = 6;
+  static constexpr std::array<const char*, kNumFitted> kFitted = {
+      "gemm_efficiency",           "memory_efficiency",         "iteration_overhead_us",
+      "per_sequence_overhead_us",  "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -48,7 +53,7 @@ struct CostParams {
 // the hardware it was fitted on (predictions elsewhere are extrapolations).
 struct Calibration {
   CostParams params;
-  std::array<double, CostParams::kNumFitted> stddev = {0, 0, 0, 0};
+  std::array<double, CostParams::kNumFitted> stddev = {};
   std::vector<std::string> fitted_hardware;
   std::string note;
 };
@@ -74,7 +79,8 @@ class CalibratedModel : public OperatorTimeModel {
  public:
   // `m` must outlive the model. `measured` may be null.
   CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout, const Precision& precision,
-                  const CostParams& params, std::shared_ptr<const MeasuredGemms> measured = nullptr);
+                  const CostParams& params, Runtime runtime = Runtime::kPython,
+                  std::shared_ptr<const MeasuredGemms> measured = nullptr);
 
   double OpSeconds(const Operator& op) const override;
 
@@ -85,6 +91,7 @@ class CalibratedModel : public OperatorTimeModel {
   Hardware hw_;
   ParallelLayout layout_;
   CostParams p_;
+  Runtime runtime_;
   std::shared_ptr<const MeasuredGemms> measured_;
 };
 

@@ -150,19 +150,24 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   const ParallelLayout layout{4, 2, 2, 1, 1};
   const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
   CostParams quiet;
-  quiet.iteration_overhead_us = 0;
-  quiet.per_sequence_overhead_us = 0;
+  quiet.iteration_overhead_us = quiet.cpp_iteration_overhead_us = 0;
+  quiet.per_sequence_overhead_us = quiet.cpp_per_sequence_overhead_us = 0;
   CostParams host = quiet;
   host.iteration_overhead_us = 3000;
   host.per_sequence_overhead_us = 40;
+  host.cpp_iteration_overhead_us = 500;
+  host.cpp_per_sequence_overhead_us = 4;
   const CalibratedModel without(model, hw, layout, precision, quiet);
   const CalibratedModel with(model, hw, layout, precision, host);
+  const CalibratedModel cpp(model, hw, layout, precision, host, Runtime::kCpp);
   BatchShape shape;
   for (int i = 0; i < 25; ++i) shape.Add({1, 1000, true, true}, model.sliding_window);
   const std::vector<BatchShape> ranks = {shape};
   const double extra0 = ToSeconds(with.StageTime(ranks, 0) - without.StageTime(ranks, 0));
   CHECK(extra0 == Approx((3000 + 40 * 25) * 1e-6).epsilon(1e-6));
   CHECK(with.StageTime(ranks, 1) == without.StageTime(ranks, 1));
+  // A C++ runtime pays its own host costs.
+  CHECK(ToSeconds(cpp.StageTime(ranks, 0) - without.StageTime(ranks, 0)) == Approx((500 + 4 * 25) * 1e-6).epsilon(1e-6));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -228,7 +233,7 @@ TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[m
   auto measured = std::make_shared<MeasuredGemms>();
   measured->Add(DType::kNvfp4, 64, 24576, 1536, 40e-6);
   measured->Add(DType::kNvfp4, 256, 24576, 1536, 80e-6);
-  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{}, measured);
+  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{}, Runtime::kPython, measured);
   Operator op;
   op.kind = OpKind::kGemm;
   op.dtype = DType::kNvfp4;

@@ -9,6 +9,14 @@ Status Rule(const std::string& degree, int value, const std::string& rule) {
 
 }  // namespace
 
+Result<Runtime> ParseRuntime(std::string_view s) {
+  if (s == "python") return Runtime::kPython;
+  if (s == "cpp") return Runtime::kCpp;
+  return Status::InvalidArgument("runtime = \"" + std::string(s) + "\": unknown (one of python, cpp)");
+}
+
+std::string_view Name(Runtime r) { return r == Runtime::kCpp ? "cpp" : "python"; }
+
 std::string ParallelLayout::ToString() const {
   return "TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " EP" + std::to_string(ep) +
          " attnDP" + std::to_string(attn_dp) + " x" + std::to_string(replicas());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -35,6 +36,13 @@ struct Precision {
   // Embedding, LM head, router and norms stay in bf16 in every published quantised checkpoint.
   static constexpr DType kHighPrecision = DType::kBf16;
 };
+
+// The engine's host side, whose per-iteration cost (scheduling, sampling, launches) is fitted
+// separately: Python executors (vLLM, SGLang, TensorRT-LLM's PyTorch flow) and C++ ones
+// (TensorRT-LLM's TensorRT engines).
+enum class Runtime { kPython, kCpp };
+Result<Runtime> ParseRuntime(std::string_view s);
+std::string_view Name(Runtime r);
 
 // Checks the rules an engine enforces; the message names the degree, its value and the rule.
 Status ValidateLayout(const ModelArch& m, const ParallelLayout& layout);

@@ -62,7 +62,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
       {"model", "hardware", "gpus", "tp", "pp", "ep", "attn_dp", "weights", "dense_weights", "kv", "scheduler",
        "max_batch", "max_num_tokens", "chunk_size", "block_size", "reserve", "preemption", "admission",
        "prefix_caching", "mtp", "acceptance", "draft_cost", "router", "disaggregated", "decode_max_batch",
-       "kv_link_gb_per_s", "adp_balance"}));
+       "kv_link_gb_per_s", "adp_balance", "runtime"}));
   DeploymentConfig d;
   JsonFields f(j, source);
   d.model = f.String("model", d.model);
@@ -75,6 +75,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   d.weights = f.String("weights", d.weights);
   d.dense_weights = f.String("dense_weights", "");
   d.kv = f.String("kv", d.kv);
+  const std::string runtime = f.String("runtime", std::string(models::Name(d.runtime)));
   EngineConfig& e = d.engine;
   const std::string scheduler = f.String("scheduler", std::string(Name(e.scheduler)));
   e.max_batch = f.Int("max_batch", e.max_batch);
@@ -94,6 +95,9 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   FATHOM_RETURN_IF_ERROR(f.status());
 
   auto with_source = [&](Status s) { return s.WithContext(source); };
+  auto rt = models::ParseRuntime(runtime);
+  if (!rt.ok()) return with_source(rt.status());
+  d.runtime = *rt;
   auto sched = ParseScheduler(scheduler);
   if (!sched.ok()) return with_source(sched.status());
   e.scheduler = *sched;
@@ -149,6 +153,7 @@ OrderedJson ToJson(const DeploymentConfig& d) {
   j["weights"] = d.weights;
   if (!d.dense_weights.empty()) j["dense_weights"] = d.dense_weights;
   j["kv"] = d.kv;
+  j["runtime"] = models::Name(d.runtime);
   j["scheduler"] = Name(d.engine.scheduler);
   j["max_batch"] = d.engine.max_batch;
   j["max_num_tokens"] = d.engine.max_num_tokens;
@@ -197,7 +202,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
     mo.reserve_fraction = engine.reserve_fraction;
     *plan = models::PlanMemory(out->model, out->hardware, layout, out->precision, mo);
     if (!plan->fits) return Status::InvalidArgument(std::string(what) + " " + layout.ToString() + ": does not fit: " + plan->why_not);
-    *time = make_time(out->model, out->hardware, layout, out->precision);
+    *time = make_time(out->model, out->hardware, layout, out->precision, d.runtime);
     PoolSpec p;
     p.time = time->get();
     p.instances = instances;

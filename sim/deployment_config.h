@@ -31,6 +31,7 @@ struct DeploymentConfig {
   std::string weights = "fp4";
   std::string dense_weights;  // empty: same as weights
   std::string kv = "fp8";
+  models::Runtime runtime = models::Runtime::kPython;
   EngineConfig engine;
   RouterKind router = RouterKind::kLeastOutstanding;
   bool disaggregated = false;
@@ -47,7 +48,8 @@ Result<DeploymentConfig> LoadDeploymentFile(const std::string& path);
 OrderedJson ToJson(const DeploymentConfig& d);
 
 using TimeModelFactory = std::function<std::unique_ptr<models::ExecutionTimeModel>(
-    const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&, const models::Precision&)>;
+    const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&, const models::Precision&,
+    models::Runtime)>;
 
 // Everything a simulation of one deployment needs, owned in one place.
 struct ResolvedDeployment {

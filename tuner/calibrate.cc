@@ -32,15 +32,16 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
   }
 }
 
+}  // namespace
+
 const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row) {
   for (const auto& e : setup.deployments) {
-    if (e.model == row.model && e.hardware == row.accelerator && (e.scenario == "*" || e.scenario == row.scenario))
+    if (e.model == row.model && e.hardware == row.accelerator && (e.scenario == "*" || e.scenario == row.scenario) &&
+        (e.submitter.empty() || e.submitter == row.submitter))
       return &e;
   }
   return nullptr;
 }
-
-}  // namespace
 
 std::string DefaultSetupPath() { return DataDir() + "/models/calibration/published_deployments.json"; }
 
@@ -115,6 +116,7 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
     entry.model = f.String("model");
     entry.hardware = f.String("hardware");
     entry.scenario = f.String("scenario");
+    entry.submitter = f.String("submitter", "");
     entry.samples = f.Int("samples", 0);
     FATHOM_RETURN_IF_ERROR(f.status());
     if (!e.contains("deployment")) return Status::InvalidArgument(where + ": field 'deployment': missing");
@@ -177,8 +179,9 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
                                               const models::Calibration& calibration, int64_t max_requests, int jobs) {
   const models::CostParams params = calibration.params;
   auto make_time = [&](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                       const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params);
+                       const models::Precision& p,
+                       models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
   };
   // Rows that would run the same simulation (same deployment, workload, scenario, length and
   // rate) share one run.
@@ -282,8 +285,7 @@ struct RowsResidual {
     std::array<double, models::CostParams::kNumFitted> x;
     std::copy(params[0], params[0] + x.size(), x.begin());
     // Central differences probe just outside the bounds; overheads are clamped at zero there.
-    x[2] = std::max(0.0, x[2]);
-    x[3] = std::max(0.0, x[3]);
+    for (size_t k = 2; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
     c.params.SetFitted(x);
     if (!c.params.Validate().ok()) return false;
     auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests, jobs);
@@ -318,11 +320,12 @@ std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual&
                                                             int residuals) {
   auto best = start;
   double best_cost = Cost(f, start, residuals);
-  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us}.
-  constexpr double kCorners[models::CostParams::kNumFitted][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
-  for (int corner = 0; corner < (1 << models::CostParams::kNumFitted); ++corner) {
-    std::array<double, models::CostParams::kNumFitted> x;
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i) x[i] = kCorners[i][(corner >> (models::CostParams::kNumFitted - 1 - i)) & 1];
+  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us},
+  // the host costs the same for both runtimes.
+  constexpr double kCorners[4][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
+  for (int corner = 0; corner < 16; ++corner) {
+    auto axis = [&](int i) { return kCorners[i][(corner >> (3 - i)) & 1]; };
+    const std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2), axis(3), axis(2), axis(3)};
     if (const double cost = Cost(f, x, residuals); cost < best_cost) {
       best_cost = cost;
       best = x;
@@ -350,7 +353,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   std::array<double, models::CostParams::kNumFitted> x = BestStart(*residual, start.params.Fitted(), residuals);
   ceres::Problem problem;
   problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
-  const double lower[] = {0.05, 0.05, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0};
+  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
   for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
     problem.SetParameterLowerBound(x.data(), i, lower[i]);
     problem.SetParameterUpperBound(x.data(), i, upper[i]);

@@ -34,6 +34,7 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
 struct CalibrationSetup {
   struct Entry {
     std::string model, hardware, scenario;  // scenario "*" matches all
+    std::string submitter;                  // empty matches all; the first matching entry wins
     int64_t samples = 0;  // the published run's sample count, where known (0: LoadGen's rule)
     sim::DeploymentConfig deployment;
   };
@@ -45,6 +46,8 @@ struct CalibrationSetup {
 // `samples` > 0 draws that many instead (faster, less faithful).
 Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed);
 std::string DefaultSetupPath();
+// The row's deployment: the first entry of its model, GPU, scenario and submitter; null if none.
+const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row);
 
 struct RowPrediction {
   PublishedResult row;

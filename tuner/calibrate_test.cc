@@ -70,22 +70,37 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   CHECK(s.tokens_median_abs_pct >= 0);
 }
 
-TEST_CASE("LoadCalibrationSetup: DeepSeek-R1 Server rows run attention-DP balancing, Offline rows do not", "[tuner]") {
+TEST_CASE("FindDeployment: each row runs its submitter's published configuration", "[tuner]") {
+  auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath(), 10, 1);
   INFO(setup.status().message());
+  REQUIRE(rows.ok());
   REQUIRE(setup.ok());
   int checked = 0;
-  for (const auto& e : setup->deployments) {
-    if (e.model != "deepseek-r1") continue;
-    const sim::EngineConfig& engine = e.deployment.engine;
-    CHECK(engine.adp_balance == (e.scenario == "Server"));
-    if (engine.adp_balance) {
-      CHECK(engine.adp_batching_wait_iters == 10);  // TensorRT-LLM's AttentionDpConfig defaults
-      CHECK(engine.adp_timeout_iters == 50);
+  for (const PublishedResult& row : *rows) {
+    INFO(row.submitter << " " << row.model << " " << row.scenario);
+    const CalibrationSetup::Entry* e = FindDeployment(*setup, row);
+    REQUIRE(e != nullptr);
+    const sim::DeploymentConfig& d = e->deployment;
+    // DeepSeek-R1 runs TensorRT-LLM's PyTorch flow; the Llamas, TensorRT engines.
+    CHECK(d.runtime == (row.model == "deepseek-r1" ? models::Runtime::kPython : models::Runtime::kCpp));
+    if (row.model != "deepseek-r1") continue;
+    const sim::EngineConfig& engine = d.engine;
+    CHECK(engine.adp_balance);
+    if (row.offline()) {
+      CHECK(engine.adp_timeout_iters == 500);
+    } else if (row.submitter == "Dell") {
+      CHECK(engine.adp_batching_wait_iters == 2);
+      CHECK(engine.adp_timeout_iters == 6);
+    } else {
+      CHECK(engine.adp_batching_wait_iters == 3);
+      CHECK(engine.adp_timeout_iters == 9);
     }
+    // Only GigaComputing's Server run chunks prompts.
+    CHECK((engine.scheduler == sim::SchedulerKind::kChunked) == (row.submitter == "GigaComputing" && !row.offline()));
     ++checked;
   }
-  CHECK(checked == 2);
+  CHECK(checked == 8);
 }
 
 TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {

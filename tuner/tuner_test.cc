@@ -33,8 +33,9 @@ TuneOptions SmallOptions(sim::Scenario scenario, const models::CostParams& param
   o.qps_steps = 5;
   o.jobs = 2;
   o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                         const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params);
+                         const models::Precision& p,
+                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
   };
   return o;
 }
@@ -195,11 +196,17 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(MakeLaunchCommands(d).trtllm_yaml.find(
             "attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: 10\n  timeout_iters: 500\n") !=
         std::string::npos);
-  // The deployment file keeps it.
+  // The deployment file keeps it, and the runtime.
+  d.runtime = models::Runtime::kCpp;
   auto back = sim::DeploymentFromJson(Json::parse(sim::ToJson(d).dump()), "round trip");
   REQUIRE(back.ok());
   CHECK(back->engine.adp_balance);
   CHECK(back->engine.adp_timeout_iters == 500);
+  CHECK(back->runtime == models::Runtime::kCpp);
+  auto bad_runtime = sim::DeploymentFromJson(Json::parse(R"({"runtime": "java"})"), "x.json");
+  REQUIRE_FALSE(bad_runtime.ok());
+  CHECK(bad_runtime.status().message() == "x.json: runtime = \"java\": unknown (one of python, cpp)");
+  d.runtime = models::Runtime::kPython;
   auto bad = sim::DeploymentFromJson(Json::parse(R"({"adp_balance": {"wait": 3}})"), "x.json");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("adp_balance") != std::string::npos);

@@ -67,7 +67,7 @@ std::unique_ptr<sim::ResolvedDeployment> DeepSeekB200() {
   d.engine.max_batch = 512;
   d.engine.max_num_tokens = 4608;
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto r = sim::Resolve(d, *catalog, [](const auto& m, const auto& hw, const auto& l, const auto& p) {
+  auto r = sim::Resolve(d, *catalog, [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
     return std::unique_ptr<models::ExecutionTimeModel>(std::make_unique<models::RooflineModel>(m, hw, l, p));
   });
   return std::move(r).value();

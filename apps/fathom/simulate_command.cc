@@ -25,6 +25,7 @@ struct SimulateFlags {
   std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
   sim::DeploymentConfig config;  // engine knobs bound to flags
   std::string scheduler = "chunked", preemption = "recompute", admission = "greedy", router = "least-outstanding";
+  std::string runtime = "python";
   std::vector<double> acceptance_dist;
   // Disaggregation.
   bool disagg = false;
@@ -87,6 +88,7 @@ Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
   sim::DeploymentConfig d = f.config;
   FATHOM_ASSIGN_OR_RETURN(d.engine.scheduler, sim::ParseScheduler(f.scheduler));
   FATHOM_ASSIGN_OR_RETURN(d.router, sim::ParseRouter(f.router));
+  FATHOM_ASSIGN_OR_RETURN(d.runtime, models::ParseRuntime(f.runtime));
   if (f.preemption != "recompute" && f.preemption != "swap") {
     return Status::InvalidArgument("--preemption = \"" + f.preemption + "\": must be recompute or swap");
   }
@@ -286,6 +288,8 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   e.max_num_tokens = 4608;
   auto dep = [&](CLI::Option* o) { f->deployment_options.push_back(o); };
   dep(cmd->add_option("--scheduler", f->scheduler, "static, prefill-first, chunked, mixed or decode-first")->capture_default_str());
+  dep(cmd->add_option("--runtime", f->runtime, "Engine host side: python (vLLM, SGLang, TRT-LLM PyTorch) or cpp (TRT-LLM engines)")
+          ->capture_default_str());
   dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")->capture_default_str());
   dep(cmd->add_option("--max-num-tokens", e.max_num_tokens, "Token budget per iteration per attention rank")->capture_default_str());
   dep(cmd->add_option("--chunk-size", e.chunk_size, "Max prefill tokens of one sequence per iteration (0: the budget)"));

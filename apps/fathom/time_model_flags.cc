@@ -15,7 +15,7 @@ Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hard
   if (f.cost_model == "roofline") {
     out.roofline = true;
     out.factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                     const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
+                     const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
       return std::make_unique<models::RooflineModel>(m, hw, l, p);
     };
     return out;
@@ -39,8 +39,9 @@ Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hard
 sim::TimeModelFactory CalibratedFactory(const models::CostParams& params,
                                         std::shared_ptr<const models::MeasuredGemms> measured) {
   return [params, measured](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                            const models::Precision& p) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, measured);
+                            const models::Precision& p,
+                            models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured);
   };
 }
 
