@@ -133,7 +133,9 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const P
       hw_(hw),
       layout_(layout),
       p_(params),
-      runtime_(runtime),
+      host_iteration_us_(runtime == Runtime::kCpp ? params.cpp_iteration_overhead_us : params.iteration_overhead_us),
+      host_per_sequence_us_(runtime == Runtime::kCpp ? params.cpp_per_sequence_overhead_us
+                                                     : params.per_sequence_overhead_us),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
 }
@@ -177,11 +179,7 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
 
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {
   // Host work happens once per iteration, before its first stage.
-  if (stage != 0) return 0.0;
-  const bool cpp = runtime_ == Runtime::kCpp;
-  const double iteration = cpp ? p_.cpp_iteration_overhead_us : p_.iteration_overhead_us;
-  const double per_sequence = cpp ? p_.cpp_per_sequence_overhead_us : p_.per_sequence_overhead_us;
-  return (iteration + per_sequence * sequences) * 1e-6;
+  return stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0;
 }
 
 }  // namespace fathom::models

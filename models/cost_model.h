@@ -91,7 +91,7 @@ class CalibratedModel : public OperatorTimeModel {
   Hardware hw_;
   ParallelLayout layout_;
   CostParams p_;
-  Runtime runtime_;
+  double host_iteration_us_, host_per_sequence_us_;  // the runtime's host costs
   std::shared_ptr<const MeasuredGemms> measured_;
 };
 
