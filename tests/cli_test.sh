@@ -91,6 +91,7 @@ expect 0 '"completed_requests": 200' -- simulate --scenario closed-loop --client
 expect 0 "disaggregated" -- simulate --disagg --prefill-instances 1 --prefill-tp 4 --prefill-ep 4 \
   --decode-tp 4 --decode-ep 4 --decode-attn-dp 4 --samples 200
 expect 2 'scheduler = "fifo": unknown (one of static, prefill-first, chunked, mixed, decode-first)' -- simulate --scheduler fifo
+expect 2 'runtime = "java": unknown (one of python, cpp)' -- simulate --runtime java
 expect 2 "--qps = 0.000000: must be > 0 for the server scenario" -- simulate --scenario server
 expect 2 "--qps = -2.000000: must be > 0" -- simulate --scenario server --qps -2
 expect 2 "deployment_typo.json: field 'max_batch_size': unknown" -- simulate --deployment "$data/deployment_typo.json"
