@@ -14,8 +14,7 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
     r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
-  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0 &&
-                     config.max_batch <= config.max_num_tokens;
+  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0;
 }
 
 int64_t Engine::Outstanding(int rank) const {
@@ -68,9 +67,10 @@ int64_t Engine::AcceptedDrafts() {
 }
 
 void Engine::RemoveRunning(Rank& rank, int64_t slot) {
-  auto it = std::find(rank.running.begin(), rank.running.end(), slot);
-  FATHOM_CHECK(it != rank.running.end());
-  rank.running.erase(it);
+  // From the back: preemption victims are the most recently admitted.
+  auto it = std::find(rank.running.rbegin(), rank.running.rend(), slot);
+  FATHOM_CHECK(it != rank.running.rend());
+  rank.running.erase(std::next(it).base());
 }
 
 int64_t Engine::HeldTokens(const Sequence& s) const {
@@ -188,26 +188,56 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   counters_.generated_tokens += c.size() * steps;
   std::vector<int64_t> done;
   while (!c.completions.empty() && c.completions.top().first <= c.clock) {
-    FATHOM_CHECK(c.completions.top().first == c.clock);
-    done.push_back(c.completions.top().second);
+    const auto [due, slot] = c.completions.top();
     c.completions.pop();
+    if (!Completes(cohort, due, slot)) continue;
+    FATHOM_CHECK(due == c.clock);
+    done.push_back(slot);
   }
+  PruneCompletions(cohort, c);
   std::sort(done.begin(), done.end(),
             [&](int64_t a, int64_t b) { return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order; });
+  // A member preempted and back at once can be due at the same step as its stale entry.
+  done.erase(std::unique(done.begin(), done.end()), done.end());
   for (int64_t slot : done) {
     Sequence& s = (*slots_)[slot];
-    Sync(rank, c, s);
-    const Cohort::Member m = c.members[s.cohort_index];
-    if (m.phase >= 0) --c.phase_count[m.phase];
-    c.base -= s.kv_len - c.clock;
-    c.members[s.cohort_index] = c.members.back();
-    (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
-    c.members.pop_back();
-    s.cohort = -1;
+    Leave(rank, c, s);
     ReleaseAll(rank, s);
     RemoveRunning(rank, slot);
     listener_->OnComplete(slot, now);
   }
+}
+
+// A completion entry is stale once its member left early (preempted): the slot is elsewhere, or
+// (recycled or rejoined) due at another step.
+bool Engine::Completes(int cohort, int64_t due, int64_t slot) const {
+  const Sequence& s = (*slots_)[slot];
+  return s.cohort == cohort && s.cohort_mark + (s.output - s.generated) == due;
+}
+
+void Engine::PruneCompletions(int cohort, Cohort& c) const {
+  while (!c.completions.empty() && !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
+    c.completions.pop();
+  }
+}
+
+// A member leaves between steps, its counters brought up to date.
+void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
+  Sync(rank, c, s);
+  const Cohort::Member m = c.members[s.cohort_index];
+  if (m.phase >= 0) {
+    --c.phase_count[m.phase];
+    // Allocated a block ahead when it joined at this step: it was not among this step's crossings.
+    if (c.ahead_clock == c.clock && m.phase == c.clock % config_.block_tokens &&
+        HeldTokens(s) - s.kv_len == config_.block_tokens) {
+      --c.ahead;
+    }
+  }
+  c.base -= s.kv_len - c.clock;
+  c.members[s.cohort_index] = c.members.back();
+  (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
+  c.members.pop_back();
+  s.cohort = -1;
 }
 
 void Engine::ReleaseAll(Rank& rank, Sequence& s) {
@@ -286,6 +316,23 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   return true;
 }
 
+// The cohort's next step needs more KV blocks than are free: preempt the most recently admitted
+// sequences not in a batch in flight until it fits. The explicit walk below ends the same way (it
+// keeps the longest admission-order prefix whose blocks fit), but this visits only the victims.
+void Engine::ShedForCohort(Rank& rank, int cohort) {
+  Cohort& c = rank.cohorts[cohort];
+  size_t end = rank.running.size();
+  while (c.Crossings(0, 1) > rank.kv->Available()) {
+    while (end > 0 && Busy(rank, (*slots_)[rank.running[end - 1]])) --end;
+    if (end == 0) break;
+    const int64_t slot = rank.running[--end];
+    Sequence& s = (*slots_)[slot];
+    if (s.cohort == cohort) Leave(rank, c, s);
+    Preempt(rank, slot);
+  }
+  PruneCompletions(cohort, c);
+}
+
 bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget) {
   if (role_ == EngineRole::kPrefill) return false;  // its sequences leave with their first token
   if (implicit_decode_) {
@@ -294,10 +341,12 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
     rank.loose.clear();
     Cohort& c = rank.cohorts[idle];
     if (c.size() > 0) {
-      // The whole cohort steps, unless the budget or the KV cache says otherwise: then every
-      // member goes back to the explicit path below, which picks and preempts one by one.
+      // The whole cohort steps, its newest members shed if the KV cache is short; when it
+      // outnumbers the token budget, every member goes back to the explicit path below, which
+      // picks one by one.
+      if (c.size() <= *budget) ShedForCohort(rank, idle);
       const int64_t blocks = c.Crossings(0, 1);
-      if (c.size() <= *budget && blocks <= rank.kv->Available()) {
+      if (c.size() > 0 && c.size() <= *budget && blocks <= rank.kv->Available()) {
         FATHOM_CHECK(rank.kv->Allocate(blocks));
         c.in_flight = true;
         *cohort = idle;

@@ -97,7 +97,7 @@ class Engine {
     int64_t clock = 0;
     int64_t base = 0;  // sum of (kv_len - cohort_mark): summed context = base + size * clock
     std::vector<int64_t> phase_count;  // members per phase
-    using Due = std::pair<int64_t, int64_t>;  // (clock at completion, slot)
+    using Due = std::pair<int64_t, int64_t>;  // (clock at completion, slot); stale once it left early
     std::priority_queue<Due, std::vector<Due>, std::greater<Due>> completions;
     // Members that joined at step `ahead_clock` with a block allocated ahead: their phase is
     // registered but they need no block at that step.
@@ -163,6 +163,10 @@ class Engine {
   void Dissolve(Rank& rank, int cohort);  // every member back to explicit bookkeeping
   int IdleCohort(Rank& rank);
   void AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now);
+  void Leave(const Rank& rank, Cohort& c, Sequence& s) const;
+  void ShedForCohort(Rank& rank, int cohort);
+  bool Completes(int cohort, int64_t due, int64_t slot) const;
+  void PruneCompletions(int cohort, Cohort& c) const;  // drops stale entries off the top
   bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
 
   int id_;

@@ -374,6 +374,28 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
       same(spec, [&] { return OfflineSource(data, 600, 1); });
     }
   }
+  // Short sequences crowding a small cache: the cohort sheds its newest members, which come back
+  // and can leave again within a few steps.
+  {
+    std::vector<traces::Request> shorts(3000);
+    Rng rng(3);
+    for (size_t i = 0; i < shorts.size(); ++i) {
+      shorts[i].id = static_cast<int64_t>(i);
+      shorts[i].input_tokens = 50 + static_cast<int64_t>(rng.Below(400));
+      shorts[i].output_tokens = 1 + static_cast<int64_t>(rng.Below(300));
+    }
+    for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+      SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/40000);
+      spec.engine.preemption = mode;
+      spec.engine.fast_forward = 1;
+      same(spec, [&] { return OfflineSource(shorts, 3000, 2); });
+    }
+  }
+  // More sequences than the token budget: the cohort steps only when they fit.
+  SimulationSpec tight = ds.Spec(Scenario::kServer);
+  tight.engine.max_batch = 256;
+  tight.engine.max_num_tokens = 128;
+  same(tight, [&] { return PoissonSource(data, 600, 6.0, 4); });
   SimulationSpec reserve = ds.Spec(Scenario::kOffline, 60000);
   reserve.engine.admission = AdmissionPolicy::kReserve;
   same(reserve, [&] { return OfflineSource(data, 600, 1); });
@@ -384,6 +406,9 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   disagg.decode_engine = disagg.engine;
   disagg.disagg.kv_link_bytes_per_s = 50e9;
   disagg.total_gpus = 16;
+  same(disagg, [&] { return PoissonSource(data, 600, 3.0, 6); });
+  disagg.decode_pool->kv_blocks_per_rank = 30000 / 32;  // decoders shed as they arrive
+  disagg.decode_engine.fast_forward = 1;
   same(disagg, [&] { return PoissonSource(data, 600, 3.0, 6); });
   // Pipeline stages: one cohort per microbatch in flight; under KV pressure too.
   const DeepSeek pipelined({8, 4, 2, 4, 1});
