@@ -334,16 +334,30 @@ std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual&
   return best;
 }
 
+class ProgressCallback : public ceres::IterationCallback {
+ public:
+  explicit ProgressCallback(const FitProgress& progress) : progress_(progress) {}
+  ceres::CallbackReturnType operator()(const ceres::IterationSummary& s) override {
+    progress_(s.iteration, s.cost);
+    return ceres::SOLVER_CONTINUE;
+  }
+
+ private:
+  const FitProgress& progress_;
+};
+
 }  // namespace
 
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs) {
+                                  int64_t max_requests, int jobs, const FitProgress& progress) {
   int residuals = 0;
   for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
   if (residuals < models::CostParams::kNumFitted) {
     return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
+  // Every row must simulate (a clear error now rather than a failed fit later).
+  FATHOM_RETURN_IF_ERROR(PredictRows(rows, setup, catalog, start, max_requests, jobs).status());
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
   auto* residual = new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs};
@@ -361,6 +375,8 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   ceres::Solver::Options options;
   options.max_num_iterations = 25;
   options.function_tolerance = 1e-4;
+  ProgressCallback callback(progress);
+  if (progress) options.callbacks.push_back(&callback);
   ceres::Solver::Summary summary;
   ceres::Solve(options, &problem, &summary);
   if (!summary.IsSolutionUsable()) return Status::InvalidArgument("calibration fit failed: " + summary.message);
@@ -385,6 +401,21 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
       out.calibration.stddev[i] = std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
     }
+  }
+  // Host costs of a runtime no row runs on: the fitted runtime's (indices as in CostParams::kFitted).
+  bool python = false, cpp = false;
+  for (const auto& r : rows) {
+    const bool is_cpp = FindDeployment(setup, r)->deployment.runtime == models::Runtime::kCpp;
+    (is_cpp ? cpp : python) = true;
+  }
+  if (python != cpp) {
+    auto fitted = out.calibration.params.Fitted();
+    const int from = python ? 2 : 4, to = python ? 4 : 2;
+    for (int k = 0; k < 2; ++k) {
+      fitted[to + k] = fitted[from + k];
+      out.calibration.stddev[to + k] = out.calibration.stddev[from + k];
+    }
+    out.calibration.params.SetFitted(fitted);
   }
   out.calibration.fitted_hardware.clear();
   for (const auto& r : rows) {

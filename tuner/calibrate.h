@@ -3,6 +3,7 @@
 // simulated throughput and p99 latencies match.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -85,11 +86,15 @@ struct FitOutcome {
   double initial_cost = 0, final_cost = 0;
 };
 
+// Called after each solver iteration with its number and cost (half the sum of squared residuals).
+using FitProgress = std::function<void(int iteration, double cost)>;
+
 // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
-// the best of `start` and a coarse grid of plausible points.
+// the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
+// is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence).
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs = 0);
+                                  int64_t max_requests, int jobs = 0, const FitProgress& progress = {});
 
 // Median absolute errors (%) of throughput and of the p99 latencies (server-type rows).
 struct ErrorSummary {

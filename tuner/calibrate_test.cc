@@ -103,6 +103,56 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
   CHECK(checked == 8);
 }
 
+TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tuner]") {
+  auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
+  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 400, 1);
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto start = models::LoadCalibration(models::DefaultCalibrationPath());
+  REQUIRE(all.ok());
+  REQUIRE(setup.ok());
+  REQUIRE(start.ok());
+  constexpr int64_t kRequests = 300;
+  // Published figures made by known parameters: DeepSeek-R1 (python runtime) and Llama rows (cpp).
+  models::Calibration truth = *start;
+  truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0});
+  std::vector<PublishedResult> rows;
+  for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
+  auto made = PredictRows(rows, *setup, *catalog, truth, kRequests, 1);
+  REQUIRE(made.ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].tokens_per_s = (*made)[i].tokens_per_s;
+    rows[i].ttft_p99_ms = (*made)[i].ttft_p99_ms;
+    rows[i].tpot_p99_ms = (*made)[i].tpot_p99_ms;
+  }
+  int iterations = 0;
+  auto fit = FitToPublished(rows, *setup, *catalog, *start, kRequests, 0, [&](int, double) { ++iterations; });
+  INFO(fit.status().message());
+  REQUIRE(fit.ok());
+  CHECK(iterations == fit->iterations);
+  CHECK(fit->final_cost < 0.2 * fit->initial_cost);
+  // The fitted parameters reproduce the rows...
+  auto again = PredictRows(rows, *setup, *catalog, fit->calibration, kRequests);
+  REQUIRE(again.ok());
+  const ErrorSummary e = Summarize(*again);
+  CHECK(e.tokens_median_abs_pct < 5);
+  CHECK(e.latency_median_abs_pct < 10);
+  // ...and those the rows pin down come back: HBM efficiency (decode) and host time per
+  // iteration. GEMM efficiency and per-sequence host time trade off against them on these rows.
+  const auto x = fit->calibration.params.Fitted();
+  CHECK(x[1] == Approx(0.7).epsilon(0.05));
+  CHECK(x[2] == Approx(30000).epsilon(0.15));
+  CHECK(x[4] == Approx(8000).epsilon(0.15));
+
+  // Without the python-runtime rows, that runtime takes the cpp runtime's host costs.
+  std::vector<PublishedResult> cpp_rows(rows.begin() + 2, rows.end());
+  auto cpp_fit = FitToPublished(cpp_rows, *setup, *catalog, *start, kRequests);
+  REQUIRE(cpp_fit.ok());
+  const auto y = cpp_fit->calibration.params.Fitted();
+  CHECK(y[2] == y[4]);
+  CHECK(y[3] == y[5]);
+  CHECK(cpp_fit->calibration.stddev[2] == cpp_fit->calibration.stddev[4]);
+}
+
 TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {
   CHECK(RobustLogError(101, 100) == Approx(std::log(1.01)).epsilon(1e-3));
   CHECK(RobustLogError(99, 100) == Approx(std::log(0.99)).epsilon(1e-3));

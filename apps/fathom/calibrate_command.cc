@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -71,6 +72,15 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
               s.latency_median_abs_pct, s.rows);
 }
 
+// A line on stderr per solver iteration: fits take minutes.
+tuner::FitProgress Progress(const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  return [what, start](int iteration, double cost) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "%s: iteration %d, cost %.4f (%.0f s)\n", what.c_str(), iteration, cost, s);
+  };
+}
+
 Status Run(const CalibrateFlags& f) {
   if (f.samples != 0 && f.samples < 100) {
     return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be 0 (whole data sets) or >= 100");
@@ -85,7 +95,8 @@ Status Run(const CalibrateFlags& f) {
                           models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
   OrderedJson out;
   if (f.fit) {
-    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs));
+    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit,
+                            tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs, Progress("fit")));
     calibration = fit.calibration;
     calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
                        " rows, each run as long as its MLPerf run" +
@@ -114,14 +125,18 @@ Status Run(const CalibrateFlags& f) {
   out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct}, {"p99_latency", s.latency_median_abs_pct}};
 
   if (f.cross_validate) {
-    // Leave one model out: fit on the others, predict the held-out model's rows.
+    // Leave one model out: fit on the others, predict the held-out model's rows. Each fold starts
+    // from the physical defaults, not from a calibration the held-out rows helped fit.
+    models::Calibration neutral = calibration;
+    neutral.params.SetFitted(models::CostParams{}.Fitted());
     std::set<std::string> models;
     for (const auto& r : rows) models.insert(r.model);
     std::vector<tuner::RowPrediction> held_out;
     for (const auto& model : models) {
       std::vector<tuner::PublishedResult> train, test;
       for (const auto& r : rows) (r.model == model ? test : train).push_back(r);
-      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, calibration, f.max_requests, f.jobs));
+      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests,
+                                                                           f.jobs, Progress("without " + model)));
       FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests, f.jobs));
       held_out.insert(held_out.end(), p.begin(), p.end());
     }
