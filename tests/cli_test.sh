@@ -107,6 +107,8 @@ expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 10
 
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
+expect 0 '"held_out": "llama3.1-405b"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json \
+  --cross-validate --max-requests 100 --samples 200
 expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests -1
 expect 2 "--samples = 50: must be 0 (whole data sets) or >= 100" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --samples 50
 expect 2 'adp_timeout_iters = 0.000000: must be >= 1' -- simulate --adp-balance --adp-timeout-iters 0

@@ -72,6 +72,14 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
               s.latency_median_abs_pct, s.rows);
 }
 
+void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
+  std::printf("%s: %d iterations, cost %.4f -> %.4f\n", what.c_str(), fit.iterations, fit.initial_cost, fit.final_cost);
+  const auto v = fit.calibration.params.Fitted();
+  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+    std::printf("  %-28s %10.4f +- %.4f\n", models::CostParams::kFitted[i], v[i], fit.calibration.stddev[i]);
+  }
+}
+
 // A line on stderr per solver iteration: fits take minutes.
 tuner::FitProgress Progress(const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
@@ -102,13 +110,7 @@ Status Run(const CalibrateFlags& f) {
                        " rows, each run as long as its MLPerf run" +
                        (f.max_requests > 0 ? ", capped at " + std::to_string(f.max_requests) + " requests" : "") +
                        "); stddev from Ceres's covariance.";
-    if (!f.json) {
-      std::printf("fit: %d iterations, cost %.4f -> %.4f\n", fit.iterations, fit.initial_cost, fit.final_cost);
-      const auto v = calibration.params.Fitted();
-      for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-        std::printf("  %-24s %10.4f +- %.4f\n", models::CostParams::kFitted[i], v[i], calibration.stddev[i]);
-      }
-    }
+    if (!f.json) PrintFit("fit", fit);
     out["calibration"] = models::ToJson(calibration);
     if (!f.out.empty()) {
       FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.out, models::ToJson(calibration).dump(2) + "\n"));
@@ -132,16 +134,22 @@ Status Run(const CalibrateFlags& f) {
     std::set<std::string> models;
     for (const auto& r : rows) models.insert(r.model);
     std::vector<tuner::RowPrediction> held_out;
+    OrderedJson folds = OrderedJson::array();
+    if (!f.json) std::printf("\nleave-one-model-out fits:\n");
     for (const auto& model : models) {
       std::vector<tuner::PublishedResult> train, test;
       for (const auto& r : rows) (r.model == model ? test : train).push_back(r);
       FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests,
                                                                            f.jobs, Progress("without " + model)));
+      if (!f.json) PrintFit("without " + model, fit);
+      folds.push_back({{"held_out", model}, {"calibration", models::ToJson(fit.calibration)}});
       FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests, f.jobs));
       held_out.insert(held_out.end(), p.begin(), p.end());
     }
     const tuner::ErrorSummary cv = tuner::Summarize(held_out);
-    out["leave_one_model_out"] = {{"tokens_per_s", cv.tokens_median_abs_pct}, {"p99_latency", cv.latency_median_abs_pct}};
+    out["leave_one_model_out"] = {{"tokens_per_s", cv.tokens_median_abs_pct},
+                                  {"p99_latency", cv.latency_median_abs_pct},
+                                  {"folds", folds}};
     if (!f.json) {
       std::printf("\nleave-one-model-out:\n");
       PrintTable(held_out);
