@@ -122,8 +122,18 @@ void MeasuredGemms::Add(DType dtype, int64_t m, int64_t n, int64_t k, double sec
 
 std::optional<double> MeasuredGemms::Seconds(DType dtype, int64_t m, int64_t n, int64_t k) const {
   auto it = tables_.find({static_cast<int>(dtype), n, k});
-  if (it == tables_.end()) return std::nullopt;
-  return InterpolateLogLog(it->second, static_cast<double>(m));
+  if (it == tables_.end()) {
+    ++counters_->unmeasured;
+    return std::nullopt;
+  }
+  const auto& points = it->second;
+  const auto x = static_cast<double>(m);
+  ++(x < points.front().first || x > points.back().first ? counters_->outside : counters_->within);
+  return InterpolateLogLog(points, x);
+}
+
+MeasuredGemms::Coverage MeasuredGemms::coverage() const {
+  return {counters_->within.load(), counters_->outside.load(), counters_->unmeasured.load()};
 }
 
 CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,

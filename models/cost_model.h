@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,8 +72,20 @@ class MeasuredGemms {
   size_t size() const { return tables_.size(); }
   void Add(DType dtype, int64_t m, int64_t n, int64_t k, double seconds);
 
+  // GEMMs priced so far (thread-safe): within a table's measured M range, outside it (an
+  // extrapolation: the first latency below, the last segment extended above), and of a shape
+  // no table has (the analytical model answers).
+  struct Coverage {
+    int64_t within = 0, outside = 0, unmeasured = 0;
+  };
+  Coverage coverage() const;
+
  private:
+  struct Counters {
+    std::atomic<int64_t> within{0}, outside{0}, unmeasured{0};
+  };
   std::map<std::tuple<int, int64_t, int64_t>, std::vector<std::pair<double, double>>> tables_;
+  std::unique_ptr<Counters> counters_ = std::make_unique<Counters>();
 };
 
 class CalibratedModel : public OperatorTimeModel {

@@ -243,8 +243,14 @@ TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[m
   CHECK(model.OpSeconds(op) == 40e-6);
   op.m = 128;
   CHECK(model.OpSeconds(op) == Approx(std::sqrt(40e-6 * 80e-6)));
+  op.m = 1024;  // beyond the measured M range: flagged
+  CHECK(model.OpSeconds(op) > 80e-6);
   op.k = 7168;  // no measurement of this shape: the analytical model answers
   CHECK(model.OpSeconds(op) != Approx(std::sqrt(40e-6 * 80e-6)));
+  const MeasuredGemms::Coverage c = measured->coverage();
+  CHECK(c.within == 2);
+  CHECK(c.outside == 1);
+  CHECK(c.unmeasured == 1);
 }
 
 TEST_CASE("FitGemmCurve: recovers known parameters from noisy synthetic measurements", "[models]") {

@@ -103,6 +103,7 @@ simulate_out="$tmp/never.csv"
 [[ ! -e "$simulate_out" && ! -e "$simulate_out.tmp" ]] || { echo "FAIL: a failed simulate left a file"; failed=$((failed + 1)); }
 
 expect 0 '"error_bars_1sigma"' -- simulate --scenario server --qps 3 --samples 300 --error-bars --json
+expect 2 "--perf-db = \"$tmp/none.db\": no such file" -- simulate --samples 100 --perf-db "$tmp/none.db"
 expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 100 --cost-model roofline --error-bars
 
 # Calibration and tuning.

@@ -152,6 +152,13 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
                        d.hardware) == time_model.calibration.fitted_hardware.end()) {
     std::printf("  (note: %s is not among the calibration's hardware: these figures extrapolate)\n", d.hardware.c_str());
   }
+  if (time_model.measured) {
+    const models::MeasuredGemms::Coverage c = time_model.measured->coverage();
+    const double all = std::max<int64_t>(1, c.within + c.outside + c.unmeasured);
+    std::printf("  measured GEMMs    %.1f%% of GEMMs priced from the database, %.1f%% beyond its measured M range "
+                "(extrapolated), %.1f%% analytical (shape not measured)\n",
+                100 * c.within / all, 100 * c.outside / all, 100 * c.unmeasured / all);
+  }
 }
 
 Status Run(const SimulateFlags& f) {
@@ -260,6 +267,10 @@ Status Run(const SimulateFlags& f) {
     j["seed"] = sc.seed;
     const OrderedJson metrics = res.ToJson();
     for (const auto& [k, v] : metrics.items()) j[k] = v;
+    if (time_model.measured) {
+      const models::MeasuredGemms::Coverage c = time_model.measured->coverage();
+      j["measured_gemms"] = {{"within_range", c.within}, {"outside_range", c.outside}, {"unmeasured", c.unmeasured}};
+    }
     if (sigma) {
       j["error_bars_1sigma"] = {{"throughput_tokens_per_s", (*sigma)[0]}, {"ttft_p99_ms", (*sigma)[1]},
                                 {"tpot_p99_ms", (*sigma)[2]}};

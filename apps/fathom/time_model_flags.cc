@@ -1,5 +1,7 @@
 #include "apps/fathom/time_model_flags.h"
 
+#include <filesystem>
+
 #include "models/roofline.h"
 
 namespace fathom::cli {
@@ -27,6 +29,10 @@ Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hard
                           models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
   std::shared_ptr<const models::MeasuredGemms> measured;
   if (!f.perf_db.empty()) {
+    // Reading only: a mistyped path must not become a new, empty database.
+    if (!std::filesystem::is_regular_file(f.perf_db)) {
+      return Status::InvalidArgument("--perf-db = \"" + f.perf_db + "\": no such file");
+    }
     FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.perf_db));
     FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, hardware));
     measured = std::make_shared<const models::MeasuredGemms>(std::move(gemms));
