@@ -268,6 +268,29 @@ double RobustLogError(double predicted, double published) {
 
 namespace {
 
+// First index of each runtime's (per-iteration, per-sequence) host pair in CostParams::kFitted.
+constexpr int kPythonHost = 2, kCppHost = 4;
+
+// Robust log(predicted / published) of throughput and, for server-type rows, of p99 TTFT and
+// TPOT, in row order.
+std::vector<double> Residuals(const std::vector<RowPrediction>& preds) {
+  std::vector<double> r;
+  for (const RowPrediction& p : preds) {
+    r.push_back(RobustLogError(p.tokens_per_s, p.row.tokens_per_s));
+    if (!p.row.offline()) {
+      r.push_back(RobustLogError(p.ttft_p99_ms, p.row.ttft_p99_ms));
+      r.push_back(RobustLogError(p.tpot_p99_ms, p.row.tpot_p99_ms));
+    }
+  }
+  return r;
+}
+
+double HalfSumOfSquares(const std::vector<double>& r) {
+  double sum = 0;
+  for (double v : r) sum += v * v;
+  return 0.5 * sum;
+}
+
 // Residuals of all rows for one parameter vector: robust log(predicted / published) of
 // throughput and, for server-type rows, of p99 TTFT and TPOT (a server row's throughput is its
 // target QPS times its tokens per sample whenever the run keeps up, so its latencies carry
@@ -285,19 +308,13 @@ struct RowsResidual {
     std::array<double, models::CostParams::kNumFitted> x;
     std::copy(params[0], params[0] + x.size(), x.begin());
     // Central differences probe just outside the bounds; overheads are clamped at zero there.
-    for (size_t k = 2; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
+    for (size_t k = kPythonHost; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
     c.params.SetFitted(x);
     if (!c.params.Validate().ok()) return false;
     auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests, jobs);
     if (!pred.ok()) return false;
-    int i = 0;
-    for (const RowPrediction& p : *pred) {
-      residuals[i++] = RobustLogError(p.tokens_per_s, p.row.tokens_per_s);
-      if (!p.row.offline()) {
-        residuals[i++] = RobustLogError(p.ttft_p99_ms, p.row.ttft_p99_ms);
-        residuals[i++] = RobustLogError(p.tpot_p99_ms, p.row.tpot_p99_ms);
-      }
-    }
+    const std::vector<double> r = Residuals(*pred);
+    std::copy(r.begin(), r.end(), residuals);
     return true;
   }
 };
@@ -307,9 +324,7 @@ double Cost(const RowsResidual& f, const std::array<double, models::CostParams::
   std::vector<double> r(residuals);
   const double* block = x.data();
   if (!f(&block, r.data())) return std::numeric_limits<double>::infinity();
-  double sum = 0;
-  for (double v : r) sum += v * v;
-  return 0.5 * sum;
+  return HalfSumOfSquares(r);
 }
 
 // Simulated metrics are piecewise constant in the parameters and the cost has several basins,
@@ -317,9 +332,9 @@ double Cost(const RowsResidual& f, const std::array<double, models::CostParams::
 // physically plausible points.
 std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual& f,
                                                             const std::array<double, models::CostParams::kNumFitted>& start,
-                                                            int residuals) {
+                                                            double start_cost, int residuals) {
   auto best = start;
-  double best_cost = Cost(f, start, residuals);
+  double best_cost = start_cost;
   // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us},
   // the host costs the same for both runtimes.
   constexpr double kCorners[4][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
@@ -357,14 +372,15 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
   // Every row must simulate (a clear error now rather than a failed fit later).
-  FATHOM_RETURN_IF_ERROR(PredictRows(rows, setup, catalog, start, max_requests, jobs).status());
+  FATHOM_ASSIGN_OR_RETURN(std::vector<RowPrediction> at_start, PredictRows(rows, setup, catalog, start, max_requests, jobs));
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
   auto* residual = new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs};
   auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(residual, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
-  std::array<double, models::CostParams::kNumFitted> x = BestStart(*residual, start.params.Fitted(), residuals);
+  std::array<double, models::CostParams::kNumFitted> x =
+      BestStart(*residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals);
   ceres::Problem problem;
   problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
   const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
@@ -402,7 +418,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
       out.calibration.stddev[i] = std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
     }
   }
-  // Host costs of a runtime no row runs on: the fitted runtime's (indices as in CostParams::kFitted).
+  // Host costs of a runtime no row runs on: the fitted runtime's.
   bool python = false, cpp = false;
   for (const auto& r : rows) {
     const bool is_cpp = FindDeployment(setup, r)->deployment.runtime == models::Runtime::kCpp;
@@ -410,7 +426,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   }
   if (python != cpp) {
     auto fitted = out.calibration.params.Fitted();
-    const int from = python ? 2 : 4, to = python ? 4 : 2;
+    const int from = python ? kPythonHost : kCppHost, to = python ? kCppHost : kPythonHost;
     for (int k = 0; k < 2; ++k) {
       fitted[to + k] = fitted[from + k];
       out.calibration.stddev[to + k] = out.calibration.stddev[from + k];
