@@ -7,24 +7,10 @@
 #include <map>
 
 #include "base/json_fields.h"
+#include "profiler/activity.h"
 
 namespace fathom::profiler {
 namespace {
-
-struct Range {
-  int64_t start = 0, end = 0;
-  std::string name;
-};
-
-// The innermost range (latest start) that contains `t`, among ranges sorted by start.
-std::string Innermost(const std::vector<Range>& ranges, int64_t t) {
-  const Range* best = nullptr;
-  for (const Range& r : ranges) {
-    if (r.start > t) break;
-    if (r.end >= t && (best == nullptr || r.start >= best->start)) best = &r;
-  }
-  return best ? best->name : "";
-}
 
 bool HasTable(sqlite3* db, const std::string& name) {
   sqlite3_stmt* st = nullptr;
@@ -65,37 +51,29 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
     return Status::InvalidArgument(path + ": table CUPTI_ACTIVITY_KIND_KERNEL or StringIds missing (export with "
                                           "`nsys export --type sqlite`)");
   }
-  // NVTX ranges per thread, and the launching thread and time of every correlation id.
-  std::map<int64_t, std::vector<Range>> ranges_by_thread;
+  // The NVTX ranges per thread and the API calls that launched work, then the records, each
+  // matched to its launch call by correlation id.
+  ActivityLog log;
   if (HasTable(db, "NVTX_EVENTS")) {
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db,
                        "SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
-                       "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL ORDER BY e.start",
+                       "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
                        -1, &st, nullptr);
     while (sqlite3_step(st) == SQLITE_ROW) {
-      ranges_by_thread[sqlite3_column_int64(st, 2)].push_back(
-          {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), Text(st, 3)});
+      log.AddRange(sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), Text(st, 3));
     }
     sqlite3_finalize(st);
   }
-  std::map<int64_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (thread, api start)
   if (HasTable(db, "CUPTI_ACTIVITY_KIND_RUNTIME")) {
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db, "SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME", -1, &st, nullptr);
     while (sqlite3_step(st) == SQLITE_ROW) {
-      launch[sqlite3_column_int64(st, 0)] = {sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2)};
+      log.AddLaunch(sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
     }
     sqlite3_finalize(st);
   }
-  auto range_of = [&](int64_t correlation) -> std::string {
-    auto it = launch.find(correlation);
-    if (it == launch.end()) return "";
-    auto rt = ranges_by_thread.find(it->second.first);
-    return rt == ranges_by_thread.end() ? "" : Innermost(rt->second, it->second.second);
-  };
 
-  std::vector<models::KernelRecord> out;
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db,
                      "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, s.value, k.gridX, k.gridY, "
@@ -115,9 +93,8 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
       k.grid[i] = sqlite3_column_int(st, 6 + i);
       k.block[i] = sqlite3_column_int(st, 9 + i);
     }
-    k.nvtx_range = range_of(k.correlation);
     k.source = path;
-    out.push_back(std::move(k));
+    log.AddRecord(std::move(k));
   }
   sqlite3_finalize(st);
   for (const char* table : {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
@@ -133,14 +110,12 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
       k.device = sqlite3_column_int(st, 2);
       k.stream = sqlite3_column_int(st, 3);
       k.correlation = sqlite3_column_int64(st, 4);
-      k.nvtx_range = range_of(k.correlation);
       k.source = path;
-      out.push_back(std::move(k));
+      log.AddRecord(std::move(k));
     }
     sqlite3_finalize(st);
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
-  return out;
+  return log.Take(/*final=*/true);
 }
 
 Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& path) {
@@ -154,7 +129,7 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
     return Status::InvalidArgument(path + ": field 'traceEvents': missing (a PyTorch profiler Chrome trace has it)");
   }
   // GPU-side annotation ranges (PyTorch's gpu_user_annotation) per device and stream.
-  std::map<std::pair<int64_t, int64_t>, std::vector<Range>> annotations;
+  std::map<std::pair<int64_t, int64_t>, std::vector<NamedRange>> annotations;
   std::vector<models::KernelRecord> out;
   auto us_to_ns = [](const Json& v) { return static_cast<int64_t>(std::llround(v.get<double>() * 1000.0)); };
   for (size_t i = 0; i < events->size(); ++i) {
@@ -191,11 +166,11 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
     out.push_back(std::move(k));
   }
   for (auto& [key, list] : annotations) {
-    std::sort(list.begin(), list.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+    std::sort(list.begin(), list.end(), [](const NamedRange& a, const NamedRange& b) { return a.start < b.start; });
   }
   for (auto& k : out) {
     auto it = annotations.find({k.device, k.stream});
-    if (it != annotations.end()) k.nvtx_range = Innermost(it->second, k.start_ns);
+    if (it != annotations.end()) k.nvtx_range = InnermostRange(it->second, k.start_ns);
   }
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   return out;

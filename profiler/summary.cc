@@ -27,10 +27,11 @@ std::string ClassifyKernel(const models::KernelRecord& k) {
   if (k.kind == "memcpy" || k.kind == "memset") return k.kind;
   std::string n = k.name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  // Attention first: FlashAttention's split-KV "combine" kernel is not an MoE combine.
+  if (Contains(n, {"flash", "fmha", "attention", "attn", "mla", "paged", "xqa"})) return "attention";
   if (Contains(n, {"nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "alltoall",
                    "all_to_all", "deepep", "dispatch", "combine"}))
     return "communication";
-  if (Contains(n, {"flash", "fmha", "attention", "attn", "mla", "paged", "xqa"})) return "attention";
   if (Contains(n, {"moe", "expert", "grouped", "topk_gating", "router"})) return "moe";
   if (Contains(n, {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "sm90_", "sm100_"})) return "gemm";
   if (Contains(n, {"elementwise", "norm", "silu", "gelu", "act_and_mul", "softmax", "rotary", "rope", "reduce",

@@ -1,32 +1,18 @@
 #include "profiler/cupti/cupti_tracer.h"
 
-#include <cupti.h>
-
-#include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <string>
 
 namespace fathom::profiler {
 namespace {
 
-struct Range {
-  uint64_t start = 0, end = 0;
-  std::string name;
-};
-
 struct State {
   std::mutex mu;
-  size_t buffer_bytes = 0, max_buffers = 0;
+  TracerOptions options;
   std::vector<uint8_t*> free_buffers;
-  int64_t allocated = 0;
   TracerStats stats;
-  std::vector<models::KernelRecord> records;
-  std::map<uint32_t, std::pair<uint32_t, uint64_t>> launches;  // correlation -> (thread, API start)
-  std::map<uint32_t, Range> open_markers;                       // marker id -> range being built
-  std::map<uint32_t, uint32_t> marker_thread;                   // marker id -> thread
-  std::map<uint32_t, std::vector<Range>> ranges;                // thread -> finished ranges
+  ActivityLog log;
   bool started = false;
 };
 
@@ -42,14 +28,13 @@ void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   if (!s.free_buffers.empty()) {
     *buffer = s.free_buffers.back();
     s.free_buffers.pop_back();
-  } else if (s.allocated < static_cast<int64_t>(s.max_buffers)) {
-    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, s.buffer_bytes));
-    ++s.allocated;
-    s.stats.buffers = s.allocated;
+  } else if (s.stats.buffers < static_cast<int64_t>(s.options.max_buffers)) {
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, s.options.buffer_bytes));
+    ++s.stats.buffers;
   } else {
     *buffer = nullptr;  // bounded memory: CUPTI drops and counts what does not fit
   }
-  *size = *buffer ? s.buffer_bytes : 0;
+  *size = *buffer ? s.options.buffer_bytes : 0;
 }
 
 // A memcpy or memset record (the two share these fields).
@@ -67,75 +52,27 @@ models::KernelRecord Transfer(const Activity& a, const char* kind) {
   return out;
 }
 
-void Record(State& s, CUpti_Activity* r) {
-  switch (r->kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL: {
-      auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(r);
-      models::KernelRecord out;
-      out.name = k->name ? k->name : "";
-      out.start_ns = static_cast<int64_t>(k->start);
-      out.end_ns = static_cast<int64_t>(k->end);
-      out.device = static_cast<int32_t>(k->deviceId);
-      out.stream = static_cast<int32_t>(k->streamId);
-      out.correlation = k->correlationId;
-      out.grid[0] = k->gridX;
-      out.grid[1] = k->gridY;
-      out.grid[2] = k->gridZ;
-      out.block[0] = k->blockX;
-      out.block[1] = k->blockY;
-      out.block[2] = k->blockZ;
-      out.source = "cupti";
-      s.records.push_back(std::move(out));
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-      s.records.push_back(Transfer(*reinterpret_cast<CUpti_ActivityMemcpy6*>(r), "memcpy"));
-      break;
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-      s.records.push_back(Transfer(*reinterpret_cast<CUpti_ActivityMemset4*>(r), "memset"));
-      break;
-    case CUPTI_ACTIVITY_KIND_RUNTIME: {
-      auto* a = reinterpret_cast<CUpti_ActivityAPI*>(r);
-      const uint32_t thread = a->threadId;
-      const uint64_t start = a->start;
-      s.launches[a->correlationId] = {thread, start};
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_MARKER: {
-      auto* m = reinterpret_cast<CUpti_ActivityMarker2*>(r);
-      if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
-        const uint64_t timestamp = m->timestamp;
-        const uint32_t thread = m->objectId.pt.threadId;
-        s.open_markers[m->id] = Range{timestamp, 0, m->name ? m->name : ""};
-        s.marker_thread[m->id] = thread;
-      } else if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
-        auto it = s.open_markers.find(m->id);
-        if (it != s.open_markers.end()) {
-          it->second.end = m->timestamp;
-          s.ranges[s.marker_thread[m->id]].push_back(it->second);
-          s.open_markers.erase(it);
-          s.marker_thread.erase(m->id);
-        }
-      }
-      break;
-    }
-    default:
-      break;
-  }
-}
-
 void CUPTIAPI BufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  CUpti_Activity* record = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    Record(s, record);
-    ++s.stats.records;
+  std::vector<models::KernelRecord> ready;
+  std::function<void(std::vector<models::KernelRecord>)> sink;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    CUpti_Activity* record = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+      DecodeActivity(*record, &s.log);
+      ++s.stats.records;
+    }
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) s.stats.dropped += dropped;
+    s.free_buffers.push_back(buffer);
+    if (s.options.sink && s.log.pending_records() >= s.options.sink_batch) {
+      ready = s.log.Take(/*final=*/false);
+      sink = s.options.sink;
+    }
   }
-  size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) s.stats.dropped += dropped;
-  s.free_buffers.push_back(buffer);
+  // Outside the lock: the application's threads ask for buffers meanwhile.
+  if (!ready.empty()) sink(std::move(ready));
 }
 
 Status Check(CUptiResult r, const char* what) {
@@ -148,19 +85,67 @@ Status Check(CUptiResult r, const char* what) {
 
 }  // namespace
 
-Status StartTracing(size_t buffer_bytes, size_t max_buffers) {
+void DecodeActivity(const CUpti_Activity& record, ActivityLog* log) {
+  switch (record.kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL: {
+      const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(record);
+      models::KernelRecord out;
+      out.name = k.name ? k.name : "";
+      out.start_ns = static_cast<int64_t>(k.start);
+      out.end_ns = static_cast<int64_t>(k.end);
+      out.device = static_cast<int32_t>(k.deviceId);
+      out.stream = static_cast<int32_t>(k.streamId);
+      out.correlation = k.correlationId;
+      out.grid[0] = k.gridX;
+      out.grid[1] = k.gridY;
+      out.grid[2] = k.gridZ;
+      out.block[0] = k.blockX;
+      out.block[1] = k.blockY;
+      out.block[2] = k.blockZ;
+      out.source = "cupti";
+      log->AddRecord(std::move(out));
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      log->AddRecord(Transfer(reinterpret_cast<const CUpti_ActivityMemcpy6&>(record), "memcpy"));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      log->AddRecord(Transfer(reinterpret_cast<const CUpti_ActivityMemset4&>(record), "memset"));
+      break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+      const auto& a = reinterpret_cast<const CUpti_ActivityAPI&>(record);
+      log->AddLaunch(a.correlationId, a.threadId, static_cast<int64_t>(a.start));
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MARKER: {
+      const auto& m = reinterpret_cast<const CUpti_ActivityMarker2&>(record);
+      if (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
+        log->OpenRange(m.id, m.objectId.pt.threadId, static_cast<int64_t>(m.timestamp), m.name ? m.name : "");
+      } else if (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+        log->CloseRange(m.id, static_cast<int64_t>(m.timestamp));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+Status StartTracing(TracerOptions options) {
   State& s = S();
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.started) return Status::Ok();
-    s.buffer_bytes = buffer_bytes;
-    s.max_buffers = max_buffers;
+    s.options = std::move(options);
     s.started = true;
   }
   FATHOM_RETURN_IF_ERROR(Check(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted),
                                "cuptiActivityRegisterCallbacks"));
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER}) {
+                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+                                  CUPTI_ACTIVITY_KIND_MARKER}) {
     FATHOM_RETURN_IF_ERROR(Check(cuptiActivityEnable(kind), "cuptiActivityEnable"));
   }
   return Status::Ok();
@@ -170,25 +155,7 @@ Result<std::vector<models::KernelRecord>> FlushTracing() {
   FATHOM_RETURN_IF_ERROR(Check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll"));
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  for (auto& [thread, list] : s.ranges) {
-    std::sort(list.begin(), list.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
-  }
-  std::vector<models::KernelRecord> out;
-  out.swap(s.records);
-  for (auto& k : out) {
-    auto launch = s.launches.find(static_cast<uint32_t>(k.correlation));
-    if (launch == s.launches.end()) continue;
-    auto ranges = s.ranges.find(launch->second.first);
-    if (ranges == s.ranges.end()) continue;
-    const Range* best = nullptr;
-    for (const Range& r : ranges->second) {
-      if (r.start > launch->second.second) break;
-      if (r.end >= launch->second.second && (!best || r.start >= best->start)) best = &r;
-    }
-    if (best) k.nvtx_range = best->name;
-  }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
-  return out;
+  return s.log.Take(/*final=*/true);
 }
 
 TracerStats GetTracerStats() {

@@ -12,7 +12,7 @@ int main() {
     std::printf("no CUDA device: skipped\n");
     return 77;
   }
-  if (!fathom::profiler::StartTracing(1 << 20, 4).ok()) return 1;
+  if (!fathom::profiler::StartTracing({.buffer_bytes = 1 << 20, .max_buffers = 4, .sink = nullptr}).ok()) return 1;
   void* buf = nullptr;
   cudaMalloc(&buf, 1 << 20);
   cudaMemset(buf, 1, 1 << 20);
