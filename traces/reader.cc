@@ -5,6 +5,7 @@
 
 #include "base/files.h"
 #include "traces/internal/line_reader.h"
+#include "base/csv.h"
 #include "traces/internal/parse.h"
 
 namespace fathom::traces {
@@ -35,7 +36,7 @@ int FindColumn(const std::vector<std::string_view>& header, std::initializer_lis
 
 bool LooksNumeric(std::string_view s) {
   double d;
-  return internal::ParseFiniteDouble(s, &d);
+  return ParseFiniteDouble(s, &d);
 }
 
 class TextTraceReader : public TraceReader {
@@ -71,7 +72,7 @@ class TextTraceReader : public TraceReader {
       has_pending_ = true;
       return Status::Ok();
     }
-    internal::SplitCsv(first, &fields_);
+    SplitCsv(first, &fields_);
     if (format_ == TraceFormat::kAuto) {
       if (first.find("ContextTokens") != std::string_view::npos) {
         format_ = TraceFormat::kAzure;
@@ -203,7 +204,7 @@ class TextTraceReader : public TraceReader {
     out->prefix_blocks.clear();
     out->arrival_s.reset();
     if (format_ == TraceFormat::kMooncake || format_ == TraceFormat::kJsonl) return ParseJson(line, line_no, out);
-    internal::SplitCsv(line, &fields_);
+    SplitCsv(line, &fields_);
     const int needed = std::max({cols_.timestamp, cols_.input, cols_.output, cols_.model, cols_.log_type});
     if (static_cast<int>(fields_.size()) <= needed) {
       return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": " +
@@ -221,7 +222,7 @@ class TextTraceReader : public TraceReader {
     FATHOM_RETURN_IF_ERROR(Count(line_no, cols_.input_name, fields_[cols_.input], &out->input_tokens));
     int64_t output = 0;
     std::string_view raw_out = fields_[cols_.output];
-    if (!internal::ParseNonNegativeInt(raw_out, &output)) {
+    if (!ParseNonNegativeInt(raw_out, &output)) {
       return Bad(line_no, cols_.output_name, raw_out, "is not a non-negative integer");
     }
     if (output == 0 && format_ == TraceFormat::kBurstGpt) {
@@ -245,7 +246,7 @@ class TextTraceReader : public TraceReader {
   }
 
   Status Count(int64_t line_no, const std::string& column, std::string_view raw, int64_t* v) const {
-    if (!internal::ParseNonNegativeInt(raw, v)) return Bad(line_no, column, raw, "is not a non-negative integer");
+    if (!ParseNonNegativeInt(raw, v)) return Bad(line_no, column, raw, "is not a non-negative integer");
     if (*v < 1) return Bad(line_no, column, raw, "must be >= 1");
     return Status::Ok();
   }
@@ -271,7 +272,7 @@ class TextTraceReader : public TraceReader {
     const JsonValue& ts = json_values_[0];
     if (ts.kind != JsonValue::kMissing) {
       double t = 0;
-      if (ts.kind != JsonValue::kNumber || !internal::ParseFiniteDouble(ts.text, &t) || t < 0) {
+      if (ts.kind != JsonValue::kNumber || !ParseFiniteDouble(ts.text, &t) || t < 0) {
         return Bad(line_no, std::string(keys[0]), ts.text, "is not a non-negative number");
       }
       FATHOM_RETURN_IF_ERROR(CheckTime(line_no, std::string(keys[0]), ts.text, mooncake ? t / 1000.0 : t, out));

@@ -5,15 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/csv.h"
+
 namespace fathom::traces::internal {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
-  return s;
-}
 
 bool Digits(std::string_view s, size_t pos, size_t n, int* out) {
   if (pos + n > s.size()) return false;
@@ -121,28 +116,8 @@ class JsonScanner {
 
 }  // namespace
 
-bool ParseNonNegativeInt(std::string_view s, int64_t* out) {
-  s = Trim(s);
-  if (s.empty()) return false;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  if (ec != std::errc() || *out < 0) return false;
-  if (ptr == s.data() + s.size()) return true;
-  // Accept "12.0" as written by some exporters, but not "12.5".
-  double d = 0;
-  if (!ParseFiniteDouble(s, &d) || d < 0 || d != std::floor(d) || d > 9e18) return false;
-  *out = static_cast<int64_t>(d);
-  return true;
-}
-
-bool ParseFiniteDouble(std::string_view s, double* out) {
-  s = Trim(s);
-  if (s.empty()) return false;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(*out);
-}
-
 bool ParseTimestamp(std::string_view s, double* seconds) {
-  s = Trim(s);
+  s = TrimField(s);
   if (ParseFiniteDouble(s, seconds)) return true;
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
   if (s.size() < 19 || !Digits(s, 0, 4, &y) || s[4] != '-' || !Digits(s, 5, 2, &mo) || s[7] != '-' ||
@@ -179,20 +154,6 @@ bool ParseTimestamp(std::string_view s, double* seconds) {
   }
   *seconds = static_cast<double>(DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_s) + frac;
   return true;
-}
-
-void SplitCsv(std::string_view line, std::vector<std::string_view>* fields) {
-  fields->clear();
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      fields->push_back(Trim(line.substr(start)));
-      return;
-    }
-    fields->push_back(Trim(line.substr(start, comma - start)));
-    start = comma + 1;
-  }
 }
 
 std::string ParseJsonLine(std::string_view line, const std::vector<std::string_view>& keys,

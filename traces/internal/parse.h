@@ -1,5 +1,5 @@
-// Field parsers shared by the trace readers (internal to traces/). Each returns false on bad
-// input and never reads past the view.
+// Field parsers shared by the trace readers (internal to traces/; CSV fields and plain numbers
+// are in base/csv.h). Each returns false on bad input and never reads past the view.
 #pragma once
 
 #include <cstdint>
@@ -9,15 +9,9 @@
 
 namespace fathom::traces::internal {
 
-bool ParseNonNegativeInt(std::string_view s, int64_t* out);
-bool ParseFiniteDouble(std::string_view s, double* out);
 // "2023-11-16 18:17:03.9799600" with an optional "+00:00" or "Z" suffix (UTC), or a plain
 // number of seconds. Seconds since 1970-01-01.
 bool ParseTimestamp(std::string_view s, double* seconds);
-
-// Splits a CSV line on commas (no embedded commas in the supported formats; surrounding quotes
-// and spaces are trimmed). `fields` is reused.
-void SplitCsv(std::string_view line, std::vector<std::string_view>* fields);
 
 // A flat JSON object: the values of the keys a reader asks for.
 struct JsonValue {
