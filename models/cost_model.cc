@@ -150,17 +150,18 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const P
   set_monotone(measured_ == nullptr);
 }
 
-double CalibratedModel::OpSeconds(const Operator& op) const {
-  const double floor = p_.kernel_floor_us * 1e-6;
-  const double bw = hw_.hbm_bytes_per_s * p_.memory_efficiency;
+double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
+                       const MeasuredGemms* measured) {
+  const double floor = p.kernel_floor_us * 1e-6;
+  const double bw = hw.hbm_bytes_per_s * p.memory_efficiency;
   switch (op.kind) {
     case OpKind::kGemm: {
       if (op.m == 0) return 0.0;
-      if (measured_) {
-        if (auto t = measured_->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
+      if (measured) {
+        if (auto t = measured->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
       }
-      const double eff = p_.gemm_efficiency * op.m / (op.m + p_.gemm_m_half);
-      return std::max(op.flops / (hw_.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+      const double eff = p.gemm_efficiency * op.m / (op.m + p.gemm_m_half);
+      return std::max(op.flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
     }
     case OpKind::kGroupedGemm: {
       if (op.m == 0) return 0.0;
@@ -168,23 +169,27 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
       // pace. Per GPU the count is about Poisson(mean); the expected maximum of ep of them is
       // mean + sqrt(2 mean ln ep), widened by the skew.
       const double mean = static_cast<double>(op.m);
-      const double spread = layout_.ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(layout_.ep))) : 0.0;
-      const double rows = mean + spread * (1.0 + p_.moe_skew);
+      const double spread = ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(ep))) : 0.0;
+      const double rows = mean + spread * (1.0 + p.moe_skew);
       const double per_expert = rows / std::max(1.0, op.active_groups);
-      const double eff = p_.gemm_efficiency * per_expert / (per_expert + p_.gemm_m_half);
+      const double eff = p.gemm_efficiency * per_expert / (per_expert + p.gemm_m_half);
       const double flops = op.flops * rows / mean;
-      return std::max(flops / (hw_.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+      return std::max(flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
     }
     case OpKind::kAttention: {
-      const double peak = hw_.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);
-      return std::max(op.flops / (peak * p_.attention_efficiency), op.bytes / bw) + floor;
+      const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);
+      return std::max(op.flops / (peak * p.attention_efficiency), op.bytes / bw) + floor;
     }
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
     case OpKind::kCommunication:
-      return CollectiveSeconds(op, hw_, p_.link_efficiency, p_.collective_latency_us * 1e-6) * (1.0 - p_.comm_overlap);
+      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6) * (1.0 - p.comm_overlap);
   }
   return 0.0;
+}
+
+double CalibratedModel::OpSeconds(const Operator& op) const {
+  return OperatorSeconds(op, hw_, p_, layout_.ep, measured_.get());
 }
 
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {

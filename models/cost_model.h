@@ -88,6 +88,11 @@ class MeasuredGemms {
   std::unique_ptr<Counters> counters_ = std::make_unique<Counters>();
 };
 
+// Seconds for one instance of `op` on one GPU of `hw` (an expert-parallel group of `ep` GPUs for
+// grouped GEMMs: the busiest sets the pace); measured GEMM latencies answer where they cover it.
+double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
+                       const MeasuredGemms* measured = nullptr);
+
 class CalibratedModel : public OperatorTimeModel {
  public:
   // `m` must outlive the model. `measured` may be null.

@@ -253,33 +253,52 @@ TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[m
   CHECK(c.unmeasured == 1);
 }
 
-TEST_CASE("FitGemmCurve: recovers known parameters from noisy synthetic measurements", "[models]") {
+TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measurements", "[models]") {
   Setup s;
-  const double eff = 0.62, m_half = 48, floor_us = 4.0;
+  CostParams truth;
+  truth.gemm_efficiency = 0.62;
+  truth.gemm_m_half = 48;
+  truth.kernel_floor_us = 4.0;
+  truth.memory_efficiency = 0.72;
   Rng rng(3);
   std::vector<OpMeasurement> rows;
+  auto add = [&](const std::string& op, int64_t m, int64_t n, int64_t k, int64_t groups) {
+    OpMeasurement r;
+    r.op = op;
+    r.dtype = "fp8";
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.extra = groups;
+    const double t = OperatorSeconds(*MeasuredOperator(r), s.hw, truth, 1);
+    r.median_us = t * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
+    rows.push_back(r);
+  };
   for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{7168, 2048}, {4096, 7168}, {24576, 1536}}) {
-      const double flops = 2.0 * m * n * k;
-      const double t = flops / (s.hw.PeakFlops(DType::kFp8) * eff * m / (m + m_half)) + floor_us * 1e-6;
-      OpMeasurement r;
-      r.op = "gemm";
-      r.dtype = "fp8";
-      r.m = m;
-      r.n = n;
-      r.k = k;
-      r.median_us = t * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
-      rows.push_back(r);
-    }
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{7168, 2048}, {4096, 7168}, {24576, 1536}}) add("gemm", m, n, k, 0);
+    if (m <= 1024) add("grouped_gemm", m, 4096, 7168, 32);
   }
-  auto fit = FitGemmCurve(rows, s.hw, CostParams{});
+  CostParams start;  // the physical defaults
+  auto fit = FitGemmCurve(rows, s.hw, start);
   REQUIRE(fit.ok());
-  CHECK(fit->efficiency == Approx(eff).epsilon(0.05));
-  CHECK(fit->m_half == Approx(m_half).epsilon(0.15));
-  CHECK(fit->floor_us == Approx(floor_us).epsilon(0.15));
+  CHECK(fit->measurements == 53);
+  CHECK(fit->efficiency == Approx(truth.gemm_efficiency).epsilon(0.05));
+  CHECK(fit->m_half == Approx(truth.gemm_m_half).epsilon(0.2));
+  CHECK(fit->floor_us == Approx(truth.kernel_floor_us).epsilon(0.2));
+  CHECK(fit->memory_efficiency == Approx(truth.memory_efficiency).epsilon(0.05));
   CHECK(fit->stddev[0] > 0);
   CHECK(fit->stddev[0] < 0.05);
-  CHECK(fit->rms_log_error == Approx(0.03).epsilon(0.5));
+  // Rows that are not GEMMs are left out; a GEMM row with a bad dtype is an error.
+  OpMeasurement other = rows.front();
+  other.op = "all_reduce";
+  rows.push_back(other);
+  CHECK(FitGemmCurve(rows, s.hw, start)->measurements == 53);
+  OpMeasurement bad = rows.front();
+  bad.dtype = "int3";
+  rows.push_back(bad);
+  auto refused = FitGemmCurve(rows, s.hw, start);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("int3") != std::string::npos);
 }
 
 TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the field", "[models]") {

@@ -7,40 +7,59 @@
 namespace fathom::models {
 namespace {
 
+// log(model) - log(measured) for one operator, p = {efficiency, m_half, floor_us, memory_efficiency}.
 struct GemmResidual {
-  double m, flops, peak, log_measured;
-  template <typename T>
-  bool operator()(const T* p, T* residual) const {
-    // p = {efficiency, m_half, floor_us}
-    const T eff = p[0] * T(m) / (T(m) + p[1]);
-    const T t = T(flops) / (T(peak) * eff) + p[2] * T(1e-6);
-    residual[0] = log(t) - T(log_measured);
+  Operator op;
+  const Hardware* hw;
+  CostParams base;
+  double log_measured;
+  bool operator()(const double* p, double* residual) const {
+    CostParams c = base;
+    c.gemm_efficiency = p[0];
+    c.gemm_m_half = p[1];
+    c.kernel_floor_us = p[2];
+    c.memory_efficiency = p[3];
+    residual[0] = std::log(OperatorSeconds(op, *hw, c, /*ep=*/1)) - log_measured;
     return true;
   }
 };
 
 }  // namespace
 
-Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& gemms, const Hardware& hw, const CostParams& start) {
-  double p[3] = {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us};
+Result<Operator> MeasuredOperator(const OpMeasurement& row) {
+  if (row.op != "gemm" && row.op != "grouped_gemm") {
+    return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
+  }
+  if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (row.op == "grouped_gemm" && row.extra <= 0)) {
+    return Status::InvalidArgument(row.op + " " + std::to_string(row.m) + "x" + std::to_string(row.n) + "x" +
+                                   std::to_string(row.k) + ": M, N, K (and groups) must be positive");
+  }
+  FATHOM_ASSIGN_OR_RETURN(DType dtype, ParseDType(row.dtype, "dtype"));
+  if (row.op == "gemm") return Gemm("measured.gemm", 1, row.m, row.n, row.k, dtype);
+  return GroupedGemm("measured.grouped_gemm", 1, row.m * row.extra, row.n, row.k, row.extra,
+                     static_cast<double>(row.extra), dtype);
+}
+
+Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
+  double p[4] = {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us, start.memory_efficiency};
   ceres::Problem problem;
   GemmFit fit;
-  for (const OpMeasurement& g : gemms) {
-    if (g.m <= 0 || g.n <= 0 || g.k <= 0 || !(g.median_us > 0)) continue;
-    auto dtype = ParseDType(g.dtype, "dtype");
-    if (!dtype.ok()) return dtype.status();
-    const double flops = 2.0 * g.m * g.n * g.k;
-    problem.AddResidualBlock(new ceres::AutoDiffCostFunction<GemmResidual, 1, 3>(
-                                 new GemmResidual{static_cast<double>(g.m), flops, hw.PeakFlops(*dtype),
-                                                  std::log(g.median_us * 1e-6)}),
+  for (const OpMeasurement& row : rows) {
+    if (row.op != "gemm" && row.op != "grouped_gemm") continue;
+    if (!(row.median_us > 0)) continue;
+    FATHOM_ASSIGN_OR_RETURN(Operator op, MeasuredOperator(row));
+    problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
+                                 new GemmResidual{op, &hw, start, std::log(row.median_us * 1e-6)}),
                              new ceres::SoftLOneLoss(0.1), p);
     ++fit.measurements;
   }
-  if (fit.measurements < 4) return Status::InvalidArgument("GEMM fit needs at least 4 measurements");
+  if (fit.measurements < 5) return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
   problem.SetParameterLowerBound(p, 0, 0.01);
   problem.SetParameterUpperBound(p, 0, 1.0);
   problem.SetParameterLowerBound(p, 1, 0.0);
   problem.SetParameterLowerBound(p, 2, 0.0);
+  problem.SetParameterLowerBound(p, 3, 0.05);
+  problem.SetParameterUpperBound(p, 3, 1.0);
   ceres::Solver::Options options;
   options.max_num_iterations = 200;
   ceres::Solver::Summary summary;
@@ -49,6 +68,7 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& gemms, const Hard
   fit.efficiency = p[0];
   fit.m_half = p[1];
   fit.floor_us = p[2];
+  fit.memory_efficiency = p[3];
   fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
   ceres::Covariance::Options co;
   co.algorithm_type = ceres::DENSE_SVD;
@@ -56,10 +76,10 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& gemms, const Hard
   ceres::Covariance cov(co);
   std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
   if (cov.Compute(blocks, &problem)) {
-    double c[9];
+    double c[16];
     cov.GetCovarianceBlock(p, p, c);
-    const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 3);
-    for (int i = 0; i < 3; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 3 + i] * s2));
+    const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 4);
+    for (int i = 0; i < 4; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 4 + i] * s2));
   }
   return fit;
 }

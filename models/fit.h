@@ -7,19 +7,27 @@
 #include "base/status.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
+#include "models/operators.h"
 #include "models/perf_db.h"
 
 namespace fathom::models {
 
+// The operator a measurement row timed, for the kinds the cost model prices from shapes alone:
+// gemm (M, N, K) and grouped_gemm (M rows in each of `extra` groups, N, K). Other kinds (their
+// shapes need a model's architecture) are NotFound.
+Result<Operator> MeasuredOperator(const OpMeasurement& row);
+
 struct GemmFit {
-  double efficiency = 0, m_half = 0, floor_us = 0;
-  std::array<double, 3> stddev = {0, 0, 0};
+  double efficiency = 0, m_half = 0, floor_us = 0, memory_efficiency = 0;
+  std::array<double, 4> stddev = {0, 0, 0, 0};
   int measurements = 0;
   double rms_log_error = 0;
 };
 
-// Fits t(M, N, K) = 2MNK / (peak x efficiency x M / (M + m_half)) + floor to GEMM measurements
-// (compute-bound region: rows whose roofline is compute-bound) with a robust loss on log time.
-Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& gemms, const Hardware& hw, const CostParams& start);
+// Fits the cost model's own GEMM price, max(flops / (peak x efficiency x M / (M + m_half)),
+// bytes / (bandwidth x memory efficiency)) + floor, to GEMM and grouped GEMM measurements: the
+// four parameters from `start`, with a robust loss on log time. Small-M rows (streaming weights)
+// set the memory efficiency, large-M rows the GEMM efficiency.
+Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
 
 }  // namespace fathom::models

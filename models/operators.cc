@@ -7,20 +7,6 @@ namespace {
 
 constexpr double kAct = 2.0;  // bf16 activation bytes
 
-Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_t k, DType dt) {
-  Operator op;
-  op.kind = OpKind::kGemm;
-  op.name = name;
-  op.count = count;
-  op.dtype = dt;
-  op.m = m;
-  op.n = n;
-  op.k = k;
-  op.flops = 2.0 * m * n * k;
-  op.bytes = static_cast<double>(n) * k * BytesPerElement(dt) + (static_cast<double>(m) * k + static_cast<double>(m) * n) * kAct;
-  return op;
-}
-
 Operator Elementwise(std::string_view name, int64_t count, double bytes, double flops) {
   Operator op;
   op.kind = OpKind::kElementwise;
@@ -55,6 +41,30 @@ Operator Attention(std::string_view name, int64_t count, double flops, double by
 }
 
 }  // namespace
+
+Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_t k, DType dt) {
+  Operator op;
+  op.kind = OpKind::kGemm;
+  op.name = name;
+  op.count = count;
+  op.dtype = dt;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.flops = 2.0 * m * n * k;
+  op.bytes = static_cast<double>(n) * k * BytesPerElement(dt) + (static_cast<double>(m) * k + static_cast<double>(m) * n) * kAct;
+  return op;
+}
+
+Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k, int64_t groups,
+                     double active_groups, DType dt) {
+  Operator op = Gemm(name, count, rows, n, k, dt);
+  op.kind = OpKind::kGroupedGemm;
+  op.groups = groups;
+  op.active_groups = active_groups;
+  op.bytes = active_groups * n * k * BytesPerElement(dt) + static_cast<double>(rows) * (n + k) * kAct;
+  return op;
+}
 
 std::string_view Name(OpKind k) {
   switch (k) {
@@ -235,13 +245,7 @@ void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers, std::
                                  static_cast<double>(group_tokens));
   const double active = local_experts * (1.0 - p_idle);
   auto grouped = [&](std::string_view name, int64_t n, int64_t k) {
-    Operator op = Gemm(name, moe_layers, routed, n, k, precision_.moe_weights);
-    op.kind = OpKind::kGroupedGemm;
-    op.groups = local_experts;
-    op.active_groups = active;
-    op.bytes = active * n * k * BytesPerElement(precision_.moe_weights) +
-               static_cast<double>(routed) * (n + k) * kAct;
-    return op;
+    return GroupedGemm(name, moe_layers, routed, n, k, local_experts, active, precision_.moe_weights);
   };
   out->push_back(grouped("moe.experts_gate_up", 2 * inter, h));
   out->push_back(Elementwise("moe.act", moe_layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));

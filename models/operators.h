@@ -38,6 +38,13 @@ struct Operator {
   int span = 1;
 };
 
+// A GEMM (m x k) x (k x n) with weights in `dt` and bf16 activations, run `count` times.
+Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_t k, DType dt);
+// A grouped GEMM: `rows` rows spread over `groups` experts, `active_groups` of which get any
+// (only their weights are read).
+Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k, int64_t groups,
+                     double active_groups, DType dt);
+
 // Tokens that reach this GPU's MoE layers: the batch of every attention rank of the group when
 // attention is data parallel, else the rank's own.
 struct MoeInput {
