@@ -1,6 +1,7 @@
 #include "models/hardware.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "base/files.h"
@@ -94,6 +95,24 @@ std::vector<const Hardware*> HardwareCatalog::All() const {
   std::vector<const Hardware*> out;
   for (const auto& [n, hw] : by_name_) out.push_back(&hw);
   return out;
+}
+
+Result<std::string> CatalogNameForDevice(std::string_view device) {
+  std::string upper(device);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto has = [&](const char* s) { return upper.find(s) != std::string::npos; };
+  // Most specific first: a GB200 is not a B200, an H200 NVL not an H200 SXM.
+  if (has("GB300")) return std::string("gb300");
+  if (has("GB200")) return std::string("gb200");
+  if (has("B300")) return std::string("b300");
+  if (has("B200")) return std::string("b200");
+  if (has("H200") && has("NVL")) return std::string("h200-nvl");
+  if (has("H200")) return std::string("h200");
+  if (has("H100") && !has("PCIE") && !has("NVL")) return std::string("h100-sxm");
+  if (has("MI355X")) return std::string("mi355x");
+  if (has("MI325X")) return std::string("mi325x");
+  if (has("MI300X")) return std::string("mi300x");
+  return Status::NotFound("GPU '" + std::string(device) + "': not in the built-in catalogue");
 }
 
 }  // namespace fathom::models

@@ -32,6 +32,10 @@ struct Hardware {
 // Parses one hardware JSON file; errors name the file, the field and the rule.
 Result<Hardware> LoadHardwareFile(const std::string& path);
 
+// The catalogue name of a GPU as CUDA and nvidia-smi name it ("NVIDIA H100 80GB HBM3" is
+// h100-sxm); NotFound for GPUs the built-in catalogue does not hold (an H100 PCIe, say).
+Result<std::string> CatalogNameForDevice(std::string_view device);
+
 // The built-in GPUs plus any the user adds with --hardware-file.
 class HardwareCatalog {
  public:

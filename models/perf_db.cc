@@ -81,7 +81,20 @@ Status PerfDb::Exec(const std::string& sql) const {
   return Status::Ok();
 }
 
-Status PerfDb::Insert(const OpMeasurement& m) {
+Status PerfDb::Insert(const OpMeasurement& m) { return Insert(std::vector<OpMeasurement>{m}); }
+
+Status PerfDb::Insert(const std::vector<OpMeasurement>& rows) {
+  FATHOM_RETURN_IF_ERROR(Exec("BEGIN"));
+  for (const OpMeasurement& m : rows) {
+    if (Status s = InsertOne(m); !s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+  }
+  return Exec("COMMIT");
+}
+
+Status PerfDb::InsertOne(const OpMeasurement& m) {
   if (!(m.median_us > 0)) {
     return Status::InvalidArgument(path_ + ": " + m.op + " median_us = " + std::to_string(m.median_us) + ": must be > 0");
   }
@@ -138,17 +151,25 @@ Status PerfDb::InsertKernels(const std::vector<KernelRecord>& kernels) {
   return Exec("COMMIT");
 }
 
+Result<std::vector<std::string>> PerfDb::HardwareNames() const {
+  Statement st(db_, "SELECT DISTINCT hardware FROM op_latency ORDER BY hardware");
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(st.ColText(0));
+  if (rc != SQLITE_DONE) return Status::IoError(path_ + ": query failed: " + sqlite3_errmsg(db_));
+  return out;
+}
+
 Result<std::vector<OpMeasurement>> PerfDb::Query(const std::string& hardware, const std::string& op,
                                                  const std::string& dtype, const std::string& stack) const {
   Statement st(db_,
                "SELECT hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, count, source, date, "
-               "device_info FROM op_latency WHERE hardware = ? AND op = ? AND dtype = ? AND (? = '' OR stack = ?) "
-               "ORDER BY n, k, extra, m");
+               "device_info FROM op_latency WHERE hardware = ?1 AND (?2 = '' OR op = ?2) AND (?3 = '' OR dtype = ?3) "
+               "AND (?4 = '' OR stack = ?4) ORDER BY op, dtype, n, k, extra, m");
   st.Text(1, hardware);
   st.Text(2, op);
   st.Text(3, dtype);
   st.Text(4, stack);
-  st.Text(5, stack);
   std::vector<OpMeasurement> out;
   int rc;
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {

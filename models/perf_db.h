@@ -50,16 +50,20 @@ class PerfDb {
   ~PerfDb();
 
   Status Insert(const OpMeasurement& m);
+  Status Insert(const std::vector<OpMeasurement>& rows);  // all or nothing
   Status InsertKernels(const std::vector<KernelRecord>& kernels);  // one transaction
 
-  // Rows for one GPU, operator kind and data type; `stack` empty matches every stack.
+  // Rows for one GPU, operator kind, data type and stack; an empty one of the last three matches
+  // every value.
   Result<std::vector<OpMeasurement>> Query(const std::string& hardware, const std::string& op,
                                            const std::string& dtype, const std::string& stack = "") const;
   Result<std::vector<KernelRecord>> Kernels() const;
+  Result<std::vector<std::string>> HardwareNames() const;  // GPUs with operator rows
 
  private:
   explicit PerfDb(sqlite3* db) : db_(db) {}
   Status Exec(const std::string& sql) const;
+  Status InsertOne(const OpMeasurement& m);  // inside a transaction
   sqlite3* db_ = nullptr;
   std::string path_;
 };

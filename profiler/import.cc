@@ -3,10 +3,14 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
+#include <tuple>
 
+#include "base/csv.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 #include "profiler/activity.h"
 
 namespace fathom::profiler {
@@ -31,13 +35,18 @@ std::string Text(sqlite3_stmt* st, int col) {
 Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(path + ": cannot open profile");
-  char head[16] = {};
+  char head[4096] = {};
   in.read(head, sizeof(head));
-  if (std::string(head, 15) == "SQLite format 3") return ProfileFormat::kNsysSqlite;
   const std::string start(head, static_cast<size_t>(in.gcount()));
+  if (start.rfind("SQLite format 3", 0) == 0) return ProfileFormat::kNsysSqlite;
   const size_t brace = start.find_first_not_of(" \t\r\n");
   if (brace != std::string::npos && (start[brace] == '{' || start[brace] == '[')) return ProfileFormat::kPytorchJson;
-  return Status::InvalidArgument(path + ": not an Nsight Systems SQLite export nor a PyTorch profiler trace (JSON)");
+  const std::string first_line = start.substr(0, start.find('\n'));
+  if (first_line.find("op_name") != std::string::npos && first_line.find("latency") != std::string::npos) {
+    return ProfileFormat::kGemmTableCsv;
+  }
+  return Status::InvalidArgument(path + ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON) nor a "
+                                        "GEMM table (CSV with op_name and latency columns)");
 }
 
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path) {
@@ -176,8 +185,111 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   return out;
 }
 
-Result<int64_t> ImportProfile(const std::string& path, models::PerfDb& db) {
+Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open");
+  std::string line;
+  int64_t line_no = 0;
+  auto next_line = [&] {
+    if (!std::getline(in, line)) return false;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+  };
+  auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
+    return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::string(field) + " = \"" +
+                                   std::string(value) + "\": " + rule);
+  };
+  std::vector<std::string_view> fields;
+  if (!next_line()) return Status::InvalidArgument(path + ": empty file, no header");
+  const std::string header = line;
+  SplitCsv(header, &fields);
+  std::map<std::string, size_t, std::less<>> column;
+  for (size_t i = 0; i < fields.size(); ++i) column.emplace(std::string(fields[i]), i);
+  const char* dtype_column = column.count("gemm_dtype") ? "gemm_dtype" : "dtype";
+  for (const char* name : {"op_name", "m", "n", "k", "latency", dtype_column}) {
+    if (!column.count(name)) {
+      return Status::InvalidArgument(path + ":1: column '" + name + "' missing (a GEMM table has framework, version, "
+                                     "device, op_name, kernel_source, gemm_dtype, m, n, k, latency)");
+    }
+  }
+  if (hardware.empty() && !column.count("device")) {
+    return Status::InvalidArgument(path + ":1: column 'device' missing: give the GPU with --hardware");
+  }
+  const size_t columns = fields.size();
+  auto field = [&](const char* name) -> std::string_view {
+    auto it = column.find(name);
+    return it == column.end() ? std::string_view() : fields[it->second];
+  };
+
+  GemmTable out;
+  // Per GPU, stack, data type and shape: the fastest kernel source.
+  std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>, models::OpMeasurement> best;
+  while (next_line()) {
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    SplitCsv(line, &fields);
+    if (fields.size() != columns) {
+      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
+                                     " fields, the header has " + std::to_string(columns));
+    }
+    if (field("op_name") != "gemm") return bad("op_name", field("op_name"), "only gemm rows are read");
+    models::OpMeasurement row;
+    int64_t* dims[] = {&row.m, &row.n, &row.k};
+    const char* dim_names[] = {"m", "n", "k"};
+    for (int i = 0; i < 3; ++i) {
+      if (!ParseNonNegativeInt(field(dim_names[i]), dims[i]) || *dims[i] == 0) {
+        return bad(dim_names[i], field(dim_names[i]), "must be a positive integer");
+      }
+    }
+    double latency_ms = 0;
+    if (!ParseFiniteDouble(field("latency"), &latency_ms) || latency_ms <= 0) {
+      return bad("latency", field("latency"), "must be a positive number of milliseconds");
+    }
+    // DeepSeek-style block-scaled FP8 is the FP8 the cost model prices.
+    const std::string raw_dtype(field(dtype_column));
+    auto dtype = models::ParseDType(raw_dtype == "fp8_block" ? "fp8" : raw_dtype, dtype_column);
+    if (!dtype.ok()) {
+      ++out.skipped[raw_dtype];
+      continue;
+    }
+    row.hardware = hardware;
+    if (row.hardware.empty()) {
+      auto name = models::CatalogNameForDevice(field("device"));
+      if (!name.ok()) return bad("device", field("device"), "not a GPU of the built-in catalogue; give --hardware");
+      row.hardware = *name;
+    }
+    std::string stack(field("framework"));
+    if (!field("version").empty()) stack += "-" + std::string(field("version"));
+    std::transform(stack.begin(), stack.end(), stack.begin(), [](unsigned char c) { return std::tolower(c); });
+    row.stack = stack.empty() ? "imported" : stack;
+    row.op = "gemm";
+    row.dtype = std::string(models::Name(*dtype));
+    row.median_us = latency_ms * 1e3;
+    row.count = 1;
+    row.source = "imported";
+    row.device_info = std::string(field("device"));
+    auto key = std::make_tuple(row.hardware, row.stack, row.dtype, row.m, row.n, row.k);
+    auto it = best.find(key);
+    if (it == best.end()) {
+      best.emplace(key, std::move(row));
+    } else if (row.median_us < it->second.median_us) {
+      it->second = std::move(row);
+    }
+  }
+  for (auto& [key, row] : best) out.rows.push_back(std::move(row));
+  return out;
+}
+
+Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db, const std::string& hardware) {
   FATHOM_ASSIGN_OR_RETURN(ProfileFormat format, DetectProfileFormat(path));
+  ImportResult result;
+  if (format == ProfileFormat::kGemmTableCsv) {
+    FATHOM_ASSIGN_OR_RETURN(GemmTable table, ReadGemmTableCsv(path, hardware));
+    FATHOM_RETURN_IF_ERROR(db.Insert(table.rows));
+    result.records = static_cast<int64_t>(table.rows.size());
+    result.skipped = std::move(table.skipped);
+    return result;
+  }
   std::vector<models::KernelRecord> kernels;
   if (format == ProfileFormat::kNsysSqlite) {
     FATHOM_ASSIGN_OR_RETURN(kernels, ReadNsysSqlite(path));
@@ -185,7 +297,8 @@ Result<int64_t> ImportProfile(const std::string& path, models::PerfDb& db) {
     FATHOM_ASSIGN_OR_RETURN(kernels, ReadPytorchTrace(path));
   }
   FATHOM_RETURN_IF_ERROR(db.InsertKernels(kernels));
-  return static_cast<int64_t>(kernels.size());
+  result.records = static_cast<int64_t>(kernels.size());
+  return result;
 }
 
 }  // namespace fathom::profiler

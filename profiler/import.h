@@ -1,7 +1,8 @@
-// Imports kernel timings that other tools recorded: Nsight Systems SQLite exports and PyTorch
-// profiler Chrome-trace JSON.
+// Imports timings that other tools recorded: kernels from Nsight Systems SQLite exports and
+// PyTorch profiler Chrome-trace JSON, and measured GEMM tables in AIConfigurator's CSV layout.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,16 +11,34 @@
 
 namespace fathom::profiler {
 
-enum class ProfileFormat { kNsysSqlite, kPytorchJson };
+enum class ProfileFormat { kNsysSqlite, kPytorchJson, kGemmTableCsv };
 
-// Looks at the file's first bytes: "SQLite format 3" or a JSON object with traceEvents.
+// Looks at the file's first bytes: "SQLite format 3", JSON, or a CSV header naming op_name and
+// latency.
 Result<ProfileFormat> DetectProfileFormat(const std::string& path);
 
 // Kernel, memcpy and memset records with their enclosing NVTX (or PyTorch user annotation) range.
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path);
 Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& path);
 
-// Detects the format, reads the records and stores them in `db`. Returns how many were stored.
-Result<int64_t> ImportProfile(const std::string& path, models::PerfDb& db);
+// A GEMM table with the columns framework, version, device, op_name, kernel_source, gemm_dtype,
+// m, n, k, latency (milliseconds), as AIConfigurator's collector writes gemm_perf.txt. Rows go
+// under `hardware`, or the catalogue GPU the device column names; the stack is framework-version.
+// Of several kernel sources for one shape the fastest counts. Rows of data types the cost model
+// has no format for are left out and counted in `skipped`.
+struct GemmTable {
+  std::vector<models::OpMeasurement> rows;
+  std::map<std::string, int64_t> skipped;  // data type -> rows
+};
+Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware);
+
+struct ImportResult {
+  int64_t records = 0;  // kernel records or operator rows stored
+  std::map<std::string, int64_t> skipped;
+};
+
+// Detects the format, reads the file and stores it in `db`, all or nothing. `hardware` files
+// operator tables under a catalogue GPU (default: from the table's device column).
+Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db, const std::string& hardware = "");
 
 }  // namespace fathom::profiler

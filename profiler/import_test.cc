@@ -65,8 +65,8 @@ TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind
   const std::string nsys = NsysFixture("nsys_import");
   auto db = models::PerfDb::Open(":memory:");
   REQUIRE(db.ok());
-  CHECK(*ImportProfile(nsys, *db) == 7);
-  CHECK(*ImportProfile(std::string(FATHOM_TEST_DATA_DIR) + "/pytorch_trace.json", *db) == 3);
+  CHECK(ImportProfile(nsys, *db)->records == 7);
+  CHECK(ImportProfile(std::string(FATHOM_TEST_DATA_DIR) + "/pytorch_trace.json", *db)->records == 3);
   const ProfileSummary s = Summarize(*db->Kernels());
   CHECK(s.records == 10);
   CHECK(s.total_us == Approx((40 + 20 + 30 + 40 + 20 + 30 + 20) / 1e3 + 20.5 + 4.0 + 2.0));
@@ -85,6 +85,54 @@ TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind
   CHECK(ranges["(none)"] == 2);
   CHECK(s.ToJson(3)["top_kernels"].size() == 3);
   std::filesystem::remove(nsys);
+}
+
+TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source per shape", "[profiler]") {
+  const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/gemm_table.csv";
+  CHECK(*DetectProfileFormat(path) == ProfileFormat::kGemmTableCsv);
+  auto table = ReadGemmTableCsv(path, "");
+  INFO(table.status().message());
+  REQUIRE(table.ok());
+  REQUIRE(table->rows.size() == 28);  // 21 bf16 + 7 block-scaled FP8; the slower duplicate dropped
+  CHECK(table->skipped.at("int8_wo") == 2);
+  int fp8 = 0;
+  for (const auto& r : table->rows) {
+    CHECK(r.hardware == "h100-sxm");  // from "NVIDIA H100 80GB HBM3"
+    CHECK(r.stack == "trtllm-1.2.0");
+    CHECK(r.source == "imported");
+    fp8 += r.dtype == "fp8";
+    if (r.dtype == "bf16" && r.m == 128 && r.n == 4096 && r.k == 4096) CHECK(r.median_us == Approx(15.52));
+  }
+  CHECK(fp8 == 7);
+  CHECK(ReadGemmTableCsv(path, "h200")->rows.front().hardware == "h200");
+}
+
+TEST_CASE("ReadGemmTableCsv: bad lines are refused with file, line, field and rule", "[profiler]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_bad_gemm_table.csv").string();
+  const std::string header = "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n";
+  auto error = [&](const std::string& body, const std::string& hardware = "") {
+    REQUIRE(WriteFileAtomic(path, header + body).ok());
+    auto t = ReadGemmTableCsv(path, hardware);
+    return t.ok() ? std::string("ok") : t.status().message();
+  };
+  const std::string good = "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,8,16,32,0.01\n";
+  CHECK(error(good) == "ok");
+  CHECK(error(good + "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,-8,16,32,0.01\n") ==
+        path + ":3: m = \"-8\": must be a positive integer");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,8,16,32,fast\n") ==
+        path + ":2: latency = \"fast\": must be a positive number of milliseconds");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,bfloat16,8,16,32,0.01\n") ==
+        path + ":2: 9 fields, the header has 10");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,moe,torch_flow,bfloat16,8,16,32,0.01\n") ==
+        path + ":2: op_name = \"moe\": only gemm rows are read");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n") ==
+        path + ":2: device = \"NVIDIA A10G\": not a GPU of the built-in catalogue; give --hardware");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n", "h100-sxm") == "ok");
+  REQUIRE(WriteFileAtomic(path, "op_name,m,n,k,latency\n").ok());
+  CHECK(ReadGemmTableCsv(path, "").status().message() ==
+        path + ":1: column 'dtype' missing (a GEMM table has framework, version, device, op_name, kernel_source, "
+               "gemm_dtype, m, n, k, latency)");
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[profiler]") {

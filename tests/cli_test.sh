@@ -126,7 +126,20 @@ expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost
 expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json
 expect 2 "no such performance database" -- profile summarize "$tmp/none.db"
-expect 2 "not an Nsight Systems SQLite export nor a PyTorch profiler trace" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON) nor a GEMM table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+# A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
+expect 0 "left out 2 rows of data type int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
+expect 0 "gemm bf16, M 1-16" -- profile compare "$tmp/gemm.db"
+expect 0 "gemm_efficiency     0.550" -- profile compare "$tmp/gemm.db" --fit
+expect 0 '"memory_efficiency"' -- profile compare "$tmp/gemm.db" --fit --json --rows
+expect 2 "$tmp/prof.db: no measured operators for h100-sxm" -- profile compare "$tmp/prof.db" --hardware h100-sxm
+expect 2 "it holds none" -- profile compare "$tmp/prof.db"
+printf 'op_name,gemm_dtype,m,n,k,latency\ngemm,bfloat16,8,16,x,0.1\n' >"$tmp/bad_table.csv"
+expect 2 "bad_table.csv:2: k = \"x\": must be a positive integer" -- profile import "$tmp/bad_table.csv" --db "$tmp/new.db" --hardware h100-sxm
+if [[ -e "$tmp/new.db" ]]; then
+  echo "FAIL: a failed import left $tmp/new.db behind"
+  failed=$((failed + 1))
+fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "cli: a GPU is present; the no-GPU profile check is skipped"
 else

@@ -3,11 +3,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cmath>
 #include <memory>
+#include <optional>
 
 #include "apps/fathom/commands.h"
+#include "apps/fathom/deployment_flags.h"
+#include "base/format.h"
 #include "base/json_fields.h"
+#include "models/fit.h"
 #include "models/perf_db.h"
+#include "profiler/compare.h"
 #include "profiler/import.h"
 #include "profiler/summary.h"
 
@@ -15,9 +21,10 @@ namespace fathom::cli {
 namespace {
 
 struct ProfileFlags {
-  std::string file, db = "fathom_perf.db", hardware, models;
+  std::string file, db = "fathom_perf.db", hardware, models, stack, calibration;
+  std::vector<std::string> hardware_files;
   int top = 15;
-  bool json = false;
+  bool json = false, fit = false, rows = false;
   std::vector<std::string> command;
 };
 
@@ -35,9 +42,22 @@ Status Unavailable(const std::string& what) {
 }
 
 Status Import(const ProfileFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.db));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n, profiler::ImportProfile(f.file, db));
-  std::printf("imported %lld records from %s into %s\n", static_cast<long long>(n), f.file.c_str(), f.db.c_str());
+  const bool existed = std::filesystem::exists(f.db);
+  auto import = [&]() -> Result<profiler::ImportResult> {
+    FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.db));
+    return profiler::ImportProfile(f.file, db, f.hardware);
+  };
+  const Result<profiler::ImportResult> imported = import();  // the database is closed after it
+  if (!imported.ok()) {
+    if (!existed) std::filesystem::remove(f.db);  // nothing half-written
+    return imported.status();
+  }
+  std::printf("imported %lld records from %s into %s\n", static_cast<long long>(imported->records), f.file.c_str(),
+              f.db.c_str());
+  for (const auto& [dtype, n] : imported->skipped) {
+    std::printf("left out %lld rows of data type %s (no cost-model format for it)\n", static_cast<long long>(n),
+                dtype.c_str());
+  }
   return Status::Ok();
 }
 
@@ -62,6 +82,106 @@ Status Summarize(const ProfileFlags& f) {
   table("top kernels", s.kernels, f.top);
   table("NVTX range", s.ranges, s.ranges.size());
   table("operator kind", s.kinds, s.kinds.size());
+  return Status::Ok();
+}
+
+void PrintGroups(const std::vector<profiler::ComparisonGroup>& groups) {
+  std::printf("%-32s %5s %12s %11s %9s %10s\n", "group", "rows", "median|err|", "median err", "worst", "in p10-p90");
+  for (const auto& g : groups) {
+    const std::string spread =
+        g.with_spread > 0 ? std::to_string(g.within_spread) + "/" + std::to_string(g.with_spread) : "-";
+    std::printf("%-32s %5d %11.1f%% %+10.1f%% %+8.1f%% %10s\n", g.key.c_str(), g.rows, g.median_abs_pct, g.median_pct,
+                g.worst_pct, spread.c_str());
+  }
+}
+
+// The measured operators of one GPU against the cost model's analytical prices, and optionally
+// the GEMM curve refitted to them.
+Status Compare(const ProfileFlags& f) {
+  if (!std::filesystem::is_regular_file(f.file)) return Status::NotFound(f.file + ": no such performance database");
+  FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.file));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<std::string> gpus, db.HardwareNames());
+  std::string hardware = f.hardware;
+  if (hardware.empty()) {
+    if (gpus.size() != 1) {
+      std::string names;
+      for (const auto& g : gpus) names += (names.empty() ? "" : ", ") + g;
+      return Status::InvalidArgument(f.file + ": --hardware: required when the database holds other than one GPU (it holds " +
+                                     (names.empty() ? std::string("none") : names) + ")");
+    }
+    hardware = gpus.front();
+  }
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(hardware));
+  const std::string calibration_path = f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration;
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration, models::LoadCalibration(calibration_path));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<models::OpMeasurement> rows, db.Query(hardware, "", "", f.stack));
+  if (rows.empty()) {
+    return Status::InvalidArgument(f.file + ": no measured operators for " + hardware +
+                                   (f.stack.empty() ? "" : " with stack " + f.stack));
+  }
+  FATHOM_ASSIGN_OR_RETURN(profiler::ModelComparison before, profiler::CompareWithModel(rows, hw, calibration.params));
+  if (before.rows.empty()) return Status::InvalidArgument(f.file + ": none of " + hardware + "'s rows is a GEMM");
+
+  std::optional<models::GemmFit> fit;
+  std::optional<profiler::ModelComparison> after;
+  if (f.fit) {
+    FATHOM_ASSIGN_OR_RETURN(fit, models::FitGemmCurve(rows, hw, calibration.params));
+    models::CostParams refitted = calibration.params;
+    refitted.gemm_efficiency = fit->efficiency;
+    refitted.gemm_m_half = fit->m_half;
+    refitted.kernel_floor_us = fit->floor_us;
+    refitted.memory_efficiency = fit->memory_efficiency;
+    FATHOM_ASSIGN_OR_RETURN(after, profiler::CompareWithModel(rows, hw, refitted));
+  }
+  const models::CostParams& p = calibration.params;
+  if (f.json) {
+    OrderedJson j;
+    j["database"] = f.file;
+    j["hardware"] = hardware;
+    j["calibration"] = calibration_path;
+    j["comparison"] = before.ToJson(f.rows);
+    if (fit) {
+      j["fit"] = {{"gemm_efficiency", {{"value", fit->efficiency}, {"stddev", fit->stddev[0]}, {"calibration", p.gemm_efficiency}}},
+                  {"gemm_m_half", {{"value", fit->m_half}, {"stddev", fit->stddev[1]}, {"calibration", p.gemm_m_half}}},
+                  {"kernel_floor_us", {{"value", fit->floor_us}, {"stddev", fit->stddev[2]}, {"calibration", p.kernel_floor_us}}},
+                  {"memory_efficiency",
+                   {{"value", fit->memory_efficiency}, {"stddev", fit->stddev[3]}, {"calibration", p.memory_efficiency}}},
+                  {"measurements", fit->measurements},
+                  {"after", after->ToJson(f.rows)}};
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf("%s: %zu measured operators in %s against the cost model (%s), priced analytically\n", hardware.c_str(),
+              before.rows.size(), f.file.c_str(), calibration_path.c_str());
+  std::printf("error = (model - measured) / measured\n\n");
+  PrintGroups(before.by_kind);
+  std::printf("\n");
+  PrintGroups(before.by_m);
+  for (const auto& [op, n] : before.not_compared) {
+    std::printf("not compared: %d %s rows (their shapes need a model's architecture)\n", n, op.c_str());
+  }
+  if (f.rows) {
+    std::printf("\n%-13s %-6s %7s %7s %7s %6s %11s %11s %11s %8s\n", "op", "dtype", "M", "N", "K", "groups", "measured us",
+                "p10-p90", "model us", "error");
+    for (const auto& c : before.rows) {
+      const std::string spread = c.has_spread() ? StrFormat("%.1f-%.1f", c.row.p10_us, c.row.p90_us) : "-";
+      std::printf("%-13s %-6s %7lld %7lld %7lld %6lld %11.2f %11s %11.2f %+7.1f%%\n", c.row.op.c_str(),
+                  c.row.dtype.c_str(), static_cast<long long>(c.row.m), static_cast<long long>(c.row.n),
+                  static_cast<long long>(c.row.k), static_cast<long long>(c.row.extra), c.row.median_us,
+                  spread.c_str(), c.model_us, c.error_pct());
+    }
+  }
+  if (fit) {
+    std::printf("\nGEMM curve fitted to these %d rows (calibration's value in brackets):\n", fit->measurements);
+    std::printf("  gemm_efficiency  %8.3f +- %.3f  (%.3f)\n", fit->efficiency, fit->stddev[0], p.gemm_efficiency);
+    std::printf("  gemm_m_half      %8.1f +- %.1f  (%.1f)\n", fit->m_half, fit->stddev[1], p.gemm_m_half);
+    std::printf("  kernel_floor_us  %8.2f +- %.2f  (%.2f)\n", fit->floor_us, fit->stddev[2], p.kernel_floor_us);
+    std::printf("  memory_efficiency %7.3f +- %.3f  (%.3f)\n\n", fit->memory_efficiency, fit->stddev[3],
+                p.memory_efficiency);
+    PrintGroups(after->by_kind);
+  }
   return Status::Ok();
 }
 
@@ -102,9 +222,10 @@ void RegisterProfile(CLI::App& app, Status* result) {
   auto f = std::make_shared<ProfileFlags>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure kernels (CUPTI), import profiles, summarize");
   cmd->require_subcommand(1);
-  CLI::App* imp = cmd->add_subcommand("import", "Import an Nsight Systems SQLite export or a PyTorch profiler trace");
+  CLI::App* imp = cmd->add_subcommand("import", "Import an Nsight Systems export, a PyTorch profiler trace or a GEMM table (CSV)");
   imp->add_option("file", f->file, "Profile file (format detected)")->required();
   imp->add_option("--db", f->db, "Performance database")->capture_default_str();
+  imp->add_option("--hardware", f->hardware, "GPU to file a GEMM table under (default: from its device column)");
   imp->callback([f, result] { *result = Import(*f); });
   CLI::App* sum = cmd->add_subcommand("summarize", "Top kernels, time per NVTX range and per operator kind");
   sum->add_option("db", f->file, "Performance database")->required();
@@ -116,6 +237,16 @@ void RegisterProfile(CLI::App& app, Status* result) {
   ops->add_option("--hardware", f->hardware, "Catalogue name to file the rows under (default: from the GPU)");
   ops->add_option("--models", f->models, "Models whose operator lists give the shapes");
   ops->callback([f, result] { *result = Ops(*f); });
+  CLI::App* cmp = cmd->add_subcommand("compare", "Measured operators against the cost model, per kind and size");
+  cmp->add_option("db", f->file, "Performance database")->required();
+  cmp->add_option("--hardware", f->hardware, "GPU whose rows to compare (default: the database's only one)");
+  cmp->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
+  cmp->add_option("--stack", f->stack, "Only rows of this software stack");
+  cmp->add_option("--calibration", f->calibration, "Calibration file (default: models/calibration/default.json)");
+  cmp->add_flag("--fit", f->fit, "Also fit the GEMM curve to the rows and compare again");
+  cmp->add_flag("--rows", f->rows, "List every row");
+  cmp->add_flag("--json", f->json, "Print JSON");
+  cmp->callback([f, result] { *result = Compare(*f); });
   CLI::App* run = cmd->add_subcommand("run", "Trace any CUDA program through CUDA_INJECTION64_PATH (needs CUDA)");
   run->add_option("--db", f->db, "Performance database")->capture_default_str();
   run->add_option("command", f->command, "Program and arguments, after --")->required();

@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "models/hardware.h"
 #include "models/operators.h"
 #include "models/perf_db.h"
 #include "profiler/cupti/cupti_tracer.h"
@@ -80,7 +80,11 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  if (hardware.empty()) hardware = std::strstr(prop.name, "H100") ? "h100-sxm" : (std::strstr(prop.name, "H200") ? "h200" : (std::strstr(prop.name, "B200") ? "b200" : prop.name));
+  if (hardware.empty()) {
+    auto name = fathom::models::CatalogNameForDevice(prop.name);
+    if (!name.ok()) return Fail(name.status().message() + "; give --hardware with a catalogue name");
+    hardware = *name;
+  }
   const std::string device_info = std::string(prop.name) + "; sm " + std::to_string(prop.major) + "." +
                                   std::to_string(prop.minor) + "; clock " + std::to_string(clock_khz / 1000) +
                                   " MHz; memory clock " + std::to_string(mem_clock_khz / 1000) + " MHz; driver " +

@@ -1,0 +1,125 @@
+#include "profiler/compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/stats.h"
+#include "models/fit.h"
+
+namespace fathom::profiler {
+namespace {
+
+std::string MBucket(int64_t m) {
+  if (m <= 16) return "1-16";
+  if (m <= 128) return "17-128";
+  if (m <= 1024) return "129-1024";
+  return ">1024";
+}
+
+std::vector<ComparisonGroup> Groups(const std::vector<OpComparison>& rows, bool by_m) {
+  std::map<std::string, std::vector<const OpComparison*>> members;
+  std::vector<std::string> order;  // first appearance (rows come sorted by op, dtype, shape)
+  for (const auto& c : rows) {
+    std::string key = c.row.op + " " + c.row.dtype;
+    if (by_m) key += ", M " + MBucket(c.row.m);
+    auto [it, added] = members.try_emplace(key);
+    if (added) order.push_back(key);
+    it->second.push_back(&c);
+  }
+  if (by_m) {
+    // Small M first within each kind.
+    const std::vector<std::string> buckets = {"1-16", "17-128", "129-1024", ">1024"};
+    auto rank = [&](const std::string& key) {
+      const std::string kind = key.substr(0, key.find(", M "));
+      const std::string bucket = key.substr(key.find(", M ") + 4);
+      return std::make_pair(kind, std::find(buckets.begin(), buckets.end(), bucket) - buckets.begin());
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  }
+  std::vector<ComparisonGroup> out;
+  for (const auto& key : order) {
+    ComparisonGroup g;
+    g.key = key;
+    std::vector<double> abs, signed_errors;
+    for (const OpComparison* c : members[key]) {
+      const double e = c->error_pct();
+      abs.push_back(std::abs(e));
+      signed_errors.push_back(e);
+      if (std::abs(e) > std::abs(g.worst_pct)) g.worst_pct = e;
+      g.with_spread += c->has_spread();
+      g.within_spread += c->within_spread();
+      ++g.rows;
+    }
+    g.median_abs_pct = Percentile(abs, 0.5);
+    g.median_pct = Percentile(signed_errors, 0.5);
+    out.push_back(g);
+  }
+  return out;
+}
+
+OrderedJson GroupsJson(const std::vector<ComparisonGroup>& groups) {
+  OrderedJson a = OrderedJson::array();
+  for (const auto& g : groups) {
+    a.push_back({{"group", g.key},
+                 {"rows", g.rows},
+                 {"median_abs_error_pct", g.median_abs_pct},
+                 {"median_error_pct", g.median_pct},
+                 {"worst_error_pct", g.worst_pct},
+                 {"with_measured_spread", g.with_spread},
+                 {"within_measured_spread", g.within_spread}});
+  }
+  return a;
+}
+
+}  // namespace
+
+Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw,
+                                         const models::CostParams& params) {
+  ModelComparison out;
+  for (const auto& row : rows) {
+    auto op = models::MeasuredOperator(row);
+    if (op.status().code() == StatusCode::kNotFound) {
+      ++out.not_compared[row.op];
+      continue;
+    }
+    if (!op.ok()) return op.status();
+    if (!(row.median_us > 0)) {
+      return Status::InvalidArgument(row.op + " " + row.dtype + " " + std::to_string(row.m) + "x" +
+                                     std::to_string(row.n) + "x" + std::to_string(row.k) +
+                                     ": median_us must be positive");
+    }
+    out.rows.push_back({row, models::OperatorSeconds(*op, hw, params, /*ep=*/1) * 1e6});
+  }
+  out.by_kind = Groups(out.rows, false);
+  out.by_m = Groups(out.rows, true);
+  return out;
+}
+
+OrderedJson ModelComparison::ToJson(bool with_rows) const {
+  OrderedJson j;
+  j["by_kind"] = GroupsJson(by_kind);
+  j["by_m"] = GroupsJson(by_m);
+  OrderedJson skipped = OrderedJson::object();
+  for (const auto& [op, n] : not_compared) skipped[op] = n;
+  j["not_compared"] = skipped;
+  if (with_rows) {
+    OrderedJson a = OrderedJson::array();
+    for (const auto& c : rows) {
+      a.push_back({{"op", c.row.op},
+                   {"dtype", c.row.dtype},
+                   {"m", c.row.m},
+                   {"n", c.row.n},
+                   {"k", c.row.k},
+                   {"groups", c.row.extra},
+                   {"measured_us", c.row.median_us},
+                   {"p10_us", c.row.p10_us},
+                   {"p90_us", c.row.p90_us},
+                   {"model_us", c.model_us},
+                   {"error_pct", c.error_pct()}});
+    }
+    j["rows"] = a;
+  }
+  return j;
+}
+
+}  // namespace fathom::profiler
