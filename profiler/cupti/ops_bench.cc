@@ -1,6 +1,6 @@
 // fathom-ops-bench: times the GEMMs of the configured models' operator lists on this GPU with
-// cuBLASLt, kernel time from CUPTI timestamps, and stores median / p10 / p90 per shape in the
-// performance database. `fathom profile ops` runs it.
+// cuBLASLt, in BF16 and (where the GPU has it) FP8, kernel time from CUPTI timestamps, and stores
+// median / p10 / p90 per shape in the performance database. `fathom profile ops` runs it.
 //   fathom-ops-bench --db DB [--hardware NAME] [--models deepseek-r1,llama3.1-405b] [--reps 20]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -56,6 +56,78 @@ std::set<std::pair<int64_t, int64_t>> GemmShapes(const std::string& model, const
   return shapes;
 }
 
+struct Gemm {
+  cublasLtHandle_t lt;
+  void* workspace;
+  size_t workspace_bytes;
+  int warmup, reps;
+};
+
+// Kernel microseconds of each repetition of the row-major GEMM C[m,n] = A[m,k] x W[k,n], with
+// A and W in `dtype` (bf16, or fp8 E4M3 with unit scales) and C in bf16; empty when cuBLASLt
+// cannot run it. Column-major, that is C^T = W^T x A^T; FP8 needs the "TN" form, so W is
+// stored as [n, k] (nn.Linear's layout) and transposed by cuBLASLt.
+std::vector<double> TimeGemm(const Gemm& g, int64_t m, int64_t n, int64_t k, DType dtype) {
+  const bool fp8 = dtype == DType::kFp8;
+  const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const size_t in_bytes = fp8 ? 1 : 2;
+  void *a = nullptr, *w = nullptr, *c = nullptr;
+  std::vector<double> per_rep;
+  if (cudaMalloc(&a, m * k * in_bytes) != cudaSuccess || cudaMalloc(&w, k * n * in_bytes) != cudaSuccess ||
+      cudaMalloc(&c, m * n * 2) != cudaSuccess) {
+    cudaFree(a);
+    cudaFree(w);
+    return per_rep;
+  }
+  cudaMemset(a, 0, m * k * in_bytes);
+  cudaMemset(w, 0, k * n * in_bytes);
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasLtMatrixLayout_t lw, la, lc;
+  if (fp8) {
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose));
+    cublasLtMatrixLayoutCreate(&lw, in_type, k, n, k);
+  } else {
+    cublasLtMatrixLayoutCreate(&lw, in_type, n, k, n);
+  }
+  cublasLtMatrixLayoutCreate(&la, in_type, k, m, k);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&] {
+    return cublasLtMatmul(g.lt, desc, &alpha, w, lw, a, la, &beta, c, lc, c, lc, nullptr, g.workspace,
+                          g.workspace_bytes, 0) == CUBLAS_STATUS_SUCCESS;
+  };
+  bool ok = true;
+  for (int i = 0; i < g.warmup && ok; ++i) ok = run();
+  cudaDeviceSynchronize();
+  (void)fathom::profiler::FlushTracing();  // discard warm-up kernels
+  for (int i = 0; i < g.reps && ok; ++i) ok = run();
+  cudaDeviceSynchronize();
+  auto kernels = fathom::profiler::FlushTracing();
+  cublasLtMatrixLayoutDestroy(lw);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  cudaFree(a);
+  cudaFree(w);
+  cudaFree(c);
+  if (!ok || !kernels.ok()) return per_rep;
+  std::vector<int64_t> durations;
+  for (const auto& kr : *kernels) {
+    if (kr.kind == "kernel") durations.push_back(kr.end_ns - kr.start_ns);
+  }
+  // Each rep launches the same kernels (a GEMM may add a split-K reduction).
+  if (durations.empty() || durations.size() % g.reps != 0) return per_rep;
+  const size_t per = durations.size() / g.reps;
+  for (int r = 0; r < g.reps; ++r) {
+    double sum = 0;
+    for (size_t j = 0; j < per; ++j) sum += static_cast<double>(durations[r * per + j]);
+    per_rep.push_back(sum / 1e3);
+  }
+  return per_rep;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,90 +177,47 @@ int main(int argc, char** argv) {
       for (const auto& s : GemmShapes(model, l)) shapes.insert(s);
     }
   }
-  cublasLtHandle_t lt;
-  cublasLtCreate(&lt);
-  size_t workspace_bytes = 64 << 20;
-  void* workspace = nullptr;
-  cudaMalloc(&workspace, workspace_bytes);
+  Gemm gemm{nullptr, nullptr, size_t{64} << 20, warmup, reps};
+  cublasLtCreate(&gemm.lt);
+  cudaMalloc(&gemm.workspace, gemm.workspace_bytes);
+  // FP8 tensor cores from Ada / Hopper (sm 8.9) on.
+  std::vector<DType> dtypes = {DType::kBf16};
+  if (prop.major * 10 + prop.minor >= 89) dtypes.push_back(DType::kFp8);
   const std::vector<int64_t> ms = {1, 8, 32, 128, 512, 2048, 8192};
   int rows = 0;
-  for (const auto& [n, k] : shapes) {
-    for (int64_t m : ms) {
-      const size_t a_bytes = m * k * 2, b_bytes = k * n * 2, c_bytes = m * n * 2;
-      if (a_bytes + b_bytes + c_bytes > prop.totalGlobalMem / 2) continue;
-      void *a = nullptr, *b = nullptr, *c = nullptr;
-      cudaMalloc(&a, a_bytes);
-      cudaMalloc(&b, b_bytes);
-      cudaMalloc(&c, c_bytes);
-      cudaMemset(a, 0, a_bytes);
-      cudaMemset(b, 0, b_bytes);
-      // Row-major C[m,n] = A[m,k] x B[k,n] as column-major C^T = B^T x A^T.
-      cublasLtMatmulDesc_t desc;
-      cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-      cublasLtMatrixLayout_t la, lb, lc;
-      cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, k, n);
-      cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k);
-      cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n);
-      const float alpha = 1.0f, beta = 0.0f;
-      auto run = [&] {
-        return cublasLtMatmul(lt, desc, &alpha, b, lb, a, la, &beta, c, lc, c, lc, nullptr, workspace, workspace_bytes, 0);
-      };
-      bool ok = true;
-      for (int i = 0; i < warmup && ok; ++i) ok = run() == CUBLAS_STATUS_SUCCESS;
-      cudaDeviceSynchronize();
-      (void)fathom::profiler::FlushTracing();  // discard warm-up kernels
-      for (int i = 0; i < reps && ok; ++i) ok = run() == CUBLAS_STATUS_SUCCESS;
-      cudaDeviceSynchronize();
-      auto kernels = fathom::profiler::FlushTracing();
-      cublasLtMatrixLayoutDestroy(la);
-      cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(lc);
-      cublasLtMatmulDescDestroy(desc);
-      cudaFree(a);
-      cudaFree(b);
-      cudaFree(c);
-      std::vector<double> per_rep;
-      if (ok && kernels.ok()) {
-        std::vector<int64_t> durations;
-        for (const auto& kr : *kernels) {
-          if (kr.kind == "kernel") durations.push_back(kr.end_ns - kr.start_ns);
+  for (DType dtype : dtypes) {
+    for (const auto& [n, k] : shapes) {
+      for (int64_t m : ms) {
+        if ((m * k + k * n + m * n) * 2 > static_cast<int64_t>(prop.totalGlobalMem / 2)) continue;
+        std::vector<double> per_rep = TimeGemm(gemm, m, n, k, dtype);
+        if (per_rep.empty()) {
+          std::fprintf(stderr, "fathom-ops-bench: %s GEMM %lldx%lldx%lld failed, skipped\n",
+                       std::string(fathom::models::Name(dtype)).c_str(), static_cast<long long>(m),
+                       static_cast<long long>(n), static_cast<long long>(k));
+          continue;
         }
-        // Each rep launches the same kernels (a GEMM may add a split-K reduction).
-        if (!durations.empty() && durations.size() % reps == 0) {
-          const size_t per = durations.size() / reps;
-          for (int r = 0; r < reps; ++r) {
-            double sum = 0;
-            for (size_t j = 0; j < per; ++j) sum += static_cast<double>(durations[r * per + j]);
-            per_rep.push_back(sum / 1e3);
-          }
-        }
+        std::sort(per_rep.begin(), per_rep.end());
+        fathom::models::OpMeasurement row;
+        row.hardware = hardware;
+        row.stack = stack;
+        row.op = "gemm";
+        row.dtype = std::string(fathom::models::Name(dtype));
+        row.m = m;
+        row.n = n;
+        row.k = k;
+        row.median_us = per_rep[per_rep.size() / 2];
+        row.p10_us = per_rep[per_rep.size() / 10];
+        row.p90_us = per_rep[per_rep.size() * 9 / 10];
+        row.count = static_cast<int64_t>(per_rep.size());
+        row.date = date;
+        row.device_info = device_info;
+        if (auto s = db->Insert(row); !s.ok()) return Fail(s.message());
+        ++rows;
       }
-      if (per_rep.empty()) {
-        std::fprintf(stderr, "fathom-ops-bench: GEMM %lldx%lldx%lld failed, skipped\n", static_cast<long long>(m),
-                     static_cast<long long>(n), static_cast<long long>(k));
-        continue;
-      }
-      std::sort(per_rep.begin(), per_rep.end());
-      fathom::models::OpMeasurement row;
-      row.hardware = hardware;
-      row.stack = stack;
-      row.op = "gemm";
-      row.dtype = "bf16";
-      row.m = m;
-      row.n = n;
-      row.k = k;
-      row.median_us = per_rep[per_rep.size() / 2];
-      row.p10_us = per_rep[per_rep.size() / 10];
-      row.p90_us = per_rep[per_rep.size() * 9 / 10];
-      row.count = static_cast<int64_t>(per_rep.size());
-      row.date = date;
-      row.device_info = device_info;
-      if (auto s = db->Insert(row); !s.ok()) return Fail(s.message());
-      ++rows;
     }
   }
-  cudaFree(workspace);
-  cublasLtDestroy(lt);
+  cudaFree(gemm.workspace);
+  cublasLtDestroy(gemm.lt);
   std::printf("fathom-ops-bench: %d GEMM shapes measured on %s into %s\n", rows, prop.name, db_path.c_str());
   return 0;
 }
