@@ -3,16 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include "base/json_fields.h"
+#include "profiler/activity_fixture.h"
 #include "profiler/summary.h"
 
 namespace fathom::profiler {
 namespace {
-
-Json Fixture() {
-  auto doc = ReadJsonFile(std::string(FATHOM_TEST_DATA_DIR) + "/cupti_activity.json");
-  REQUIRE(doc.ok());
-  return *doc;
-}
 
 // One record of the fixture, given to the log as the CUPTI tracer decodes it.
 void Feed(const Json& e, ActivityLog* log) {
@@ -38,21 +33,10 @@ void Feed(const Json& e, ActivityLog* log) {
   }
 }
 
-void CheckExpected(const std::vector<models::KernelRecord>& records, const Json& expected) {
-  REQUIRE(records.size() == expected.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    INFO("record " << i);
-    CHECK(records[i].kind == expected[i]["kind"]);
-    CHECK(records[i].name == expected[i]["name"]);
-    CHECK(records[i].start_ns == expected[i]["start"]);
-    CHECK(records[i].nvtx_range == expected[i]["nvtx_range"]);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("ActivityLog: each record gets the innermost NVTX range open on its launching thread", "[profiler]") {
-  const Json fixture = Fixture();
+  const Json fixture = ActivityFixture();
   ActivityLog log;
   for (const auto& e : fixture["activity"]) Feed(e, &log);
   const auto records = log.Take(/*final=*/true);
@@ -63,7 +47,7 @@ TEST_CASE("ActivityLog: each record gets the innermost NVTX range open on its la
 }
 
 TEST_CASE("ActivityLog: records taken as activity arrives match those taken at the end", "[profiler]") {
-  const Json fixture = Fixture();
+  const Json fixture = ActivityFixture();
   ActivityLog log;
   std::vector<models::KernelRecord> streamed;
   bool attention_waited = false;
@@ -138,7 +122,7 @@ TEST_CASE("ActivityLog: a long trace taken as it goes keeps memory bounded and e
 }
 
 TEST_CASE("Summarize: GPU time per NVTX range of assembled CUPTI activity", "[profiler]") {
-  const Json fixture = Fixture();
+  const Json fixture = ActivityFixture();
   ActivityLog log;
   for (const auto& e : fixture["activity"]) Feed(e, &log);
   const ProfileSummary s = Summarize(log.Take(/*final=*/true));

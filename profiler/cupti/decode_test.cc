@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "base/json_fields.h"
+#include "profiler/activity_fixture.h"
 #include "profiler/cupti/cupti_tracer.h"
 
 namespace fathom::profiler {
@@ -83,22 +84,13 @@ void DecodeFixtureRecord(const Json& e, std::deque<std::string>* names, Activity
 }  // namespace
 
 TEST_CASE("DecodeActivity: CUPTI records to kernel records with their NVTX ranges", "[profiler]") {
-  auto fixture = ReadJsonFile(std::string(FATHOM_TEST_DATA_DIR) + "/cupti_activity.json");
-  REQUIRE(fixture.ok());
+  const Json fixture = ActivityFixture();
   std::deque<std::string> names;
   ActivityLog log;
-  for (const auto& e : (*fixture)["activity"]) DecodeFixtureRecord(e, &names, &log);
+  for (const auto& e : fixture["activity"]) DecodeFixtureRecord(e, &names, &log);
   const auto records = log.Take(/*final=*/true);
-  const Json& expected = (*fixture)["expected"];
-  REQUIRE(records.size() == expected.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    INFO("record " << i);
-    CHECK(records[i].kind == expected[i]["kind"]);
-    CHECK(records[i].name == expected[i]["name"]);
-    CHECK(records[i].start_ns == expected[i]["start"]);
-    CHECK(records[i].nvtx_range == expected[i]["nvtx_range"]);
-    CHECK(records[i].source == "cupti");
-  }
+  CheckExpected(records, fixture["expected"]);
+  for (const auto& r : records) CHECK(r.source == "cupti");
   const auto& splitkv = records[3];
   CHECK(splitkv.end_ns == 1300);
   CHECK(splitkv.stream == 7);
