@@ -140,6 +140,12 @@ if [[ -e "$tmp/new.db" ]]; then
   echo "FAIL: a failed import left $tmp/new.db behind"
   failed=$((failed + 1))
 fi
+if [[ -x "$(dirname "$fathom")/fathom-ops-bench" ]]; then
+  expect 0 "grouped_gemm N 4096 K 7168 groups 32" -- profile ops --list --models deepseek-r1
+  expect 2 "--models: model 'nosuch'" -- profile ops --list --models nosuch
+else
+  expect 2 "fathom was built without CUDA/CUPTI" -- profile ops --list
+fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "cli: a GPU is present; the no-GPU profile check is skipped"
 else

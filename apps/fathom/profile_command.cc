@@ -23,8 +23,8 @@ namespace {
 struct ProfileFlags {
   std::string file, db = "fathom_perf.db", hardware, models, stack, calibration;
   std::vector<std::string> hardware_files;
-  int top = 15;
-  bool json = false, fit = false, rows = false;
+  int top = 15, reps = 20;
+  bool json = false, fit = false, rows = false, list = false;
   std::vector<std::string> command;
 };
 
@@ -198,9 +198,10 @@ Status Exec(const std::string& program, std::vector<std::string> args) {
 Status Ops(const ProfileFlags& f) {
   const auto bench = BinaryDir() / "fathom-ops-bench";
   if (!std::filesystem::exists(bench)) return Unavailable("the operator microbenchmark runner (fathom-ops-bench)");
-  std::vector<std::string> args = {"--db", f.db};
+  std::vector<std::string> args = {"--db", f.db, "--reps", std::to_string(f.reps)};
   if (!f.hardware.empty()) args.insert(args.end(), {"--hardware", f.hardware});
   if (!f.models.empty()) args.insert(args.end(), {"--models", f.models});
+  if (f.list) args.push_back("--list");
   return Exec(bench.string(), args);
 }
 
@@ -232,10 +233,13 @@ void RegisterProfile(CLI::App& app, Status* result) {
   sum->add_option("--top", f->top, "Kernels to list")->capture_default_str();
   sum->add_flag("--json", f->json, "Print JSON");
   sum->callback([f, result] { *result = Summarize(*f); });
-  CLI::App* ops = cmd->add_subcommand("ops", "Microbenchmark the models' GEMM shapes on this GPU (needs CUDA)");
+  CLI::App* ops =
+      cmd->add_subcommand("ops", "Microbenchmark the models' GEMM and grouped GEMM shapes on this GPU (needs CUDA)");
   ops->add_option("--db", f->db, "Performance database")->capture_default_str();
   ops->add_option("--hardware", f->hardware, "Catalogue name to file the rows under (default: from the GPU)");
-  ops->add_option("--models", f->models, "Models whose operator lists give the shapes");
+  ops->add_option("--models", f->models, "Models whose operator lists give the shapes (comma-separated)");
+  ops->add_option("--reps", f->reps, "Timed repetitions per shape")->capture_default_str()->check(CLI::PositiveNumber);
+  ops->add_flag("--list", f->list, "Only list the shapes it would time (no GPU needed)");
   ops->callback([f, result] { *result = Ops(*f); });
   CLI::App* cmp = cmd->add_subcommand("compare", "Measured operators against the cost model, per kind and size");
   cmp->add_option("db", f->file, "Performance database")->required();

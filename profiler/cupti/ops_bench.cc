@@ -1,18 +1,24 @@
-// fathom-ops-bench: times the GEMMs of the configured models' operator lists on this GPU with
-// cuBLASLt, in BF16 and (where the GPU has it) FP8, kernel time from CUPTI timestamps, and stores
-// median / p10 / p90 per shape in the performance database. `fathom profile ops` runs it.
+// fathom-ops-bench: times the GEMMs and the MoE grouped GEMMs of the configured models' operator
+// lists on this GPU, in BF16 and (where the GPU has it) FP8, kernel time from CUPTI timestamps,
+// and stores median / p10 / p90 per shape in the performance database. `fathom profile ops`
+// runs it.
 //   fathom-ops-bench --db DB [--hardware NAME] [--models deepseek-r1,llama3.1-405b] [--reps 20]
+//   fathom-ops-bench --list [--models ...]   (the shapes it would time; no GPU needed)
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "base/csv.h"
+#include "models/deployment.h"
 #include "models/hardware.h"
 #include "models/operators.h"
 #include "models/perf_db.h"
@@ -27,60 +33,88 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
+// Per GPU, from the operator lists: GEMM (N, K) and grouped GEMM (N, K, groups) shapes.
+struct Shapes {
+  std::set<std::pair<int64_t, int64_t>> gemms;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> grouped;
+};
 
-// GEMM (N, K) shapes per GPU from the operator lists of a model under a layout.
-std::set<std::pair<int64_t, int64_t>> GemmShapes(const std::string& model, const fathom::models::ParallelLayout& l) {
-  std::set<std::pair<int64_t, int64_t>> shapes;
-  auto m = fathom::models::LoadModel(model);
-  if (!m.ok()) return shapes;
-  fathom::models::OperatorBuilder builder(*m, l, fathom::models::Precision{});
+fathom::Status AddShapes(const std::string& model, const fathom::models::ParallelLayout& l, Shapes* shapes) {
+  FATHOM_ASSIGN_OR_RETURN(fathom::models::ModelArch m, fathom::models::LoadModel(model));
+  if (!fathom::models::ValidateLayout(m, l).ok()) return fathom::Status::Ok();  // not a layout of this model
+  fathom::models::OperatorBuilder builder(m, l, fathom::models::Precision{});
   fathom::models::BatchShape b;
   b.Add({512, 0, false, true}, 0);
   b.Add({1, 1000, true, true}, 0);
   std::vector<fathom::models::Operator> ops;
   builder.Build(b, fathom::models::MoeInput{513}, 0, &ops);
   for (const auto& op : ops) {
-    if (op.kind == fathom::models::OpKind::kGemm) shapes.insert({op.n, op.k});
+    if (op.kind == fathom::models::OpKind::kGemm) shapes->gemms.insert({op.n, op.k});
+    if (op.kind == fathom::models::OpKind::kGroupedGemm) shapes->grouped.insert({op.n, op.k, op.groups});
   }
-  return shapes;
+  return fathom::Status::Ok();
 }
 
-struct Gemm {
-  cublasLtHandle_t lt;
-  void* workspace;
-  size_t workspace_bytes;
-  int warmup, reps;
+// Kernel microseconds of each of `reps` runs of `run` after `warmup` runs (a run may launch
+// several kernels, a split-K reduction say: their times add up); empty if a run failed.
+std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int reps) {
+  bool ok = true;
+  for (int i = 0; i < warmup && ok; ++i) ok = run();
+  cudaDeviceSynchronize();
+  (void)fathom::profiler::FlushTracing();  // discard set-up and warm-up kernels
+  for (int i = 0; i < reps && ok; ++i) ok = run();
+  cudaDeviceSynchronize();
+  auto kernels = fathom::profiler::FlushTracing();
+  std::vector<double> per_rep;
+  if (!ok || !kernels.ok()) return per_rep;
+  std::vector<int64_t> durations;
+  for (const auto& kr : *kernels) {
+    if (kr.kind == "kernel") durations.push_back(kr.end_ns - kr.start_ns);
+  }
+  if (durations.empty() || durations.size() % reps != 0) return per_rep;
+  const size_t per = durations.size() / reps;
+  for (int r = 0; r < reps; ++r) {
+    double sum = 0;
+    for (size_t j = 0; j < per; ++j) sum += static_cast<double>(durations[r * per + j]);
+    per_rep.push_back(sum / 1e3);
+  }
+  return per_rep;
+}
+
+// Device buffers of the given sizes, zeroed, freed together.
+struct Buffers {
+  std::vector<void*> ptrs;
+  bool ok = true;
+  explicit Buffers(std::initializer_list<int64_t> bytes) {
+    for (int64_t b : bytes) {
+      void* p = nullptr;
+      const auto size = static_cast<size_t>(b);
+      ok = ok && cudaMalloc(&p, size) == cudaSuccess && cudaMemset(p, 0, size) == cudaSuccess;
+      ptrs.push_back(p);
+    }
+  }
+  ~Buffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
 };
 
-// Kernel microseconds of each repetition of the row-major GEMM C[m,n] = A[m,k] x W[k,n], with
-// A and W in `dtype` (bf16, or fp8 E4M3 with unit scales) and C in bf16; empty when cuBLASLt
-// cannot run it. Column-major, that is C^T = W^T x A^T; FP8 needs the "TN" form, so W is
-// stored as [n, k] (nn.Linear's layout) and transposed by cuBLASLt.
-std::vector<double> TimeGemm(const Gemm& g, int64_t m, int64_t n, int64_t k, DType dtype) {
+struct Bench {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = size_t{64} << 20;
+  int warmup = 5, reps = 20;
+};
+
+// The row-major GEMM C[m,n] = A[m,k] x W[k,n] with A and W in `dtype` (bf16, or fp8 E4M3 with
+// unit scales) and C in bf16. Column-major, that is C^T = W^T x A^T; FP8 needs cuBLASLt's "TN"
+// form, so W is stored as [n, k] (nn.Linear's layout) and transposed by cuBLASLt.
+std::vector<double> TimeGemm(const Bench& g, int64_t m, int64_t n, int64_t k, DType dtype) {
   const bool fp8 = dtype == DType::kFp8;
   const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
-  const size_t in_bytes = fp8 ? 1 : 2;
-  void *a = nullptr, *w = nullptr, *c = nullptr;
-  std::vector<double> per_rep;
-  if (cudaMalloc(&a, m * k * in_bytes) != cudaSuccess || cudaMalloc(&w, k * n * in_bytes) != cudaSuccess ||
-      cudaMalloc(&c, m * n * 2) != cudaSuccess) {
-    cudaFree(a);
-    cudaFree(w);
-    return per_rep;
-  }
-  cudaMemset(a, 0, m * k * in_bytes);
-  cudaMemset(w, 0, k * n * in_bytes);
+  const int64_t in_bytes = fp8 ? 1 : 2;
+  Buffers buf({m * k * in_bytes, k * n * in_bytes, m * n * 2});
+  if (!buf.ok) return {};
   cublasLtMatmulDesc_t desc;
   cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   cublasLtMatrixLayout_t lw, la, lc;
@@ -94,52 +128,78 @@ std::vector<double> TimeGemm(const Gemm& g, int64_t m, int64_t n, int64_t k, DTy
   cublasLtMatrixLayoutCreate(&la, in_type, k, m, k);
   cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n);
   const float alpha = 1.0f, beta = 0.0f;
-  auto run = [&] {
-    return cublasLtMatmul(g.lt, desc, &alpha, w, lw, a, la, &beta, c, lc, c, lc, nullptr, g.workspace,
-                          g.workspace_bytes, 0) == CUBLAS_STATUS_SUCCESS;
-  };
-  bool ok = true;
-  for (int i = 0; i < g.warmup && ok; ++i) ok = run();
-  cudaDeviceSynchronize();
-  (void)fathom::profiler::FlushTracing();  // discard warm-up kernels
-  for (int i = 0; i < g.reps && ok; ++i) ok = run();
-  cudaDeviceSynchronize();
-  auto kernels = fathom::profiler::FlushTracing();
+  void *a = buf.ptrs[0], *w = buf.ptrs[1], *c = buf.ptrs[2];
+  auto per_rep = TimeRuns(
+      [&] {
+        return cublasLtMatmul(g.lt, desc, &alpha, w, lw, a, la, &beta, c, lc, c, lc, nullptr, g.workspace,
+                              g.workspace_bytes, 0) == CUBLAS_STATUS_SUCCESS;
+      },
+      g.warmup, g.reps);
   cublasLtMatrixLayoutDestroy(lw);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lc);
   cublasLtMatmulDescDestroy(desc);
-  cudaFree(a);
-  cudaFree(w);
-  cudaFree(c);
-  if (!ok || !kernels.ok()) return per_rep;
-  std::vector<int64_t> durations;
-  for (const auto& kr : *kernels) {
-    if (kr.kind == "kernel") durations.push_back(kr.end_ns - kr.start_ns);
-  }
-  // Each rep launches the same kernels (a GEMM may add a split-K reduction).
-  if (durations.empty() || durations.size() % g.reps != 0) return per_rep;
-  const size_t per = durations.size() / g.reps;
-  for (int r = 0; r < g.reps; ++r) {
-    double sum = 0;
-    for (size_t j = 0; j < per; ++j) sum += static_cast<double>(durations[r * per + j]);
-    per_rep.push_back(sum / 1e3);
-  }
   return per_rep;
+}
+
+// An MoE grouped GEMM in BF16: `groups` experts, each multiplying its own m rows by its own
+// [k, n] weights (one strided batched cuBLAS call; every expert gets the same rows, as the cost
+// model's mean per active expert assumes).
+std::vector<double> TimeGroupedGemm(const Bench& g, int64_t m, int64_t n, int64_t k, int64_t groups) {
+  Buffers buf({groups * m * k * 2, groups * k * n * 2, groups * m * n * 2});
+  if (!buf.ok) return {};
+  const float alpha = 1.0f, beta = 0.0f;
+  void *a = buf.ptrs[0], *w = buf.ptrs[1], *c = buf.ptrs[2];
+  return TimeRuns(
+      [&] {
+        return cublasGemmStridedBatchedEx(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                          static_cast<int>(k), &alpha, w, CUDA_R_16BF, static_cast<int>(n), n * k, a,
+                                          CUDA_R_16BF, static_cast<int>(k), m * k, &beta, c, CUDA_R_16BF,
+                                          static_cast<int>(n), m * n, static_cast<int>(groups), CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+      },
+      g.warmup, g.reps);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string db_path = "fathom_perf.db", hardware, models_arg = "deepseek-r1,llama3.1-405b";
-  int reps = 20, warmup = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  Bench bench;
+  bool list = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--list") {
+      list = true;
+      --i;  // takes no value
+      continue;
+    }
+    if (i + 1 >= argc) return Fail(a + " needs a value");
     if (a == "--db") db_path = argv[i + 1];
     else if (a == "--hardware") hardware = argv[i + 1];
     else if (a == "--models") models_arg = argv[i + 1];
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--reps") bench.reps = std::atoi(argv[i + 1]);
     else return Fail("unknown flag " + a);
+  }
+  if (bench.reps < 1) return Fail("--reps must be at least 1");
+  Shapes shapes;
+  std::vector<std::string_view> models;
+  fathom::SplitCsv(models_arg, &models);
+  for (const auto& model : models) {
+    for (const auto& l : {fathom::models::ParallelLayout{8, 8, 1, 8, 8}, fathom::models::ParallelLayout{8, 8, 1, 1, 1},
+                          fathom::models::ParallelLayout{1, 1, 1, 1, 1}}) {
+      if (auto s = AddShapes(std::string(model), l, &shapes); !s.ok()) return Fail("--models: " + s.message());
+    }
+  }
+  const std::vector<int64_t> gemm_ms = {1, 8, 32, 128, 512, 2048, 8192}, grouped_ms = {1, 4, 16, 64, 256};
+  if (list) {
+    for (const auto& [n, k] : shapes.gemms) std::printf("gemm N %lld K %lld\n", static_cast<long long>(n), static_cast<long long>(k));
+    for (const auto& [n, k, groups] : shapes.grouped) {
+      std::printf("grouped_gemm N %lld K %lld groups %lld\n", static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(groups));
+    }
+    std::printf("%zu GEMM shapes x %zu M (BF16, and FP8 from sm 8.9), %zu grouped GEMM shapes x %zu M\n",
+                shapes.gemms.size(), gemm_ms.size(), shapes.grouped.size(), grouped_ms.size());
+    return 0;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -161,7 +221,6 @@ int main(int argc, char** argv) {
                                   std::to_string(prop.minor) + "; clock " + std::to_string(clock_khz / 1000) +
                                   " MHz; memory clock " + std::to_string(mem_clock_khz / 1000) + " MHz; driver " +
                                   std::to_string(driver) + "; CUDA runtime " + std::to_string(runtime);
-  const std::string stack = "cublaslt-" + std::to_string(cublasLtGetVersion());
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -169,55 +228,64 @@ int main(int argc, char** argv) {
   auto db = fathom::models::PerfDb::Open(db_path);
   if (!db.ok()) return Fail(db.status().message());
   if (auto s = fathom::profiler::StartTracing(); !s.ok()) return Fail(s.message());
+  cublasLtCreate(&bench.lt);
+  cublasCreate(&bench.blas);
+  cudaMalloc(&bench.workspace, bench.workspace_bytes);
+  int blas_version = 0;
+  cublasGetVersion(bench.blas, &blas_version);
 
-  std::set<std::pair<int64_t, int64_t>> shapes;
-  for (const auto& model : Split(models_arg)) {
-    for (const auto& l : {fathom::models::ParallelLayout{8, 8, 1, 8, 8}, fathom::models::ParallelLayout{8, 8, 1, 1, 1},
-                          fathom::models::ParallelLayout{1, 1, 1, 1, 1}}) {
-      for (const auto& s : GemmShapes(model, l)) shapes.insert(s);
+  std::vector<fathom::models::OpMeasurement> rows;
+  auto record = [&](const char* op, const std::string& stack, DType dtype, int64_t m, int64_t n, int64_t k,
+                    int64_t groups, std::vector<double> per_rep) {
+    if (per_rep.empty()) {
+      std::fprintf(stderr, "fathom-ops-bench: %s %s %lldx%lldx%lld (groups %lld) failed, skipped\n", op,
+                   std::string(fathom::models::Name(dtype)).c_str(), static_cast<long long>(m),
+                   static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(groups));
+      return;
     }
-  }
-  Gemm gemm{nullptr, nullptr, size_t{64} << 20, warmup, reps};
-  cublasLtCreate(&gemm.lt);
-  cudaMalloc(&gemm.workspace, gemm.workspace_bytes);
+    std::sort(per_rep.begin(), per_rep.end());
+    fathom::models::OpMeasurement row;
+    row.hardware = hardware;
+    row.stack = stack;
+    row.op = op;
+    row.dtype = std::string(fathom::models::Name(dtype));
+    row.m = m;
+    row.n = n;
+    row.k = k;
+    row.extra = groups;
+    row.median_us = per_rep[per_rep.size() / 2];
+    row.p10_us = per_rep[per_rep.size() / 10];
+    row.p90_us = per_rep[per_rep.size() * 9 / 10];
+    row.count = static_cast<int64_t>(per_rep.size());
+    row.date = date;
+    row.device_info = device_info;
+    rows.push_back(row);
+  };
+  const size_t memory_budget = prop.totalGlobalMem / 2;
   // FP8 tensor cores from Ada / Hopper (sm 8.9) on.
   std::vector<DType> dtypes = {DType::kBf16};
   if (prop.major * 10 + prop.minor >= 89) dtypes.push_back(DType::kFp8);
-  const std::vector<int64_t> ms = {1, 8, 32, 128, 512, 2048, 8192};
-  int rows = 0;
+  const std::string lt_stack = "cublaslt-" + std::to_string(cublasLtGetVersion());
   for (DType dtype : dtypes) {
-    for (const auto& [n, k] : shapes) {
-      for (int64_t m : ms) {
-        if ((m * k + k * n + m * n) * 2 > static_cast<int64_t>(prop.totalGlobalMem / 2)) continue;
-        std::vector<double> per_rep = TimeGemm(gemm, m, n, k, dtype);
-        if (per_rep.empty()) {
-          std::fprintf(stderr, "fathom-ops-bench: %s GEMM %lldx%lldx%lld failed, skipped\n",
-                       std::string(fathom::models::Name(dtype)).c_str(), static_cast<long long>(m),
-                       static_cast<long long>(n), static_cast<long long>(k));
-          continue;
-        }
-        std::sort(per_rep.begin(), per_rep.end());
-        fathom::models::OpMeasurement row;
-        row.hardware = hardware;
-        row.stack = stack;
-        row.op = "gemm";
-        row.dtype = std::string(fathom::models::Name(dtype));
-        row.m = m;
-        row.n = n;
-        row.k = k;
-        row.median_us = per_rep[per_rep.size() / 2];
-        row.p10_us = per_rep[per_rep.size() / 10];
-        row.p90_us = per_rep[per_rep.size() * 9 / 10];
-        row.count = static_cast<int64_t>(per_rep.size());
-        row.date = date;
-        row.device_info = device_info;
-        if (auto s = db->Insert(row); !s.ok()) return Fail(s.message());
-        ++rows;
+    for (const auto& [n, k] : shapes.gemms) {
+      for (int64_t m : gemm_ms) {
+        if (static_cast<size_t>((m * k + k * n + m * n) * 2) > memory_budget) continue;
+        record("gemm", lt_stack, dtype, m, n, k, 0, TimeGemm(bench, m, n, k, dtype));
       }
     }
   }
-  cudaFree(gemm.workspace);
-  cublasLtDestroy(gemm.lt);
-  std::printf("fathom-ops-bench: %d GEMM shapes measured on %s into %s\n", rows, prop.name, db_path.c_str());
+  const std::string blas_stack = "cublas-" + std::to_string(blas_version);
+  for (const auto& [n, k, groups] : shapes.grouped) {
+    for (int64_t m : grouped_ms) {
+      if (static_cast<size_t>(groups * (m * k + k * n + m * n) * 2) > memory_budget) continue;
+      record("grouped_gemm", blas_stack, DType::kBf16, m, n, k, groups, TimeGroupedGemm(bench, m, n, k, groups));
+    }
+  }
+  cudaFree(bench.workspace);
+  cublasDestroy(bench.blas);
+  cublasLtDestroy(bench.lt);
+  if (auto s = db->Insert(rows); !s.ok()) return Fail(s.message());
+  std::printf("fathom-ops-bench: %zu operator shapes measured on %s into %s\n", rows.size(), prop.name,
+              db_path.c_str());
   return 0;
 }
