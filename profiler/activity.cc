@@ -90,19 +90,21 @@ std::string ActivityLog::RangeOf(int64_t thread, int64_t t) const {
 
 std::vector<models::KernelRecord> ActivityLog::Take(bool final) {
   const int64_t cutoff = latest_ns_ - horizon_ns_;
-  std::vector<models::KernelRecord> out, waiting;
+  std::vector<models::KernelRecord> ready;
+  size_t kept = 0;  // records still waiting are compacted to the front (the buffer is reused)
   for (auto& r : records_) {
     auto launch = launches_.find(r.correlation);
     if (launch != launches_.end()) {
       r.nvtx_range = RangeOf(launch->second.thread, launch->second.start_ns);
-      out.push_back(std::move(r));
+      ready.push_back(std::move(r));
     } else if (final || r.end_ns < cutoff) {
-      out.push_back(std::move(r));
+      ready.push_back(std::move(r));
     } else {
-      waiting.push_back(std::move(r));
+      if (&records_[kept] != &r) records_[kept] = std::move(r);  // never onto itself
+      ++kept;
     }
   }
-  records_.swap(waiting);
+  records_.resize(kept);
   // Forget what no record still to come can need.
   while (!launch_order_.empty() && launch_order_.front().first < cutoff) {
     auto it = launches_.find(launch_order_.front().second);
@@ -112,7 +114,14 @@ std::vector<models::KernelRecord> ActivityLog::Take(bool final) {
   for (auto& [thread, list] : closed_) {
     while (!list.empty() && list.front().range.end < cutoff) list.pop_front();
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  // Sorted by start: the order is sorted, then each record moved once.
+  std::vector<size_t> order(ready.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ready[a].start_ns < ready[b].start_ns; });
+  std::vector<models::KernelRecord> out;
+  out.reserve(ready.size());
+  for (size_t i : order) out.push_back(std::move(ready[i]));
   return out;
 }
 

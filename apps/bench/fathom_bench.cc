@@ -1,5 +1,5 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|stream|all] [--rows N] [--repeat R]
+//   fathom_bench [csv|offline|server|stream|activity|all] [--rows N] [--repeat R]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "models/hardware.h"
 #include "models/roofline.h"
+#include "profiler/activity.h"
 #include "sim/deployment_config.h"
 #include "sim/simulator.h"
 #include "traces/reader.h"
@@ -113,6 +114,58 @@ void Stream(int64_t requests) {
               static_cast<long long>(res->completed_requests), res->duration_s, s, PeakRssMb());
 }
 
+// The tracer's assembly of CUPTI activity, as a serving process produces it: iterations of 60
+// NVTX layer ranges with 10 kernel launches each (100,000 a second) on one thread, each kernel's record arriving 2 ms
+// after its launch, taken in batches of 64k as the injected tracer does.
+void Activity(int64_t kernels, int repeat) {
+  const std::vector<std::string> names = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                                          "flash_fwd_splitkv_kernel", "triton_poi_fused_add_rmsnorm_0",
+                                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"};
+  const std::vector<std::string> layers = [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < 60; ++i) v.push_back("layer." + std::to_string(i));
+    return v;
+  }();
+  int64_t taken = 0;
+  const double s = Median(repeat, [&] {
+    profiler::ActivityLog log;
+    std::vector<std::pair<int64_t, int64_t>> in_flight;  // (launch time, correlation)
+    int64_t correlation = 0, id = 0, t = 0;
+    taken = 0;
+    auto arrive = [&](int64_t now) {
+      size_t i = 0;
+      for (; i < in_flight.size() && in_flight[i].first + 2'000'000 <= now; ++i) {
+        models::KernelRecord r;
+        r.name = names[in_flight[i].second % names.size()];
+        r.correlation = in_flight[i].second;
+        r.start_ns = in_flight[i].first + 2'000'000;
+        r.end_ns = r.start_ns + 10'000;
+        log.AddRecord(std::move(r));
+      }
+      in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+      if (log.pending_records() >= (1 << 16)) taken += static_cast<int64_t>(log.Take(false).size());
+    };
+    while (correlation < kernels) {
+      const int64_t step = ++id;
+      log.OpenRange(step, 1, t, "decode_step");
+      for (const auto& layer : layers) {
+        log.OpenRange(++id, 1, t += 100, layer);
+        for (int j = 0; j < 10; ++j) {
+          log.AddLaunch(++correlation, 1, t += 10'000);
+          in_flight.emplace_back(t, correlation);
+        }
+        log.CloseRange(id, t += 100);
+      }
+      log.CloseRange(step, t += 100);
+      arrive(t);
+    }
+    arrive(t + 10'000'000);
+    taken += static_cast<int64_t>(log.Take(true).size());
+  });
+  std::printf("activity: %lld kernels assembled in %.3f s = %.2f M kernels/s, peak RSS %.1f MB\n",
+              static_cast<long long>(taken), s, taken / s / 1e6, PeakRssMb());
+}
+
 }  // namespace
 }  // namespace fathom
 
@@ -128,5 +181,6 @@ int main(int argc, char** argv) {
   if (what == "offline" || what == "all") fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
   if (what == "server" || what == "all") fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
   if (what == "stream" || what == "all") fathom::Stream(rows);
+  if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   return 0;
 }
