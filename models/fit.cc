@@ -7,19 +7,23 @@
 namespace fathom::models {
 namespace {
 
-// log(model) - log(measured) for one operator, p = {efficiency, m_half, floor_us, memory_efficiency}.
+// `base` with the GEMM curve p = {efficiency, m_half, floor_us, memory_efficiency}.
+CostParams WithCurve(CostParams base, const double* p) {
+  base.gemm_efficiency = p[0];
+  base.gemm_m_half = p[1];
+  base.kernel_floor_us = p[2];
+  base.memory_efficiency = p[3];
+  return base;
+}
+
+// log(model) - log(measured) for one operator.
 struct GemmResidual {
   Operator op;
   const Hardware* hw;
   CostParams base;
   double log_measured;
   bool operator()(const double* p, double* residual) const {
-    CostParams c = base;
-    c.gemm_efficiency = p[0];
-    c.gemm_m_half = p[1];
-    c.kernel_floor_us = p[2];
-    c.memory_efficiency = p[3];
-    residual[0] = std::log(OperatorSeconds(op, *hw, c, /*ep=*/1)) - log_measured;
+    residual[0] = std::log(OperatorSeconds(op, *hw, WithCurve(base, p), /*ep=*/1)) - log_measured;
     return true;
   }
 };
@@ -40,16 +44,21 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
                      static_cast<double>(row.extra), dtype);
 }
 
+CostParams GemmFit::Applied(const CostParams& base) const {
+  const double p[4] = {efficiency, m_half, floor_us, memory_efficiency};
+  return WithCurve(base, p);
+}
+
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
   double p[4] = {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us, start.memory_efficiency};
   ceres::Problem problem;
   GemmFit fit;
   for (const OpMeasurement& row : rows) {
-    if (row.op != "gemm" && row.op != "grouped_gemm") continue;
-    if (!(row.median_us > 0)) continue;
-    FATHOM_ASSIGN_OR_RETURN(Operator op, MeasuredOperator(row));
+    Result<Operator> op = MeasuredOperator(row);
+    if (op.status().code() == StatusCode::kNotFound || !(row.median_us > 0)) continue;  // not a GEMM; no time
+    if (!op.ok()) return op.status();
     problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
-                                 new GemmResidual{op, &hw, start, std::log(row.median_us * 1e-6)}),
+                                 new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
                              new ceres::SoftLOneLoss(0.1), p);
     ++fit.measurements;
   }

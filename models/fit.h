@@ -22,6 +22,7 @@ struct GemmFit {
   std::array<double, 4> stddev = {0, 0, 0, 0};
   int measurements = 0;
   double rms_log_error = 0;
+  CostParams Applied(const CostParams& base) const;  // `base` with the four fitted values
 };
 
 // Fits the cost model's own GEMM price, max(flops / (peak x efficiency x M / (M + m_half)),

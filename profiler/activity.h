@@ -5,6 +5,7 @@
 // import feeds it a whole export.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>

@@ -1,6 +1,5 @@
 #include "profiler/compare.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "base/stats.h"
@@ -9,39 +8,20 @@
 namespace fathom::profiler {
 namespace {
 
-std::string MBucket(int64_t m) {
-  if (m <= 16) return "1-16";
-  if (m <= 128) return "17-128";
-  if (m <= 1024) return "129-1024";
-  return ">1024";
-}
+constexpr const char* kMBuckets[] = {"1-16", "17-128", "129-1024", ">1024"};
 
+int MBucket(int64_t m) { return m <= 16 ? 0 : m <= 128 ? 1 : m <= 1024 ? 2 : 3; }
+
+// Rows by kind and data type, and by size of M too when `by_m`: in that order, small M first.
 std::vector<ComparisonGroup> Groups(const std::vector<OpComparison>& rows, bool by_m) {
-  std::map<std::string, std::vector<const OpComparison*>> members;
-  std::vector<std::string> order;  // first appearance (rows come sorted by op, dtype, shape)
-  for (const auto& c : rows) {
-    std::string key = c.row.op + " " + c.row.dtype;
-    if (by_m) key += ", M " + MBucket(c.row.m);
-    auto [it, added] = members.try_emplace(key);
-    if (added) order.push_back(key);
-    it->second.push_back(&c);
-  }
-  if (by_m) {
-    // Small M first within each kind.
-    const std::vector<std::string> buckets = {"1-16", "17-128", "129-1024", ">1024"};
-    auto rank = [&](const std::string& key) {
-      const std::string kind = key.substr(0, key.find(", M "));
-      const std::string bucket = key.substr(key.find(", M ") + 4);
-      return std::make_pair(kind, std::find(buckets.begin(), buckets.end(), bucket) - buckets.begin());
-    };
-    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
-  }
+  std::map<std::pair<std::string, int>, std::vector<const OpComparison*>> members;
+  for (const auto& c : rows) members[{c.row.op + " " + c.row.dtype, by_m ? MBucket(c.row.m) : -1}].push_back(&c);
   std::vector<ComparisonGroup> out;
-  for (const auto& key : order) {
+  for (const auto& [key, group] : members) {
     ComparisonGroup g;
-    g.key = key;
+    g.key = key.second < 0 ? key.first : key.first + ", M " + kMBuckets[key.second];
     std::vector<double> abs, signed_errors;
-    for (const OpComparison* c : members[key]) {
+    for (const OpComparison* c : group) {
       const double e = c->error_pct();
       abs.push_back(std::abs(e));
       signed_errors.push_back(e);

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -127,12 +126,7 @@ Status Compare(const ProfileFlags& f) {
   std::optional<profiler::ModelComparison> after;
   if (f.fit) {
     FATHOM_ASSIGN_OR_RETURN(fit, models::FitGemmCurve(rows, hw, calibration.params));
-    models::CostParams refitted = calibration.params;
-    refitted.gemm_efficiency = fit->efficiency;
-    refitted.gemm_m_half = fit->m_half;
-    refitted.kernel_floor_us = fit->floor_us;
-    refitted.memory_efficiency = fit->memory_efficiency;
-    FATHOM_ASSIGN_OR_RETURN(after, profiler::CompareWithModel(rows, hw, refitted));
+    FATHOM_ASSIGN_OR_RETURN(after, profiler::CompareWithModel(rows, hw, fit->Applied(calibration.params)));
   }
   const models::CostParams& p = calibration.params;
   if (f.json) {
