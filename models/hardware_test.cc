@@ -48,4 +48,23 @@ TEST_CASE("LoadHardwareFile: a missing or non-positive field names the file and 
   std::filesystem::remove(path);
 }
 
+TEST_CASE("CatalogNameForDevice: CUDA's GPU names to catalogue names, the most specific first", "[models]") {
+  CHECK(*CatalogNameForDevice("NVIDIA H100 80GB HBM3") == "h100-sxm");
+  CHECK(*CatalogNameForDevice("NVIDIA H200") == "h200");
+  CHECK(*CatalogNameForDevice("NVIDIA H200 NVL") == "h200-nvl");
+  CHECK(*CatalogNameForDevice("NVIDIA B200") == "b200");
+  CHECK(*CatalogNameForDevice("NVIDIA GB200") == "gb200");
+  CHECK(*CatalogNameForDevice("AMD Instinct MI300X") == "mi300x");
+  // Every name it gives is in the catalogue.
+  const auto catalog = *HardwareCatalog::LoadBuiltin();
+  for (const char* device : {"H100 SXM", "H200", "H200 NVL", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X",
+                             "MI355X"}) {
+    INFO(device);
+    CHECK(catalog.Find(*CatalogNameForDevice(device)).ok());
+  }
+  auto pcie = CatalogNameForDevice("NVIDIA H100 PCIe");
+  REQUIRE_FALSE(pcie.ok());
+  CHECK(pcie.status().message() == "GPU 'NVIDIA H100 PCIe': not in the built-in catalogue");
+}
+
 }  // namespace fathom::models
