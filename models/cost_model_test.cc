@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
+#include <sqlite3.h>
 
 #include "base/random.h"
 #include "models/cost_model.h"
@@ -217,6 +219,102 @@ TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
   CHECK((*back)[0].name == "sm90_xmma_gemm");
   CHECK((*back)[0].nvtx_range == "layer.0");
   CHECK((*back)[1].end_ns == 400);
+}
+
+TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the column", "[models]") {
+  const std::string path = "perf_db_dims_test.db";
+  std::remove(path.c_str());
+  {
+    // A database written before the dims column existed.
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw,
+                         "CREATE TABLE op_latency(id INTEGER PRIMARY KEY, hardware TEXT NOT NULL, stack TEXT NOT NULL, "
+                         "op TEXT NOT NULL, dtype TEXT NOT NULL, m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT "
+                         "NULL, extra INTEGER NOT NULL, median_us REAL NOT NULL, p10_us REAL, p90_us REAL, count "
+                         "INTEGER, source TEXT NOT NULL, date TEXT, device_info TEXT);"
+                         "INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, source) "
+                         "VALUES('h100-sxm', 's', 'gemm', 'bf16', 1, 2, 3, 0, 4.5, 'measured');",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  auto db = PerfDb::Open(path);
+  REQUIRE(db.ok());
+  OpMeasurement a;
+  a.hardware = "h100-sxm";
+  a.op = "attention_decode";
+  a.dtype = "bf16";
+  a.m = 32;
+  a.n = 4096;
+  a.k = 1;
+  a.dims = "heads=16 kv_heads=1 d_qk=192 d_v=128";
+  a.median_us = 40;
+  REQUIRE(db->Insert(a).ok());
+  auto rows = db->Query("h100-sxm", "", "");
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 2);
+  CHECK((*rows)[0].op == "attention_decode");
+  CHECK((*rows)[0].dims == a.dims);
+  CHECK((*rows)[1].op == "gemm");
+  CHECK((*rows)[1].dims.empty());
+  CHECK(PerfDb::Open(path).ok());  // a second open finds the column there
+  std::remove(path.c_str());
+
+  CHECK(*DimValue(a.dims, "heads") == 16);
+  CHECK(*DimValue(a.dims, "kv_heads") == 1);
+  CHECK(*DimValue(a.dims, "d_v") == 128);
+  CHECK_FALSE(DimValue(a.dims, "d").has_value());
+  CHECK_FALSE(DimValue(a.dims, "causal").has_value());
+  CHECK_FALSE(DimValue("heads=16x", "heads").has_value());
+  CHECK_FALSE(DimValue("", "heads").has_value());
+}
+
+TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices", "[models]") {
+  OpMeasurement r;
+  r.op = "attention_prefill";
+  r.dtype = "bf16";
+  r.m = 2;  // sequences
+  r.n = 6;  // K/V length
+  r.k = 4;  // query tokens, the last 4 of 6 positions
+  r.dims = "heads=8 kv_heads=2 d_qk=128 d_v=128";
+  auto full = MeasuredOperator(r);
+  REQUIRE(full.ok());
+  CHECK(full->kind == OpKind::kAttention);
+  CHECK(full->flops == 2.0 * 8 * 256 * (2 * 4 * 6));                   // every (query, key) pair
+  CHECK(full->bytes == 2 * 6 * 2 * 256 * 2.0 + 2 * 4 * 8 * 256 * 2.0);  // K/V once, Q and O once
+  r.dims += " causal=1";
+  auto causal = MeasuredOperator(r);
+  REQUIRE(causal.ok());
+  CHECK(causal->flops == 2.0 * 8 * 256 * (2 * (3 + 4 + 5 + 6)));  // the i-th query sees 3 + i keys
+  r.k = 7;
+  CHECK(MeasuredOperator(r).status().message().find("no more than the K/V length") != std::string::npos);
+
+  // MLA decode: values are part of the latent keys, read once.
+  r.op = "attention_decode";
+  r.k = 1;
+  r.dims = "heads=128 kv_heads=1 d_qk=576 d_v=512 v_in_k=1";
+  r.dtype = "fp8";
+  auto mla = MeasuredOperator(r);
+  REQUIRE(mla.ok());
+  CHECK(mla->dtype == DType::kFp8);
+  CHECK(mla->bytes == 2 * 6 * 576 * 1.0 + 2 * 128 * 1088 * 2.0);
+  r.dims = "heads=128 d_qk=576";
+  CHECK(MeasuredOperator(r).status().message().find("dims must give positive heads, kv_heads") != std::string::npos);
+
+  OpMeasurement c;
+  c.op = "all_gather";
+  c.dtype = "bf16";
+  c.m = 1 << 20;
+  c.extra = 8;
+  auto gather = MeasuredOperator(c);
+  REQUIRE(gather.ok());
+  CHECK(gather->comm == CommKind::kAllGather);
+  CHECK(gather->comm_bytes == 1 << 20);
+  CHECK(gather->ranks == 8);
+  c.extra = 1;
+  CHECK(MeasuredOperator(c).status().message().find("ranks (extra) at least 2") != std::string::npos);
+  c.op = "moe_dispatch";
+  CHECK(MeasuredOperator(c).status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("InterpolateLogLog: exact at grid points, log-linear between, floor below", "[models]") {

@@ -31,17 +31,47 @@ struct GemmResidual {
 }  // namespace
 
 Result<Operator> MeasuredOperator(const OpMeasurement& row) {
-  if (row.op != "gemm" && row.op != "grouped_gemm") {
-    return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
-  }
-  if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (row.op == "grouped_gemm" && row.extra <= 0)) {
-    return Status::InvalidArgument(row.op + " " + std::to_string(row.m) + "x" + std::to_string(row.n) + "x" +
-                                   std::to_string(row.k) + ": M, N, K (and groups) must be positive");
-  }
+  const std::string shape = row.op + " " + std::to_string(row.m) + "x" + std::to_string(row.n) + "x" +
+                            std::to_string(row.k) + (row.dims.empty() ? "" : " (" + row.dims + ")");
   FATHOM_ASSIGN_OR_RETURN(DType dtype, ParseDType(row.dtype, "dtype"));
-  if (row.op == "gemm") return Gemm("measured.gemm", 1, row.m, row.n, row.k, dtype);
-  return GroupedGemm("measured.grouped_gemm", 1, row.m * row.extra, row.n, row.k, row.extra,
-                     static_cast<double>(row.extra), dtype);
+  if (row.op == "gemm" || row.op == "grouped_gemm") {
+    if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (row.op == "grouped_gemm" && row.extra <= 0)) {
+      return Status::InvalidArgument(shape + ": M, N, K (and groups) must be positive");
+    }
+    if (row.op == "gemm") return Gemm("measured.gemm", 1, row.m, row.n, row.k, dtype);
+    return GroupedGemm("measured.grouped_gemm", 1, row.m * row.extra, row.n, row.k, row.extra,
+                       static_cast<double>(row.extra), dtype);
+  }
+  if (row.op == "attention_prefill" || row.op == "attention_decode") {
+    AttentionHeads h;
+    h.heads = DimValue(row.dims, "heads").value_or(0);
+    h.kv_heads = DimValue(row.dims, "kv_heads").value_or(0);
+    h.d_qk = DimValue(row.dims, "d_qk").value_or(0);
+    h.d_v = DimValue(row.dims, "d_v").value_or(0);
+    h.v_in_k = DimValue(row.dims, "v_in_k").value_or(0) != 0;
+    const bool causal = DimValue(row.dims, "causal").value_or(0) != 0;
+    if (h.heads <= 0 || h.kv_heads <= 0 || h.d_qk <= 0 || h.d_v <= 0) {
+      return Status::InvalidArgument(shape + ": dims must give positive heads, kv_heads, d_qk and d_v");
+    }
+    if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (causal && row.k > row.n)) {
+      return Status::InvalidArgument(shape + ": sequences, K/V length and query tokens must be positive" +
+                                     (causal ? ", the queries no more than the K/V length" : ""));
+    }
+    // Causal queries are the last k of the n positions: the i-th sees n - k + 1 + i keys.
+    const double q = static_cast<double>(row.k), n = static_cast<double>(row.n);
+    const double pairs_per_sequence = causal ? q * (n - q) + q * (q + 1) / 2 : q * n;
+    return AttentionKernel("measured.attention", 1, h,
+                           row.m * pairs_per_sequence, row.m * n, row.m * q, dtype);
+  }
+  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll}) {
+    if (row.op != Name(kind)) continue;
+    if (row.m <= 0 || row.extra < 2) {
+      return Status::InvalidArgument(shape + ": bytes (m) must be positive and ranks (extra) at least 2");
+    }
+    const int ranks = static_cast<int>(row.extra);
+    return Comm("measured.collective", 1, kind, static_cast<double>(row.m), ranks, ranks);
+  }
+  return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
 }
 
 CostParams GemmFit::Applied(const CostParams& base) const {
@@ -54,8 +84,8 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
   ceres::Problem problem;
   GemmFit fit;
   for (const OpMeasurement& row : rows) {
+    if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0)) continue;  // not a GEMM; no time
     Result<Operator> op = MeasuredOperator(row);
-    if (op.status().code() == StatusCode::kNotFound || !(row.median_us > 0)) continue;  // not a GEMM; no time
     if (!op.ok()) return op.status();
     problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
                                  new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),

@@ -12,9 +12,10 @@
 
 namespace fathom::models {
 
-// The operator a measurement row timed, for the kinds the cost model prices from shapes alone:
-// gemm (M, N, K) and grouped_gemm (M rows in each of `extra` groups, N, K). Other kinds (their
-// shapes need a model's architecture) are NotFound.
+// The operator a measurement row timed (OpMeasurement's shape conventions): gemm,
+// grouped_gemm, attention_prefill / attention_decode (heads from dims) and the collectives
+// all_reduce, all_gather, reduce_scatter and all_to_all (over NVLink: the ranks share a
+// scale-up domain). Other kinds are NotFound; a bad shape is InvalidArgument naming it.
 Result<Operator> MeasuredOperator(const OpMeasurement& row);
 
 struct GemmFit {

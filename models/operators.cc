@@ -17,6 +17,8 @@ Operator Elementwise(std::string_view name, int64_t count, double bytes, double 
   return op;
 }
 
+}  // namespace
+
 Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks, int span) {
   Operator op;
   op.kind = OpKind::kCommunication;
@@ -29,18 +31,19 @@ Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes,
   return op;
 }
 
-Operator Attention(std::string_view name, int64_t count, double flops, double bytes, DType kv) {
+Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h, double pairs,
+                         double kv_tokens, double q_tokens, DType kv) {
+  const double width = static_cast<double>(h.d_qk + h.d_v);
   Operator op;
   op.kind = OpKind::kAttention;
   op.name = name;
   op.count = count;
-  op.flops = flops;
-  op.bytes = bytes;
   op.dtype = kv;
+  op.flops = 2.0 * h.heads * width * pairs;
+  op.bytes = kv_tokens * h.kv_heads * (h.v_in_k ? h.d_qk : width) * KvBytesPerElement(kv) +
+             q_tokens * h.heads * width * kAct;
   return op;
 }
-
-}  // namespace
 
 Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_t k, DType dt) {
   Operator op;
@@ -153,39 +156,46 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
   }
 }
 
+AttentionHeads OperatorBuilder::PrefillHeads() const {
+  const int a = layout_.attn_tp();
+  if (m_.attention == AttentionKind::kMla) {
+    return {m_.heads / a, m_.heads / a, m_.qk_nope_dim + m_.qk_rope_dim, m_.v_head_dim};
+  }
+  return {m_.heads / a, std::max<int64_t>(1, m_.kv_heads / a), m_.head_dim, m_.head_dim};
+}
+
+AttentionHeads OperatorBuilder::DecodeHeads() const {
+  if (m_.attention == AttentionKind::kMla) {
+    return {m_.heads / layout_.attn_tp(), 1, m_.kv_lora_rank + m_.qk_rope_dim, m_.kv_lora_rank, true};
+  }
+  return PrefillHeads();
+}
+
 void OperatorBuilder::AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding,
                                           std::vector<Operator>* out) const {
-  const int a = layout_.attn_tp();
-  const double kv_b = KvBytesPerElement(precision_.kv);
-  const int64_t heads = m_.heads / a;
+  const DType kv = precision_.kv;
   if (m_.attention == AttentionKind::kMla) {
-    const int64_t qk = m_.qk_nope_dim + m_.qk_rope_dim;
-    const int64_t latent = m_.kv_lora_rank + m_.qk_rope_dim;
     if (b.prefill_tokens > 0) {
-      const int64_t rows = b.prefill_tokens + static_cast<int64_t>(b.prefill_cached);
-      const double flops = 2.0 * heads * (qk + m_.v_head_dim) * b.prefill_pairs;
-      const double bytes = static_cast<double>(rows) * heads * (qk + m_.v_head_dim) * kAct +
-                           static_cast<double>(b.prefill_tokens) * heads * (qk + m_.v_head_dim) * kAct +
-                           b.prefill_cached * latent * kv_b;
-      out->push_back(Attention("attn.prefill", layers, flops, bytes, precision_.kv));
+      // Keys and values expanded per head from the latent (activations), plus the latent of
+      // the cached tokens read from the cache.
+      const double rows = b.prefill_tokens + b.prefill_cached;
+      Operator op = AttentionKernel("attn.prefill", layers, PrefillHeads(), b.prefill_pairs, rows, b.prefill_tokens,
+                                    DType::kBf16);
+      op.bytes += b.prefill_cached * (m_.kv_lora_rank + m_.qk_rope_dim) * KvBytesPerElement(kv);
+      op.dtype = kv;
+      out->push_back(op);
     }
     if (b.decode_tokens > 0) {
-      const double flops = 2.0 * heads * (latent + m_.kv_lora_rank) * b.decode_pairs;
-      const double bytes = b.decode_kv * latent * kv_b +
-                           static_cast<double>(b.decode_tokens) * heads * (latent + m_.kv_lora_rank) * kAct;
-      out->push_back(Attention("attn.decode", layers, flops, bytes, precision_.kv));
+      out->push_back(AttentionKernel("attn.decode", layers, DecodeHeads(), b.decode_pairs, b.decode_kv,
+                                     b.decode_tokens, kv));
     }
     return;
   }
-  const int64_t kvh = std::max<int64_t>(1, m_.kv_heads / a);
-  const int64_t hd = m_.head_dim;
+  const AttentionHeads h = PrefillHeads();
   const int64_t full = layers - sliding;
-  const double kv_token_bytes = 2.0 * kvh * hd * kv_b;
-  const double qo_bytes = 2.0 * heads * hd * kAct;
   auto add = [&](std::string_view name, int64_t count, double pairs, double kv_tokens, double q_tokens) {
     if (count <= 0 || q_tokens <= 0) return;
-    out->push_back(Attention(name, count, 4.0 * heads * hd * pairs,
-                             kv_tokens * kv_token_bytes + q_tokens * qo_bytes, precision_.kv));
+    out->push_back(AttentionKernel(name, count, h, pairs, kv_tokens, q_tokens, kv));
   };
   add("attn.prefill", full, b.prefill_pairs, b.prefill_cached + b.prefill_tokens, b.prefill_tokens);
   add("attn.prefill_window", sliding, b.prefill_pairs_window, b.prefill_cached_window + b.prefill_tokens,

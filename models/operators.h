@@ -30,8 +30,9 @@ struct Operator {
   // Per instance.
   double flops = 0;
   double bytes = 0;  // HBM traffic
-  // Communication: bytes this GPU sends, over a group of `ranks` GPUs spanning `span` consecutive
-  // GPUs (the cost model compares the span with the scale-up domain).
+  // Communication over a group of `ranks` GPUs spanning `span` consecutive GPUs (the cost model
+  // compares the span with the scale-up domain). Bytes: the buffer for all-reduce, one shard for
+  // all-gather / reduce-scatter, all this GPU sends for all-to-all and send / receive.
   CommKind comm = CommKind::kNone;
   double comm_bytes = 0;
   int ranks = 1;
@@ -44,6 +45,23 @@ Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_
 // (only their weights are read).
 Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k, int64_t groups,
                      double active_groups, DType dt);
+
+// A collective of `kind` over `ranks` GPUs spanning `span`, `bytes` as Operator::comm_bytes.
+Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks, int span);
+
+// One GPU's attention heads: query heads, the K/V heads they share, and the widths of a query /
+// key head and of a value head. `v_in_k`: values are the first d_v elements of the keys (MLA's
+// latent cache), so only keys are read.
+struct AttentionHeads {
+  int64_t heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
+  bool v_in_k = false;
+};
+
+// An attention kernel over `pairs` (query, key) pairs of `q_tokens` queries and `kv_tokens`
+// cached keys / values, K/V in `kv`: the FLOPs of QK^T and PV and the bytes of reading K, V and
+// Q and writing O once.
+Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h, double pairs,
+                         double kv_tokens, double q_tokens, DType kv);
 
 // Tokens that reach this GPU's MoE layers: the batch of every attention rank of the group when
 // attention is data parallel, else the rank's own.
@@ -71,6 +89,10 @@ class OperatorBuilder {
   void BuildExperts(int64_t moe_tokens, int stage, std::vector<Operator>* out) const;
 
   int num_stages() const { return layout_.pp; }
+  // The heads of this GPU's prefill and decode attention kernels (MLA prefills per head and
+  // decodes in its latent space: one shared K/V head).
+  AttentionHeads PrefillHeads() const;
+  AttentionHeads DecodeHeads() const;
 
  private:
   void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 namespace fathom::models {
@@ -15,7 +16,7 @@ CREATE TABLE IF NOT EXISTS op_latency(
   m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, extra INTEGER NOT NULL,
   median_us REAL NOT NULL CHECK(median_us > 0), p10_us REAL, p90_us REAL, count INTEGER,
   source TEXT NOT NULL CHECK(source IN ('measured', 'imported', 'published')),
-  date TEXT, device_info TEXT);
+  date TEXT, device_info TEXT, dims TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS op_latency_lookup ON op_latency(hardware, op, dtype, n, k);
 CREATE TABLE IF NOT EXISTS kernel_activity(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL,
@@ -54,6 +55,10 @@ Result<PerfDb> PerfDb::Open(const std::string& path) {
   PerfDb out(db);
   out.path_ = path;
   FATHOM_RETURN_IF_ERROR(out.Exec(kSchema));
+  // Databases written before the dims column get it, empty for their rows.
+  if (Statement probe(db, "SELECT dims FROM op_latency LIMIT 0"); probe.get() == nullptr) {
+    FATHOM_RETURN_IF_ERROR(out.Exec("ALTER TABLE op_latency ADD COLUMN dims TEXT NOT NULL DEFAULT ''"));
+  }
   return out;
 }
 
@@ -103,7 +108,7 @@ Status PerfDb::InsertOne(const OpMeasurement& m) {
   }
   Statement st(db_,
                "INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, count, "
-               "source, date, device_info) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+               "source, date, device_info, dims) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   st.Text(1, m.hardware);
   st.Text(2, m.stack);
   st.Text(3, m.op);
@@ -119,6 +124,7 @@ Status PerfDb::InsertOne(const OpMeasurement& m) {
   st.Text(13, m.source);
   st.Text(14, m.date);
   st.Text(15, m.device_info);
+  st.Text(16, m.dims);
   if (sqlite3_step(st.get()) != SQLITE_DONE) return Status::IoError(path_ + ": insert failed: " + sqlite3_errmsg(db_));
   return Status::Ok();
 }
@@ -164,7 +170,7 @@ Result<std::vector<OpMeasurement>> PerfDb::Query(const std::string& hardware, co
                                                  const std::string& dtype, const std::string& stack) const {
   Statement st(db_,
                "SELECT hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, count, source, date, "
-               "device_info FROM op_latency WHERE hardware = ?1 AND (?2 = '' OR op = ?2) AND (?3 = '' OR dtype = ?3) "
+               "device_info, dims FROM op_latency WHERE hardware = ?1 AND (?2 = '' OR op = ?2) AND (?3 = '' OR dtype = ?3) "
                "AND (?4 = '' OR stack = ?4) ORDER BY op, dtype, n, k, extra, m");
   st.Text(1, hardware);
   st.Text(2, op);
@@ -189,6 +195,7 @@ Result<std::vector<OpMeasurement>> PerfDb::Query(const std::string& hardware, co
     m.source = st.ColText(12);
     m.date = st.ColText(13);
     m.device_info = st.ColText(14);
+    m.dims = st.ColText(15);
     out.push_back(std::move(m));
   }
   if (rc != SQLITE_DONE) return Status::IoError(path_ + ": query failed: " + sqlite3_errmsg(db_));
@@ -220,6 +227,22 @@ Result<std::vector<KernelRecord>> PerfDb::Kernels() const {
   }
   if (rc != SQLITE_DONE) return Status::IoError(path_ + ": query failed: " + sqlite3_errmsg(db_));
   return out;
+}
+
+std::optional<int64_t> DimValue(std::string_view dims, std::string_view key) {
+  size_t pos = 0;
+  while (pos < dims.size()) {
+    const size_t end = std::min(dims.find(' ', pos), dims.size());
+    const std::string_view token = dims.substr(pos, end - pos);
+    pos = end + 1;
+    if (token.size() <= key.size() || token.substr(0, key.size()) != key || token[key.size()] != '=') continue;
+    const std::string_view value = token.substr(key.size() + 1);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || ptr != value.data() + value.size()) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
 }
 
 std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points, double x) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -20,8 +21,14 @@ struct OpMeasurement {
   std::string op;        // operator kind: gemm, grouped_gemm, attention_prefill, attention_decode,
                          // all_reduce, all_gather, all_to_all, ...
   std::string dtype;     // bf16, fp8, nvfp4, ...
-  int64_t m = 0, n = 0, k = 0;  // shape: GEMM (M, N, K); attention (tokens, context, heads);
-  int64_t extra = 0;            // collectives (bytes, ranks); grouped GEMM: groups in extra
+  // Shape. GEMM: M, N, K; grouped GEMM: M rows per group, N, K, groups in extra. Attention:
+  // sequences, K/V length and query tokens per sequence in m, n, k, the heads in dims
+  // ("heads=16 kv_heads=1 d_qk=128 d_v=128", "causal=1" when masked). Collectives: bytes per
+  // GPU as NCCL counts them (the buffer for all_reduce, a shard for all_gather and
+  // reduce_scatter, all it sends for all_to_all) in m, ranks in extra.
+  int64_t m = 0, n = 0, k = 0;
+  int64_t extra = 0;
+  std::string dims;  // the shape beyond (m, n, k, extra): space-separated key=value pairs
   double median_us = 0, p10_us = 0, p90_us = 0;
   int64_t count = 0;
   std::string source = "measured";  // measured, imported or published
@@ -67,6 +74,10 @@ class PerfDb {
   sqlite3* db_ = nullptr;
   std::string path_;
 };
+
+// The integer value of `key` in a dims string ("heads=16 kv_heads=1"); nullopt when absent or
+// not an integer.
+std::optional<int64_t> DimValue(std::string_view dims, std::string_view key);
 
 // Latency at `x` from points (x_i, y_i) sorted by x: piecewise linear in (log x, log y), exact
 // at the points; below the first point the first latency (a kernel's floor), above the last the

@@ -8,18 +8,38 @@
 namespace fathom::profiler {
 namespace {
 
-constexpr const char* kMBuckets[] = {"1-16", "17-128", "129-1024", ">1024"};
+// The size class of a row, smallest first, with its label: the rows M of a GEMM (small ones
+// stream weights, large ones compute), the K/V length of attention, a collective's bytes
+// (small ones are latency, large ones bandwidth).
+std::pair<int, std::string> SizeBucket(const models::OpMeasurement& row) {
+  auto bucket = [](int64_t x, const std::vector<int64_t>& bounds, const std::vector<const char*>& labels) {
+    int i = 0;
+    while (i < static_cast<int>(bounds.size()) && x > bounds[i]) ++i;
+    return std::pair<int, std::string>{i, labels[i]};
+  };
+  if (row.op.rfind("attention", 0) == 0) {
+    return bucket(row.n, {1024, 8192}, {"K/V 1-1024", "K/V 1025-8192", "K/V >8192"});
+  }
+  if (row.op == "gemm" || row.op == "grouped_gemm") {
+    return bucket(row.m, {16, 128, 1024}, {"M 1-16", "M 17-128", "M 129-1024", "M >1024"});
+  }
+  return bucket(row.m, {64 << 10, 4 << 20}, {"<=64 KiB", "64 KiB-4 MiB", ">4 MiB"});
+}
 
-int MBucket(int64_t m) { return m <= 16 ? 0 : m <= 128 ? 1 : m <= 1024 ? 2 : 3; }
-
-// Rows by kind and data type, and by size of M too when `by_m`: in that order, small M first.
-std::vector<ComparisonGroup> Groups(const std::vector<OpComparison>& rows, bool by_m) {
+// Rows by kind and data type, and by size class too when `by_size`: in that order, small first.
+std::vector<ComparisonGroup> Groups(const std::vector<OpComparison>& rows, bool by_size) {
   std::map<std::pair<std::string, int>, std::vector<const OpComparison*>> members;
-  for (const auto& c : rows) members[{c.row.op + " " + c.row.dtype, by_m ? MBucket(c.row.m) : -1}].push_back(&c);
+  std::map<std::pair<std::string, int>, std::string> labels;
+  for (const auto& c : rows) {
+    const std::string kind = c.row.op + " " + c.row.dtype;
+    const auto [index, label] = by_size ? SizeBucket(c.row) : std::pair<int, std::string>{-1, ""};
+    members[{kind, index}].push_back(&c);
+    labels[{kind, index}] = index < 0 ? kind : kind + ", " + label;
+  }
   std::vector<ComparisonGroup> out;
   for (const auto& [key, group] : members) {
     ComparisonGroup g;
-    g.key = key.second < 0 ? key.first : key.first + ", M " + kMBuckets[key.second];
+    g.key = labels[key];
     std::vector<double> abs, signed_errors;
     for (const OpComparison* c : group) {
       const double e = c->error_pct();
@@ -56,6 +76,9 @@ OrderedJson GroupsJson(const std::vector<ComparisonGroup>& groups) {
 Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw,
                                          const models::CostParams& params) {
   ModelComparison out;
+  // A measured collective is its kernel's whole time, not the share that overlap leaves.
+  models::CostParams kernel_params = params;
+  kernel_params.comm_overlap = 0;
   for (const auto& row : rows) {
     auto op = models::MeasuredOperator(row);
     if (op.status().code() == StatusCode::kNotFound) {
@@ -68,17 +91,17 @@ Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement
                                      std::to_string(row.n) + "x" + std::to_string(row.k) +
                                      ": median_us must be positive");
     }
-    out.rows.push_back({row, models::OperatorSeconds(*op, hw, params, /*ep=*/1) * 1e6});
+    out.rows.push_back({row, models::OperatorSeconds(*op, hw, kernel_params, /*ep=*/1) * 1e6});
   }
   out.by_kind = Groups(out.rows, false);
-  out.by_m = Groups(out.rows, true);
+  out.by_size = Groups(out.rows, true);
   return out;
 }
 
 OrderedJson ModelComparison::ToJson(bool with_rows) const {
   OrderedJson j;
   j["by_kind"] = GroupsJson(by_kind);
-  j["by_m"] = GroupsJson(by_m);
+  j["by_size"] = GroupsJson(by_size);
   OrderedJson skipped = OrderedJson::object();
   for (const auto& [op, n] : not_compared) skipped[op] = n;
   j["not_compared"] = skipped;
@@ -90,7 +113,8 @@ OrderedJson ModelComparison::ToJson(bool with_rows) const {
                    {"m", c.row.m},
                    {"n", c.row.n},
                    {"k", c.row.k},
-                   {"groups", c.row.extra},
+                   {"extra", c.row.extra},
+                   {"dims", c.row.dims},
                    {"measured_us", c.row.median_us},
                    {"p10_us", c.row.p10_us},
                    {"p90_us", c.row.p90_us},

@@ -1,7 +1,7 @@
-// How the cost model's analytical price of each measured operator compares with the
-// measurement: per row, per operator kind and data type, and per size of M (the rows a GEMM
-// multiplies, per group for grouped GEMMs), where small-M GEMMs stream weights and large-M ones
-// compute.
+// How the cost model's analytical price of each measured operator (GEMMs, grouped GEMMs,
+// attention kernels, collectives) compares with the measurement: per row, per operator kind and
+// data type, and per size class (a GEMM's M, per group for grouped GEMMs: small ones stream
+// weights, large ones compute; attention's K/V length; a collective's bytes).
 #pragma once
 
 #include <map>
@@ -25,7 +25,7 @@ struct OpComparison {
 };
 
 struct ComparisonGroup {
-  std::string key;  // "gemm bf16", or "gemm bf16, M 17-128"
+  std::string key;  // "gemm bf16", or "gemm bf16, M 17-128", "all_reduce bf16, >4 MiB"
   int rows = 0;
   double median_abs_pct = 0;  // median |error|
   double median_pct = 0;      // median signed error: the model's bias
@@ -37,8 +37,8 @@ struct ComparisonGroup {
 struct ModelComparison {
   std::vector<OpComparison> rows;
   std::vector<ComparisonGroup> by_kind;  // operator kind and data type
-  std::vector<ComparisonGroup> by_m;     // and size of M
-  std::map<std::string, int> not_compared;  // kinds whose shapes need a model's architecture
+  std::vector<ComparisonGroup> by_size;  // and size class
+  std::map<std::string, int> not_compared;  // kinds the model does not price from a shape
   OrderedJson ToJson(bool with_rows) const;
 };
 

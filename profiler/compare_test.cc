@@ -9,31 +9,42 @@ namespace {
 
 models::Hardware H100() { return *(*models::HardwareCatalog::LoadBuiltin()).Find("h100-sxm"); }
 
-// GEMM and grouped GEMM rows timed as the cost model prices them with `truth`, p10/p90 at -/+5%.
-std::vector<models::OpMeasurement> Rows(const models::CostParams& truth) {
+// GEMM, grouped GEMM, attention and all-reduce rows timed as the cost model prices them with
+// `truth` (collectives whole: no overlap), p10/p90 at -/+5%, and one row of a kind the model
+// does not price.
+std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
+  truth.comm_overlap = 0;
   std::vector<models::OpMeasurement> rows;
+  auto add = [&](const char* op, int64_t m, int64_t n, int64_t k, int64_t extra, const char* dims) {
+    models::OpMeasurement r;
+    r.hardware = "h100-sxm";
+    r.op = op;
+    r.dtype = "bf16";
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.extra = extra;
+    r.dims = dims;
+    r.median_us = models::OperatorSeconds(*models::MeasuredOperator(r), H100(), truth, 1) * 1e6;
+    r.p10_us = r.median_us * 0.95;
+    r.p90_us = r.median_us * 1.05;
+    rows.push_back(r);
+  };
   for (int64_t m : {1, 8, 64, 512, 4096}) {
-    for (auto [op, groups] : {std::pair<const char*, int64_t>{"gemm", 0}, {"grouped_gemm", 8}}) {
-      models::OpMeasurement r;
-      r.hardware = "h100-sxm";
-      r.op = op;
-      r.dtype = "bf16";
-      r.m = m;
-      r.n = 7168;
-      r.k = 2048;
-      r.extra = groups;
-      r.median_us = models::OperatorSeconds(*models::MeasuredOperator(r), H100(), truth, 1) * 1e6;
-      r.p10_us = r.median_us * 0.95;
-      r.p90_us = r.median_us * 1.05;
-      rows.push_back(r);
-    }
+    add("gemm", m, 7168, 2048, 0, "");
+    add("grouped_gemm", m, 7168, 2048, 8, "");
   }
-  models::OpMeasurement collective;
-  collective.op = "all_reduce";
-  collective.dtype = "bf16";
-  collective.m = 1 << 20;
-  collective.median_us = 30;
-  rows.push_back(collective);
+  for (int64_t context : {512, 16384}) {
+    add("attention_decode", 64, context, 1, 0, "heads=16 kv_heads=1 d_qk=576 d_v=512 v_in_k=1");
+    add("attention_prefill", 1, context, context, 0, "heads=16 kv_heads=16 d_qk=192 d_v=128 causal=1");
+  }
+  for (int64_t bytes : {16 << 10, 1 << 20, 256 << 20}) add("all_reduce", bytes, 0, 0, 8, "");
+  models::OpMeasurement unknown;
+  unknown.op = "moe_dispatch";
+  unknown.dtype = "bf16";
+  unknown.m = 1 << 20;
+  unknown.median_us = 30;
+  rows.push_back(unknown);
   return rows;
 }
 
@@ -43,18 +54,30 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   const models::CostParams params;
   auto same = CompareWithModel(Rows(params), H100(), params);
   REQUIRE(same.ok());
-  REQUIRE(same->rows.size() == 10);
-  CHECK(same->not_compared.at("all_reduce") == 1);
-  REQUIRE(same->by_kind.size() == 2);
-  CHECK(same->by_kind[0].key == "gemm bf16");
-  CHECK(same->by_kind[1].key == "grouped_gemm bf16");
-  for (const auto& g : same->by_kind) {
-    CHECK(g.rows == 5);
+  REQUIRE(same->rows.size() == 17);
+  CHECK(same->not_compared.at("moe_dispatch") == 1);
+  REQUIRE(same->by_kind.size() == 5);
+  const std::vector<std::pair<std::string, int>> kinds = {{"all_reduce bf16", 3},
+                                                          {"attention_decode bf16", 2},
+                                                          {"attention_prefill bf16", 2},
+                                                          {"gemm bf16", 5},
+                                                          {"grouped_gemm bf16", 5}};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto& g = same->by_kind[i];
+    CHECK(g.key == kinds[i].first);
+    CHECK(g.rows == kinds[i].second);
     CHECK(g.median_abs_pct == Approx(0).margin(1e-9));
-    CHECK(g.within_spread == 5);
+    CHECK(g.within_spread == g.rows);
   }
-  CHECK(same->by_m.front().key == "gemm bf16, M 1-16");
-  CHECK(same->by_m.front().rows == 2);
+  std::vector<std::string> sizes;
+  for (const auto& g : same->by_size) sizes.push_back(g.key);
+  CHECK(sizes == std::vector<std::string>{"all_reduce bf16, <=64 KiB", "all_reduce bf16, 64 KiB-4 MiB",
+                                          "all_reduce bf16, >4 MiB", "attention_decode bf16, K/V 1-1024",
+                                          "attention_decode bf16, K/V >8192", "attention_prefill bf16, K/V 1-1024",
+                                          "attention_prefill bf16, K/V >8192", "gemm bf16, M 1-16",
+                                          "gemm bf16, M 17-128", "gemm bf16, M 129-1024", "gemm bf16, M >1024",
+                                          "grouped_gemm bf16, M 1-16", "grouped_gemm bf16, M 17-128",
+                                          "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024"});
 
   // Measured on a GPU whose large GEMMs reach half the efficiency the model assumes: large-M
   // rows come out 50% fast in the model (their time halves), small-M rows (streaming weights)
@@ -63,22 +86,31 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   slow.gemm_efficiency = params.gemm_efficiency / 2;
   auto biased = CompareWithModel(Rows(slow), H100(), params);
   REQUIRE(biased.ok());
-  std::map<std::string, ComparisonGroup> by_m;
-  for (const auto& g : biased->by_m) by_m[g.key] = g;
-  CHECK(by_m["gemm bf16, M >1024"].median_pct == Approx(-50).margin(1));
-  CHECK(by_m["gemm bf16, M 1-16"].median_abs_pct < 1);
-  CHECK(biased->by_kind[0].worst_pct < -40);
+  std::map<std::string, ComparisonGroup> by_size;
+  for (const auto& g : biased->by_size) by_size[g.key] = g;
+  CHECK(by_size["gemm bf16, M >1024"].median_pct == Approx(-50).margin(1));
+  CHECK(by_size["gemm bf16, M 1-16"].median_abs_pct < 1);
+  CHECK(by_size["attention_decode bf16, K/V >8192"].median_abs_pct < 1e-9);  // attention is not a GEMM
+  CHECK(biased->by_kind[3].worst_pct < -40);
   const auto json = biased->ToJson(true);
-  CHECK(json["rows"].size() == 10);
-  CHECK(json["not_compared"]["all_reduce"] == 1);
+  CHECK(json["rows"].size() == 17);
+  CHECK(json["not_compared"]["moe_dispatch"] == 1);
 }
 
-TEST_CASE("CompareWithModel: a row without a positive latency is refused with its shape", "[profiler]") {
+TEST_CASE("CompareWithModel: a row without a positive latency or with a bad shape is refused with its shape",
+          "[profiler]") {
   auto rows = Rows(models::CostParams{});
   rows[0].median_us = 0;
   auto c = CompareWithModel(rows, H100(), models::CostParams{});
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().message() == "gemm bf16 1x7168x2048: median_us must be positive");
+
+  rows = Rows(models::CostParams{});
+  rows[10].dims = "heads=16 d_qk=576 d_v=512";
+  c = CompareWithModel(rows, H100(), models::CostParams{});
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message() ==
+        "attention_decode 64x512x1 (heads=16 d_qk=576 d_v=512): dims must give positive heads, kv_heads, d_qk and d_v");
 }
 
 }  // namespace fathom::profiler

@@ -120,7 +120,9 @@ Status Compare(const ProfileFlags& f) {
                                    (f.stack.empty() ? "" : " with stack " + f.stack));
   }
   FATHOM_ASSIGN_OR_RETURN(profiler::ModelComparison before, profiler::CompareWithModel(rows, hw, calibration.params));
-  if (before.rows.empty()) return Status::InvalidArgument(f.file + ": none of " + hardware + "'s rows is a GEMM");
+  if (before.rows.empty()) {
+    return Status::InvalidArgument(f.file + ": none of " + hardware + "'s rows is an operator the model prices");
+  }
 
   std::optional<models::GemmFit> fit;
   std::optional<profiler::ModelComparison> after;
@@ -152,19 +154,19 @@ Status Compare(const ProfileFlags& f) {
   std::printf("error = (model - measured) / measured\n\n");
   PrintGroups(before.by_kind);
   std::printf("\n");
-  PrintGroups(before.by_m);
+  PrintGroups(before.by_size);
   for (const auto& [op, n] : before.not_compared) {
-    std::printf("not compared: %d %s rows (their shapes need a model's architecture)\n", n, op.c_str());
+    std::printf("not compared: %d %s rows (the model prices no such operator from its shape)\n", n, op.c_str());
   }
   if (f.rows) {
-    std::printf("\n%-13s %-6s %7s %7s %7s %6s %11s %11s %11s %8s\n", "op", "dtype", "M", "N", "K", "groups", "measured us",
-                "p10-p90", "model us", "error");
+    std::printf("\n%-17s %-6s %9s %7s %7s %6s %11s %11s %11s %8s  %s\n", "op", "dtype", "M", "N", "K", "extra",
+                "measured us", "p10-p90", "model us", "error", "dims");
     for (const auto& c : before.rows) {
       const std::string spread = c.has_spread() ? StrFormat("%.1f-%.1f", c.row.p10_us, c.row.p90_us) : "-";
-      std::printf("%-13s %-6s %7lld %7lld %7lld %6lld %11.2f %11s %11.2f %+7.1f%%\n", c.row.op.c_str(),
+      std::printf("%-17s %-6s %9lld %7lld %7lld %6lld %11.2f %11s %11.2f %+7.1f%%  %s\n", c.row.op.c_str(),
                   c.row.dtype.c_str(), static_cast<long long>(c.row.m), static_cast<long long>(c.row.n),
                   static_cast<long long>(c.row.k), static_cast<long long>(c.row.extra), c.row.median_us,
-                  spread.c_str(), c.model_us, c.error_pct());
+                  spread.c_str(), c.model_us, c.error_pct(), c.row.dims.c_str());
     }
   }
   if (fit) {
