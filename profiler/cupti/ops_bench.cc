@@ -1,7 +1,7 @@
-// fathom-ops-bench: times the GEMMs and the MoE grouped GEMMs of the configured models' operator
-// lists on this GPU, in BF16 and (where the GPU has it) FP8, kernel time from CUPTI timestamps,
-// and stores median / p10 / p90 per shape in the performance database. `fathom profile ops`
-// runs it.
+// fathom-ops-bench: times the operators of the configured models' operator lists on this GPU
+// (GEMMs in BF16 and, where the GPU has it, FP8; MoE grouped GEMMs; attention prefill and decode
+// on cuDNN; NCCL collectives across the GPUs present), kernel time from CUPTI timestamps, and
+// stores median / p10 / p90 per shape in the performance database. `fathom profile ops` runs it.
 //   fathom-ops-bench --db DB [--hardware NAME] [--models deepseek-r1,llama3.1-405b] [--reps 20]
 //   fathom-ops-bench --list [--models ...]   (the shapes it would time; no GPU needed)
 #include <cublasLt.h>
@@ -22,22 +22,33 @@
 #include "models/hardware.h"
 #include "models/operators.h"
 #include "models/perf_db.h"
+#include "profiler/cupti/bench.h"
 #include "profiler/cupti/cupti_tracer.h"
 
 namespace {
 
 using fathom::models::DType;
+using fathom::profiler::AttentionCase;
+using fathom::profiler::BenchRun;
+using fathom::profiler::Buffers;
+using fathom::profiler::CollectiveCase;
+using fathom::profiler::TimeRuns;
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "fathom-ops-bench: %s\n", msg.c_str());
   return 2;
 }
 
-// Per GPU, from the operator lists: GEMM (N, K) and grouped GEMM (N, K, groups) shapes.
+// Per GPU, from the operator lists: GEMM (N, K) and grouped GEMM (N, K, groups) shapes, the heads
+// of the attention kernels, and the collectives with their bytes per token.
 struct Shapes {
   std::set<std::pair<int64_t, int64_t>> gemms;
   std::set<std::tuple<int64_t, int64_t, int64_t>> grouped;
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> prefill_heads, decode_heads;
+  std::set<std::pair<fathom::models::CommKind, int64_t>> collectives;
 };
+
+constexpr int64_t kTokens = 513;  // the batch the operator lists are built for: 512 prefill + 1 decode
 
 fathom::Status AddShapes(const std::string& model, const fathom::models::ParallelLayout& l, Shapes* shapes) {
   FATHOM_ASSIGN_OR_RETURN(fathom::models::ModelArch m, fathom::models::LoadModel(model));
@@ -47,56 +58,49 @@ fathom::Status AddShapes(const std::string& model, const fathom::models::Paralle
   b.Add({512, 0, false, true}, 0);
   b.Add({1, 1000, true, true}, 0);
   std::vector<fathom::models::Operator> ops;
-  builder.Build(b, fathom::models::MoeInput{513}, 0, &ops);
+  builder.Build(b, fathom::models::MoeInput{kTokens}, 0, &ops);
   for (const auto& op : ops) {
     if (op.kind == fathom::models::OpKind::kGemm) shapes->gemms.insert({op.n, op.k});
     if (op.kind == fathom::models::OpKind::kGroupedGemm) shapes->grouped.insert({op.n, op.k, op.groups});
+    if (op.kind == fathom::models::OpKind::kCommunication) {
+      shapes->collectives.insert({op.comm, static_cast<int64_t>(op.comm_bytes) / kTokens});
+    }
+  }
+  // cuDNN keeps K and V apart, so MLA's latent decode is timed with a separate V.
+  for (auto [heads, set] : {std::pair{builder.PrefillHeads(), &shapes->prefill_heads},
+                            std::pair{builder.DecodeHeads(), &shapes->decode_heads}}) {
+    set->insert({heads.heads, heads.kv_heads, heads.d_qk, heads.d_v});
   }
   return fathom::Status::Ok();
 }
 
-// Kernel microseconds of each of `reps` runs of `run` after `warmup` runs (a run may launch
-// several kernels, a split-K reduction say: their times add up); empty if a run failed.
-std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int reps) {
-  bool ok = true;
-  for (int i = 0; i < warmup && ok; ++i) ok = run();
-  cudaDeviceSynchronize();
-  (void)fathom::profiler::FlushTracing();  // discard set-up and warm-up kernels
-  for (int i = 0; i < reps && ok; ++i) ok = run();
-  cudaDeviceSynchronize();
-  auto kernels = fathom::profiler::FlushTracing();
-  std::vector<double> per_rep;
-  if (!ok || !kernels.ok()) return per_rep;
-  std::vector<int64_t> durations;
-  for (const auto& kr : *kernels) {
-    if (kr.kind == "kernel") durations.push_back(kr.end_ns - kr.start_ns);
+// The attention and collective cases to time: prefill of one sequence at growing lengths, decode
+// of growing batches at growing contexts; collectives at growing token counts over 2, 4 and 8 GPUs.
+std::vector<AttentionCase> AttentionCases(const Shapes& shapes) {
+  std::vector<AttentionCase> out;
+  auto heads = [](const std::tuple<int64_t, int64_t, int64_t, int64_t>& t) {
+    return fathom::models::AttentionHeads{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
+  };
+  for (const auto& h : shapes.prefill_heads) {
+    for (int64_t len : {256, 1024, 4096, 16384}) out.push_back({"attention_prefill", heads(h), 1, len, len});
   }
-  if (durations.empty() || durations.size() % reps != 0) return per_rep;
-  const size_t per = durations.size() / reps;
-  for (int r = 0; r < reps; ++r) {
-    double sum = 0;
-    for (size_t j = 0; j < per; ++j) sum += static_cast<double>(durations[r * per + j]);
-    per_rep.push_back(sum / 1e3);
-  }
-  return per_rep;
-}
-
-// Device buffers of the given sizes, zeroed, freed together.
-struct Buffers {
-  std::vector<void*> ptrs;
-  bool ok = true;
-  explicit Buffers(std::initializer_list<int64_t> bytes) {
-    for (int64_t b : bytes) {
-      void* p = nullptr;
-      const auto size = static_cast<size_t>(b);
-      ok = ok && cudaMalloc(&p, size) == cudaSuccess && cudaMemset(p, 0, size) == cudaSuccess;
-      ptrs.push_back(p);
+  for (const auto& h : shapes.decode_heads) {
+    for (int64_t batch : {1, 16, 64, 256}) {
+      for (int64_t context : {1024, 8192, 32768}) out.push_back({"attention_decode", heads(h), batch, 1, context});
     }
   }
-  ~Buffers() {
-    for (void* p : ptrs) cudaFree(p);
+  return out;
+}
+
+std::vector<CollectiveCase> CollectiveCases(const Shapes& shapes) {
+  std::vector<CollectiveCase> out;
+  for (const auto& [kind, per_token] : shapes.collectives) {
+    for (int ranks : {2, 4, 8}) {
+      for (int64_t tokens : {1, 8, 64, 512, 4096}) out.push_back({kind, per_token * tokens, ranks});
+    }
   }
-};
+  return out;
+}
 
 struct Bench {
   cublasLtHandle_t lt = nullptr;
@@ -105,6 +109,7 @@ struct Bench {
   size_t workspace_bytes = size_t{64} << 20;
   int warmup = 5, reps = 20;
 };
+
 
 // The row-major GEMM C[m,n] = A[m,k] x W[k,n] with A and W in `dtype` (bf16, or fp8 E4M3 with
 // unit scales) and C in bf16. Column-major, that is C^T = W^T x A^T; FP8 needs cuBLASLt's "TN"
@@ -192,13 +197,26 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<int64_t> gemm_ms = {1, 8, 32, 128, 512, 2048, 8192}, grouped_ms = {1, 4, 16, 64, 256};
+  const std::vector<AttentionCase> attention = AttentionCases(shapes);
+  const std::vector<CollectiveCase> collectives = CollectiveCases(shapes);
   if (list) {
     for (const auto& [n, k] : shapes.gemms) std::printf("gemm N %lld K %lld\n", static_cast<long long>(n), static_cast<long long>(k));
     for (const auto& [n, k, groups] : shapes.grouped) {
       std::printf("grouped_gemm N %lld K %lld groups %lld\n", static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(groups));
     }
-    std::printf("%zu GEMM shapes x %zu M (BF16, and FP8 from sm 8.9), %zu grouped GEMM shapes x %zu M\n",
-                shapes.gemms.size(), gemm_ms.size(), shapes.grouped.size(), grouped_ms.size());
+    for (const auto& [set, op] : {std::pair{&shapes.prefill_heads, "attention_prefill"}, std::pair{&shapes.decode_heads, "attention_decode"}}) {
+      for (const auto& [heads, kv_heads, d_qk, d_v] : *set) {
+        std::printf("%s heads %lld kv_heads %lld d_qk %lld d_v %lld\n", op, static_cast<long long>(heads),
+                    static_cast<long long>(kv_heads), static_cast<long long>(d_qk), static_cast<long long>(d_v));
+      }
+    }
+    for (const auto& [kind, per_token] : shapes.collectives) {
+      std::printf("%s %lld bytes per token\n", std::string(fathom::models::Name(kind)).c_str(), static_cast<long long>(per_token));
+    }
+    std::printf("%zu GEMM shapes x %zu M (BF16, and FP8 from sm 8.9), %zu grouped GEMM shapes x %zu M, %zu attention "
+                "cases (cuDNN), %zu collective cases (NCCL, over as many GPUs as are visible)\n",
+                shapes.gemms.size(), gemm_ms.size(), shapes.grouped.size(), grouped_ms.size(), attention.size(),
+                collectives.size());
     return 0;
   }
   int devices = 0;
@@ -212,18 +230,24 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  if (hardware.empty()) {
+  BenchRun run;
+  run.reps = bench.reps;
+  run.warmup = bench.warmup;
+  run.memory_budget = prop.totalGlobalMem / 2;
+  run.hardware = hardware;
+  if (run.hardware.empty()) {
     auto name = fathom::models::CatalogNameForDevice(prop.name);
     if (!name.ok()) return Fail(name.status().message() + "; give --hardware with a catalogue name");
-    hardware = *name;
+    run.hardware = *name;
   }
-  const std::string device_info = std::string(prop.name) + "; sm " + std::to_string(prop.major) + "." +
-                                  std::to_string(prop.minor) + "; clock " + std::to_string(clock_khz / 1000) +
-                                  " MHz; memory clock " + std::to_string(mem_clock_khz / 1000) + " MHz; driver " +
-                                  std::to_string(driver) + "; CUDA runtime " + std::to_string(runtime);
+  run.device_info = std::string(prop.name) + "; sm " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                    "; clock " + std::to_string(clock_khz / 1000) + " MHz; memory clock " +
+                    std::to_string(mem_clock_khz / 1000) + " MHz; driver " + std::to_string(driver) +
+                    "; CUDA runtime " + std::to_string(runtime) + "; " + std::to_string(devices) + " GPUs";
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  run.date = date;
 
   auto db = fathom::models::PerfDb::Open(db_path);
   if (!db.ok()) return Fail(db.status().message());
@@ -234,34 +258,16 @@ int main(int argc, char** argv) {
   int blas_version = 0;
   cublasGetVersion(bench.blas, &blas_version);
 
-  std::vector<fathom::models::OpMeasurement> rows;
-  auto record = [&](const char* op, const std::string& stack, DType dtype, int64_t m, int64_t n, int64_t k,
-                    int64_t groups, std::vector<double> per_rep) {
-    if (per_rep.empty()) {
-      std::fprintf(stderr, "fathom-ops-bench: %s %s %lldx%lldx%lld (groups %lld) failed, skipped\n", op,
-                   std::string(fathom::models::Name(dtype)).c_str(), static_cast<long long>(m),
-                   static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(groups));
-      return;
-    }
-    std::sort(per_rep.begin(), per_rep.end());
-    fathom::models::OpMeasurement row;
-    row.hardware = hardware;
-    row.stack = stack;
-    row.op = op;
-    row.dtype = std::string(fathom::models::Name(dtype));
-    row.m = m;
-    row.n = n;
-    row.k = k;
-    row.extra = groups;
-    row.median_us = per_rep[per_rep.size() / 2];
-    row.p10_us = per_rep[per_rep.size() / 10];
-    row.p90_us = per_rep[per_rep.size() * 9 / 10];
-    row.count = static_cast<int64_t>(per_rep.size());
-    row.date = date;
-    row.device_info = device_info;
-    rows.push_back(row);
+  auto gemm_shape = [](const char* op, DType dtype, int64_t m, int64_t n, int64_t k, int64_t groups) {
+    fathom::models::OpMeasurement shape;
+    shape.op = op;
+    shape.dtype = std::string(fathom::models::Name(dtype));
+    shape.m = m;
+    shape.n = n;
+    shape.k = k;
+    shape.extra = groups;
+    return shape;
   };
-  const size_t memory_budget = prop.totalGlobalMem / 2;
   // FP8 tensor cores from Ada / Hopper (sm 8.9) on.
   std::vector<DType> dtypes = {DType::kBf16};
   if (prop.major * 10 + prop.minor >= 89) dtypes.push_back(DType::kFp8);
@@ -269,23 +275,34 @@ int main(int argc, char** argv) {
   for (DType dtype : dtypes) {
     for (const auto& [n, k] : shapes.gemms) {
       for (int64_t m : gemm_ms) {
-        if (static_cast<size_t>((m * k + k * n + m * n) * 2) > memory_budget) continue;
-        record("gemm", lt_stack, dtype, m, n, k, 0, TimeGemm(bench, m, n, k, dtype));
+        if (static_cast<size_t>((m * k + k * n + m * n) * 2) > run.memory_budget) continue;
+        run.Record(gemm_shape("gemm", dtype, m, n, k, 0), lt_stack, TimeGemm(bench, m, n, k, dtype));
       }
     }
   }
   const std::string blas_stack = "cublas-" + std::to_string(blas_version);
   for (const auto& [n, k, groups] : shapes.grouped) {
     for (int64_t m : grouped_ms) {
-      if (static_cast<size_t>(groups * (m * k + k * n + m * n) * 2) > memory_budget) continue;
-      record("grouped_gemm", blas_stack, DType::kBf16, m, n, k, groups, TimeGroupedGemm(bench, m, n, k, groups));
+      if (static_cast<size_t>(groups * (m * k + k * n + m * n) * 2) > run.memory_budget) continue;
+      run.Record(gemm_shape("grouped_gemm", DType::kBf16, m, n, k, groups), blas_stack,
+                 TimeGroupedGemm(bench, m, n, k, groups));
     }
   }
   cudaFree(bench.workspace);
   cublasDestroy(bench.blas);
   cublasLtDestroy(bench.lt);
-  if (auto s = db->Insert(rows); !s.ok()) return Fail(s.message());
-  std::printf("fathom-ops-bench: %zu operator shapes measured on %s into %s\n", rows.size(), prop.name,
+#ifdef FATHOM_WITH_CUDNN
+  fathom::profiler::BenchAttention(attention, &run);
+#else
+  std::fprintf(stderr, "fathom-ops-bench: built without cuDNN: attention not measured\n");
+#endif
+#ifdef FATHOM_WITH_NCCL
+  fathom::profiler::BenchCollectives(collectives, &run);
+#else
+  std::fprintf(stderr, "fathom-ops-bench: built without NCCL: collectives not measured\n");
+#endif
+  if (auto s = db->Insert(run.rows); !s.ok()) return Fail(s.message());
+  std::printf("fathom-ops-bench: %zu operator shapes measured on %s into %s\n", run.rows.size(), prop.name,
               db_path.c_str());
   return 0;
 }
