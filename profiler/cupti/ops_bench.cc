@@ -48,8 +48,6 @@ struct Shapes {
   std::set<std::pair<fathom::models::CommKind, int64_t>> collectives;
 };
 
-constexpr int64_t kTokens = 513;  // the batch the operator lists are built for: 512 prefill + 1 decode
-
 fathom::Status AddShapes(const std::string& model, const fathom::models::ParallelLayout& l, Shapes* shapes) {
   FATHOM_ASSIGN_OR_RETURN(fathom::models::ModelArch m, fathom::models::LoadModel(model));
   if (!fathom::models::ValidateLayout(m, l).ok()) return fathom::Status::Ok();  // not a layout of this model
@@ -58,12 +56,20 @@ fathom::Status AddShapes(const std::string& model, const fathom::models::Paralle
   b.Add({512, 0, false, true}, 0);
   b.Add({1, 1000, true, true}, 0);
   std::vector<fathom::models::Operator> ops;
-  builder.Build(b, fathom::models::MoeInput{kTokens}, 0, &ops);
+  builder.Build(b, fathom::models::MoeInput{513}, 0, &ops);
   for (const auto& op : ops) {
     if (op.kind == fathom::models::OpKind::kGemm) shapes->gemms.insert({op.n, op.k});
     if (op.kind == fathom::models::OpKind::kGroupedGemm) shapes->grouped.insert({op.n, op.k, op.groups});
-    if (op.kind == fathom::models::OpKind::kCommunication) {
-      shapes->collectives.insert({op.comm, static_cast<int64_t>(op.comm_bytes) / kTokens});
+  }
+  // Collectives from a decode batch, where every token is also sampled (the LM head's gather
+  // scales with sampled tokens): bytes per token.
+  constexpr int64_t kDecode = 64;
+  fathom::models::BatchShape decode;
+  for (int64_t i = 0; i < kDecode; ++i) decode.Add({1, 1000, true, true}, 0);
+  builder.Build(decode, fathom::models::MoeInput{kDecode}, 0, &ops);
+  for (const auto& op : ops) {
+    if (op.kind == fathom::models::OpKind::kCommunication && op.comm != fathom::models::CommKind::kSendRecv) {
+      shapes->collectives.insert({op.comm, static_cast<int64_t>(op.comm_bytes) / kDecode});
     }
   }
   // cuDNN keeps K and V apart, so MLA's latent decode is timed with a separate V.
