@@ -1,6 +1,6 @@
 // GPU tests of the profiler: the CUPTI tracer sees a memset and a copy, and (built with cuDNN) the
-// attention microbenchmark's SDPA, grouped-query and with unequal key and value widths, matches
-// a reference computed here. Exits 77 (skipped) when no CUDA device is visible, so that a
+// attention microbenchmark's SDPA, grouped-query, with more keys than queries, matches a
+// reference computed here. Exits 77 (skipped) when no CUDA device is visible, so that a
 // machine without a GPU never reports it as passed or failed.
 #include <cuda_runtime.h>
 
@@ -72,7 +72,7 @@ bool AttentionMatchesReference() {
   }
   fathom::profiler::AttentionCase c;
   c.op = "attention_prefill";
-  c.heads = {4, 2, 64, 32};  // two query heads per K/V head, values narrower than keys
+  c.heads = {4, 2, 64, 64};  // two query heads per K/V head
   c.sequences = 2;
   c.q_len = 3;
   c.kv_len = 5;
