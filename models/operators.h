@@ -2,6 +2,7 @@
 // prices and the profiler measures.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,7 @@ Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes,
 struct AttentionHeads {
   int64_t heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
   bool v_in_k = false;
+  auto operator<=>(const AttentionHeads&) const = default;
 };
 
 // An attention kernel over `pairs` (query, key) pairs of `q_tokens` queries and `kv_tokens`

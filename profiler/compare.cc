@@ -28,20 +28,24 @@ std::pair<int, std::string> SizeBucket(const models::OpMeasurement& row) {
 
 // Rows by kind and data type, and by size class too when `by_size`: in that order, small first.
 std::vector<ComparisonGroup> Groups(const std::vector<OpComparison>& rows, bool by_size) {
-  std::map<std::pair<std::string, int>, std::vector<const OpComparison*>> members;
-  std::map<std::pair<std::string, int>, std::string> labels;
+  struct Members {
+    std::string label;
+    std::vector<const OpComparison*> rows;
+  };
+  std::map<std::pair<std::string, int>, Members> members;  // by kind, then size class
   for (const auto& c : rows) {
     const std::string kind = c.row.op + " " + c.row.dtype;
-    const auto [index, label] = by_size ? SizeBucket(c.row) : std::pair<int, std::string>{-1, ""};
-    members[{kind, index}].push_back(&c);
-    labels[{kind, index}] = index < 0 ? kind : kind + ", " + label;
+    const auto [index, size] = by_size ? SizeBucket(c.row) : std::pair<int, std::string>{-1, ""};
+    Members& m = members[{kind, index}];
+    m.label = index < 0 ? kind : kind + ", " + size;
+    m.rows.push_back(&c);
   }
   std::vector<ComparisonGroup> out;
   for (const auto& [key, group] : members) {
     ComparisonGroup g;
-    g.key = labels[key];
+    g.key = group.label;
     std::vector<double> abs, signed_errors;
-    for (const OpComparison* c : group) {
+    for (const OpComparison* c : group.rows) {
       const double e = c->error_pct();
       abs.push_back(std::abs(e));
       signed_errors.push_back(e);

@@ -202,9 +202,10 @@ void BenchAttention(const std::vector<AttentionCase>& cases, BenchRun* run) {
     const models::AttentionHeads& h = c.heads;
     const std::string dims = Dims(h);
     if (refused.count(c.op + dims) > 0) continue;
-    const int64_t q_bytes = c.sequences * c.q_len * h.heads * (h.d_qk + h.d_v) * 2;
-    const int64_t kv_bytes = c.sequences * c.kv_len * h.kv_heads * (h.d_qk + h.d_v) * 2;
-    if (static_cast<size_t>(q_bytes + kv_bytes) > run->memory_budget) continue;
+    // Q, K, V and O in BF16.
+    const int64_t bytes[4] = {c.sequences * c.q_len * h.heads * h.d_qk * 2, c.sequences * c.kv_len * h.kv_heads * h.d_qk * 2,
+                              c.sequences * c.kv_len * h.kv_heads * h.d_v * 2, c.sequences * c.q_len * h.heads * h.d_v * 2};
+    if (static_cast<size_t>(bytes[0] + bytes[1] + bytes[2] + bytes[3]) > run->memory_budget) continue;
     SdpaPlan plan;
     if (!BuildPlan(handle, c, &plan)) {
       std::fprintf(stderr, "fathom-ops-bench: cuDNN has no SDPA engine for %s with %s: not measured\n", c.op.c_str(),
@@ -212,9 +213,7 @@ void BenchAttention(const std::vector<AttentionCase>& cases, BenchRun* run) {
       refused.insert(c.op + dims);
       continue;
     }
-    Buffers buf({c.sequences * c.q_len * h.heads * h.d_qk * 2, c.sequences * c.kv_len * h.kv_heads * h.d_qk * 2,
-                 c.sequences * c.kv_len * h.kv_heads * h.d_v * 2, c.sequences * c.q_len * h.heads * h.d_v * 2,
-                 std::max<int64_t>(plan.workspace_bytes, 1)});
+    Buffers buf({bytes[0], bytes[1], bytes[2], bytes[3], std::max<int64_t>(plan.workspace_bytes, 1)});
     models::OpMeasurement shape;
     shape.op = c.op;
     shape.dtype = "bf16";

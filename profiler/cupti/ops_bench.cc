@@ -44,7 +44,7 @@ int Fail(const std::string& msg) {
 struct Shapes {
   std::set<std::pair<int64_t, int64_t>> gemms;
   std::set<std::tuple<int64_t, int64_t, int64_t>> grouped;
-  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> prefill_heads, decode_heads;
+  std::set<fathom::models::AttentionHeads> prefill_heads, decode_heads;
   std::set<std::pair<fathom::models::CommKind, int64_t>> collectives;
 };
 
@@ -72,11 +72,10 @@ fathom::Status AddShapes(const std::string& model, const fathom::models::Paralle
       shapes->collectives.insert({op.comm, static_cast<int64_t>(op.comm_bytes) / kDecode});
     }
   }
-  // cuDNN keeps K and V apart, so MLA's latent decode is timed with a separate V.
-  for (auto [heads, set] : {std::pair{builder.PrefillHeads(), &shapes->prefill_heads},
-                            std::pair{builder.DecodeHeads(), &shapes->decode_heads}}) {
-    set->insert({heads.heads, heads.kv_heads, heads.d_qk, heads.d_v});
-  }
+  shapes->prefill_heads.insert(builder.PrefillHeads());
+  fathom::models::AttentionHeads decode_heads = builder.DecodeHeads();
+  decode_heads.v_in_k = false;  // cuDNN keeps K and V apart, so MLA's latent decode is timed with a separate V
+  shapes->decode_heads.insert(decode_heads);
   return fathom::Status::Ok();
 }
 
@@ -84,15 +83,12 @@ fathom::Status AddShapes(const std::string& model, const fathom::models::Paralle
 // of growing batches at growing contexts; collectives at growing token counts over 2, 4 and 8 GPUs.
 std::vector<AttentionCase> AttentionCases(const Shapes& shapes) {
   std::vector<AttentionCase> out;
-  auto heads = [](const std::tuple<int64_t, int64_t, int64_t, int64_t>& t) {
-    return fathom::models::AttentionHeads{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
-  };
   for (const auto& h : shapes.prefill_heads) {
-    for (int64_t len : {256, 1024, 4096, 16384}) out.push_back({"attention_prefill", heads(h), 1, len, len});
+    for (int64_t len : {256, 1024, 4096, 16384}) out.push_back({"attention_prefill", h, 1, len, len});
   }
   for (const auto& h : shapes.decode_heads) {
     for (int64_t batch : {1, 16, 64, 256}) {
-      for (int64_t context : {1024, 8192, 32768}) out.push_back({"attention_decode", heads(h), batch, 1, context});
+      for (int64_t context : {1024, 8192, 32768}) out.push_back({"attention_decode", h, batch, 1, context});
     }
   }
   return out;
@@ -113,14 +109,12 @@ struct Bench {
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = size_t{64} << 20;
-  int warmup = 5, reps = 20;
 };
-
 
 // The row-major GEMM C[m,n] = A[m,k] x W[k,n] with A and W in `dtype` (bf16, or fp8 E4M3 with
 // unit scales) and C in bf16. Column-major, that is C^T = W^T x A^T; FP8 needs cuBLASLt's "TN"
 // form, so W is stored as [n, k] (nn.Linear's layout) and transposed by cuBLASLt.
-std::vector<double> TimeGemm(const Bench& g, int64_t m, int64_t n, int64_t k, DType dtype) {
+std::vector<double> TimeGemm(const Bench& g, const BenchRun& run, int64_t m, int64_t n, int64_t k, DType dtype) {
   const bool fp8 = dtype == DType::kFp8;
   const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const int64_t in_bytes = fp8 ? 1 : 2;
@@ -145,7 +139,7 @@ std::vector<double> TimeGemm(const Bench& g, int64_t m, int64_t n, int64_t k, DT
         return cublasLtMatmul(g.lt, desc, &alpha, w, lw, a, la, &beta, c, lc, c, lc, nullptr, g.workspace,
                               g.workspace_bytes, 0) == CUBLAS_STATUS_SUCCESS;
       },
-      g.warmup, g.reps);
+      run.warmup, run.reps);
   cublasLtMatrixLayoutDestroy(lw);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lc);
@@ -156,7 +150,7 @@ std::vector<double> TimeGemm(const Bench& g, int64_t m, int64_t n, int64_t k, DT
 // An MoE grouped GEMM in BF16: `groups` experts, each multiplying its own m rows by its own
 // [k, n] weights (one strided batched cuBLAS call; every expert gets the same rows, as the cost
 // model's mean per active expert assumes).
-std::vector<double> TimeGroupedGemm(const Bench& g, int64_t m, int64_t n, int64_t k, int64_t groups) {
+std::vector<double> TimeGroupedGemm(const Bench& g, const BenchRun& run, int64_t m, int64_t n, int64_t k, int64_t groups) {
   Buffers buf({groups * m * k * 2, groups * k * n * 2, groups * m * n * 2});
   if (!buf.ok) return {};
   const float alpha = 1.0f, beta = 0.0f;
@@ -169,7 +163,7 @@ std::vector<double> TimeGroupedGemm(const Bench& g, int64_t m, int64_t n, int64_
                                           static_cast<int>(n), m * n, static_cast<int>(groups), CUBLAS_COMPUTE_32F,
                                           CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
       },
-      g.warmup, g.reps);
+      run.warmup, run.reps);
 }
 
 }  // namespace
@@ -177,6 +171,7 @@ std::vector<double> TimeGroupedGemm(const Bench& g, int64_t m, int64_t n, int64_
 int main(int argc, char** argv) {
   std::string db_path = "fathom_perf.db", hardware, models_arg = "deepseek-r1,llama3.1-405b";
   Bench bench;
+  BenchRun run;
   bool list = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
@@ -189,10 +184,10 @@ int main(int argc, char** argv) {
     if (a == "--db") db_path = argv[i + 1];
     else if (a == "--hardware") hardware = argv[i + 1];
     else if (a == "--models") models_arg = argv[i + 1];
-    else if (a == "--reps") bench.reps = std::atoi(argv[i + 1]);
+    else if (a == "--reps") run.reps = std::atoi(argv[i + 1]);
     else return Fail("unknown flag " + a);
   }
-  if (bench.reps < 1) return Fail("--reps must be at least 1");
+  if (run.reps < 1) return Fail("--reps must be at least 1");
   Shapes shapes;
   std::vector<std::string_view> models;
   fathom::SplitCsv(models_arg, &models);
@@ -211,9 +206,9 @@ int main(int argc, char** argv) {
       std::printf("grouped_gemm N %lld K %lld groups %lld\n", static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(groups));
     }
     for (const auto& [set, op] : {std::pair{&shapes.prefill_heads, "attention_prefill"}, std::pair{&shapes.decode_heads, "attention_decode"}}) {
-      for (const auto& [heads, kv_heads, d_qk, d_v] : *set) {
-        std::printf("%s heads %lld kv_heads %lld d_qk %lld d_v %lld\n", op, static_cast<long long>(heads),
-                    static_cast<long long>(kv_heads), static_cast<long long>(d_qk), static_cast<long long>(d_v));
+      for (const auto& h : *set) {
+        std::printf("%s heads %lld kv_heads %lld d_qk %lld d_v %lld\n", op, static_cast<long long>(h.heads),
+                    static_cast<long long>(h.kv_heads), static_cast<long long>(h.d_qk), static_cast<long long>(h.d_v));
       }
     }
     for (const auto& [kind, per_token] : shapes.collectives) {
@@ -236,9 +231,6 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  BenchRun run;
-  run.reps = bench.reps;
-  run.warmup = bench.warmup;
   run.memory_budget = prop.totalGlobalMem / 2;
   run.hardware = hardware;
   if (run.hardware.empty()) {
@@ -282,7 +274,7 @@ int main(int argc, char** argv) {
     for (const auto& [n, k] : shapes.gemms) {
       for (int64_t m : gemm_ms) {
         if (static_cast<size_t>((m * k + k * n + m * n) * 2) > run.memory_budget) continue;
-        run.Record(gemm_shape("gemm", dtype, m, n, k, 0), lt_stack, TimeGemm(bench, m, n, k, dtype));
+        run.Record(gemm_shape("gemm", dtype, m, n, k, 0), lt_stack, TimeGemm(bench, run, m, n, k, dtype));
       }
     }
   }
@@ -291,7 +283,7 @@ int main(int argc, char** argv) {
     for (int64_t m : grouped_ms) {
       if (static_cast<size_t>(groups * (m * k + k * n + m * n) * 2) > run.memory_budget) continue;
       run.Record(gemm_shape("grouped_gemm", DType::kBf16, m, n, k, groups), blas_stack,
-                 TimeGroupedGemm(bench, m, n, k, groups));
+                 TimeGroupedGemm(bench, run, m, n, k, groups));
     }
   }
   cudaFree(bench.workspace);
