@@ -145,6 +145,7 @@ if [[ -x "$(dirname "$fathom")/fathom-ops-bench" ]]; then
   expect 0 "attention_decode heads 128 kv_heads 1 d_qk 576 d_v 512" -- profile ops --list --models deepseek-r1
   expect 0 "attention_prefill heads 128 kv_heads 8 d_qk 128 d_v 128" -- profile ops --list --models llama3.1-405b
   expect 0 "all_to_all 100352 bytes per token" -- profile ops --list --models deepseek-r1
+  expect 0 "all_gather 64640 bytes per token" -- profile ops --list --models deepseek-r1  # LM head: 129,280 / 8 logits x 4 B
   expect 2 "--models: model 'nosuch'" -- profile ops --list --models nosuch
 else
   expect 2 "fathom was built without CUDA/CUPTI" -- profile ops --list
