@@ -23,6 +23,10 @@ double Hardware::PeakFlops(DType t) const {
   }
 }
 
+double CostPerMillionTokens(double usd_per_gpu_hour, double tokens_per_s_per_gpu) {
+  return tokens_per_s_per_gpu > 0 ? usd_per_gpu_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6 : 0.0;
+}
+
 Result<Hardware> LoadHardwareFile(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json doc, ReadJsonFile(path));
   JsonFields f(doc, path);

@@ -29,6 +29,10 @@ struct Hardware {
   double PeakFlops(DType t) const;
 };
 
+// What a million generated tokens cost at `usd_per_gpu_hour` when each GPU produces
+// `tokens_per_s_per_gpu`; 0 when nothing is produced.
+double CostPerMillionTokens(double usd_per_gpu_hour, double tokens_per_s_per_gpu);
+
 // Parses one hardware JSON file; errors name the file, the field and the rule.
 Result<Hardware> LoadHardwareFile(const std::string& path);
 

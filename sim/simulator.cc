@@ -19,6 +19,7 @@ OrderedJson SimulationResult::ToJson() const {
   OrderedJson j;
   j["throughput_tokens_per_s"] = throughput_tokens_per_s;
   j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
+  j["sustained_tokens_per_s"] = sustained_tokens_per_s;
   j["requests_per_s"] = requests_per_s;
   j["completed_requests"] = completed_requests;
   j["input_tokens"] = input_tokens;
@@ -384,6 +385,8 @@ Result<SimulationResult> Simulator::Run() {
     res.arrival_rate_per_s = issued_ / res.drain_end_s;
   }
   res.tokens_per_s_per_gpu = res.throughput_tokens_per_s / spec_.total_gpus;
+  res.sustained_tokens_per_s = res.throughput_tokens_per_s;
+  if (per_sample_queries && last_issue_ > SimTime{}) res.sustained_tokens_per_s = output_tokens_ / ToSeconds(last_issue_);
   res.ttft_mean_ms = Mean(ttft_ms_);
   res.tpot_mean_ms = Mean(tpot_ms_);
   res.e2e_mean_ms = Mean(e2e_ms_);

@@ -44,6 +44,11 @@ struct SimulationResult {
   double drain_end_s = 0;  // t = 0 to the last completion
   double throughput_tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
+  // The rate the run sustains: output tokens per second of arrivals in Server and Interactive
+  // (QPS x mean output; a run that keeps its latency limits keeps up with it), which unlike
+  // LoadGen's figure does not depend on how long the last-issued sample runs; elsewhere, the
+  // throughput.
+  double sustained_tokens_per_s = 0;
   double requests_per_s = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
   double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;

@@ -251,13 +251,18 @@ TEST_CASE("Simulator: Little's law and token conservation on DeepSeek-R1 Server"
   // The source cycles through a permutation; count what it will issue by replaying it.
   auto preview = PoissonSource(data, n, 2.0, 3);
   traces::Request req;
-  SimTime t;
+  SimTime t{}, last_arrival{};
   while (*preview->Next(&req, &t)) {
     input += req.input_tokens;
     output += req.output_tokens;
     steps += req.output_tokens - 1;
+    last_arrival = t;
   }
   const SimulationResult r = RunOk(spec, PoissonSource(data, n, 2.0, 3));
+  // The sustained rate is the work that arrived per second: QPS x mean output, within the
+  // sampling error of 600 Poisson arrivals (about 4%).
+  CHECK(r.sustained_tokens_per_s == Approx(output / ToSeconds(last_arrival)).epsilon(1e-9));
+  CHECK(r.sustained_tokens_per_s == Approx(2.0 * output / n).epsilon(0.1));
   CHECK(r.completed_requests == n);
   CHECK(r.mean_in_system == Approx(r.arrival_rate_per_s * r.e2e_mean_ms / 1e3).epsilon(1e-6));
   CHECK(r.counters.generated_tokens == output);

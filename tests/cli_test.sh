@@ -122,9 +122,35 @@ expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" 
 expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
 expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost-model magic
 
+# Reports on the stored sweeps: a second sweep (server, another GPU) to compare with the first.
+expect 0 "Best:" -- tune --model llama2-70b --hardware b200 --gpus 2 --weights fp8 --scenario server \
+  --ttft-ms 2000 --tpot-ms 200 --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --db "$tmp/tune.db" \
+  --frontier-csv "$tmp/frontier.csv"
+expect 0 "llama2-70b  2xb200  server" -- report --db "$tmp/tune.db" --list
+expect 0 "llama2-70b 2xh200 offline" -- report --db "$tmp/tune.db" --top 2
+expect 0 "(what-if; swept at \$3.80)" -- report --db "$tmp/tune.db" --price h200=7.6
+expect 0 "wrote $tmp/report.html (2 sweeps)" -- report --db "$tmp/tune.db" --out "$tmp/report.html"
+expect 0 "wrote" -- report --db "$tmp/tune.db" --out "$tmp/cost.svg" --plot cost
+expect 0 "wrote" -- report --db "$tmp/tune.db" --out "$tmp/candidates.csv"
+report_files_ok() {
+  [[ $(grep -c "<svg" "$tmp/report.html") -eq 2 ]] && grep -q "</svg>" "$tmp/cost.svg" &&
+    [[ $(head -1 "$tmp/candidates.csv" | cut -d, -f1-3) == "sweep,model,hardware" ]] &&
+    [[ $(head -1 "$tmp/frontier.csv" | cut -d, -f1) == "tokens_per_s_per_gpu" ]]
+}
+if report_files_ok; then passed=$((passed + 1)); else echo "FAIL: report files"; failed=$((failed + 1)); fi
+expect 2 "no such results database" -- report --db "$tmp/none.db"
+expect 2 '--sweep = "x": matches no sweep' -- report --db "$tmp/tune.db" --sweep x
+expect 2 '--price = "h200=-1": must be USD per GPU-hour > 0' -- report --db "$tmp/tune.db" --price h200=-1
+expect 2 "hardware 'tpu': unknown" -- report --db "$tmp/tune.db" --price tpu=2
+expect 2 '--out = "r.pdf": must end in .html, .md, .svg or .csv' -- report --db "$tmp/tune.db" --out r.pdf
+expect 2 '--plot = "pie": must be frontier or cost' -- report --db "$tmp/tune.db" --out "$tmp/x.svg" --plot pie
+expect 2 '--top = 0: must be >= 1' -- report --db "$tmp/tune.db" --top 0
+[[ ! -e r.pdf ]] || { echo "FAIL: r.pdf written"; failed=$((failed + 1)); }
+
 # Profiler.
 expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json
+expect 2 "prof.db: not a fathom results database" -- report --db "$tmp/prof.db" --list
 expect 2 "no such performance database" -- profile summarize "$tmp/none.db"
 expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON) nor a GEMM table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
 # A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.

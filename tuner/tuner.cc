@@ -1,6 +1,5 @@
 #include "tuner/tuner.h"
 
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,87 +14,22 @@
 #include "base/parallel.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "tuner/results.h"
 
 namespace fathom::tuner {
 namespace {
 
-bool ServerLike(sim::Scenario s) { return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive; }
-
-// The p99 TPOT limit a server-type tune holds to, if any.
-std::optional<double> TpotLimitMs(const TuneOptions& o) {
-  if (o.tpot_limit_ms) return o.tpot_limit_ms;
-  if (auto limits = sim::MlperfLimits(o.space.model, o.space.scenario)) return limits->tpot_ms;
-  return std::nullopt;
-}
-
-// Results of a sweep in SQLite: one row per (sweep, candidate), written as each completes.
-class ResultStore {
- public:
-  ~ResultStore() { sqlite3_close(db_); }
-  Status Open(const std::string& path) {
-    if (path.empty()) return Status::Ok();
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
-      return Status::IoError(path + ": cannot open results database: " + sqlite3_errmsg(db_));
-    }
-    return Exec("CREATE TABLE IF NOT EXISTS tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, "
-                "config TEXT NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate))",
-                path);
-  }
-  std::map<std::string, Json> Load(const std::string& sweep) {
-    std::map<std::string, Json> out;
-    if (db_ == nullptr) return out;
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT candidate, metrics FROM tune_results WHERE sweep = ?", -1, &st, nullptr);
-    sqlite3_bind_text(st, 1, sweep.c_str(), -1, SQLITE_TRANSIENT);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const std::string key = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-      out[key] = Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), nullptr, false);
-    }
-    sqlite3_finalize(st);
-    return out;
-  }
-  void Save(const std::string& sweep, const std::string& key, const std::string& config, const std::string& metrics) {
-    if (db_ == nullptr) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO tune_results(sweep, candidate, config, metrics) VALUES(?,?,?,?)", -1,
-                       &st, nullptr);
-    sqlite3_bind_text(st, 1, sweep.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, config.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 4, metrics.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
-  }
-
- private:
-  Status Exec(const std::string& sql, const std::string& path) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-      const std::string msg = err ? err : "error";
-      sqlite3_free(err);
-      return Status::IoError(path + ": " + msg);
-    }
-    return Status::Ok();
-  }
-  sqlite3* db_ = nullptr;
-  std::mutex mu_;
+// The p99 limits a server-type tune holds to: the options', else the MLPerf benchmark's.
+struct HeldLimits {
+  std::optional<double> ttft_ms, tpot_ms;
 };
-
-CandidateResult FromJson(const sim::DeploymentConfig& d, const Json& j) {
-  CandidateResult r;
-  r.config = d;
-  r.valid = j.value("valid", false);
-  r.throughput_tokens_per_s = j.value("throughput_tokens_per_s", 0.0);
-  r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
-  r.tokens_per_s_per_user = j.value("tokens_per_s_per_user", 0.0);
-  r.qps = j.value("qps", 0.0);
-  r.ttft_p99_ms = j.value("ttft_p99_ms", 0.0);
-  r.tpot_p99_ms = j.value("tpot_p99_ms", 0.0);
-  r.cost_per_million_tokens = j.value("cost_per_million_tokens", 0.0);
-  r.bound = j.value("bound", 0.0);
-  r.reused = true;
-  return r;
+HeldLimits LimitsMs(const TuneOptions& o) {
+  HeldLimits l{o.ttft_limit_ms, o.tpot_limit_ms};
+  if (auto mlperf = sim::MlperfLimits(o.space.model, o.space.scenario)) {
+    if (!l.ttft_ms) l.ttft_ms = mlperf->ttft_ms;
+    if (!l.tpot_ms) l.tpot_ms = mlperf->tpot_ms;
+  }
+  return l;
 }
 
 double MeanOutput(const std::vector<traces::Request>& data) {
@@ -233,12 +167,15 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
 
 }  // namespace
 
+bool ServerLike(sim::Scenario s) { return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive; }
+
 OrderedJson CandidateResult::ToJson() const {
   OrderedJson j;
   j["config"] = sim::ToJson(config);
   j["valid"] = valid;
   j["throughput_tokens_per_s"] = throughput_tokens_per_s;
   j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
+  j["loadgen_tokens_per_s"] = loadgen_tokens_per_s;
   j["tokens_per_s_per_user"] = tokens_per_s_per_user;
   j["qps"] = qps;
   j["ttft_p99_ms"] = ttft_p99_ms;
@@ -277,7 +214,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     // just below the bound (batch-limited candidates get there), the second at the TPOT-limited
     // estimate, then bisection in log space; valid probes run to the end and cost the most.
     constexpr double kQpsTolerance = 1.02;
-    const std::optional<double> tpot_ms = TpotLimitMs(o);
+    const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
     const double estimate =
         tpot_ms ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) / MeanOutput(o.dataset)
                 : c.bound;
@@ -299,15 +236,48 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   c.valid = best.valid;
   if (c.valid) {
     const sim::SimulationResult& r = best.result;
-    c.throughput_tokens_per_s = r.throughput_tokens_per_s;
-    c.tokens_per_s_per_gpu = r.tokens_per_s_per_gpu;
+    c.throughput_tokens_per_s = r.sustained_tokens_per_s;
+    c.tokens_per_s_per_gpu = r.sustained_tokens_per_s / d.TotalGpus();
+    c.loadgen_tokens_per_s = r.throughput_tokens_per_s;
     c.tokens_per_s_per_user = r.tpot_mean_ms > 0 ? 1000.0 / r.tpot_mean_ms : 0.0;
     c.ttft_p99_ms = r.ttft_p99_ms;
     c.tpot_p99_ms = r.tpot_p99_ms;
-    c.cost_per_million_tokens =
-        r.throughput_tokens_per_s > 0 ? price * d.TotalGpus() / (r.throughput_tokens_per_s * 3600.0) * 1e6 : 0.0;
+    c.cost_per_million_tokens = models::CostPerMillionTokens(price, c.tokens_per_s_per_gpu);
   }
   return c;
+}
+
+std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server) {
+  std::vector<CandidateResult> ranked;
+  for (const auto& r : results) {
+    if (r.valid) ranked.push_back(r);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const CandidateResult& a, const CandidateResult& b) {
+    if (a.Objective(server) != b.Objective(server)) return a.Objective(server) > b.Objective(server);
+    return CandidateKey(a.config) < CandidateKey(b.config);
+  });
+  return ranked;
+}
+
+std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results) {
+  std::vector<CandidateResult> frontier;
+  for (const auto& c : results) {
+    if (!c.valid) continue;
+    bool dominated = false;
+    for (const auto& o : results) {
+      if (o.valid && o.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu &&
+          o.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
+          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o.tokens_per_s_per_user > c.tokens_per_s_per_user)) {
+        dominated = true;
+        break;
+      }
+    }
+    if (!dominated) frontier.push_back(c);
+  }
+  std::stable_sort(frontier.begin(), frontier.end(), [](const CandidateResult& a, const CandidateResult& b) {
+    return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
+  });
+  return frontier;
 }
 
 Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
@@ -325,7 +295,8 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
 
   // The sweep id covers everything a result depends on.
   if (o.sweep_id.empty()) {
-    std::string sig = o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
+    // v2: server-type tokens/s is the sustained rate (stored results of v1 meant LoadGen's).
+    std::string sig = "v2|" + o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
                       std::string(sim::Name(o.space.scenario)) + "|" + std::to_string(o.dataset.size()) + "|" +
                       std::to_string(o.offline_samples) + "|" + std::to_string(o.probe_duration_s) + "|" +
                       std::to_string(o.probe_min_samples) + "|" + std::to_string(o.probe_max_samples) + "|" +
@@ -337,9 +308,28 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   } else {
     out.sweep_id = o.sweep_id;
   }
-  ResultStore store;
-  FATHOM_RETURN_IF_ERROR(store.Open(o.db_path));
-  const std::map<std::string, Json> stored = store.Load(out.sweep_id);
+  std::unique_ptr<ResultStore> store;
+  std::map<std::string, Json> stored;
+  if (!o.db_path.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(store, ResultStore::Open(o.db_path));
+    FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(o.space.hardware));
+    SweepInfo info;
+    info.id = out.sweep_id;
+    info.model = o.space.model;
+    info.hardware = o.space.hardware;
+    info.gpus = o.space.gpus;
+    info.scenario = o.space.scenario;
+    if (server) {
+      const HeldLimits limits = LimitsMs(o);
+      info.ttft_limit_ms = limits.ttft_ms;
+      info.tpot_limit_ms = limits.tpot_ms;
+    }
+    info.price_per_gpu_hour = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+    info.candidates = out.candidates;
+    info.infeasible = out.infeasible;
+    FATHOM_RETURN_IF_ERROR(store->Record(info));
+    stored = store->Load(out.sweep_id);
+  }
 
   // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
   const double mean_context = MeanDecodeContext(o.dataset);
@@ -366,7 +356,7 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
     const Item& item = items[i];
     auto it = stored.find(item.key);
     if (it != stored.end()) {
-      CandidateResult r = FromJson(item.config, it->second);
+      CandidateResult r = CandidateFromJson(item.config, it->second);
       std::lock_guard<std::mutex> lock(mu);
       if (r.valid) best = std::max(best, r.Objective(server));
       results[i] = r;
@@ -387,7 +377,9 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
         } else {
           if (r->valid) best = std::max(best, r->Objective(server));
           results[i] = *r;
-          store.Save(out.sweep_id, item.key, sim::ToJson(item.config).dump(), r->ToJson().dump());
+          if (store) {
+            if (Status saved = store->Save(out.sweep_id, item.key, *r); !saved.ok() && failure.ok()) failure = saved;
+          }
           ++evaluated;
         }
       }
@@ -407,28 +399,12 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   if (o.progress) std::fprintf(stderr, "\n");
   FATHOM_RETURN_IF_ERROR(failure);
 
+  std::vector<CandidateResult> simulated;
   for (auto& r : results) {
-    if (r && r->valid) out.ranked.push_back(*r);
+    if (r) simulated.push_back(*r);
   }
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const CandidateResult& a, const CandidateResult& b) {
-    if (a.Objective(server) != b.Objective(server)) return a.Objective(server) > b.Objective(server);
-    return CandidateKey(a.config) < CandidateKey(b.config);
-  });
-  // Pareto frontier: no other candidate is at least as good on both axes and better on one.
-  for (const auto& c : out.ranked) {
-    bool dominated = false;
-    for (const auto& o2 : out.ranked) {
-      if (o2.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu && o2.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
-          (o2.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o2.tokens_per_s_per_user > c.tokens_per_s_per_user)) {
-        dominated = true;
-        break;
-      }
-    }
-    if (!dominated) out.frontier.push_back(c);
-  }
-  std::sort(out.frontier.begin(), out.frontier.end(), [](const CandidateResult& a, const CandidateResult& b) {
-    return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
-  });
+  out.ranked = RankValid(simulated, server);
+  out.frontier = ParetoFrontier(out.ranked);
   out.evaluated = evaluated;
   out.reused = reused;
   out.pruned = pruned;

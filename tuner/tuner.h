@@ -39,11 +39,17 @@ struct TuneOptions {
   uint64_t seed = 1;
 };
 
+// Server and Interactive: QPS searched under p99 latency limits (Offline maximises tokens/s).
+bool ServerLike(sim::Scenario s);
+
 struct CandidateResult {
   sim::DeploymentConfig config;
   bool valid = false;                 // served every request (and, server-type, met the limits)
+  // Server-type scenarios: the rate sustained at `qps` (output tokens per second of arrivals),
+  // which costs are computed from; Offline: LoadGen's throughput.
   double throughput_tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
+  double loadgen_tokens_per_s = 0;    // what LoadGen would report for the run
   double tokens_per_s_per_user = 0;   // 1000 / mean TPOT
   double qps = 0;                     // highest valid QPS (server-type scenarios)
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
@@ -68,6 +74,12 @@ struct TuneResult {
 };
 
 Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// The valid results, best first (ties in key order).
+std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server);
+// The valid results no other valid one matches or beats on both tokens/s per GPU and tokens/s
+// per user, in increasing tokens/s per user.
+std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results);
 
 // Capacity planning: the fewest GPUs (and so the lowest cost on one GPU type) whose best
 // deployment sustains `target_qps` within the latency limits.

@@ -135,6 +135,25 @@ TEST_CASE("Evaluate: an Offline run is whole data sets, six at least and LoadGen
   CHECK(run->throughput_tokens_per_s > one->throughput_tokens_per_s);  // less of the drain
 }
 
+TEST_CASE("Evaluate: a Server candidate's tokens/s and cost are the rate it sustains, QPS x mean output", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.space.disaggregated = false;
+  auto cands = Enumerate(o.space, Catalog());
+  REQUIRE(cands.ok());
+  REQUIRE_FALSE(cands->feasible.empty());
+  auto c = Evaluate(cands->feasible.front(), o, Catalog());
+  REQUIRE(c.ok());
+  REQUIRE(c->valid);
+  double output = 0;
+  for (const auto& r : o.dataset) output += static_cast<double>(r.output_tokens);
+  const double mean_output = output / static_cast<double>(o.dataset.size());
+  // Token conservation, within the sampling error of a probe's Poisson arrivals.
+  CHECK(c->throughput_tokens_per_s == Approx(c->qps * mean_output).epsilon(0.15));
+  CHECK(c->tokens_per_s_per_gpu == Approx(c->throughput_tokens_per_s / cands->feasible.front().TotalGpus()));
+  CHECK(c->cost_per_million_tokens == Approx(models::CostPerMillionTokens(3.8, c->tokens_per_s_per_gpu)));
+  CHECK(c->loadgen_tokens_per_s > 0);
+}
+
 TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, and fp8 and bf16 KV", "[tuner]") {
   auto formats = [](const std::string& hardware) {
     SearchSpace space;

@@ -16,5 +16,6 @@ void RegisterSimulate(CLI::App& app, Status* result);
 void RegisterCalibrate(CLI::App& app, Status* result);
 void RegisterTune(CLI::App& app, Status* result);
 void RegisterProfile(CLI::App& app, Status* result);
+void RegisterReport(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterCalibrate(app, &result);
   fathom::cli::RegisterTune(app, &result);
   fathom::cli::RegisterProfile(app, &result);
+  fathom::cli::RegisterReport(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -132,6 +132,11 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
               static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);
   std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n", res.throughput_tokens_per_s,
               res.tokens_per_s_per_gpu, res.requests_per_s);
+  if (res.sustained_tokens_per_s != res.throughput_tokens_per_s) {
+    std::printf("  sustained         %12.1f tokens/s of arrivals (LoadGen's figure above ends at the last-issued "
+                "sample)\n",
+                res.sustained_tokens_per_s);
+  }
   std::printf("  %-16s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p99");
   std::printf("  %-16s %10.1f %10.1f %10.1f\n", "TTFT", res.ttft_mean_ms, res.ttft_p50_ms, res.ttft_p99_ms);
   std::printf("  %-16s %10.2f %10.2f %10.2f\n", "TPOT", res.tpot_mean_ms, res.tpot_p50_ms, res.tpot_p99_ms);

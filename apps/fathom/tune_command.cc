@@ -9,6 +9,7 @@
 #include "apps/fathom/trace_flags.h"
 #include "base/files.h"
 #include "base/json_fields.h"
+#include "reports/sweep_report.h"
 #include "sim/mlperf.h"
 #include "traces/transforms.h"
 #include "tuner/launch.h"
@@ -106,17 +107,14 @@ Status Run(TuneFlags f) {
   const bool server = o.space.scenario != sim::Scenario::kOffline;
 
   if (!f.frontier_csv.empty()) {
-    std::string csv = "tokens_per_s_per_gpu,tokens_per_s_per_user,throughput_tokens_per_s,qps,cost_per_million_tokens,config\n";
+    reports::Table csv({{"tokens_per_s_per_gpu"}, {"tokens_per_s_per_user"}, {"throughput_tokens_per_s"}, {"qps"},
+                        {"cost_per_million_tokens"}, {"config", false}});
     for (const auto& c : res.frontier) {
-      std::string cfg = sim::ToJson(c.config).dump();
-      for (auto& ch : cfg) {
-        if (ch == '"') ch = '\'';
-      }
-      csv += std::to_string(c.tokens_per_s_per_gpu) + "," + std::to_string(c.tokens_per_s_per_user) + "," +
-             std::to_string(c.throughput_tokens_per_s) + "," + std::to_string(c.qps) + "," +
-             std::to_string(c.cost_per_million_tokens) + ",\"" + cfg + "\"\n";
+      csv.AddRow({std::to_string(c.tokens_per_s_per_gpu), std::to_string(c.tokens_per_s_per_user),
+                  std::to_string(c.throughput_tokens_per_s), std::to_string(c.qps),
+                  std::to_string(c.cost_per_million_tokens), sim::ToJson(c.config).dump()});
     }
-    FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.frontier_csv, csv));
+    FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.frontier_csv, csv.Csv()));
   }
   if (res.ranked.empty()) {
     return Status::InvalidArgument("no candidate is valid: none fits in memory or meets the latency limits (" +
@@ -168,23 +166,7 @@ Status Run(TuneFlags f) {
               static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
               static_cast<long long>(res.reused), static_cast<long long>(res.pruned),
               static_cast<long long>(res.infeasible), res.wall_s);
-  std::printf("%-4s %-34s %6s %6s %10s %9s %8s %9s %9s %8s\n", "rank", "layout", "batch", "tokens", "tok/s", "tok/s/GPU",
-              "QPS", "TTFT p99", "TPOT p99", "$/Mtok");
-  for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i) {
-    const auto& c = res.ranked[i];
-    const auto& d = c.config;
-    std::string layout = d.disaggregated
-                             ? "P " + std::to_string(d.prefill.instances) + "xTP" + std::to_string(d.prefill.tp) +
-                                   " / D " + std::to_string(d.decode.instances) + "xTP" + std::to_string(d.decode.tp) +
-                                   "DP" + std::to_string(d.decode.attn_dp)
-                             : "TP" + std::to_string(d.tp) + " PP" + std::to_string(d.pp) + " EP" + std::to_string(d.ep) +
-                                   " DP" + std::to_string(d.attn_dp) + " x" + std::to_string(d.gpus / (d.tp * d.pp));
-    layout += " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
-    std::printf("%-4d %-34s %6lld %6lld %10.0f %9.0f %8.2f %9.0f %9.1f %8.3f\n", i + 1, layout.c_str(),
-                static_cast<long long>(d.engine.max_batch), static_cast<long long>(d.engine.max_num_tokens),
-                c.throughput_tokens_per_s, c.tokens_per_s_per_gpu, c.qps, c.ttft_p99_ms, c.tpot_p99_ms,
-                c.cost_per_million_tokens);
-  }
+  std::printf("%s", reports::RankingTable(res.ranked, f.top).Text().c_str());
   std::printf("\nBest: %.0f tokens/s (%.0f per GPU)%s, $%.3f per million tokens at $%.2f per GPU-hour\n",
               best.throughput_tokens_per_s, best.tokens_per_s_per_gpu,
               server ? (" at " + std::to_string(best.qps) + " QPS").c_str() : "", best.cost_per_million_tokens,

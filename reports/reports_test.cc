@@ -1,0 +1,187 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <regex>
+
+#include "base/format.h"
+#include "reports/svg_plot.h"
+#include "reports/sweep_report.h"
+#include "reports/table.h"
+
+namespace fathom::reports {
+namespace {
+
+int Count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+tuner::CandidateResult Candidate(int max_batch, double per_gpu, double per_user, bool valid = true) {
+  tuner::CandidateResult c;
+  c.config.model = "llama2-70b";
+  c.config.hardware = "h200";
+  c.config.gpus = 8;
+  c.config.tp = 8;
+  c.config.ep = 1;
+  c.config.attn_dp = 1;
+  c.config.weights = "fp8";
+  c.config.engine.max_batch = max_batch;
+  c.valid = valid;
+  c.tokens_per_s_per_gpu = per_gpu;
+  c.throughput_tokens_per_s = 8 * per_gpu;
+  c.tokens_per_s_per_user = per_user;
+  c.qps = c.throughput_tokens_per_s / 300;
+  c.cost_per_million_tokens = models::CostPerMillionTokens(3.8, per_gpu);
+  return c;
+}
+
+tuner::StoredSweep Sweep(std::string id, std::string hardware, sim::Scenario scenario) {
+  tuner::StoredSweep s;
+  s.info.id = std::move(id);
+  s.info.model = "llama2-70b";
+  s.info.hardware = std::move(hardware);
+  s.info.gpus = 8;
+  s.info.scenario = scenario;
+  s.info.price_per_gpu_hour = 3.8;
+  s.results = {Candidate(64, 900, 30), Candidate(256, 1800, 18), Candidate(128, 1000, 15), Candidate(512, 5000, 40, false)};
+  s.info.candidates = 6;
+  return s;
+}
+
+models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }
+
+}  // namespace
+
+TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown and HTML escape what they must", "[reports]") {
+  Table t({{"name", false}, {"tok/s"}});
+  t.AddRow({"a, \"b\"", "12"});
+  t.AddRow({"x|y <z>", "1234"});
+  CHECK(t.Text() == "name     tok/s\na, \"b\"      12\nx|y <z>   1234\n");
+  CHECK(t.Csv() == "name,tok/s\n\"a, \"\"b\"\"\",12\nx|y <z>,1234\n");
+  CHECK(t.Markdown() == "| name | tok/s |\n| --- | ---: |\n| a, \"b\" | 12 |\n| x\\|y <z> | 1234 |\n");
+  CHECK(t.Html().find("<td>x|y &lt;z&gt;</td><td class=\"n\">1234</td>") != std::string::npos);
+}
+
+TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[reports]") {
+  for (auto [lo, hi] : {std::pair{0.0, 19.0}, {0.13, 0.87}, {-40.0, 2500.0}, {1e6, 1.7e6}, {3.0, 3.001}}) {
+    INFO(lo << " " << hi);
+    const auto ticks = LinearTicks(lo, hi, 6);
+    REQUIRE(ticks.size() >= 2);
+    CHECK(ticks.size() <= 13);
+    CHECK(ticks.front() <= lo);
+    CHECK(ticks.back() >= hi);
+    const double step = ticks[1] - ticks[0];
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    CHECK((std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 || std::abs(mantissa - 5) < 1e-6));
+    for (size_t i = 1; i < ticks.size(); ++i) CHECK(ticks[i] - ticks[i - 1] == Approx(step));
+  }
+  CHECK(LinearTicks(0, 19, 6) == std::vector<double>{0, 5, 10, 15, 20});
+}
+
+TEST_CASE("LogTicks: powers of ten, with 2 and 5 between them over few decades", "[reports]") {
+  CHECK(LogTicks(1.2, 3.5) == std::vector<double>{1, 2, 5, 10});
+  const auto wide = LogTicks(0.5, 2000);
+  REQUIRE(wide.size() == 6);
+  CHECK(wide.front() == Approx(0.1));
+  CHECK(wide.back() == Approx(1e4));
+  CHECK(TickLabel(0.25) == "0.25");
+  CHECK(TickLabel(800) == "800");
+  CHECK(TickLabel(12000) == "12k");
+  CHECK(TickLabel(1.5e6) == "1.5M");
+  CHECK(TickLabel(-1e-17) == "0");
+}
+
+TEST_CASE("RenderSvg: every point lands inside the plot area, and bad values are errors naming them", "[reports]") {
+  Plot p;
+  p.title = "a < b & c";
+  p.x = {"x", false};
+  p.y = {"y", true};
+  p.series.push_back({"line", {1, 2, 3}, {10, 100, 1000}, true, true, false, -1});
+  p.series.push_back({"", {1.5, 2.5}, {20, 30}, false, true, true, -1});
+  auto svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  CHECK(svg->find("a &lt; b &amp; c") != std::string::npos);
+  CHECK(Count(*svg, "<polyline") == 1);
+  CHECK(Count(*svg, "<circle") == 5);
+  CHECK(Count(*svg, "fill-opacity=\"0.25\"") == 2);
+  const std::regex circle("cx=\"([0-9.]+)\" cy=\"([0-9.]+)\"");
+  for (auto it = std::sregex_iterator(svg->begin(), svg->end(), circle); it != std::sregex_iterator(); ++it) {
+    const double cx = std::stod((*it)[1]), cy = std::stod((*it)[2]);
+    CHECK(cx >= 74);
+    CHECK(cx <= p.width - 240);
+    CHECK(cy >= 40);
+    CHECK(cy <= p.height - 54);
+  }
+  // On the log axis, 10 -> 100 -> 1000 are equally spaced.
+  const std::regex points("points=\"[0-9.]+,([0-9.]+) [0-9.]+,([0-9.]+) [0-9.]+,([0-9.]+)\"");
+  std::smatch m;
+  REQUIRE(std::regex_search(*svg, m, points));
+  CHECK(std::stod(m[1]) - std::stod(m[2]) == Approx(std::stod(m[2]) - std::stod(m[3])).margin(0.2));
+
+  p.series[0].y[1] = 0;
+  auto zero = RenderSvg(p);
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().message() == "plot 'a < b & c': series 'line' point 1: y = 0: must be finite and > 0 on a log axis");
+  p.series[0].y[1] = std::numeric_limits<double>::quiet_NaN();
+  CHECK_FALSE(RenderSvg(p).ok());
+  CHECK(RenderSvg(Plot{}).status().message() == "plot '': no points to plot");
+}
+
+TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-if prices", "[reports]") {
+  const auto catalog = Catalog();
+  std::vector<tuner::StoredSweep> sweeps = {Sweep("111", "h200", sim::Scenario::kServer),
+                                            Sweep("222", "h200", sim::Scenario::kServer)};
+  SweepReport as_swept(sweeps, catalog, {});
+  const std::string text = as_swept.Text();
+  // Both sweeps share model, GPUs and scenario: their ids tell them apart.
+  CHECK(text.find("llama2-70b 8xh200 server #111") != std::string::npos);
+  CHECK(text.find("llama2-70b 8xh200 server #222") != std::string::npos);
+  // The best is the valid candidate with the highest QPS (the invalid 5000 tok/s one is out).
+  CHECK(text.find("4 simulated, 1 of them not valid") != std::string::npos);
+  CHECK(text.find("The other 2 were pruned") != std::string::npos);
+  // $3.80 per GPU-hour at 1800 tokens/s per GPU: 3.8 / (1800 x 3600) x 1e6 = 0.586 $/Mtok.
+  CHECK(text.find("0.586") != std::string::npos);
+
+  // What-if: $7.20 doubles every cost; a price for another GPU changes nothing here.
+  SweepReport what_if(sweeps, catalog, {10, {{"h200", 7.2}, {"b200", 1.0}}});
+  const std::string csv = what_if.CandidatesCsv();
+  CHECK(Count(csv, "\n") == 1 + 8);
+  CHECK(csv.find(",7.2,1.11111,") != std::string::npos);   // 7.2 / (1800 x 3600) x 1e6
+  CHECK(what_if.Text().find("(what-if; swept at $3.80)") != std::string::npos);
+  // Frontier: 256 (1800/GPU at 18/user) and 64 (900 at 30); 128 (1000 at 15) is dominated.
+  const auto html = what_if.Html();
+  REQUIRE(html.ok());
+  CHECK(Count(*html, "<svg") == 2);
+  CHECK(Count(csv, "llama2-70b,h200,8,server,1,1,") == 4);
+  // Energy: H200 at its rated power and 1800 tokens/s per GPU.
+  const double kwh = (*catalog.Find("h200")).power_watts / 1800 / 3.6;
+  CHECK(what_if.Text().find("  " + StrFormat("%.2f", kwh) + "\n") != std::string::npos);
+}
+
+TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots nothing", "[reports]") {
+  tuner::StoredSweep s = Sweep("333", "h200", sim::Scenario::kOffline);
+  for (auto& r : s.results) r.valid = false;
+  SweepReport report({s}, Catalog(), {});
+  CHECK(report.Text().find("none valid") != std::string::npos);
+  auto html = report.Html();
+  REQUIRE(html.ok());
+  CHECK(Count(*html, "<svg") == 0);
+  CHECK_FALSE(report.FrontierSvg().ok());
+}
+
+TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the sweeps", "[reports]") {
+  std::vector<tuner::StoredSweep> all = {Sweep("12345", "h200", sim::Scenario::kServer),
+                                         Sweep("12399", "b200", sim::Scenario::kServer)};
+  auto one = SelectSweeps(all, {"123"}, "x.db");
+  REQUIRE_FALSE(one.ok());
+  CHECK(one.status().message() == "x.db: --sweep = \"123\": matches several sweeps (sweeps: 12345 12399)");
+  auto picked = SelectSweeps(all, {"1239"}, "x.db");
+  REQUIRE(picked.ok());
+  REQUIRE(picked->size() == 1);
+  CHECK(picked->front().info.hardware == "b200");
+  CHECK(SelectSweeps(all, {"9"}, "x.db").status().message().find("matches no sweep") != std::string::npos);
+  CHECK(SelectSweeps({}, {}, "x.db").status().message() == "x.db: holds no sweeps (`fathom tune --db FILE` writes them)");
+}
+
+}  // namespace fathom::reports

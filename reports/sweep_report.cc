@@ -1,0 +1,304 @@
+#include "reports/sweep_report.h"
+
+#include <algorithm>
+#include <set>
+
+#include "base/format.h"
+#include "reports/svg_plot.h"
+
+namespace fathom::reports {
+namespace {
+
+std::string Fixed(double v, int digits) { return StrFormat("%.*f", digits, v); }
+
+std::string Gpus(const tuner::SweepInfo& s) { return std::to_string(s.gpus) + "x" + s.hardware; }
+
+std::string Limits(const tuner::SweepInfo& s) {
+  if (!s.ServerLike()) return "";
+  auto ms = [](const std::optional<double>& v) { return v ? Fixed(*v, 0) + " ms" : std::string("?"); };
+  return "p99 limits TTFT " + ms(s.ttft_limit_ms) + " / TPOT " + ms(s.tpot_limit_ms);
+}
+
+std::string Objective(const tuner::SweepInfo& s) {
+  return s.ServerLike() ? "the highest QPS within the p99 limits" : "the most tokens/s";
+}
+
+}  // namespace
+
+std::string LayoutLabel(const sim::DeploymentConfig& d) {
+  std::string layout =
+      d.disaggregated
+          ? "P " + std::to_string(d.prefill.instances) + "xTP" + std::to_string(d.prefill.tp) + " / D " +
+                std::to_string(d.decode.instances) + "xTP" + std::to_string(d.decode.tp) + "DP" +
+                std::to_string(d.decode.attn_dp)
+          : "TP" + std::to_string(d.tp) + " PP" + std::to_string(d.pp) + " EP" + std::to_string(d.ep) + " DP" +
+                std::to_string(d.attn_dp) + " x" + std::to_string(d.gpus / (d.tp * d.pp));
+  layout += " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
+  return layout;
+}
+
+Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour) {
+  Table t({{"rank"}, {"layout", false}, {"batch"}, {"tokens"}, {"tok/s"}, {"tok/s/GPU"}, {"tok/s/user"}, {"QPS"},
+           {"TTFT p99"}, {"TPOT p99"}, {"$/Mtok"}});
+  for (int i = 0; i < top && i < static_cast<int>(ranked.size()); ++i) {
+    const tuner::CandidateResult& c = ranked[i];
+    const double cost = usd_per_gpu_hour > 0 ? models::CostPerMillionTokens(usd_per_gpu_hour, c.tokens_per_s_per_gpu)
+                                             : c.cost_per_million_tokens;
+    t.AddRow({std::to_string(i + 1), LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
+              std::to_string(c.config.engine.max_num_tokens), Fixed(c.throughput_tokens_per_s, 0),
+              Fixed(c.tokens_per_s_per_gpu, 0), Fixed(c.tokens_per_s_per_user, 1), Fixed(c.qps, 2),
+              Fixed(c.ttft_p99_ms, 0), Fixed(c.tpot_p99_ms, 1), Fixed(cost, 3)});
+  }
+  return t;
+}
+
+Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
+  Table t({{"sweep", false}, {"model", false}, {"GPUs", false}, {"scenario", false}, {"simulated"}, {"valid"},
+           {"best", false}});
+  for (const auto& s : sweeps) {
+    const auto ranked = tuner::RankValid(s.results, s.info.ServerLike());
+    std::string best = "-";
+    if (!ranked.empty()) {
+      best = s.info.ServerLike() ? Fixed(ranked.front().qps, 2) + " QPS"
+                                 : Fixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
+    }
+    t.AddRow({s.info.id, s.info.model, Gpus(s.info), std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
+              std::to_string(s.results.size()), std::to_string(ranked.size()), best});
+  }
+  return t;
+}
+
+Result<std::vector<tuner::StoredSweep>> SelectSweeps(std::vector<tuner::StoredSweep> all,
+                                                     const std::vector<std::string>& ids, const std::string& source) {
+  if (all.empty()) return Status::InvalidArgument(source + ": holds no sweeps (`fathom tune --db FILE` writes them)");
+  if (ids.empty()) return all;
+  std::string known;
+  for (const auto& s : all) known += " " + s.info.id;
+  std::vector<tuner::StoredSweep> out;
+  for (const std::string& id : ids) {
+    std::vector<const tuner::StoredSweep*> matches;
+    for (const auto& s : all) {
+      if (s.info.id.rfind(id, 0) == 0) matches.push_back(&s);
+    }
+    if (matches.size() != 1) {
+      return Status::InvalidArgument(source + ": --sweep = \"" + id + "\": " +
+                                     (matches.empty() ? "matches no sweep" : "matches several sweeps") +
+                                     " (sweeps:" + known + ")");
+    }
+    out.push_back(*matches.front());
+  }
+  return out;
+}
+
+SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const models::HardwareCatalog& catalog,
+                         ReportOptions options)
+    : options_(std::move(options)) {
+  std::map<std::string, int> label_uses;
+  for (const auto& s : sweeps) {
+    View v;
+    v.info = s.info;
+    v.label = s.info.model + " " + Gpus(s.info) + " " + std::string(sim::Name(s.info.scenario));
+    ++label_uses[v.label];
+    v.simulated = s.results;
+    v.ranked = tuner::RankValid(s.results, s.info.ServerLike());
+    v.frontier = tuner::ParetoFrontier(s.results);
+    auto price = options_.prices.find(s.info.hardware);
+    if (price == options_.prices.end()) price = options_.prices.find("");
+    v.price = price != options_.prices.end() ? price->second : s.info.price_per_gpu_hour;
+    if (auto hw = catalog.Find(s.info.hardware); hw.ok()) v.power_watts = hw->power_watts;
+    views_.push_back(std::move(v));
+  }
+  for (View& v : views_) {
+    if (label_uses[v.label] > 1) v.label += " #" + v.info.id.substr(0, 8);
+  }
+}
+
+double SweepReport::Cost(const View& v, const tuner::CandidateResult& c) const {
+  return v.price > 0 ? models::CostPerMillionTokens(v.price, c.tokens_per_s_per_gpu) : c.cost_per_million_tokens;
+}
+
+Table SweepReport::Overview() const {
+  Table t({{"sweep", false}, {"simulated"}, {"best layout", false}, {"QPS"}, {"tok/s"}, {"tok/s/GPU"}, {"tok/s/user"},
+           {"TTFT p99"}, {"TPOT p99"}, {"$/GPU-h"}, {"$/Mtok"}, {"kWh/Mtok"}});
+  for (const View& v : views_) {
+    const std::string simulated = std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
+    const std::string price = v.price > 0 ? Fixed(v.price, 2) : "?";
+    if (v.ranked.empty()) {
+      t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
+      continue;
+    }
+    const tuner::CandidateResult& b = v.ranked.front();
+    const std::string energy =
+        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? Fixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2) : "?";
+    t.AddRow({v.label, simulated, LayoutLabel(b.config), v.info.ServerLike() ? Fixed(b.qps, 2) : "-",
+              Fixed(b.throughput_tokens_per_s, 0), Fixed(b.tokens_per_s_per_gpu, 0), Fixed(b.tokens_per_s_per_user, 1),
+              Fixed(b.ttft_p99_ms, 0), Fixed(b.tpot_p99_ms, 1), price, Fixed(Cost(v, b), 3), energy});
+  }
+  return t;
+}
+
+Table SweepReport::FrontierTable(const View& v) const {
+  Table t({{"tok/s/user"}, {"tok/s/GPU"}, {"layout", false}, {"batch"}, {"tokens"}, {"QPS"}, {"$/Mtok"}});
+  for (const auto& c : v.frontier) {
+    t.AddRow({Fixed(c.tokens_per_s_per_user, 1), Fixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
+              std::to_string(c.config.engine.max_batch), std::to_string(c.config.engine.max_num_tokens),
+              Fixed(c.qps, 2), Fixed(Cost(v, c), 3)});
+  }
+  return t;
+}
+
+std::string SweepReport::Description(const View& v) const {
+  const tuner::SweepInfo& s = v.info;
+  std::string d = "Sweep " + s.id + ": " + s.model + " on " + Gpus(s) + ", " + std::string(sim::Name(s.scenario)) +
+                  " scenario";
+  if (s.ServerLike()) d += ", " + Limits(s);
+  d += "; objective " + Objective(s) + ". ";
+  const int64_t invalid = static_cast<int64_t>(v.simulated.size() - v.ranked.size());
+  if (s.recorded) {
+    const int64_t unsimulated = std::max<int64_t>(0, s.candidates - static_cast<int64_t>(v.simulated.size()));
+    d += std::to_string(s.candidates) + " feasible candidates (" + std::to_string(s.infeasible) + " infeasible): " +
+         std::to_string(v.simulated.size()) + " simulated, " + std::to_string(invalid) + " of them not valid.";
+    if (unsimulated > 0) {
+      d += " The other " + std::to_string(unsimulated) +
+           " were pruned by their bound or not yet simulated (`fathom tune --no-prune` simulates every one).";
+    }
+  } else {
+    d += std::to_string(v.simulated.size()) + " simulated candidates (" + std::to_string(invalid) +
+         " not valid); stored by a fathom that kept no record of the sweep, so its limits and price are unknown "
+         "and its scenario is inferred.";
+  }
+  if (v.price > 0) {
+    const bool what_if = v.price != s.price_per_gpu_hour;
+    d += " Costs at $" + Fixed(v.price, 2) + " per GPU-hour" +
+         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + Fixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
+  }
+  return d;
+}
+
+std::string SweepReport::Text() const {
+  std::string out = "Best deployment of each sweep\n\n" + Overview().Text();
+  for (const View& v : views_) {
+    out += "\n== " + v.label + " ==\n" + Description(v) + "\n\n";
+    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Text();
+    out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " + std::to_string(v.frontier.size()) +
+           " points\n";
+    if (!v.frontier.empty()) out += FrontierTable(v).Text();
+  }
+  return out;
+}
+
+std::string SweepReport::Markdown() const {
+  std::string out = "# fathom tuning report\n\nPlots: `fathom report --out FILE.html`, or `--out FILE.svg` with "
+                    "`--plot frontier` or `--plot cost`.\n\n## Best deployment of each sweep\n\n" +
+                    Overview().Markdown();
+  for (const View& v : views_) {
+    out += "\n## " + v.label + "\n\n" + Description(v) + "\n\n### Ranking\n\n";
+    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Markdown();
+    out += "\n### Pareto frontier\n\n";
+    out += v.frontier.empty() ? "No valid candidate.\n" : FrontierTable(v).Markdown();
+  }
+  return out;
+}
+
+Result<std::string> SweepReport::FrontierSvg() const {
+  Plot p;
+  p.title = "Pareto frontier: throughput per GPU against speed per user";
+  p.x = {"tokens/s per user (1000 / mean TPOT)", false};
+  p.y = {"tokens/s per GPU", false};
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const View& v = views_[i];
+    Series cloud{"", {}, {}, false, true, true, static_cast<int>(i)};
+    for (const auto& c : v.ranked) {
+      cloud.x.push_back(c.tokens_per_s_per_user);
+      cloud.y.push_back(c.tokens_per_s_per_gpu);
+    }
+    Series front{v.label, {}, {}, true, true, false, static_cast<int>(i)};
+    for (const auto& c : v.frontier) {
+      front.x.push_back(c.tokens_per_s_per_user);
+      front.y.push_back(c.tokens_per_s_per_gpu);
+    }
+    p.series.push_back(std::move(cloud));
+    p.series.push_back(std::move(front));
+  }
+  return RenderSvg(p);
+}
+
+Result<std::string> SweepReport::CostSvg() const {
+  Plot p;
+  p.title = "Cost per million tokens along each frontier";
+  p.x = {"tokens/s per user (1000 / mean TPOT)", false};
+  p.y = {"USD per million tokens", true};
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const View& v = views_[i];
+    Series s{v.label, {}, {}, true, true, false, static_cast<int>(i)};
+    for (const auto& c : v.frontier) {
+      if (Cost(v, c) <= 0) continue;  // a sweep with no price
+      s.x.push_back(c.tokens_per_s_per_user);
+      s.y.push_back(Cost(v, c));
+    }
+    p.series.push_back(std::move(s));
+  }
+  return RenderSvg(p);
+}
+
+Result<std::string> SweepReport::Html() const {
+  std::string out =
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning report</title>\n<style>"
+      "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
+      "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
+      "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each sweep</h2>\n";
+  out += Overview().Html();
+  const bool any_valid = std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
+  if (any_valid) {
+    FATHOM_ASSIGN_OR_RETURN(std::string frontier, FrontierSvg());
+    out += "<h2>Pareto frontiers</h2>\n<p>Faint points: every valid candidate simulated; lines: each sweep's "
+           "frontier (no other candidate serves both more tokens/s per GPU and more tokens/s per user).</p>\n" +
+           frontier;
+    const bool priced = std::any_of(views_.begin(), views_.end(), [&](const View& v) {
+      return std::any_of(v.frontier.begin(), v.frontier.end(), [&](const auto& c) { return Cost(v, c) > 0; });
+    });
+    if (priced) {
+      FATHOM_ASSIGN_OR_RETURN(std::string cost, CostSvg());
+      out += "<h2>Cost per million tokens</h2>\n" + cost;
+    }
+  }
+  for (const View& v : views_) {
+    out += "<h2>" + EscapeXml(v.label) + "</h2>\n<p>" + EscapeXml(Description(v)) + "</p>\n<h3>Ranking</h3>\n";
+    out += v.ranked.empty() ? "<p>No valid candidate.</p>\n" : RankingTable(v.ranked, options_.top, v.price).Html();
+    out += "<h3>Pareto frontier</h3>\n";
+    out += v.frontier.empty() ? "<p>No valid candidate.</p>\n" : FrontierTable(v).Html();
+  }
+  out += "<h2>Definitions</h2>\n<ul>\n"
+         "<li>tok/s: output tokens per second over the run, as MLPerf LoadGen counts them; tok/s/user: 1000 / mean "
+         "TPOT in ms.</li>\n"
+         "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>.</li>\n"
+         "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that leaves out "
+         "hosts, network and cooling.</li>\n"
+         "<li>Figures are the simulator's predictions; pruned candidates were never simulated.</li>\n</ul>\n";
+  return out + "</body></html>\n";
+}
+
+std::string SweepReport::CandidatesCsv() const {
+  Table t({{"sweep", false}, {"model", false}, {"hardware", false}, {"gpus"}, {"scenario", false}, {"valid"},
+           {"frontier"}, {"layout", false}, {"kv", false}, {"max_batch"}, {"max_num_tokens"}, {"qps"}, {"throughput_tokens_per_s"},
+           {"tokens_per_s_per_gpu"}, {"tokens_per_s_per_user"}, {"ttft_p99_ms"}, {"tpot_p99_ms"},
+           {"usd_per_gpu_hour"}, {"cost_per_million_tokens"}, {"config", false}});
+  for (const View& v : views_) {
+    std::set<std::string> on_frontier;
+    for (const auto& c : v.frontier) on_frontier.insert(tuner::CandidateKey(c.config));
+    for (const auto& c : v.simulated) {
+      const std::string key = tuner::CandidateKey(c.config);
+      t.AddRow({v.info.id, v.info.model, v.info.hardware, std::to_string(v.info.gpus),
+                std::string(sim::Name(v.info.scenario)), c.valid ? "1" : "0", on_frontier.count(key) ? "1" : "0",
+                LayoutLabel(c.config), c.config.kv, std::to_string(c.config.engine.max_batch),
+                std::to_string(c.config.engine.max_num_tokens), StrFormat("%g", c.qps),
+                StrFormat("%g", c.throughput_tokens_per_s), StrFormat("%g", c.tokens_per_s_per_gpu),
+                StrFormat("%g", c.tokens_per_s_per_user), StrFormat("%g", c.ttft_p99_ms),
+                StrFormat("%g", c.tpot_p99_ms), StrFormat("%g", v.price),
+                StrFormat("%g", c.valid ? Cost(v, c) : 0.0), key});
+    }
+  }
+  return t.Csv();
+}
+
+}  // namespace fathom::reports

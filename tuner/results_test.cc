@@ -1,0 +1,143 @@
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "tuner/results.h"
+
+namespace fathom::tuner {
+namespace {
+
+std::string TempDb(const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove(path);
+  return path.string();
+}
+
+CandidateResult Result(int max_batch, bool valid, double qps) {
+  CandidateResult r;
+  r.config.engine.max_batch = max_batch;
+  r.valid = valid;
+  r.qps = qps;
+  r.throughput_tokens_per_s = 1000 * qps;
+  r.tokens_per_s_per_gpu = 125 * qps;
+  r.tokens_per_s_per_user = 40.0 - max_batch / 32.0;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("ResultStore: sweeps read back with their record, in the order first recorded", "[tuner]") {
+  const std::string path = TempDb("fathom_results_test.db");
+  {
+    auto store = ResultStore::Open(path);
+    REQUIRE(store.ok());
+    SweepInfo later{"b-sweep", "deepseek-r1", "b200", 8, sim::Scenario::kServer, 2000.0, 80.0, 6.5, 3, 1};
+    SweepInfo first{"a-sweep", "llama2-70b", "h200", 4, sim::Scenario::kOffline, std::nullopt, std::nullopt, 3.8, 1, 0};
+    REQUIRE((*store)->Record(later).ok());
+    REQUIRE((*store)->Record(first).ok());
+    later.candidates = 4;  // a resumed sweep updates its record and keeps its place
+    REQUIRE((*store)->Record(later).ok());
+    for (int b : {64, 256, 128}) REQUIRE((*store)->Save("b-sweep", "key" + std::to_string(b), Result(b, b != 128, b / 64.0)).ok());
+    REQUIRE((*store)->Save("a-sweep", "k", Result(32, true, 0)).ok());
+  }
+  auto store = ResultStore::OpenExisting(path);
+  REQUIRE(store.ok());
+  auto sweeps = (*store)->Sweeps();
+  REQUIRE(sweeps.ok());
+  REQUIRE(sweeps->size() == 2);
+  const StoredSweep& b = (*sweeps)[0];
+  CHECK(b.info.id == "b-sweep");
+  CHECK(b.info.recorded);
+  CHECK(b.info.scenario == sim::Scenario::kServer);
+  CHECK(b.info.candidates == 4);
+  CHECK(b.info.ttft_limit_ms == 2000.0);
+  CHECK(b.info.price_per_gpu_hour == 6.5);
+  REQUIRE(b.results.size() == 3);
+  const auto ranked = RankValid(b.results, /*server=*/true);
+  REQUIRE(ranked.size() == 2);
+  CHECK(ranked[0].config.engine.max_batch == 256);
+  CHECK((*sweeps)[1].info.id == "a-sweep");
+  CHECK_FALSE((*sweeps)[1].info.tpot_limit_ms.has_value());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("ResultStore: a sweep stored without a record gets model, GPUs and scenario from its candidates", "[tuner]") {
+  const std::string path = TempDb("fathom_results_legacy.db");
+  {
+    auto store = ResultStore::Open(path);
+    REQUIRE(store.ok());
+    CandidateResult r = Result(64, true, 2.5);
+    r.config.model = "llama2-70b";
+    r.config.hardware = "h100";
+    r.config.gpus = 4;
+    r.config.tp = 4;
+    r.config.ep = 1;
+    r.config.attn_dp = 1;
+    REQUIRE((*store)->Save("old", "k", r).ok());
+  }
+  auto store = ResultStore::OpenExisting(path);
+  REQUIRE(store.ok());
+  auto sweeps = (*store)->Sweeps();
+  REQUIRE(sweeps.ok());
+  REQUIRE(sweeps->size() == 1);
+  const SweepInfo& info = sweeps->front().info;
+  CHECK_FALSE(info.recorded);
+  CHECK(info.model == "llama2-70b");
+  CHECK(info.hardware == "h100");
+  CHECK(info.gpus == 4);
+  CHECK(info.scenario == sim::Scenario::kServer);  // its candidates have a QPS
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("ResultStore: opening a missing file or another database for reading is an error naming it", "[tuner]") {
+  const std::string missing = TempDb("fathom_results_missing.db");
+  auto none = ResultStore::OpenExisting(missing);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().message() == missing + ": no such results database");
+  CHECK_FALSE(std::filesystem::exists(missing));
+
+  const std::string other = TempDb("fathom_results_other.db");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(other.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE kernels(name TEXT)", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto wrong = ResultStore::OpenExisting(other);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.status().message().find(other + ": not a fathom results database") == 0);
+  std::filesystem::remove(other);
+}
+
+TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid result is matched by one", "[tuner]") {
+  std::vector<CandidateResult> all;
+  for (int i = 0; i < 60; ++i) {
+    CandidateResult r;
+    r.valid = i % 7 != 0;
+    r.tokens_per_s_per_gpu = 100 + (i * 37) % 53;
+    r.tokens_per_s_per_user = 5 + (i * 11) % 29;
+    all.push_back(r);
+  }
+  const auto frontier = ParetoFrontier(all);
+  REQUIRE_FALSE(frontier.empty());
+  auto dominates = [](const CandidateResult& a, const CandidateResult& b) {
+    return a.tokens_per_s_per_gpu >= b.tokens_per_s_per_gpu && a.tokens_per_s_per_user >= b.tokens_per_s_per_user &&
+           (a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu || a.tokens_per_s_per_user > b.tokens_per_s_per_user);
+  };
+  for (const auto& a : frontier) {
+    CHECK(a.valid);
+    for (const auto& b : frontier) CHECK_FALSE(dominates(a, b));
+  }
+  for (size_t i = 1; i < frontier.size(); ++i) {
+    CHECK(frontier[i - 1].tokens_per_s_per_user <= frontier[i].tokens_per_s_per_user);
+  }
+  for (const auto& r : all) {
+    if (!r.valid) continue;
+    const bool covered = std::any_of(frontier.begin(), frontier.end(), [&](const CandidateResult& f) {
+      return dominates(f, r) || (f.tokens_per_s_per_gpu == r.tokens_per_s_per_gpu &&
+                                 f.tokens_per_s_per_user == r.tokens_per_s_per_user);
+    });
+    CHECK(covered);
+  }
+}
+
+}  // namespace fathom::tuner
