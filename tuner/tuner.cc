@@ -350,7 +350,15 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   std::vector<std::optional<CandidateResult>> results(items.size());
   std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
   std::mutex mu;
+  // A resumed sweep starts from the best it has stored, so whatever an earlier run pruned is pruned
+  // again whatever order the threads reach the candidates in.
   double best = 0;
+  for (const auto& item : items) {
+    if (auto it = stored.find(item.key); it != stored.end()) {
+      const CandidateResult r = CandidateFromJson(item.config, it->second);
+      if (r.valid) best = std::max(best, r.Objective(server));
+    }
+  }
   Status failure;
   ParallelFor(items.size(), o.jobs, [&](size_t i) {
     const Item& item = items[i];
@@ -358,7 +366,6 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
     if (it != stored.end()) {
       CandidateResult r = CandidateFromJson(item.config, it->second);
       std::lock_guard<std::mutex> lock(mu);
-      if (r.valid) best = std::max(best, r.Objective(server));
       results[i] = r;
       ++reused;
     } else {

@@ -112,6 +112,28 @@ TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterr
   std::filesystem::remove(fresh_db);
 }
 
+TEST_CASE("Tune: a resumed pruned sweep prunes what the first run pruned, whatever the thread order", "[tuner]") {
+  const std::string db = (std::filesystem::temp_directory_path() / "fathom_tune_resume_pruned.db").string();
+  std::filesystem::remove(db);
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.sweep_id = "resume-pruned";
+  o.db_path = db;
+  auto first = Tune(o, Catalog());
+  REQUIRE(first.ok());
+  REQUIRE(first->pruned > 0);
+  // Many threads reach unstored (pruned) candidates before the stored best is read back.
+  o.jobs = 16;
+  for (int run = 0; run < 5; ++run) {
+    auto again = Tune(o, Catalog());
+    REQUIRE(again.ok());
+    CHECK(again->evaluated == 0);
+    CHECK(again->reused == first->evaluated);
+    CHECK(again->pruned == first->pruned);
+    CHECK(CandidateKey(again->ranked.front().config) == CandidateKey(first->ranked.front().config));
+  }
+  std::filesystem::remove(db);
+}
+
 TEST_CASE("Evaluate: an Offline run is whole data sets, six at least and LoadGen's 1.1 x 600 s", "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kOffline);
   auto cands = Enumerate(o.space, Catalog());
