@@ -68,6 +68,11 @@ class Engine {
   int64_t prefix_lookups() const;
   int64_t prefix_hits() const;
 
+  // New limits for the batches formed from now on (running sequences keep their place).
+  void SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
+    config_.max_batch = max_batch;
+    config_.max_num_tokens = max_num_tokens;
+  }
   // Queues a sequence on one of this engine's ranks.
   void Enqueue(int rank, int64_t slot);
   // Starts a batch if the first stage is free and there is work. Returns the time the first

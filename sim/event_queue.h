@@ -38,6 +38,12 @@ class EventQueue {
     FATHOM_CHECK(time >= now_);
     heap_.push(Event{time, kind, next_sequence_++, a, b});
   }
+  SimTime next_time() const { return heap_.top().time; }
+  // Moves the clock on to `t` when no event is due before it (a run paused at a window's end).
+  void AdvanceClock(SimTime t) {
+    FATHOM_CHECK(empty() || next_time() >= t);
+    if (t > now_) now_ = t;
+  }
   // Removes the earliest event and advances the clock to it.
   Event Pop() {
     Event e = heap_.top();

@@ -227,6 +227,9 @@ void Simulator::OnFirstToken(int64_t slot, SimTime t) {
     deadlines_.push({t + FromSeconds(limits_->tpot_ms * 1e-3 * static_cast<double>(s.output - 1)), s.issue_index,
                      slot, true});
   }
+  if (on_first_token_) {
+    on_first_token_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(t), 0});
+  }
   if (event_log_) {
     std::fprintf(event_log_, "%.9f first_token request=%lld\n", ToSeconds(t),
                  static_cast<long long>(slots_[slot].request_id));
@@ -253,6 +256,10 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   }
   AdvanceLittle(t);
   --in_system_;
+  if (on_complete_) {
+    on_complete_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(s.first_token),
+                               ToSeconds(t)});
+  }
   if (requests_csv_) {
     std::fprintf(requests_csv_, "%lld,%.9f,%.9f,%.9f,%lld,%lld,%d\n", static_cast<long long>(s.request_id),
                  ToSeconds(s.scheduled), ToSeconds(s.first_token), ToSeconds(t), static_cast<long long>(s.input),
@@ -302,17 +309,20 @@ void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end,
   }
 }
 
-Result<SimulationResult> Simulator::Run() {
-  if (closed_loop_) {
-    for (int c = 0; c < spec_.scenario.clients; ++c) {
-      FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(SimTime(0)));
-      if (!more) break;
+Status Simulator::Advance(SimTime until) {
+  if (!started_) {
+    started_ = true;
+    if (closed_loop_) {
+      for (int c = 0; c < spec_.scenario.clients; ++c) {
+        FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(SimTime(0)));
+        if (!more) break;
+      }
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
+      (void)more;
     }
-  } else {
-    FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
-    (void)more;
   }
-  while (!queue_.empty() && !stopped_) {
+  while (!queue_.empty() && !stopped_ && queue_.next_time() <= until) {
     const Event e = queue_.Pop();
     if (Watching()) {
       CountCertainViolations(e.time);
@@ -358,6 +368,25 @@ Result<SimulationResult> Simulator::Run() {
       }
     }
   }
+  if (!stopped_ && until != SimTime::max()) queue_.AdvanceClock(until);
+  return Status::Ok();
+}
+
+Status Simulator::SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
+  if (spec_.decode_pool) return Status::InvalidArgument("batch limits change only on aggregated deployments");
+  if (max_batch < 1 || max_num_tokens < 1) {
+    return Status::InvalidArgument("batch limits " + std::to_string(max_batch) + " sequences, " +
+                                   std::to_string(max_num_tokens) + " tokens: each must be >= 1");
+  }
+  for (int e : main_engines_) {
+    engines_[e]->SetBatchLimits(max_batch, max_num_tokens);
+    Kick(e);  // a raised limit may admit waiting requests now
+  }
+  return Status::Ok();
+}
+
+Result<SimulationResult> Simulator::Run() {
+  FATHOM_RETURN_IF_ERROR(Advance(SimTime::max()));
 
   SimulationResult res;
   res.completed_requests = static_cast<int64_t>(e2e_ms_.size());

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -71,6 +72,13 @@ struct SimulationResult {
   OrderedJson ToJson() const;
 };
 
+// A request's first token or its end, as a live runtime's request metrics see them.
+struct RequestRecord {
+  int64_t id = 0;
+  int64_t input = 0, output = 0;
+  double issue_s = 0, first_token_s = 0, done_s = 0;  // done_s: 0 until it has finished
+};
+
 class Simulator : public EngineListener {
  public:
   Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source);
@@ -82,7 +90,22 @@ class Simulator : public EngineListener {
   void set_timeline(std::FILE* f) { timeline_ = f; }
   void set_event_log(std::FILE* f) { event_log_ = f; }
 
+  // Runs to the end (from wherever Advance stopped) and scores the run.
   Result<SimulationResult> Run();
+
+  // A run watched as it goes, as a live runtime is: Advance processes every event due by `until`
+  // and moves the clock there; between calls the caller may read the counters below and change
+  // the batch limits, which running requests keep their place under and which the engines apply
+  // from the next batch they form (aggregated deployments).
+  Status Advance(SimTime until);
+  Status SetBatchLimits(int64_t max_batch, int64_t max_num_tokens);
+  void set_on_first_token(std::function<void(const RequestRecord&)> f) { on_first_token_ = std::move(f); }
+  void set_on_complete(std::function<void(const RequestRecord&)> f) { on_complete_ = std::move(f); }
+  SimTime now() const { return queue_.now(); }
+  int64_t issued() const { return issued_; }
+  int64_t in_system() const { return in_system_; }
+  // No event left: every issued request has finished (or can never be served).
+  bool finished() const { return started_ && queue_.empty(); }
 
   // EngineListener (called by the engines during Run).
   void OnFirstToken(int64_t slot, SimTime t) override;
@@ -118,6 +141,8 @@ class Simulator : public EngineListener {
   std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed
   int64_t round_robin_ = 0;
   bool closed_loop_ = false;
+  bool started_ = false;
+  std::function<void(const RequestRecord&)> on_first_token_, on_complete_;
 
   // Metrics.
   void CountViolation(int64_t* violations);  // sets stopped_ at stop_after_violations

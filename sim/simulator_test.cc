@@ -274,6 +274,68 @@ TEST_CASE("Simulator: Little's law and token conservation on DeepSeek-R1 Server"
   CHECK(r.tpot_p99_ms > 0);
 }
 
+TEST_CASE("Simulator: a run advanced window by window is the run taken in one go", "[sim]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  auto data = MlperfSet();
+  const SimulationResult whole = RunOk(spec, PoissonSource(data, 300, 2.0, 5));
+  Simulator sim(spec, PoissonSource(data, 300, 2.0, 5));
+  int64_t seen = 0;
+  double last_done = 0;
+  sim.set_on_complete([&](const RequestRecord& r) {
+    ++seen;
+    CHECK(r.done_s >= last_done);
+    CHECK(r.first_token_s >= r.issue_s);
+    last_done = r.done_s;
+  });
+  for (double t = 7.5; !sim.finished(); t += 7.5) {
+    REQUIRE(sim.Advance(FromSeconds(t)).ok());
+    CHECK(sim.now() == FromSeconds(t));
+    CHECK(last_done <= t);
+  }
+  auto stepped = sim.Run();
+  REQUIRE(stepped.ok());
+  CHECK(seen == 300);
+  CHECK(stepped->ToJson().dump() == whole.ToJson().dump());
+}
+
+TEST_CASE("Simulator: batch limits changed mid-run keep every request and apply to later batches", "[sim]") {
+  DeepSeek ds;
+  for (bool implicit : {true, false}) {
+    SimulationSpec spec = ds.Spec(Scenario::kServer);
+    spec.scenario.min_duration_s = 0;
+    spec.engine.implicit_decode = implicit;
+    auto data = MlperfSet();
+    int64_t output = 0;
+    auto preview = PoissonSource(data, 400, 6.0, 7);
+    traces::Request req;
+    SimTime t{};
+    while (*preview->Next(&req, &t)) output += req.output_tokens;
+    Simulator sim(spec, PoissonSource(data, 400, 6.0, 7));
+    int64_t done = 0;
+    sim.set_on_complete([&](const RequestRecord&) { ++done; });
+    // Down to 4 sequences and 512 tokens a rank while hundreds run, then back up.
+    REQUIRE(sim.Advance(FromSeconds(30)).ok());
+    const int64_t running = sim.in_system();
+    REQUIRE(running > 8 * 4);
+    REQUIRE(sim.SetBatchLimits(4, 512).ok());
+    REQUIRE(sim.Advance(FromSeconds(60)).ok());
+    CHECK(sim.in_system() > running);  // admissions slowed: the queue grew
+    REQUIRE(sim.SetBatchLimits(512, 4608).ok());
+    auto r = sim.Run();
+    REQUIRE(r.ok());
+    CHECK(done == 400);
+    CHECK(r->completed_requests == 400);
+    CHECK(r->output_tokens == output);
+    CHECK(r->counters.generated_tokens == output);
+    CHECK(r->mean_in_system == Approx(r->arrival_rate_per_s * r->e2e_mean_ms / 1e3).epsilon(1e-6));
+  }
+  FakeTime time(0.01, false);
+  Simulator sim(SingleSlot(&time), PoissonSource(Dataset(1, 10, 10), 1, 1.0, 1));
+  CHECK(sim.SetBatchLimits(0, 512).message().find("each must be >= 1") != std::string::npos);
+}
+
 TEST_CASE("Simulator: preemption under KV pressure loses and duplicates no token", "[sim]") {
   DeepSeek ds;
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
