@@ -147,6 +147,16 @@ expect 2 '--plot = "pie": must be frontier or cost' -- report --db "$tmp/tune.db
 expect 2 '--top = 0: must be >= 1' -- report --db "$tmp/tune.db" --top 0
 [[ ! -e r.pdf ]] || { echo "FAIL: r.pdf written"; failed=$((failed + 1)); }
 
+# Online tuner on an emulated runtime: started with too few sequences a rank for 3 QPS of
+# DeepSeek-R1, it raises the limit, and no request is lost.
+expect 0 "0 dropped" -- online --load 600:3 --initial-batch 32 --warmup-s 300 --probe-s 300
+expect 0 '"changes": ' -- online --load 300:3 --initial-batch 32 --warmup-s 300 --probe-s 300 --json --compare-static
+expect 2 '--load: segment "600" is not DURATION_S:RATE' -- online --load 600
+expect 2 "the choice (512 seqs, 2048 tokens) exceeds the limits the runtime started with (256 seqs, 8192 tokens)" -- online --max-batch 512
+expect 2 "--window-s = 0: must be > 0" -- online --window-s 0
+expect 2 "--min-gain = -1: must be >= 0" -- online --min-gain -1
+expect 0 "p99 limits TTFT 2000 ms / TPOT 200 ms" -- online --deployment "$tmp/best.json" --load 300:2 --max-output 1000
+
 # Profiler.
 expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json

@@ -18,6 +18,7 @@
 #include "traces/reader.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
+#include "tuner/online.h"
 
 namespace fathom {
 namespace {
@@ -167,6 +168,31 @@ void Activity(int64_t kernels, int repeat) {
 }
 
 }  // namespace
+// One decision of the online tuner: 12 batch-limit choices, each simulated for 900 s of DeepSeek-R1
+// Poisson traffic at 6 QPS (5 forecast x 1.2 headroom) on 2,000 finished requests' lengths.
+void Online(int repeat) {
+  const auto data = MlperfSet();
+  tuner::Window w;
+  w.end_s = 60;
+  w.arrived = 300;
+  w.completed = 2000;
+  w.finished.assign(data.begin(), data.begin() + 2000);
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  tuner::OnlineOptions o;
+  o.max_batch = {32, 64, 128, 256};
+  o.max_num_tokens = {2048, 4096, 8192};
+  std::string reason;
+  const double s = Median(repeat, [&] {
+    auto c = tuner::Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, *catalog,
+                                       [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
+                                         return std::unique_ptr<models::ExecutionTimeModel>(
+                                             std::make_unique<models::RooflineModel>(m, hw, l, p));
+                                       });
+    reason = (*c)->Step(w)->reason;
+  });
+  std::printf("online_step: 12 choices predicted in %.3f s wall (median of %d): %s\n", s, repeat, reason.c_str());
+}
+
 }  // namespace fathom
 
 int main(int argc, char** argv) {
@@ -182,5 +208,6 @@ int main(int argc, char** argv) {
   if (what == "server" || what == "all") fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
+  if (what == "online" || what == "all") fathom::Online(repeat);
   return 0;
 }

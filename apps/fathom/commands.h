@@ -17,5 +17,6 @@ void RegisterCalibrate(CLI::App& app, Status* result);
 void RegisterTune(CLI::App& app, Status* result);
 void RegisterProfile(CLI::App& app, Status* result);
 void RegisterReport(CLI::App& app, Status* result);
+void RegisterOnline(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

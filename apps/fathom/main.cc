@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterTune(app, &result);
   fathom::cli::RegisterProfile(app, &result);
   fathom::cli::RegisterReport(app, &result);
+  fathom::cli::RegisterOnline(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,5 @@
 #include <cstdio>
 #include <memory>
-#include <sstream>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/trace_flags.h"
@@ -145,26 +144,6 @@ Status Convert(const ConvertFlags& f) {
   return Status::Ok();
 }
 
-Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& text) {
-  std::vector<traces::RateSegment> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t colon = item.find(':');
-    traces::RateSegment seg;
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      seg.duration_s = std::stod(item.substr(0, colon));
-      seg.rate_per_s = std::stod(item.substr(colon + 1));
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("--schedule: segment \"" + item +
-                                     "\" is not DURATION_S:RATE (e.g. 3600:2.5)");
-    }
-    out.push_back(seg);
-  }
-  return out;
-}
-
 Status Synth(SynthFlags f) {
   if (f.arrival == "poisson") {
     f.spec.arrivals.kind = traces::ArrivalKind::kPoisson;
@@ -176,7 +155,7 @@ Status Synth(SynthFlags f) {
     return Status::InvalidArgument("--arrival = \"" + f.arrival + "\": must be poisson, gamma or weibull");
   }
   if (!f.schedule.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(f.spec.arrivals.schedule, ParseSchedule(f.schedule));
+    FATHOM_ASSIGN_OR_RETURN(f.spec.arrivals.schedule, ParseSchedule("--schedule", f.schedule));
   }
   if (f.lengths == "empirical" || f.lengths == "fit") {
     if (f.from.empty()) return Status::InvalidArgument("--lengths " + f.lengths + " needs --from TRACE");

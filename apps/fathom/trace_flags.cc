@@ -1,6 +1,8 @@
 #include "apps/fathom/trace_flags.h"
 
 #include <cstdio>
+#include <sstream>
+#include <stdexcept>
 
 namespace fathom::cli {
 
@@ -40,6 +42,26 @@ void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) 
     std::fprintf(stderr, "fathom: %s: %lld rows filtered out, %lld failed responses left out\n", path.c_str(),
                  static_cast<long long>(c.filtered), static_cast<long long>(c.failed_responses));
   }
+}
+
+Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, const std::string& text) {
+  std::vector<traces::RateSegment> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t colon = item.find(':');
+    traces::RateSegment seg;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      seg.duration_s = std::stod(item.substr(0, colon));
+      seg.rate_per_s = std::stod(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(flag + ": segment \"" + item +
+                                     "\" is not DURATION_S:RATE (e.g. 3600:2.5)");
+    }
+    out.push_back(seg);
+  }
+  return out;
 }
 
 }  // namespace fathom::cli

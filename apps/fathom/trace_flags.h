@@ -5,9 +5,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "traces/reader.h"
+#include "traces/synth.h"
 
 namespace fathom::cli {
 
@@ -25,5 +27,8 @@ Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::strin
                                                                 const TraceReadFlags& flags);
 // One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
+
+// Piecewise arrival rates, DURATION_S:RATE,... (`flag` names the option in errors).
+Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, const std::string& text);
 
 }  // namespace fathom::cli

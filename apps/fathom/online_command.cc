@@ -1,0 +1,210 @@
+// `fathom online`: the online tuner's control loop against a live runtime emulated by the
+// simulator (a load that changes over time), and what holding the starting limits would give.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "apps/fathom/commands.h"
+#include "apps/fathom/deployment_flags.h"
+#include "apps/fathom/time_model_flags.h"
+#include "apps/fathom/trace_flags.h"
+#include "base/format.h"
+#include "base/json_fields.h"
+#include "sim/mlperf.h"
+#include "traces/synth.h"
+#include "traces/transforms.h"
+#include "tuner/online.h"
+
+namespace fathom::cli {
+namespace {
+
+struct OnlineFlags {
+  std::string deployment_file;
+  std::vector<std::string> hardware_files;
+  TimeModelFlags time_model;
+  std::string trace;  // request lengths of the emulated load
+  TraceReadFlags read;
+  std::string load = "900:3,900:8,900:2";
+  double window_s = 60;
+  int64_t initial_batch = 0, initial_tokens = 0;  // 0: the deployment's
+  std::optional<double> ttft_ms, tpot_ms;
+  tuner::OnlineOptions options;
+  bool compare_static = false;
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+std::string Ms(double v) { return StrFormat("%.0f ms", v); }
+
+struct Run {
+  tuner::OnlineSummary summary;
+  OrderedJson windows = OrderedJson::array();
+};
+
+Result<Run> Loop(const OnlineFlags& f, const sim::DeploymentConfig& d, const tuner::OnlineOptions& options,
+                 tuner::BatchLimits initial, const std::vector<traces::Request>& lengths,
+                 const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time,
+                 const std::string& title) {
+  const bool print = !title.empty();  // else quiet
+  traces::SynthSpec spec;
+  FATHOM_ASSIGN_OR_RETURN(spec.arrivals.schedule, ParseSchedule("--load", f.load));
+  spec.lengths.kind = traces::LengthModel::kEmpirical;
+  for (const auto& r : lengths) spec.lengths.samples.emplace_back(r.input_tokens, r.output_tokens);
+  spec.requests = int64_t{1} << 40;  // the schedule ends the load
+  spec.seed = f.seed;
+  FATHOM_RETURN_IF_ERROR(spec.Validate());
+  FATHOM_ASSIGN_OR_RETURN(auto load, traces::Synthesize(spec));
+  FATHOM_ASSIGN_OR_RETURN(auto runtime, tuner::SimulatedRuntime::Create(d, initial, sim::ReplaySource(std::move(load)),
+                                                                        f.window_s, catalog, make_time));
+  FATHOM_ASSIGN_OR_RETURN(auto controller, tuner::Controller::Create(d, initial, options, catalog, make_time));
+  Run run;
+  auto on_step = [&](const tuner::Window& w, const tuner::Decision& dec) {
+    OrderedJson j;
+    j["start_s"] = w.start_s;
+    j["end_s"] = w.end_s;
+    j["arrival_rate_per_s"] = w.ArrivalRate();
+    j["completed"] = w.completed;
+    j["in_flight"] = w.in_flight;
+    j["dropped"] = w.dropped;
+    j["ttft_p99_ms"] = w.ttft_p99_ms;
+    j["tpot_p99_ms"] = w.tpot_p99_ms;
+    j["decision"] = dec.ToJson();
+    run.windows.push_back(j);
+    if (!print) return;
+    std::printf("%7.0f %8.2f %6lld %7lld %9s %9s %7s  %-8s %-22s %s\n", w.end_s, w.ArrivalRate(),
+                static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
+                w.completed ? Ms(w.ttft_p99_ms).c_str() : "-", w.completed ? Ms(w.tpot_p99_ms).c_str() : "-",
+                std::isnan(dec.observed_margin) ? "-" : StrFormat("%.2f", dec.observed_margin).c_str(),
+                std::string(tuner::Name(dec.action)).c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
+    std::fflush(stdout);
+  };
+  if (print) {
+    std::printf("%s", title.c_str());
+    std::printf("%7s %8s %6s %7s %9s %9s %7s  %-8s %-22s %s\n", "t (s)", "arr/s", "done", "in sys", "p99 TTFT",
+                "p99 TPOT", "margin", "action", "limits", "why");
+  }
+  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(*runtime, *controller, 0, on_step));
+  return run;
+}
+
+void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
+  std::printf("%s: %lld windows, %lld of %lld judged within both p99 limits; %lld changes, %lld rollbacks; "
+              "%lld requests arrived, %lld finished, %lld dropped\n",
+              label, static_cast<long long>(s.windows), static_cast<long long>(s.windows_within_limits),
+              static_cast<long long>(s.windows_judged), static_cast<long long>(s.changes),
+              static_cast<long long>(s.rollbacks), static_cast<long long>(s.arrived),
+              static_cast<long long>(s.completed), static_cast<long long>(s.dropped));
+}
+
+Status RunOnlineCommand(OnlineFlags f) {
+  sim::DeploymentConfig d;
+  if (!f.deployment_file.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(d, sim::LoadDeploymentFile(f.deployment_file));
+  }
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+
+  // Service levels: the flags, else the model's MLPerf Server limits.
+  const auto mlperf = sim::MlperfLimits(d.model, sim::Scenario::kServer);
+  if (!mlperf && (!f.ttft_ms || !f.tpot_ms)) {
+    return Status::InvalidArgument("no MLPerf latency limits known for " + d.model + ": give --ttft-ms and --tpot-ms");
+  }
+  tuner::OnlineOptions& o = f.options;
+  o.ttft_limit_ms = f.ttft_ms.value_or(mlperf ? mlperf->ttft_ms : 0);
+  o.tpot_limit_ms = f.tpot_ms.value_or(mlperf ? mlperf->tpot_ms : 0);
+  o.seed = f.seed;
+  // The choices default to fractions of what the runtime started with.
+  const tuner::BatchLimits started{d.engine.max_batch, d.engine.max_num_tokens};
+  auto fractions = [](int64_t top, std::initializer_list<int> divisors) {
+    std::vector<int64_t> v;
+    for (int div : divisors) {
+      if (top / div >= 1 && (v.empty() || v.back() != top / div)) v.push_back(top / div);
+    }
+    return v;
+  };
+  if (o.max_batch.empty()) o.max_batch = fractions(started.max_batch, {8, 4, 2, 1});
+  if (o.max_num_tokens.empty()) o.max_num_tokens = fractions(started.max_num_tokens, {4, 2, 1});
+  const tuner::BatchLimits initial{f.initial_batch > 0 ? f.initial_batch : started.max_batch,
+                                   f.initial_tokens > 0 ? f.initial_tokens : started.max_num_tokens};
+
+  TraceReadFlags read = f.read;
+  const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
+  if (f.trace.empty() && !read.max_output) read.max_output = 20000;
+  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> lengths, traces::ReadAll(*reader));
+  ReportReadCounters(trace, reader->counters());
+
+  const std::string title =
+      StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %.0f s, load %s QPS\n",
+                d.model.c_str(), d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(),
+                Ms(o.tpot_limit_ms).c_str(), f.window_s, f.load.c_str()) +
+      "Starting at " + initial.Label() + " (memory planned for " + started.Label() + ")\n\n";
+  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, d, o, initial, lengths, catalog, time_model.factory, f.json ? "" : title));
+  std::optional<Run> held;
+  if (f.compare_static) {
+    tuner::OnlineOptions fixed = o;
+    fixed.max_batch = {initial.max_batch};
+    fixed.max_num_tokens = {initial.max_num_tokens};
+    FATHOM_ASSIGN_OR_RETURN(held, Loop(f, d, fixed, initial, lengths, catalog, time_model.factory, ""));
+  }
+  if (f.json) {
+    OrderedJson j;
+    j["deployment"] = sim::ToJson(d);
+    j["ttft_limit_ms"] = o.ttft_limit_ms;
+    j["tpot_limit_ms"] = o.tpot_limit_ms;
+    j["windows"] = tuned.windows;
+    j["summary"] = tuned.summary.ToJson();
+    if (held) j["static"] = held->summary.ToJson();
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf("\n");
+  PrintSummary("Tuned", tuned.summary);
+  if (held) PrintSummary(("Held at " + initial.Label()).c_str(), held->summary);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterOnline(CLI::App& app, Status* result) {
+  auto f = std::make_shared<OnlineFlags>();
+  tuner::OnlineOptions& o = f->options;
+  o.max_batch.clear();
+  o.max_num_tokens.clear();
+  CLI::App* cmd = app.add_subcommand(
+      "online", "Online tuner: watch a runtime window by window and change its batch limits safely (emulated runtime)");
+  cmd->add_option("--deployment", f->deployment_file,
+                  "Deployment JSON (as `fathom tune` writes it); its engine limits are what the runtime started "
+                  "with (default: DeepSeek-R1 on 8xB200)");
+  cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
+  AddTimeModelFlags(cmd, &f->time_model);
+  cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the MLPerf DeepSeek-R1 set, output "
+                                       "capped at 20000)");
+  AddTraceReadFlags(cmd, &f->read);
+  cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")->capture_default_str();
+  cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
+  cmd->add_option("--initial-batch", f->initial_batch, "Running sequences per rank at start (default: the deployment's)");
+  cmd->add_option("--initial-tokens", f->initial_tokens, "Tokens per iteration per rank at start (default: the deployment's)");
+  cmd->add_option("--max-batch", o.max_batch, "Batch limits the tuner may choose (default: 1/8 .. 1 of the deployment's)")
+      ->delimiter(',');
+  cmd->add_option("--max-num-tokens", o.max_num_tokens, "Token budgets it may choose (default: 1/4 .. 1 of the deployment's)")
+      ->delimiter(',');
+  cmd->add_option("--ttft-ms", f->ttft_ms, "p99 TTFT limit (default: the model's MLPerf Server limit)");
+  cmd->add_option("--tpot-ms", f->tpot_ms, "p99 TPOT limit (default: the model's MLPerf Server limit)");
+  cmd->add_option("--headroom", o.headroom, "Plan for the forecast rate x (1 + this)")->capture_default_str();
+  cmd->add_option("--min-gain", o.min_gain, "Change only for a predicted p99 margin this much better")->capture_default_str();
+  cmd->add_option("--confirm-windows", o.confirm_windows, "Windows a choice must stay best before it is applied")
+      ->capture_default_str();
+  cmd->add_option("--cooldown-windows", o.cooldown_windows, "Windows after a change before another")->capture_default_str();
+  cmd->add_option("--ban-windows", o.ban_windows, "Windows a rolled-back choice is not tried again")->capture_default_str();
+  cmd->add_option("--min-requests", o.min_requests, "Finished requests needed to predict or judge")->capture_default_str();
+  cmd->add_option("--warmup-s", o.warmup_s, "Traffic each prediction simulates before it measures")->capture_default_str();
+  cmd->add_option("--probe-s", o.probe_s, "Traffic each prediction then measures")->capture_default_str();
+  cmd->add_option("--jobs", o.jobs, "Prediction threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Seed of the load and the predictions")->capture_default_str();
+  cmd->add_flag("--compare-static", f->compare_static, "Also run the same load holding the starting limits");
+  cmd->add_flag("--json", f->json, "Every window and decision, and the summary, as JSON");
+  cmd->callback([f, result] { *result = RunOnlineCommand(*f); });
+}
+
+}  // namespace fathom::cli

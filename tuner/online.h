@@ -1,0 +1,177 @@
+// The online tuner: watches a serving runtime window by window, predicts with the simulator which
+// batch limits serve the load it now sees best, and applies them back only when the gain is clear
+// and confirmed, undoing a change the next window shows made things worse.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/status.h"
+#include "models/hardware.h"
+#include "sim/deployment_config.h"
+#include "sim/workload.h"
+#include "traces/request.h"
+
+namespace fathom::tuner {
+
+// Limits a serving runtime can change while it runs: running sequences and tokens per iteration
+// per attention rank (vLLM's max_num_seqs and max_num_batched_tokens, TensorRT-LLM's
+// max_batch_size and max_num_tokens).
+struct BatchLimits {
+  int64_t max_batch = 0;
+  int64_t max_num_tokens = 0;
+
+  bool operator==(const BatchLimits&) const = default;
+  std::string Label() const;  // "256 seqs, 8192 tokens"
+};
+
+// What the runtime saw in one observation window.
+struct Window {
+  double start_s = 0, end_s = 0;
+  int64_t arrived = 0;    // requests that came in
+  int64_t completed = 0;  // requests that finished
+  int64_t dropped = 0;    // requests the runtime failed or refused
+  int64_t in_flight = 0;  // at the window's end
+  int64_t waiting = 0;    // of those, requests still without a first token (vLLM's num_requests_waiting)
+  std::vector<traces::Request> finished;  // lengths of the finished requests (no times)
+  // TTFT of the first tokens in the window, TPOT of the requests finished in it; 0 when none.
+  double ttft_p99_ms = 0, tpot_p99_ms = 0;
+
+  double ArrivalRate() const { return end_s > start_s ? arrived / (end_s - start_s) : 0; }
+};
+
+// A serving runtime as the loop sees it.
+class ServingRuntime {
+ public:
+  virtual ~ServingRuntime() = default;
+  // Waits for the current window to end and reports it; nullopt once the runtime has no more.
+  virtual Result<std::optional<Window>> Observe() = 0;
+  // Takes effect from the runtime's next batch; running requests keep their place.
+  virtual Status Apply(const BatchLimits& limits) = 0;
+};
+
+struct OnlineOptions {
+  std::vector<int64_t> max_batch = {64, 128, 256, 512};       // the limits the tuner may choose
+  std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
+  double ttft_limit_ms = 2000, tpot_limit_ms = 80;  // p99 service levels
+  double headroom = 0.2;   // plan for the forecast arrival rate x (1 + headroom)
+  double min_gain = 0.1;   // change only for a predicted margin this much better (a fraction of
+                           // the limits); undo a change whose window's TPOT margin is this much worse
+  int confirm_windows = 2;   // the same choice this many windows running (1 while limits break)
+  int cooldown_windows = 2;  // windows after a change before the next
+  int ban_windows = 10;      // an undone choice is not tried again for this long
+  int64_t min_requests = 30;  // finished requests needed to predict, and for the guard to judge
+  int64_t history_requests = 2000;  // the workload sample: the latest finished requests
+  // Each prediction issues Poisson traffic at the planned rate for warmup_s, unmeasured, then
+  // probe_s measured: long requests take minutes to fill a system, which a probe from empty misses.
+  double warmup_s = 600;
+  double probe_s = 300;
+  int jobs = 0;             // prediction threads; 0 = all cores
+  uint64_t seed = 1;
+
+  Status Validate() const;
+};
+
+struct Decision {
+  enum class Action { kHold, kApply, kRollback };
+  Action action = Action::kHold;
+  BatchLimits limits;  // in force after this decision
+  std::string reason;
+  double forecast_qps = 0;
+  // Predicted p99 margin, min(1 - TTFT/limit, 1 - TPOT/limit), at forecast x (1 + headroom):
+  // of the limits in force before the decision and of the best choice (NaN when not predicted).
+  double current_margin = 0, best_margin = 0;
+  double observed_margin = 0;  // the window's own
+  OrderedJson ToJson() const;
+};
+std::string_view Name(Decision::Action a);
+
+// Decides, window by window, which batch limits a deployment should run with.
+class Controller {
+ public:
+  // `deployment` is resolved with the grid's largest limits (the memory a runtime sets aside at
+  // start); `initial` are the limits the runtime runs with now.
+  static Result<std::unique_ptr<Controller>> Create(const sim::DeploymentConfig& deployment, BatchLimits initial,
+                                                    OnlineOptions options, const models::HardwareCatalog& catalog,
+                                                    const sim::TimeModelFactory& make_time);
+  ~Controller();
+
+  Result<Decision> Step(const Window& window);
+  const BatchLimits& limits() const { return limits_; }
+
+  // The predicted p99 margin of `limits` at `qps` on the workload sample so far.
+  Result<double> PredictMargin(const BatchLimits& limits, double qps) const;
+
+ private:
+  Controller(const sim::DeploymentConfig& deployment, BatchLimits initial, OnlineOptions options,
+             const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time);
+  double Margin(double ttft_ms, double tpot_ms) const;
+  Decision Change(Decision d, const BatchLimits& to, Decision::Action action, const Window& w);
+  // Why the window after a change says it made things worse; empty when it did not.
+  std::string Worse(const Window& w) const;
+
+  // Each prediction resolves its own copy (time models keep caches and are not shared by threads).
+  sim::DeploymentConfig deployment_;
+  models::HardwareCatalog catalog_;
+  sim::TimeModelFactory make_time_;
+  OnlineOptions options_;
+  std::vector<BatchLimits> grid_;
+  BatchLimits limits_;
+  std::vector<traces::Request> sample_;  // ring of the latest finished requests
+  size_t sample_next_ = 0;
+  std::optional<double> rate_ewma_;
+  int64_t last_waiting_ = 0, last_queue_growth_ = 0;
+  int windows_since_change_ = 1 << 20;
+  std::optional<BatchLimits> pending_;
+  int pending_count_ = 0;
+  // What the window before a change showed, for the window after it to be judged against.
+  struct Guard {
+    BatchLimits previous;
+    double tpot_margin = 0;   // 1 - p99 TPOT / limit
+    int64_t queue_growth = 0; // change of the waiting queue over the window
+    int windows = 0;          // windows waited for enough evidence
+  };
+  std::optional<Guard> guard_;
+  std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
+};
+
+struct OnlineSummary {
+  int64_t windows = 0, changes = 0, rollbacks = 0;
+  int64_t arrived = 0, completed = 0, dropped = 0;
+  int64_t windows_within_limits = 0;  // windows with enough requests to judge, and within both p99s
+  int64_t windows_judged = 0;
+  OrderedJson ToJson() const;
+};
+
+// Observe, decide, apply, until the runtime has no more windows or `max_windows` (0: no cap) are
+// done. `on_step` sees every window and its decision (a log line, a JSON record).
+Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller, int64_t max_windows,
+                                const std::function<void(const Window&, const Decision&)>& on_step);
+
+// A live runtime emulated by the simulator, the way Dynamo's mocker stands in for engines: the
+// deployment serves a timed request stream and reports a window every `window_s` of simulated
+// time; limits applied between windows hold from each engine's next batch.
+class SimulatedRuntime : public ServingRuntime {
+ public:
+  static Result<std::unique_ptr<SimulatedRuntime>> Create(const sim::DeploymentConfig& deployment,
+                                                          BatchLimits initial,
+                                                          std::unique_ptr<sim::RequestSource> load, double window_s,
+                                                          const models::HardwareCatalog& catalog,
+                                                          const sim::TimeModelFactory& make_time);
+  ~SimulatedRuntime() override;
+
+  Result<std::optional<Window>> Observe() override;
+  Status Apply(const BatchLimits& limits) override;
+
+ private:
+  SimulatedRuntime() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fathom::tuner
