@@ -88,6 +88,7 @@ TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterr
   TuneOptions partial = o;
   partial.space.max_batch = {16};
   auto first = Tune(partial, Catalog());
+  INFO(first.status().message());
   REQUIRE(first.ok());
   CHECK(first->evaluated > 0);
   // Resuming: the stored candidates are read back, the rest simulated.
@@ -119,6 +120,7 @@ TEST_CASE("Tune: a resumed pruned sweep prunes what the first run pruned, whatev
   o.sweep_id = "resume-pruned";
   o.db_path = db;
   auto first = Tune(o, Catalog());
+  INFO(first.status().message());
   REQUIRE(first.ok());
   REQUIRE(first->pruned > 0);
   // Many threads reach unstored (pruned) candidates before the stored best is read back.
