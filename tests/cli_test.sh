@@ -157,6 +157,28 @@ expect 2 "--window-s = 0: must be > 0" -- online --window-s 0
 expect 2 "--min-gain = -1: must be >= 0" -- online --min-gain -1
 expect 0 "p99 limits TTFT 2000 ms / TPOT 200 ms" -- online --deployment "$tmp/best.json" --load 300:2 --max-output 1000
 
+# Online tuner on a live runtime: two vLLM metric pages served in turn, limits applied by a command.
+page() {  # page FINISHED RUNNING: a minimal vLLM /metrics page
+  printf 'vllm:num_requests_running{model_name="m"} %s\nvllm:num_requests_waiting{model_name="m"} 0\n' "$2"
+  printf 'vllm:request_success_total{finished_reason="stop",model_name="m"} %s\n' "$1"
+  for h in time_to_first_token_seconds:0.5 request_time_per_output_token_seconds:0.05 \
+           request_prompt_tokens:1000 request_generation_tokens:500; do
+    printf 'vllm:%s_bucket{le="%s"} %s\nvllm:%s_bucket{le="+Inf"} %s\n' "${h%%:*}" "${h#*:}" "$1" "${h%%:*}" "$1"
+  done
+}
+page 0 0 > "$tmp/page0"
+page 100 20 > "$tmp/page1"
+page 200 20 > "$tmp/page2"
+metrics="n=\$(cat $tmp/n 2>/dev/null || echo 0); cat $tmp/page\$n; echo \$((n + 1)) > $tmp/n"
+expect 0 "Tuned: 2 windows, 2 of 2 judged within both p99 limits" -- online --deployment "$tmp/best.json" \
+  --metrics-cmd "$metrics" --apply-cmd "echo {max_batch} > $tmp/applied" --window-s 0.01 --windows 2 \
+  --warmup-s 1 --probe-s 1
+expect 2 "--metrics-cmd: give --deployment" -- online --metrics-cmd "cat $tmp/page1" --apply-cmd true
+expect 2 "--load: for the emulated runtime, not with --metrics-cmd" -- online --deployment "$tmp/best.json" \
+  --metrics-cmd "cat $tmp/page1" --apply-cmd true --load 60:1
+expect 2 "--metrics-cmd output line 1: expected a metric name" -- online --deployment "$tmp/best.json" \
+  --metrics-cmd "echo '{}'" --apply-cmd true
+
 # Profiler.
 expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json

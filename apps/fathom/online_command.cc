@@ -1,5 +1,6 @@
-// `fathom online`: the online tuner's control loop against a live runtime emulated by the
-// simulator (a load that changes over time), and what holding the starting limits would give.
+// `fathom online`: the online tuner's control loop against a live runtime (vLLM metrics in, a
+// command to apply limits) or one emulated by the simulator under a load that changes over time,
+// and what holding the starting limits would give there.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "sim/mlperf.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
+#include "tuner/live_runtime.h"
 #include "tuner/online.h"
 
 namespace fathom::cli {
@@ -31,6 +33,9 @@ struct OnlineFlags {
   tuner::OnlineOptions options;
   bool compare_static = false;
   bool json = false;
+  std::string metrics_cmd, apply_cmd;  // a live runtime
+  int64_t windows = 0;                 // 0: until the runtime ends
+  std::vector<CLI::Option*> emulation_options;
   uint64_t seed = 1;
 };
 
@@ -41,11 +46,13 @@ struct Run {
   OrderedJson windows = OrderedJson::array();
 };
 
-Result<Run> Loop(const OnlineFlags& f, const sim::DeploymentConfig& d, const tuner::OnlineOptions& options,
-                 tuner::BatchLimits initial, const std::vector<traces::Request>& lengths,
-                 const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time,
-                 const std::string& title) {
-  const bool print = !title.empty();  // else quiet
+// The emulated runtime: the deployment serving Poisson arrivals at the --load rates with the
+// lengths of the trace.
+Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f, const sim::DeploymentConfig& d,
+                                                        tuner::BatchLimits initial,
+                                                        const std::vector<traces::Request>& lengths,
+                                                        const models::HardwareCatalog& catalog,
+                                                        const sim::TimeModelFactory& make_time) {
   traces::SynthSpec spec;
   FATHOM_ASSIGN_OR_RETURN(spec.arrivals.schedule, ParseSchedule("--load", f.load));
   spec.lengths.kind = traces::LengthModel::kEmpirical;
@@ -56,7 +63,14 @@ Result<Run> Loop(const OnlineFlags& f, const sim::DeploymentConfig& d, const tun
   FATHOM_ASSIGN_OR_RETURN(auto load, traces::Synthesize(spec));
   FATHOM_ASSIGN_OR_RETURN(auto runtime, tuner::SimulatedRuntime::Create(d, initial, sim::ReplaySource(std::move(load)),
                                                                         f.window_s, catalog, make_time));
-  FATHOM_ASSIGN_OR_RETURN(auto controller, tuner::Controller::Create(d, initial, options, catalog, make_time));
+  return std::unique_ptr<tuner::ServingRuntime>(std::move(runtime));
+}
+
+// Observe, decide, apply until the runtime ends or --windows are done; prints a line a window
+// under `title` (quiet when it is empty).
+Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Controller& controller,
+                 const std::string& title) {
+  const bool print = !title.empty();
   Run run;
   auto on_step = [&](const tuner::Window& w, const tuner::Decision& dec) {
     OrderedJson j;
@@ -83,7 +97,7 @@ Result<Run> Loop(const OnlineFlags& f, const sim::DeploymentConfig& d, const tun
     std::printf("%7s %8s %6s %7s %9s %9s %7s  %-8s %-22s %s\n", "t (s)", "arr/s", "done", "in sys", "p99 TTFT",
                 "p99 TPOT", "margin", "action", "limits", "why");
   }
-  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(*runtime, *controller, 0, on_step));
+  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(runtime, controller, f.windows, on_step));
   return run;
 }
 
@@ -97,6 +111,16 @@ void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
 }
 
 Status RunOnlineCommand(OnlineFlags f) {
+  const bool live = !f.metrics_cmd.empty() || !f.apply_cmd.empty();
+  if (live) {
+    if (f.deployment_file.empty()) {
+      return Status::InvalidArgument("--metrics-cmd: give --deployment, the deployment the runtime serves (for the "
+                                     "predictions)");
+    }
+    for (const CLI::Option* opt : f.emulation_options) {
+      if (opt->count() > 0) return Status::InvalidArgument(opt->get_name() + ": for the emulated runtime, not with --metrics-cmd");
+    }
+  }
   sim::DeploymentConfig d;
   if (!f.deployment_file.empty()) {
     FATHOM_ASSIGN_OR_RETURN(d, sim::LoadDeploymentFile(f.deployment_file));
@@ -127,25 +151,39 @@ Status RunOnlineCommand(OnlineFlags f) {
   const tuner::BatchLimits initial{f.initial_batch > 0 ? f.initial_batch : started.max_batch,
                                    f.initial_tokens > 0 ? f.initial_tokens : started.max_num_tokens};
 
-  TraceReadFlags read = f.read;
-  const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
-  if (f.trace.empty() && !read.max_output) read.max_output = 20000;
-  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
-  FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> lengths, traces::ReadAll(*reader));
-  ReportReadCounters(trace, reader->counters());
-
   const std::string title =
-      StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %.0f s, load %s QPS\n",
-                d.model.c_str(), d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(),
-                Ms(o.tpot_limit_ms).c_str(), f.window_s, f.load.c_str()) +
-      "Starting at " + initial.Label() + " (memory planned for " + started.Label() + ")\n\n";
-  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, d, o, initial, lengths, catalog, time_model.factory, f.json ? "" : title));
+      StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %g s, ", d.model.c_str(),
+                d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(), Ms(o.tpot_limit_ms).c_str(),
+                f.window_s) +
+      (live ? "live runtime (" + f.metrics_cmd + ")" : "emulated load " + f.load + " QPS") + "\nStarting at " +
+      initial.Label() + " (memory planned for " + started.Label() + ")\n\n";
+  FATHOM_ASSIGN_OR_RETURN(auto controller, tuner::Controller::Create(d, initial, o, catalog, time_model.factory));
+  std::unique_ptr<tuner::ServingRuntime> runtime;
+  std::vector<traces::Request> lengths;
+  if (live) {
+    tuner::LiveRuntimeOptions lo;
+    lo.metrics_cmd = f.metrics_cmd;
+    lo.apply_cmd = f.apply_cmd;
+    lo.window_s = f.window_s;
+    FATHOM_ASSIGN_OR_RETURN(runtime, tuner::LiveRuntime::Create(lo));
+  } else {
+    TraceReadFlags read = f.read;
+    const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
+    if (f.trace.empty() && !read.max_output) read.max_output = 20000;
+    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+    FATHOM_ASSIGN_OR_RETURN(lengths, traces::ReadAll(*reader));
+    ReportReadCounters(trace, reader->counters());
+    FATHOM_ASSIGN_OR_RETURN(runtime, Emulated(f, d, initial, lengths, catalog, time_model.factory));
+  }
+  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title));
   std::optional<Run> held;
   if (f.compare_static) {
     tuner::OnlineOptions fixed = o;
     fixed.max_batch = {initial.max_batch};
     fixed.max_num_tokens = {initial.max_num_tokens};
-    FATHOM_ASSIGN_OR_RETURN(held, Loop(f, d, fixed, initial, lengths, catalog, time_model.factory, ""));
+    FATHOM_ASSIGN_OR_RETURN(auto holder, tuner::Controller::Create(d, initial, fixed, catalog, time_model.factory));
+    FATHOM_ASSIGN_OR_RETURN(auto again, Emulated(f, d, initial, lengths, catalog, time_model.factory));
+    FATHOM_ASSIGN_OR_RETURN(held, Loop(f, *again, *holder, ""));
   }
   if (f.json) {
     OrderedJson j;
@@ -178,10 +216,17 @@ void RegisterOnline(CLI::App& app, Status* result) {
                   "with (default: DeepSeek-R1 on 8xB200)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   AddTimeModelFlags(cmd, &f->time_model);
-  cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the MLPerf DeepSeek-R1 set, output "
-                                       "capped at 20000)");
+  auto emulation = [&](CLI::Option* opt) { f->emulation_options.push_back(opt); };
+  emulation(cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the MLPerf DeepSeek-R1 set, output "
+                                       "capped at 20000)"));
   AddTraceReadFlags(cmd, &f->read);
-  cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")->capture_default_str();
+  emulation(cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")->capture_default_str());
+  cmd->add_option("--metrics-cmd", f->metrics_cmd,
+                  "A live runtime: the command that prints its Prometheus metrics (vLLM's names), e.g. curl -s "
+                  "http://localhost:8000/metrics");
+  cmd->add_option("--apply-cmd", f->apply_cmd,
+                  "A live runtime: the command that applies new limits ({max_batch} and {max_num_tokens} replaced)");
+  cmd->add_option("--windows", f->windows, "Stop after this many windows (0: when the runtime ends)")->capture_default_str();
   cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
   cmd->add_option("--initial-batch", f->initial_batch, "Running sequences per rank at start (default: the deployment's)");
   cmd->add_option("--initial-tokens", f->initial_tokens, "Tokens per iteration per rank at start (default: the deployment's)");
@@ -202,7 +247,7 @@ void RegisterOnline(CLI::App& app, Status* result) {
   cmd->add_option("--probe-s", o.probe_s, "Traffic each prediction then measures")->capture_default_str();
   cmd->add_option("--jobs", o.jobs, "Prediction threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the load and the predictions")->capture_default_str();
-  cmd->add_flag("--compare-static", f->compare_static, "Also run the same load holding the starting limits");
+  emulation(cmd->add_flag("--compare-static", f->compare_static, "Also run the same load holding the starting limits"));
   cmd->add_flag("--json", f->json, "Every window and decision, and the summary, as JSON");
   cmd->callback([f, result] { *result = RunOnlineCommand(*f); });
 }

@@ -1,0 +1,80 @@
+// A live serving runtime for the online tuner, reached through two commands: one prints its
+// Prometheus metrics (vLLM's names), the other applies new batch limits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "tuner/online.h"
+
+namespace fathom::tuner {
+
+// The Prometheus text exposition format: samples by metric name (histograms as their _bucket,
+// _sum and _count series).
+struct MetricSample {
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+using Metrics = std::map<std::string, std::vector<MetricSample>>;
+
+// Errors name `source`, the line and what was expected there.
+Result<Metrics> ParsePrometheusText(std::string_view text, const std::string& source);
+
+// A histogram summed over its series: cumulative counts by upper bound (the last is +Inf).
+struct Histogram {
+  std::vector<std::pair<double, double>> buckets;
+  double count = 0;
+};
+// Absent when the metrics have no `<name>_bucket` series.
+std::optional<Histogram> FindHistogram(const Metrics& m, const std::string& name);
+// The change from `before` (a counter reset counts from zero).
+Histogram Delta(const Histogram& now, const std::optional<Histogram>& before);
+// Prometheus's histogram_quantile: linear within the bucket that holds the q-th observation;
+// the largest finite bound when that is the +Inf bucket; 0 when empty.
+double Quantile(const Histogram& h, double q);
+
+struct LiveRuntimeOptions {
+  std::string metrics_cmd;  // prints the metrics, e.g. curl -s http://localhost:8000/metrics
+  std::string apply_cmd;    // {max_batch} and {max_num_tokens} are replaced by the new limits
+  double window_s = 60;
+  int64_t max_sample = 2000;  // finished requests' lengths kept per window, at most
+  // Waits out a window (seconds); the default sleeps. Tests pass one that returns at once.
+  std::function<void(double)> wait;
+};
+
+// Reads vLLM's metrics: vllm:request_success_total (by finished_reason; "abort" counts as
+// dropped), vllm:num_requests_running and _waiting, and the histograms
+// vllm:time_to_first_token_seconds, vllm:request_time_per_output_token_seconds (or
+// vllm:time_per_output_token_seconds), vllm:request_prompt_tokens and
+// vllm:request_generation_tokens. Finished requests' lengths come from the length histograms'
+// buckets (input and output paired at random: the metrics do not pair them).
+class LiveRuntime : public ServingRuntime {
+ public:
+  // Takes the first scrape, which the first window is measured from.
+  static Result<std::unique_ptr<LiveRuntime>> Create(LiveRuntimeOptions options);
+
+  Result<std::optional<Window>> Observe() override;
+  Status Apply(const BatchLimits& limits) override;
+
+ private:
+  explicit LiveRuntime(LiveRuntimeOptions options) : options_(std::move(options)) {}
+  Result<Metrics> Scrape() const;
+
+  LiveRuntimeOptions options_;
+  Metrics last_;
+  double elapsed_s_ = 0;
+  uint64_t pairing_seed_ = 1;
+};
+
+// Runs `command` through the shell; its standard output, or an error naming `flag` with the
+// exit status and the output's end.
+Result<std::string> RunCommand(const std::string& command, const std::string& flag);
+
+}  // namespace fathom::tuner

@@ -1,0 +1,136 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tuner/live_runtime.h"
+
+namespace fathom::tuner {
+namespace {
+
+// A vLLM /metrics page: `done` requests finished (`aborted` more aborted), `running` and
+// `waiting` now, TTFT observations in the (0, 0.5], (0.5, 1], (1, 2.5] s buckets, and prompt and
+// generation lengths in the (0, 1000], (1000, 4000] token buckets.
+std::string Page(int done, int aborted, int running, int waiting, std::array<int, 3> ttft,
+                 std::array<int, 2> prompts, std::array<int, 2> outputs) {
+  auto histogram = [](const std::string& name, const std::vector<std::string>& bounds, const std::vector<int>& counts) {
+    std::string s = "# TYPE " + name + " histogram\n";
+    int cumulative = 0;
+    for (size_t i = 0; i < bounds.size(); ++i) {
+      cumulative += counts[i];
+      s += name + "_bucket{le=\"" + bounds[i] + "\",model_name=\"m\"} " + std::to_string(cumulative) + "\n";
+    }
+    s += name + "_bucket{le=\"+Inf\",model_name=\"m\"} " + std::to_string(cumulative) + "\n";
+    s += name + "_count{model_name=\"m\"} " + std::to_string(cumulative) + "\n";
+    return s;
+  };
+  std::string page = "# HELP vllm:num_requests_running Number of requests.\n# TYPE vllm:num_requests_running gauge\n";
+  page += "vllm:num_requests_running{model_name=\"m\"} " + std::to_string(running) + "\n";
+  page += "vllm:num_requests_waiting{model_name=\"m\"} " + std::to_string(waiting) + "\n";
+  page += "vllm:request_success_total{finished_reason=\"stop\",model_name=\"m\"} " + std::to_string(done) + ".0\n";
+  page += "vllm:request_success_total{finished_reason=\"abort\",model_name=\"m\"} " + std::to_string(aborted) + "\n";
+  page += histogram("vllm:time_to_first_token_seconds", {"0.5", "1.0", "2.5"}, {ttft[0], ttft[1], ttft[2]});
+  page += histogram("vllm:request_time_per_output_token_seconds", {"0.05", "0.1"}, {done, 0});
+  page += histogram("vllm:request_prompt_tokens", {"1000.0", "4000.0"}, {prompts[0], prompts[1]});
+  page += histogram("vllm:request_generation_tokens", {"1000.0", "4000.0"}, {outputs[0], outputs[1]});
+  return page;
+}
+
+}  // namespace
+
+TEST_CASE("ParsePrometheusText: labels, escapes, special values and timestamps; errors name the line", "[live]") {
+  auto m = ParsePrometheusText(
+      "# HELP x y\n\nvllm:a{k=\"v \\\"q\\\"\",le=\"+Inf\"} 3 1700000000000\nb NaN\nc -Inf\r\nd{} 1e3\n", "page");
+  REQUIRE(m.ok());
+  CHECK(m->at("vllm:a")[0].labels.at("k") == "v \"q\"");
+  CHECK(m->at("vllm:a")[0].value == 3);
+  CHECK(std::isnan(m->at("b")[0].value));
+  CHECK(m->at("c")[0].value == -INFINITY);
+  CHECK(m->at("d")[0].value == 1000);
+  CHECK(ParsePrometheusText("a 1\nb{k=\"v} 2\n", "page").status().message() == "page line 2: label k: unterminated value");
+  CHECK(ParsePrometheusText("a 1\n\n9x 2\n", "page").status().message() == "page line 3: expected a metric name");
+  CHECK(ParsePrometheusText("a{k=v} 1\n", "page").status().message() == "page line 1: label k: expected =\"value\"");
+  CHECK(ParsePrometheusText("a one\n", "page").status().message() == "page line 1: expected a number, got 'one'");
+  CHECK(ParsePrometheusText("a{k=\"v\"}\n", "page").status().message() == "page line 1: metric a: expected a value");
+}
+
+TEST_CASE("Quantile: Prometheus's histogram_quantile, linear within the bucket", "[live]") {
+  Histogram h;
+  h.buckets = {{0.5, 50}, {1.0, 90}, {2.5, 100}, {INFINITY, 100}};
+  h.count = 100;
+  CHECK(Quantile(h, 0.25) == Approx(0.25));        // 25 of the first 50 in (0, 0.5]
+  CHECK(Quantile(h, 0.70) == Approx(0.75));        // 20 of the next 40 in (0.5, 1]
+  CHECK(Quantile(h, 0.99) == Approx(1.0 + 1.5 * 0.9));
+  h.buckets.back().second = 200;
+  h.count = 200;
+  CHECK(Quantile(h, 0.99) == 2.5);  // in +Inf: the largest finite bound
+  CHECK(Quantile(Histogram{}, 0.99) == 0);
+  // Deltas between scrapes, and a counter reset.
+  Histogram before;
+  before.buckets = {{0.5, 10}, {1.0, 10}, {2.5, 10}, {INFINITY, 10}};
+  before.count = 10;
+  CHECK(Delta(h, before).buckets[0].second == 40);
+  CHECK(Delta(before, h).count == 10);
+}
+
+TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied by the command", "[live]") {
+  const auto dir = std::filesystem::temp_directory_path() / "fathom_live";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  // Scrape 0: 10 finished, 2 running. Scrape 1: 110 finished, 1 aborted, 30 running, 5 waiting.
+  write("0", Page(10, 0, 2, 0, {10, 0, 0}, {10, 0}, {10, 0}));
+  write("1", Page(110, 1, 30, 5, {60, 30, 20}, {70, 40}, {100, 10}));
+  // Each run prints the next page (the counter file says which).
+  const std::string metrics = "n=$(cat " + (dir / "n").string() + " 2>/dev/null || echo 0); cat " + dir.string() +
+                              "/$n; echo $((n + 1)) > " + (dir / "n").string();
+  LiveRuntimeOptions o;
+  o.metrics_cmd = metrics;
+  o.apply_cmd = "echo {max_batch} {max_num_tokens} >> " + (dir / "applied").string();
+  o.window_s = 30;
+  double waited = 0;
+  o.wait = [&](double s) { waited += s; };
+  auto runtime = LiveRuntime::Create(o);
+  INFO(runtime.status().message());
+  REQUIRE(runtime.ok());
+  auto w = (*runtime)->Observe();
+  REQUIRE(w.ok());
+  REQUIRE(w->has_value());
+  const Window& window = **w;
+  CHECK(waited == 30);
+  CHECK(window.end_s == 30);
+  CHECK(window.completed == 100);
+  CHECK(window.dropped == 1);
+  CHECK(window.in_flight == 35);
+  CHECK(window.waiting == 5);
+  CHECK(window.arrived == 100 + 1 + 35 - 2);
+  // TTFT: 100 new observations, 50 / 30 / 20 in the three buckets (the first scrape's 10 taken
+  // off the first): the 99th is in (1, 2.5], the 19th of its 20.
+  CHECK(window.ttft_p99_ms == Approx(1000 + 1500 * (0.99 * 100 - 80) / 20.0));
+  CHECK(window.tpot_p99_ms == Approx(1000 * 0.05 * 0.99));
+  // Lengths: the 100 new prompts (60 short, 40 long) paired with the 100 new outputs.
+  REQUIRE(window.finished.size() == 100);
+  int64_t long_prompts = 0, long_outputs = 0;
+  for (const auto& r : window.finished) {
+    long_prompts += r.input_tokens == 2500;
+    long_outputs += r.output_tokens == 2500;
+  }
+  CHECK(long_prompts == 40);
+  CHECK(long_outputs == 10);
+  REQUIRE((*runtime)->Apply({64, 4096}).ok());
+  std::ifstream applied(dir / "applied");
+  std::string line;
+  std::getline(applied, line);
+  CHECK(line == "64 4096");
+  // A failing command is an error naming the flag and the status; a foreign page, what is missing.
+  o.apply_cmd = "exit 3";
+  o.metrics_cmd = "cat " + (dir / "0").string();
+  auto failing = LiveRuntime::Create(o);
+  REQUIRE(failing.ok());
+  CHECK((*failing)->Apply({64, 4096}).message() == "--apply-cmd = \"exit 3\": exited with status 3");
+  o.metrics_cmd = "echo 'up 1'";
+  CHECK(LiveRuntime::Create(o).status().message().find("no vllm:request_success_total") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace fathom::tuner
