@@ -155,6 +155,7 @@ expect 2 '--load: segment "600" is not DURATION_S:RATE' -- online --load 600
 expect 2 "the choice (512 seqs, 2048 tokens) exceeds the limits the runtime started with (256 seqs, 8192 tokens)" -- online --max-batch 512
 expect 2 "--window-s = 0: must be > 0" -- online --window-s 0
 expect 2 "--min-gain = -1: must be >= 0" -- online --min-gain -1
+expect 2 "--history-requests = 5: must be >= --min-requests" -- online --history-requests 5
 expect 0 "p99 limits TTFT 2000 ms / TPOT 200 ms" -- online --deployment "$tmp/best.json" --load 300:2 --max-output 1000
 
 # Online tuner on a live runtime: two vLLM metric pages served in turn, limits applied by a command.

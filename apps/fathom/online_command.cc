@@ -210,7 +210,7 @@ void RegisterOnline(CLI::App& app, Status* result) {
   o.max_batch.clear();
   o.max_num_tokens.clear();
   CLI::App* cmd = app.add_subcommand(
-      "online", "Online tuner: watch a runtime window by window and change its batch limits safely (emulated runtime)");
+      "online", "Online tuner: watch a runtime (live vLLM, or emulated) window by window and change its batch limits safely");
   cmd->add_option("--deployment", f->deployment_file,
                   "Deployment JSON (as `fathom tune` writes it); its engine limits are what the runtime started "
                   "with (default: DeepSeek-R1 on 8xB200)");
@@ -243,6 +243,8 @@ void RegisterOnline(CLI::App& app, Status* result) {
   cmd->add_option("--cooldown-windows", o.cooldown_windows, "Windows after a change before another")->capture_default_str();
   cmd->add_option("--ban-windows", o.ban_windows, "Windows a rolled-back choice is not tried again")->capture_default_str();
   cmd->add_option("--min-requests", o.min_requests, "Finished requests needed to predict or judge")->capture_default_str();
+  cmd->add_option("--history-requests", o.history_requests, "Latest finished requests the predictions draw lengths from")
+      ->capture_default_str();
   cmd->add_option("--warmup-s", o.warmup_s, "Traffic each prediction simulates before it measures")->capture_default_str();
   cmd->add_option("--probe-s", o.probe_s, "Traffic each prediction then measures")->capture_default_str();
   cmd->add_option("--jobs", o.jobs, "Prediction threads (0: all cores)")->capture_default_str();
