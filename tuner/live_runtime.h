@@ -4,41 +4,16 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "base/prometheus.h"
 #include "base/status.h"
 #include "tuner/online.h"
 
 namespace fathom::tuner {
-
-// The Prometheus text exposition format: samples by metric name (histograms as their _bucket,
-// _sum and _count series).
-struct MetricSample {
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-using Metrics = std::map<std::string, std::vector<MetricSample>>;
-
-// Errors name `source`, the line and what was expected there.
-Result<Metrics> ParsePrometheusText(std::string_view text, const std::string& source);
-
-// A histogram summed over its series: cumulative counts by upper bound (the last is +Inf).
-struct Histogram {
-  std::vector<std::pair<double, double>> buckets;
-  double count = 0;
-};
-// Absent when the metrics have no `<name>_bucket` series.
-std::optional<Histogram> FindHistogram(const Metrics& m, const std::string& name);
-// The change from `before` (a counter reset counts from zero).
-Histogram Delta(const Histogram& now, const std::optional<Histogram>& before);
-// Prometheus's histogram_quantile: linear within the bucket that holds the q-th observation;
-// the largest finite bound when that is the +Inf bucket; 0 when empty.
-double Quantile(const Histogram& h, double q);
 
 struct LiveRuntimeOptions {
   std::string metrics_cmd;  // prints the metrics, e.g. curl -s http://localhost:8000/metrics

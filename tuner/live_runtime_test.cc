@@ -38,41 +38,6 @@ std::string Page(int done, int aborted, int running, int waiting, std::array<int
 
 }  // namespace
 
-TEST_CASE("ParsePrometheusText: labels, escapes, special values and timestamps; errors name the line", "[live]") {
-  auto m = ParsePrometheusText(
-      "# HELP x y\n\nvllm:a{k=\"v \\\"q\\\"\",le=\"+Inf\"} 3 1700000000000\nb NaN\nc -Inf\r\nd{} 1e3\n", "page");
-  REQUIRE(m.ok());
-  CHECK(m->at("vllm:a")[0].labels.at("k") == "v \"q\"");
-  CHECK(m->at("vllm:a")[0].value == 3);
-  CHECK(std::isnan(m->at("b")[0].value));
-  CHECK(m->at("c")[0].value == -INFINITY);
-  CHECK(m->at("d")[0].value == 1000);
-  CHECK(ParsePrometheusText("a 1\nb{k=\"v} 2\n", "page").status().message() == "page line 2: label k: unterminated value");
-  CHECK(ParsePrometheusText("a 1\n\n9x 2\n", "page").status().message() == "page line 3: expected a metric name");
-  CHECK(ParsePrometheusText("a{k=v} 1\n", "page").status().message() == "page line 1: label k: expected =\"value\"");
-  CHECK(ParsePrometheusText("a one\n", "page").status().message() == "page line 1: expected a number, got 'one'");
-  CHECK(ParsePrometheusText("a{k=\"v\"}\n", "page").status().message() == "page line 1: metric a: expected a value");
-}
-
-TEST_CASE("Quantile: Prometheus's histogram_quantile, linear within the bucket", "[live]") {
-  Histogram h;
-  h.buckets = {{0.5, 50}, {1.0, 90}, {2.5, 100}, {INFINITY, 100}};
-  h.count = 100;
-  CHECK(Quantile(h, 0.25) == Approx(0.25));        // 25 of the first 50 in (0, 0.5]
-  CHECK(Quantile(h, 0.70) == Approx(0.75));        // 20 of the next 40 in (0.5, 1]
-  CHECK(Quantile(h, 0.99) == Approx(1.0 + 1.5 * 0.9));
-  h.buckets.back().second = 200;
-  h.count = 200;
-  CHECK(Quantile(h, 0.99) == 2.5);  // in +Inf: the largest finite bound
-  CHECK(Quantile(Histogram{}, 0.99) == 0);
-  // Deltas between scrapes, and a counter reset.
-  Histogram before;
-  before.buckets = {{0.5, 10}, {1.0, 10}, {2.5, 10}, {INFINITY, 10}};
-  before.count = 10;
-  CHECK(Delta(h, before).buckets[0].second == 40);
-  CHECK(Delta(before, h).count == 10);
-}
-
 TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied by the command", "[live]") {
   const auto dir = std::filesystem::temp_directory_path() / "fathom_live";
   std::filesystem::remove_all(dir);
