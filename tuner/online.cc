@@ -154,7 +154,7 @@ Result<double> Controller::PredictMargin(const BatchLimits& limits, double qps) 
   return Margin(Percentile(ttft, 0.99), Percentile(tpot, 0.99));
 }
 
-Decision Controller::Change(Decision d, const BatchLimits& to, Decision::Action action, const Window& w) {
+Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action, const Window& w) {
   if (action == Decision::Action::kApply) {
     const double tpot = w.completed > 0 ? 1 - w.tpot_p99_ms / options_.tpot_limit_ms : 0;
     guard_ = Guard{limits_, tpot, last_queue_growth_, 0};

@@ -111,7 +111,8 @@ class Controller {
   Controller(const sim::DeploymentConfig& deployment, BatchLimits initial, OnlineOptions options,
              const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time);
   double Margin(double ttft_ms, double tpot_ms) const;
-  Decision Change(Decision d, const BatchLimits& to, Decision::Action action, const Window& w);
+  // `to` by value: a rollback passes guard_->previous, which this resets.
+  Decision Change(Decision d, BatchLimits to, Decision::Action action, const Window& w);
   // Why the window after a change says it made things worse; empty when it did not.
   std::string Worse(const Window& w) const;
 
