@@ -70,9 +70,10 @@ OrderedJson Decision::ToJson() const {
   j["max_num_tokens"] = limits.max_num_tokens;
   j["reason"] = reason;
   j["forecast_qps"] = forecast_qps;
-  j["current_margin"] = std::isnan(current_margin) ? OrderedJson() : OrderedJson(current_margin);
-  j["best_margin"] = std::isnan(best_margin) ? OrderedJson() : OrderedJson(best_margin);
-  j["observed_margin"] = std::isnan(observed_margin) ? OrderedJson() : OrderedJson(observed_margin);
+  auto or_null = [](double v) { return std::isnan(v) ? OrderedJson() : OrderedJson(v); };
+  j["current_margin"] = or_null(current_margin);
+  j["best_margin"] = or_null(best_margin);
+  j["observed_margin"] = or_null(observed_margin);
   return j;
 }
 

@@ -167,10 +167,8 @@ Status RunOnlineCommand(OnlineFlags f) {
     lo.window_s = f.window_s;
     FATHOM_ASSIGN_OR_RETURN(runtime, tuner::LiveRuntime::Create(lo));
   } else {
-    TraceReadFlags read = f.read;
-    const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
-    if (f.trace.empty() && !read.max_output) read.max_output = 20000;
-    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+    std::string trace;
+    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
     FATHOM_ASSIGN_OR_RETURN(lengths, traces::ReadAll(*reader));
     ReportReadCounters(trace, reader->counters());
     FATHOM_ASSIGN_OR_RETURN(runtime, Emulated(f, d, initial, lengths, catalog, time_model.factory));

@@ -184,10 +184,8 @@ Status Run(const SimulateFlags& f) {
   if (sc.samples < 0) return Status::InvalidArgument("--samples = " + std::to_string(sc.samples) + ": must be >= 0");
   if (sc.min_duration_s < 0) return Status::InvalidArgument("--min-duration must be >= 0");
 
-  TraceReadFlags read = f.read;
-  const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
-  if (f.trace.empty() && !read.max_output) read.max_output = 20000;  // MLPerf DeepSeek-R1's cap
-  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+  std::string trace;
+  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
   // Requests for one run; error bars need the same requests again.
   std::vector<traces::Request> dataset;
   if (sc.scenario != sim::Scenario::kReplay) {
@@ -200,7 +198,7 @@ Status Run(const SimulateFlags& f) {
     switch (sc.scenario) {
       case sim::Scenario::kReplay: {
         if (reader) return sim::ReplaySource(std::move(reader));
-        FATHOM_ASSIGN_OR_RETURN(auto again, OpenTraceWithFlags(trace, read));
+        FATHOM_ASSIGN_OR_RETURN(auto again, OpenWorkload(f.trace, f.read, &trace));
         return sim::ReplaySource(std::move(again));
       }
       case sim::Scenario::kOffline:

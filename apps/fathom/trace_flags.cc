@@ -33,6 +33,14 @@ Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::strin
   return traces::OpenTrace(path, o);
 }
 
+Result<std::unique_ptr<traces::TraceReader>> OpenWorkload(const std::string& path, const TraceReadFlags& flags,
+                                                          std::string* opened) {
+  TraceReadFlags read = flags;
+  *opened = path.empty() ? traces::DefaultTracePath() : path;
+  if (path.empty() && !read.max_output) read.max_output = 20000;  // MLPerf DeepSeek-R1's cap
+  return OpenTraceWithFlags(*opened, read);
+}
+
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) {
   if (c.skipped_bad > 0) {
     std::fprintf(stderr, "fathom: %s: skipped %lld bad lines (first: %s)\n", path.c_str(),

@@ -25,6 +25,11 @@ void AddTraceReadFlags(CLI::App* cmd, TraceReadFlags* flags);
 Result<traces::ReadOptions> ToReadOptions(const TraceReadFlags& flags);
 Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::string& path,
                                                                 const TraceReadFlags& flags);
+// The workload of `tune`, `simulate` and `online`: the trace at `path`, or when it is empty the
+// built-in MLPerf DeepSeek-R1 set with outputs capped at 20,000 (unless --max-output says
+// otherwise); `*opened` gets the path read.
+Result<std::unique_ptr<traces::TraceReader>> OpenWorkload(const std::string& path, const TraceReadFlags& flags,
+                                                          std::string* opened);
 // One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
 

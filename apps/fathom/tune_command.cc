@@ -91,10 +91,8 @@ Status Run(TuneFlags f) {
   o.time_model_tag = f.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
   o.progress = !f.json && isatty(STDERR_FILENO);
 
-  TraceReadFlags read = f.read;
-  const std::string trace = f.trace.empty() ? traces::DefaultTracePath() : f.trace;
-  if (f.trace.empty() && !read.max_output) read.max_output = 20000;
-  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(trace, read));
+  std::string trace;
+  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
   if (f.dataset_samples > 0) {
     FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::SampleWithoutReplacement(*reader, f.dataset_samples, o.seed));
   } else {
