@@ -46,6 +46,8 @@ TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied
   // Scrape 0: 10 finished, 2 running. Scrape 1: 110 finished, 1 aborted, 30 running, 5 waiting.
   write("0", Page(10, 0, 2, 0, {10, 0, 0}, {10, 0}, {10, 0}));
   write("1", Page(110, 1, 30, 5, {60, 30, 20}, {70, 40}, {100, 10}));
+  // Scrape 2: the runtime restarted (counters from zero): 7 finished since, 3 running.
+  write("2", Page(7, 0, 3, 0, {7, 0, 0}, {7, 0}, {7, 0}));
   // Each run prints the next page (the counter file says which).
   const std::string metrics = "n=$(cat " + (dir / "n").string() + " 2>/dev/null || echo 0); cat " + dir.string() +
                               "/$n; echo $((n + 1)) > " + (dir / "n").string();
@@ -82,6 +84,13 @@ TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied
   }
   CHECK(long_prompts == 40);
   CHECK(long_outputs == 10);
+  auto restarted = (*runtime)->Observe();
+  REQUIRE(restarted.ok());
+  CHECK((*restarted)->start_s == 30);
+  CHECK((*restarted)->completed == 7);
+  CHECK((*restarted)->dropped == 0);
+  CHECK((*restarted)->finished.size() == 7);
+  CHECK((*restarted)->ttft_p99_ms == Approx(495));  // all 7 in (0, 0.5 s]
   REQUIRE((*runtime)->Apply({64, 4096}).ok());
   std::ifstream applied(dir / "applied");
   std::string line;
