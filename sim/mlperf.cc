@@ -6,25 +6,11 @@
 
 namespace fathom::sim {
 
-std::optional<LatencyLimits> MlperfLimits(const std::string& benchmark, Scenario scenario) {
-  struct Row {
-    const char* name;
-    LatencyLimits server;
-    std::optional<LatencyLimits> interactive;
-  };
-  static const Row kRows[] = {
-      {"deepseek-r1", {2000, 80}, LatencyLimits{1500, 15}},
-      {"llama3.1-405b", {6000, 175}, LatencyLimits{4500, 80}},
-      {"llama2-70b", {2000, 200}, LatencyLimits{450, 40}},
-      {"gpt-oss-120b", {3000, 80}, LatencyLimits{2000, 15}},
-      {"mixtral-8x7b", {2000, 200}, std::nullopt},
-  };
-  for (const Row& row : kRows) {
-    if (benchmark != row.name) continue;
-    if (scenario == Scenario::kServer) return row.server;
-    if (scenario == Scenario::kInteractive) return row.interactive;
-    return std::nullopt;
-  }
+std::optional<LatencyLimits> MlperfLimits(const std::string& model, Scenario scenario) {
+  const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), model);
+  if (b == nullptr) return std::nullopt;
+  if (scenario == Scenario::kServer) return b->server;
+  if (scenario == Scenario::kInteractive) return b->interactive;
   return std::nullopt;
 }
 

@@ -1,4 +1,4 @@
-// MLPerf Inference latency limits (p99) per benchmark and scenario.
+// MLPerf Inference rules: latency limits (p99) per benchmark and scenario, LoadGen run lengths.
 #pragma once
 
 #include <cstdint>
@@ -6,17 +6,16 @@
 #include <string>
 
 #include "sim/config.h"
+#include "traces/benchmark.h"
 
 namespace fathom::sim {
 
-struct LatencyLimits {
-  double ttft_ms = 0;
-  double tpot_ms = 0;
-};
+using traces::LatencyLimits;
 
-// Known for deepseek-r1, llama3.1-405b, llama2-70b, gpt-oss-120b, mixtral-8x7b (Server and
-// Interactive); none for Offline or other models.
-std::optional<LatencyLimits> MlperfLimits(const std::string& benchmark, Scenario scenario);
+// The p99 limits of the MLPerf benchmark that runs `model` (traces/data/mlperf_benchmarks.json:
+// DeepSeek-R1, Llama 2 70B, Llama 3.1 405B, Mixtral 8x7B, gpt-oss-120b) in Server or Interactive;
+// none for Offline, other scenarios or other models.
+std::optional<LatencyLimits> MlperfLimits(const std::string& model, Scenario scenario);
 
 // Samples LoadGen issues (equal issue pads both to whole data sets): Offline pre-generates
 // 1.1 x min_duration x the expected rate; Server issues min_duration of arrivals at `qps`.

@@ -14,8 +14,8 @@
 #include "base/stats.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "traces/benchmark.h"
 #include "traces/reader.h"
-#include "traces/synth.h"
 #include "traces/transforms.h"
 
 namespace fathom::tuner {
@@ -125,39 +125,18 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
     FATHOM_ASSIGN_OR_RETURN(entry.deployment, sim::DeploymentFromJson(dep, where + ".deployment"));
     setup.deployments.push_back(std::move(entry));
   }
-  if (!j.contains("workloads") || !j["workloads"].is_object()) {
-    return Status::InvalidArgument(path + ": field 'workloads': missing (required object)");
+  if (j.contains("workloads")) {
+    return Status::InvalidArgument(path + ": field 'workloads': no longer read; workloads are the benchmarks' data sets (" +
+                                   traces::DefaultBenchmarksPath() + ")");
   }
-  for (auto it = j["workloads"].begin(); it != j["workloads"].end(); ++it) {
-    const std::string where = path + ": workloads." + it.key();
-    JsonFields f(it.value(), where);
-    std::unique_ptr<traces::TraceReader> reader;
-    if (f.Has("trace")) {
-      traces::ReadOptions o;
-      o.max_output = f.Int("max_output", 20000);
-      FATHOM_RETURN_IF_ERROR(f.status());
-      FATHOM_ASSIGN_OR_RETURN(reader, traces::OpenTrace(DataDir() + "/" + f.String("trace"), o));
-    } else {
-      // Lognormal lengths with the published means (mu = log(mean) - sigma^2 / 2).
-      traces::SynthSpec spec;
-      spec.seed = seed;
-      spec.requests = f.Int("dataset_size");
-      const double input_sigma = f.Double("input_sigma"), output_sigma = f.Double("output_sigma");
-      spec.lengths.input = {std::log(f.Double("input_mean")) - input_sigma * input_sigma / 2, input_sigma};
-      spec.lengths.output = {std::log(f.Double("output_mean")) - output_sigma * output_sigma / 2, output_sigma};
-      spec.lengths.max_input = f.Int("max_input");
-      spec.lengths.max_output = f.Int("max_output");
-      FATHOM_RETURN_IF_ERROR(f.status());
-      FATHOM_RETURN_IF_ERROR(spec.Validate());
-      FATHOM_ASSIGN_OR_RETURN(reader, traces::Synthesize(spec));
-    }
-    std::vector<traces::Request> data;
+  // Each benchmark's data set, under every name its rows may use.
+  for (const traces::Benchmark& b : traces::MlperfBenchmarks()) {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> data, traces::BenchmarkDataset(b));
     if (samples > 0) {
-      FATHOM_ASSIGN_OR_RETURN(data, traces::SampleWithoutReplacement(*reader, samples, seed));
-    } else {
-      FATHOM_ASSIGN_OR_RETURN(data, traces::ReadAll(*reader));
+      auto all = traces::Repeat(std::move(data), b.samples);
+      FATHOM_ASSIGN_OR_RETURN(data, traces::SampleWithoutReplacement(*all, samples, seed));
     }
-    setup.workloads[it.key()] = std::move(data);
+    setup.workloads[b.name] = std::move(data);
   }
   return setup;
 }
@@ -203,7 +182,8 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
       return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment known for " +
                                      row.model + " on " + row.accelerator + " (" + row.scenario + ")");
     }
-    auto workload = setup.workloads.find(row.model);
+    const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
+    auto workload = setup.workloads.find(benchmark != nullptr ? benchmark->name : row.model);
     if (workload == setup.workloads.end() || workload->second.empty()) {
       return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
     }

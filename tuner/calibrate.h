@@ -40,11 +40,11 @@ struct CalibrationSetup {
     sim::DeploymentConfig deployment;
   };
   std::vector<Entry> deployments;
-  std::map<std::string, std::vector<traces::Request>> workloads;  // by benchmark model name
+  std::map<std::string, std::vector<traces::Request>> workloads;  // by benchmark name
 };
 
-// Workloads are the benchmark's data set (its trace, or `dataset_size` lognormal samples);
-// `samples` > 0 draws that many instead (faster, less faithful).
+// Workloads are the MLPerf benchmarks' data sets (traces/benchmark.h); `samples` > 0 draws that
+// many of each instead (faster, less faithful).
 Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed);
 std::string DefaultSetupPath();
 // The row's deployment: the first entry of its model, GPU, scenario and submitter; null if none.

@@ -200,6 +200,8 @@ CandidateResult CandidateFromJson(const sim::DeploymentConfig& config, const Jso
   r.tpot_p99_ms = j.value("tpot_p99_ms", 0.0);
   r.cost_per_million_tokens = j.value("cost_per_million_tokens", 0.0);
   r.bound = j.value("bound", 0.0);
+  r.run_samples = j.value("run_samples", int64_t{0});
+  r.run_s = j.value("run_s", 0.0);
   r.reused = true;
   return r;
 }

@@ -14,6 +14,7 @@
 #include "base/parallel.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "traces/benchmark.h"
 #include "tuner/results.h"
 
 namespace fathom::tuner {
@@ -25,7 +26,7 @@ struct HeldLimits {
 };
 HeldLimits LimitsMs(const TuneOptions& o) {
   HeldLimits l{o.ttft_limit_ms, o.tpot_limit_ms};
-  if (auto mlperf = sim::MlperfLimits(o.space.model, o.space.scenario)) {
+  if (auto mlperf = sim::MlperfLimits(o.benchmark, o.space.scenario)) {
     if (!l.ttft_ms) l.ttft_ms = mlperf->ttft_ms;
     if (!l.tpot_ms) l.tpot_ms = mlperf->tpot_ms;
   }
@@ -133,6 +134,19 @@ struct Probe {
   bool valid = false;
 };
 
+const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
+  return traces::FindBenchmark(traces::MlperfBenchmarks(), o.benchmark);
+}
+
+// Requests a Server/Interactive probe at `qps` issues: `probe_duration_s` of arrivals, at least
+// the benchmark's minimum Server run and `probe_min_samples`, at most `probe_max_samples`.
+int64_t ProbeSamples(const TuneOptions& o, double qps) {
+  const traces::Benchmark* b = BenchmarkOf(o);
+  const int64_t least = std::max(o.probe_min_samples, b != nullptr ? b->server_min_query_count : 0);
+  const double wanted = std::min(std::ceil(qps * o.probe_duration_s), 1e15);
+  return std::min(std::max(least, static_cast<int64_t>(wanted)), o.probe_max_samples);
+}
+
 // A Server/Interactive probe at `qps`, or an Offline run of `samples`.
 Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, const models::HardwareCatalog& catalog,
                        double qps, int64_t samples = 0) {
@@ -140,14 +154,14 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
   sim::ScenarioConfig sc;
   sc.scenario = o.space.scenario;
   sc.min_duration_s = 0;  // short probes: MLPerf's 600 s minimum is for the final run
-  sc.ttft_limit_ms = o.ttft_limit_ms;
-  sc.tpot_limit_ms = o.tpot_limit_ms;
+  const HeldLimits limits = LimitsMs(o);
+  sc.ttft_limit_ms = limits.ttft_ms;
+  sc.tpot_limit_ms = limits.tpot_ms;
   sc.seed = o.seed;
   std::unique_ptr<sim::RequestSource> source;
   if (ServerLike(sc.scenario)) {
     sc.qps = qps;
-    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(qps * o.probe_duration_s)),
-                                          o.probe_min_samples, o.probe_max_samples);
+    const int64_t n = ProbeSamples(o, qps);
     source = sim::PoissonSource(o.dataset, n, qps, o.seed);
     // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
     sc.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
@@ -163,6 +177,50 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
   p.result = *res;
   p.valid = ServerLike(sc.scenario) ? res->latency_limits_met : true;
   return p;
+}
+
+// Offline issues one query of every sample at t = 0, which the router spreads evenly over the
+// instances of an aggregated deployment; identical instances then share nothing, so one instance
+// with its share of the samples stands for all of them (k times its throughput; the k-instance
+// run differs only in which samples each gets, which tests check). Disaggregated pools share
+// their prefill and decode instances and are simulated whole.
+struct OfflineShare {
+  sim::DeploymentConfig one;
+  int instances = 1;
+};
+OfflineShare OneInstance(const sim::DeploymentConfig& d) {
+  OfflineShare s{d, 1};
+  if (d.disaggregated) return s;
+  const int per_instance = d.tp * d.pp;
+  s.instances = std::max(1, d.gpus / per_instance);
+  s.one.gpus = per_instance;
+  return s;
+}
+
+// An Offline run as long as a submitter's: whole data sets per instance, the fewest whose run
+// lasts LoadGen's 1.1 x 600 s (the sample count its expected rate gives when that rate is the
+// run's own) or the benchmark's published run length where longer. Shorter runs end mostly in
+// the drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200: 21.8k tokens/s
+// on one pass, 28.9k on the 2,947 s NVIDIA ran). Each round extrapolates from the last.
+Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o, const models::HardwareCatalog& catalog,
+                         int instances) {
+  const int64_t size = static_cast<int64_t>(o.dataset.size());
+  if (o.offline_samples > 0) {
+    return Simulate(one, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
+  }
+  const traces::Benchmark* b = BenchmarkOf(o);
+  const double target_s = std::max(1.1 * 600, b != nullptr ? b->offline_run_s : 0.0);
+  constexpr int kMaxRounds = 6;
+  constexpr int64_t kMaxPasses = 1000;
+  int64_t passes = 1;
+  Probe run;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    FATHOM_ASSIGN_OR_RETURN(run, Simulate(one, o, catalog, 0, passes * size));
+    const double lasted = run.result.duration_s;
+    if (!run.valid || lasted >= target_s || passes >= kMaxPasses) break;
+    passes = std::min(kMaxPasses, std::max(passes + 1, static_cast<int64_t>(std::ceil(passes * target_s / std::max(lasted, 1e-9)))));
+  }
+  return run;
 }
 
 }  // namespace
@@ -182,6 +240,8 @@ OrderedJson CandidateResult::ToJson() const {
   j["tpot_p99_ms"] = tpot_p99_ms;
   j["cost_per_million_tokens"] = cost_per_million_tokens;
   j["bound"] = bound;
+  j["run_samples"] = run_samples;
+  j["run_s"] = run_s;
   return j;
 }
 
@@ -195,20 +255,11 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   c.bound = server ? tok_bound / MeanOutput(o.dataset) : tok_bound;
   const double price = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
-  if (!server && o.offline_samples > 0) {
-    FATHOM_ASSIGN_OR_RETURN(best, Simulate(d, o, catalog, 0, o.offline_samples));
-  } else if (!server) {
-    // A run as long as a submitter's: one pass of the data set measures the rate, then whole data
-    // sets for LoadGen's 1.1 x 600 s at that rate and at least kOfflinePasses of them. One pass
-    // alone ends in a long drain of the longest outputs and understates tokens/s (DeepSeek-R1:
-    // 21.8k tokens/s on one pass, 34.3k on six; NVIDIA's published run issued six).
-    constexpr int64_t kOfflinePasses = 6;
-    const int64_t size = static_cast<int64_t>(o.dataset.size());
-    FATHOM_ASSIGN_OR_RETURN(best, Simulate(d, o, catalog, 0, size));
-    const int64_t n = std::max(sim::LoadGenOfflineSamples(size, best.result.requests_per_s), kOfflinePasses * size);
-    if (best.valid && n > size) {
-      FATHOM_ASSIGN_OR_RETURN(best, Simulate(d, o, catalog, 0, n));
-    }
+  double scale = 1;  // Offline: the instances one simulated instance stands for
+  if (!server) {
+    const OfflineShare share = OneInstance(d);
+    FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(share.one, o, catalog, share.instances));
+    scale = share.instances;
   } else {
     // The highest QPS whose p99s meet the limits, to within kQpsTolerance. The first probe sits
     // just below the bound (batch-limited candidates get there), the second at the TPOT-limited
@@ -236,12 +287,14 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   c.valid = best.valid;
   if (c.valid) {
     const sim::SimulationResult& r = best.result;
-    c.throughput_tokens_per_s = r.sustained_tokens_per_s;
-    c.tokens_per_s_per_gpu = r.sustained_tokens_per_s / d.TotalGpus();
-    c.loadgen_tokens_per_s = r.throughput_tokens_per_s;
+    c.throughput_tokens_per_s = scale * r.sustained_tokens_per_s;
+    c.tokens_per_s_per_gpu = c.throughput_tokens_per_s / d.TotalGpus();
+    c.loadgen_tokens_per_s = scale * r.throughput_tokens_per_s;
     c.tokens_per_s_per_user = r.tpot_mean_ms > 0 ? 1000.0 / r.tpot_mean_ms : 0.0;
     c.ttft_p99_ms = r.ttft_p99_ms;
     c.tpot_p99_ms = r.tpot_p99_ms;
+    c.run_samples = static_cast<int64_t>(scale) * r.completed_requests;
+    c.run_s = r.duration_s;
     c.cost_per_million_tokens = models::CostPerMillionTokens(price, c.tokens_per_s_per_gpu);
   }
   return c;
@@ -284,7 +337,7 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   const auto start = std::chrono::steady_clock::now();
   if (o.dataset.empty()) return Status::InvalidArgument("the workload has no requests");
   const bool server = ServerLike(o.space.scenario);
-  if (server && !o.ttft_limit_ms && !sim::MlperfLimits(o.space.model, o.space.scenario)) {
+  if (server && (!LimitsMs(o).ttft_ms || !LimitsMs(o).tpot_ms)) {
     return Status::InvalidArgument("no MLPerf latency limits known for " + o.space.model +
                                    " in this scenario: give --ttft-ms and --tpot-ms");
   }
@@ -296,7 +349,7 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   // The sweep id covers everything a result depends on.
   if (o.sweep_id.empty()) {
     // v2: server-type tokens/s is the sustained rate (stored results of v1 meant LoadGen's).
-    std::string sig = "v2|" + o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
+    std::string sig = "v3|" + o.benchmark + "|" + o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
                       std::string(sim::Name(o.space.scenario)) + "|" + std::to_string(o.dataset.size()) + "|" +
                       std::to_string(o.offline_samples) + "|" + std::to_string(o.probe_duration_s) + "|" +
                       std::to_string(o.probe_min_samples) + "|" + std::to_string(o.probe_max_samples) + "|" +

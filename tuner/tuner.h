@@ -19,13 +19,19 @@ namespace fathom::tuner {
 struct TuneOptions {
   SearchSpace space;
   std::vector<traces::Request> dataset;  // the workload's samples
-  int64_t offline_samples = 0;           // Offline run length; 0 = LoadGen's (1.1 x 600 s)
+  // The MLPerf benchmark the run is scored against (traces/benchmark.h): its p99 limits where the
+  // options give none, and its minimum Server run; empty for none.
+  std::string benchmark;
+  // Offline run length in samples; 0 = whole data sets lasting LoadGen's 1.1 x 600 s or the
+  // benchmark's published run, whichever is longer.
+  int64_t offline_samples = 0;
   // Server-type scenarios: each QPS probe issues requests for this long (MLPerf's minimum run;
   // shorter probes never fill the system with long-output requests and look better than they
-  // are), at least probe_min_samples and at most probe_max_samples requests.
+  // are), at least probe_min_samples and the benchmark's minimum Server run, at most
+  // probe_max_samples requests.
   double probe_duration_s = 600;
   int64_t probe_min_samples = 300;
-  int64_t probe_max_samples = 20000;
+  int64_t probe_max_samples = 250000;
   int qps_steps = 7;                     // bisection steps of the QPS search
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // default: the MLPerf benchmark's
   int jobs = 0;                          // worker threads; 0 = all cores
@@ -55,6 +61,9 @@ struct CandidateResult {
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
   double cost_per_million_tokens = 0;
   double bound = 0;                   // analytical upper bound on the objective
+  // The run behind the figures: samples issued (over all instances) and LoadGen's measured time.
+  int64_t run_samples = 0;
+  double run_s = 0;
   bool reused = false;                // read back from the results store
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }

@@ -166,7 +166,7 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
   cmd->add_option("--results", f->results, "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")->required();
-  cmd->add_option("--setup", f->setup, "Deployments and workloads of the rows (default: models/calibration/published_deployments.json)");
+  cmd->add_option("--setup", f->setup, "Deployments and run lengths of the rows (default: models/calibration/published_deployments.json)");
   cmd->add_option("--calibration", f->calibration, "Starting calibration (default: models/calibration/default.json)");
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");

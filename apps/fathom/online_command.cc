@@ -167,10 +167,8 @@ Status RunOnlineCommand(OnlineFlags f) {
     lo.window_s = f.window_s;
     FATHOM_ASSIGN_OR_RETURN(runtime, tuner::LiveRuntime::Create(lo));
   } else {
-    std::string trace;
-    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
-    FATHOM_ASSIGN_OR_RETURN(lengths, traces::ReadAll(*reader));
-    ReportReadCounters(trace, reader->counters());
+    FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(d.model, "", f.trace, f.read));
+    lengths = std::move(workload.requests);
     FATHOM_ASSIGN_OR_RETURN(runtime, Emulated(f, d, initial, lengths, catalog, time_model.factory));
   }
   FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title));
@@ -215,8 +213,8 @@ void RegisterOnline(CLI::App& app, Status* result) {
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   AddTimeModelFlags(cmd, &f->time_model);
   auto emulation = [&](CLI::Option* opt) { f->emulation_options.push_back(opt); };
-  emulation(cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the MLPerf DeepSeek-R1 set, output "
-                                       "capped at 20000)"));
+  emulation(cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the data set of the model's MLPerf "
+                                       "benchmark)"));
   AddTraceReadFlags(cmd, &f->read);
   emulation(cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")->capture_default_str());
   cmd->add_option("--metrics-cmd", f->metrics_cmd,

@@ -34,6 +34,7 @@ struct SimulateFlags {
   std::string scenario = "offline";
   sim::ScenarioConfig sc;
   std::string trace;
+  std::string benchmark;
   TraceReadFlags read;
   TimeModelFlags time_model;
   // Outputs.
@@ -184,22 +185,25 @@ Status Run(const SimulateFlags& f) {
   if (sc.samples < 0) return Status::InvalidArgument("--samples = " + std::to_string(sc.samples) + ": must be >= 0");
   if (sc.min_duration_s < 0) return Status::InvalidArgument("--min-duration must be >= 0");
 
-  std::string trace;
-  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
   // Requests for one run; error bars need the same requests again.
   std::vector<traces::Request> dataset;
   if (sc.scenario != sim::Scenario::kReplay) {
-    FATHOM_ASSIGN_OR_RETURN(dataset, traces::ReadAll(*reader));
-    ReportReadCounters(trace, reader->counters());
-    if (dataset.empty()) return Status::InvalidArgument(trace + ": no requests");
+    FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(d.model, f.benchmark, f.trace, f.read));
+    dataset = std::move(workload.requests);
+    if (workload.benchmark != nullptr) resolved->spec.benchmark = workload.benchmark->name;
+    if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload.note.c_str());
+  } else if (f.trace.empty()) {
+    return Status::InvalidArgument("the replay scenario needs arrival times: give --trace FILE (a benchmark data set has none)");
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(const traces::Benchmark* benchmark, ChooseBenchmark(d.model, f.benchmark));
+    if (benchmark != nullptr) resolved->spec.benchmark = benchmark->name;
   }
   auto make_source = [&]() -> Result<std::unique_ptr<sim::RequestSource>> {
     const int64_t n = static_cast<int64_t>(dataset.size());
     switch (sc.scenario) {
       case sim::Scenario::kReplay: {
-        if (reader) return sim::ReplaySource(std::move(reader));
-        FATHOM_ASSIGN_OR_RETURN(auto again, OpenWorkload(f.trace, f.read, &trace));
-        return sim::ReplaySource(std::move(again));
+        FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(f.trace, f.read));
+        return sim::ReplaySource(std::move(reader));
       }
       case sim::Scenario::kOffline:
         return sim::OfflineSource(dataset, traces::EqualIssueCount(n, std::max(sc.samples, n)), sc.seed);
@@ -348,7 +352,8 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   cmd->add_option("--ttft-ms", f->sc.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--tpot-ms", f->sc.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--seed", f->sc.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--trace", f->trace, "Workload file (default: the MLPerf DeepSeek-R1 set, output capped at 20000)");
+  cmd->add_option("--trace", f->trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
+  cmd->add_option("--benchmark", f->benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
   AddTraceReadFlags(cmd, &f->read);
   AddTimeModelFlags(cmd, &f->time_model);
   cmd->add_flag("--json", f->json, "Print JSON");

@@ -1,8 +1,11 @@
 #include "apps/fathom/trace_flags.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+
+#include "traces/transforms.h"
 
 namespace fathom::cli {
 
@@ -33,12 +36,49 @@ Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::strin
   return traces::OpenTrace(path, o);
 }
 
-Result<std::unique_ptr<traces::TraceReader>> OpenWorkload(const std::string& path, const TraceReadFlags& flags,
-                                                          std::string* opened) {
-  TraceReadFlags read = flags;
-  *opened = path.empty() ? traces::DefaultTracePath() : path;
-  if (path.empty() && !read.max_output) read.max_output = 20000;  // MLPerf DeepSeek-R1's cap
-  return OpenTraceWithFlags(*opened, read);
+Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model, const std::string& benchmark) {
+  const auto& all = traces::MlperfBenchmarks();
+  if (benchmark.empty()) return traces::FindBenchmark(all, model);
+  if (const traces::Benchmark* b = traces::FindBenchmark(all, benchmark)) return b;
+  std::string names;
+  for (const auto& b : all) names += (names.empty() ? "" : ", ") + b.name;
+  return Status::InvalidArgument("--benchmark = \"" + benchmark + "\": not an MLPerf benchmark fathom knows (" + names + ")");
+}
+
+Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark, const std::string& path,
+                              const TraceReadFlags& flags) {
+  FATHOM_RETURN_IF_ERROR(ToReadOptions(flags).status());
+  Workload w;
+  FATHOM_ASSIGN_OR_RETURN(w.benchmark, ChooseBenchmark(model, benchmark));
+  if (!path.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(path, flags));
+    FATHOM_ASSIGN_OR_RETURN(w.requests, traces::ReadAll(*reader));
+    ReportReadCounters(path, reader->counters());
+    if (w.requests.empty()) return Status::InvalidArgument(path + ": no requests");
+    w.name = path;
+    w.note = "workload: " + path;
+    if (w.benchmark != nullptr) w.note += " (p99 limits of MLPerf " + w.benchmark->name + ")";
+    return w;
+  }
+  std::string why;
+  if (w.benchmark == nullptr) {
+    w.benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1");
+    if (w.benchmark == nullptr) return Status::NotFound(traces::DefaultBenchmarksPath() + ": no deepseek-r1 benchmark");
+    why = ", the default for " + model + ", which no MLPerf benchmark runs (--trace FILE or --benchmark NAME to choose)";
+  }
+  FATHOM_ASSIGN_OR_RETURN(w.requests, traces::BenchmarkDataset(*w.benchmark));
+  if (flags.max_output) {
+    for (auto& r : w.requests) r.output_tokens = std::min(r.output_tokens, *flags.max_output);
+  }
+  double out = 0;
+  for (const auto& r : w.requests) out += static_cast<double>(r.output_tokens);
+  w.name = "MLPerf " + w.benchmark->name;
+  char mean[64];
+  std::snprintf(mean, sizeof mean, "%.0f", out / static_cast<double>(w.requests.size()));
+  w.note = "workload: MLPerf " + w.benchmark->name + " data set, " + w.benchmark->dataset + "; " +
+           std::to_string(w.requests.size()) + " samples, " + mean + " output tokens a sample, " +
+           w.benchmark->LengthsNote() + why;
+  return w;
 }
 
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) {

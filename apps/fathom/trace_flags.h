@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
 
@@ -25,11 +26,21 @@ void AddTraceReadFlags(CLI::App* cmd, TraceReadFlags* flags);
 Result<traces::ReadOptions> ToReadOptions(const TraceReadFlags& flags);
 Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::string& path,
                                                                 const TraceReadFlags& flags);
-// The workload of `tune`, `simulate` and `online`: the trace at `path`, or when it is empty the
-// built-in MLPerf DeepSeek-R1 set with outputs capped at 20,000 (unless --max-output says
-// otherwise); `*opened` gets the path read.
-Result<std::unique_ptr<traces::TraceReader>> OpenWorkload(const std::string& path, const TraceReadFlags& flags,
-                                                          std::string* opened);
+// The workload of `tune`, `simulate` and `online`, and what it is.
+struct Workload {
+  std::vector<traces::Request> requests;
+  const traces::Benchmark* benchmark = nullptr;  // whose data set (and p99 limits) it is
+  std::string name;                              // the file, or the benchmark's data set
+  std::string note;                              // one line saying which workload and why
+};
+// The trace at `path` when given; else the data set of the MLPerf benchmark named by `benchmark`,
+// or else of the one that runs `model`; else, for a model no MLPerf benchmark runs, the
+// DeepSeek-R1 reasoning set (fathom's documented default, said in the note). Read errors and
+// counters are reported as for any trace.
+Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark, const std::string& path,
+                              const TraceReadFlags& flags);
+// The benchmark a run is scored against: `benchmark` when given, else the one that runs `model`.
+Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model, const std::string& benchmark);
 // One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
 

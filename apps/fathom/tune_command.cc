@@ -22,6 +22,7 @@ struct TuneFlags {
   tuner::TuneOptions options;
   std::string scenario = "offline";
   std::string trace;
+  std::string benchmark;
   TraceReadFlags read;
   TimeModelFlags time_model;
   std::vector<std::string> hardware_files;
@@ -91,14 +92,17 @@ Status Run(TuneFlags f) {
   o.time_model_tag = f.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
   o.progress = !f.json && isatty(STDERR_FILENO);
 
-  std::string trace;
-  FATHOM_ASSIGN_OR_RETURN(auto reader, OpenWorkload(f.trace, f.read, &trace));
+  FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(o.space.model, f.benchmark, f.trace, f.read));
+  o.benchmark = workload.benchmark != nullptr ? workload.benchmark->name : "";
   if (f.dataset_samples > 0) {
-    FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::SampleWithoutReplacement(*reader, f.dataset_samples, o.seed));
+    const int64_t size = static_cast<int64_t>(workload.requests.size());
+    auto all = traces::Repeat(std::move(workload.requests), size);
+    FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::SampleWithoutReplacement(*all, f.dataset_samples, o.seed));
   } else {
-    FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::ReadAll(*reader));
+    o.dataset = std::move(workload.requests);
   }
-  ReportReadCounters(trace, reader->counters());
+  const std::string workload_note = workload.note;
+  if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload.note.c_str());
 
   if (f.capacity_qps > 0) return Capacity(f, catalog);
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
@@ -134,9 +138,12 @@ Status Run(TuneFlags f) {
     b["ttft_p99_ms"] = best.ttft_p99_ms;
     b["tpot_p99_ms"] = best.tpot_p99_ms;
     b["cost_per_million_tokens"] = best.cost_per_million_tokens;
+    b["run_samples"] = best.run_samples;
+    b["run_s"] = best.run_s;
     b["launch"] = {{"vllm", launch.vllm}, {"sglang", launch.sglang}, {"trtllm", launch.trtllm},
                    {"trtllm_extra_options_yaml", launch.trtllm_yaml}};
     j["best"] = b;
+    j["workload"] = workload_note;
     OrderedJson top = OrderedJson::array();
     for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i) top.push_back(res.ranked[i].ToJson());
     j["top"] = top;
@@ -156,7 +163,7 @@ Status Run(TuneFlags f) {
   std::printf("Tune: %s on %d x %s, %s scenario", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
               f.scenario.c_str());
   if (server) {
-    const auto limits = sim::MlperfLimits(o.space.model, o.space.scenario);
+    const auto limits = sim::MlperfLimits(o.benchmark, o.space.scenario);
     std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms", o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
                 o.tpot_limit_ms.value_or(limits ? limits->tpot_ms : 0));
   }
@@ -169,6 +176,10 @@ Status Run(TuneFlags f) {
               best.throughput_tokens_per_s, best.tokens_per_s_per_gpu,
               server ? (" at " + std::to_string(best.qps) + " QPS").c_str() : "", best.cost_per_million_tokens,
               best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 / best.config.TotalGpus());
+  std::printf("Run behind these figures: %lld samples, %.0f s measured%s\n", static_cast<long long>(best.run_samples),
+              best.run_s,
+              server ? " (the highest-QPS probe that held the limits)"
+                     : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
   std::printf("Deployment (fathom simulate --deployment FILE):\n%s\n", sim::ToJson(best.config).dump().c_str());
   std::printf("\nLaunch it:\n  %s\n\n  %s\n\n  %s\n  # extra.yaml:\n%s\n", launch.vllm.c_str(), launch.sglang.c_str(),
               launch.trtllm.c_str(), launch.trtllm_yaml.c_str());
@@ -188,7 +199,8 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_option("--gpus", s.gpus, "GPUs to deploy on")->capture_default_str();
   cmd->add_option("--scenario", f->scenario, "offline, server or interactive")->capture_default_str();
-  cmd->add_option("--trace", f->trace, "Workload (default: the MLPerf DeepSeek-R1 set, output capped at 20000)");
+  cmd->add_option("--trace", f->trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
+  cmd->add_option("--benchmark", f->benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
   AddTraceReadFlags(cmd, &f->read);
   cmd->add_option("--ttft-ms", f->options.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--tpot-ms", f->options.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
@@ -198,7 +210,7 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")->delimiter(',')->capture_default_str();
   cmd->add_flag("--no-disagg", f->no_disagg, "Skip disaggregated prefill/decode candidates");
   cmd->add_flag("--no-prune", f->no_prune, "Simulate every feasible candidate (no bound pruning)");
-  cmd->add_option("--samples", f->options.offline_samples, "Offline: requests per run (default: whole data sets, at least six and LoadGen's 1.1 x 600 s at the rate one pass reaches)");
+  cmd->add_option("--samples", f->options.offline_samples, "Offline: requests per run (default: whole data sets per instance lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
   cmd->add_option("--dataset-samples", f->dataset_samples, "Draw this many samples from the trace (seeded)");
   cmd->add_option("--probe-duration", f->options.probe_duration_s, "Server: seconds of arrivals per QPS probe")
       ->capture_default_str();

@@ -1,0 +1,72 @@
+#include "traces/benchmark.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "base/files.h"
+
+namespace fathom::traces {
+namespace {
+
+double MeanOutput(const std::vector<Request>& data) {
+  double sum = 0;
+  for (const auto& r : data) sum += static_cast<double>(r.output_tokens);
+  return sum / static_cast<double>(data.size());
+}
+
+}  // namespace
+
+TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference output per sample", "[benchmark]") {
+  const auto& all = MlperfBenchmarks();
+  REQUIRE(all.size() == 5);
+  for (const Benchmark& b : all) {
+    INFO(b.name);
+    auto data = BenchmarkDataset(b);
+    REQUIRE(data.ok());
+    CHECK(static_cast<int64_t>(data->size()) == b.samples);
+    // The real set's capped mean is the reference (3886.2274); the lognormal sets are matched to it.
+    CHECK(MeanOutput(*data) == Approx(b.reference_output_tokens).epsilon(0.005));
+    for (const Request& r : *data) {
+      REQUIRE(r.output_tokens >= 1);
+      REQUIRE(r.output_tokens <= b.max_output);
+      REQUIRE(r.input_tokens >= 1);
+    }
+    CHECK(b.server.has_value());
+    // The same set every time (seed 1), whatever else ran.
+    CHECK(BenchmarkDataset(b)->front().output_tokens == data->front().output_tokens);
+  }
+}
+
+TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table's spelling", "[benchmark]") {
+  const auto& all = MlperfBenchmarks();
+  REQUIRE(FindBenchmark(all, "llama2-70b-99") != nullptr);
+  CHECK(FindBenchmark(all, "llama2-70b-99")->name == "llama2-70b");
+  CHECK(FindBenchmark(all, "deepseek-r1")->server_min_query_count == 26382);
+  CHECK(FindBenchmark(all, "llama2-70b")->interactive->tpot_ms == 40);
+  CHECK(FindBenchmark(all, "mixtral-8x7b")->interactive == std::nullopt);
+  CHECK(FindBenchmark(all, "qwen3-235b-a22b") == nullptr);
+}
+
+TEST_CASE("Benchmarks: a broken benchmark file names the entry, the field and the rule", "[benchmark]") {
+  const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_bench.json";
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 0, "reference_output_tokens": 10,
+            "lengths": {"input_mean": 5, "input_sigma": 1, "output_sigma": 1, "max_input": 10, "max_output": 100}}]})");
+  auto bad = LoadBenchmarks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("benchmarks[0]") && Catch::Contains("'samples'"));
+  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 10}]})");
+  bad = LoadBenchmarks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("'lengths'"));
+  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 200,
+            "lengths": {"input_mean": 5, "input_sigma": 1, "output_sigma": 1, "max_input": 10, "max_output": 100},
+            "server": {"ttft_ms": -1, "tpot_ms": 5}}]})");
+  bad = LoadBenchmarks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("server"));
+  std::remove(path.c_str());
+}
+
+}  // namespace fathom::traces
