@@ -108,6 +108,7 @@ expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 10
 
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
+expect 0 '"capacity_qps_pred"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
 expect 0 '"held_out": "llama3.1-405b"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json \
   --cross-validate --max-requests 100 --samples 200
 expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests -1
@@ -120,6 +121,18 @@ expect 0 '"evaluated": 0' -- tune --model llama2-70b --hardware h200 --gpus 2 --
   --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --db "$tmp/tune.db"
 expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" --trace "$data/../../traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --samples 300 --max-output 2000 --json
 expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
+# Each model runs on its MLPerf benchmark's data set and limits; other models say what they got.
+expect 0 "workload: MLPerf llama2-70b data set, OpenOrca" -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
+  --max-batch 64 --max-num-tokens 4096 --dataset-samples 200
+expect 0 "p99 limits TTFT 450 ms / TPOT 60 ms" -- tune --model llama2-70b --hardware b200 --gpus 2 --weights fp8 \
+  --scenario interactive --max-batch 64 --max-num-tokens 4096 --dataset-samples 200 --no-disagg --tpot-ms 60
+expect 0 "which no MLPerf benchmark runs" -- tune --model qwen3-235b-a22b --hardware b200 --gpus 8 --weights fp8 \
+  --max-batch 64 --max-num-tokens 4096 --dataset-samples 200
+expect 0 '"workload": "workload: MLPerf gpt-oss-120b data set' -- tune --model gpt-oss-120b --hardware h200 --gpus 1 \
+  --weights fp8 --max-batch 64 --max-num-tokens 4096 --dataset-samples 200 --json
+expect 2 '--benchmark = "mlperf": not an MLPerf benchmark fathom knows (deepseek-r1, llama2-70b' -- tune --benchmark mlperf
+expect 0 '"completed_requests": 8313' -- simulate --model llama3.1-405b --hardware b200 --gpus 8 --tp 8 --weights fp8 \
+  --samples 300 --json
 expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost-model magic
 
 # Reports on the stored sweeps: a second sweep (server, another GPU) to compare with the first.

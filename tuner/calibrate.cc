@@ -17,6 +17,7 @@
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/transforms.h"
+#include "tuner/tuner.h"
 
 namespace fathom::tuner {
 namespace {
@@ -239,6 +240,52 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
   return out;
 }
 
+Status PredictCapacity(std::vector<RowPrediction>* predictions, const CalibrationSetup& setup,
+                       const models::HardwareCatalog& catalog, const models::Calibration& calibration,
+                       int64_t max_requests, int jobs) {
+  const models::CostParams params = calibration.params;
+  std::vector<size_t> server;
+  for (size_t i = 0; i < predictions->size(); ++i) {
+    if (!(*predictions)[i].row.offline()) server.push_back(i);
+  }
+  std::vector<Status> failures(server.size());
+  ParallelFor(server.size(), jobs, [&](size_t k) {
+    RowPrediction& p = (*predictions)[server[k]];
+    const CalibrationSetup::Entry* entry = FindDeployment(setup, p.row);
+    const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), p.row.model);
+    auto scenario = sim::ParseScenario(p.row.scenario == "Interactive" ? "interactive" : "server");
+    if (entry == nullptr || benchmark == nullptr || !scenario.ok()) {
+      failures[k] = Status::InvalidArgument("results line " + std::to_string(p.row.line) + ": no deployment or benchmark");
+      return;
+    }
+    TuneOptions o;
+    o.space.model = entry->deployment.model;
+    o.space.hardware = entry->deployment.hardware;
+    o.space.gpus = entry->deployment.TotalGpus();
+    o.space.scenario = *scenario;
+    o.benchmark = benchmark->name;
+    o.dataset = setup.workloads.at(benchmark->name);
+    o.probe_min_samples = p.requests;  // exactly as long as the row's run
+    o.probe_max_samples = p.requests;
+    o.qps_steps = 12;
+    o.jobs = 1;
+    o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                           const models::Precision& pr,
+                           models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+      return std::make_unique<models::CalibratedModel>(m, hw, l, pr, params, runtime);
+    };
+    auto c = Evaluate(entry->deployment, o, catalog);
+    if (!c.ok()) {
+      failures[k] = c.status().WithContext("results line " + std::to_string(p.row.line));
+      return;
+    }
+    p.capacity_qps = c->qps;
+    p.has_capacity = true;
+  });
+  for (const Status& s : failures) FATHOM_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
 double RobustLogError(double predicted, double published) {
   constexpr double kScale = 0.2;  // log errors well below this count in full
   const double e = std::log(std::max(predicted, 1e-9) / published);
@@ -423,12 +470,13 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
 }
 
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
-  std::vector<double> tokens, latency;
+  std::vector<double> tokens, latency, capacity;
   for (const auto& p : predictions) {
     tokens.push_back(std::abs(p.TokensErrorPct()));
     if (!p.row.offline()) {
       latency.push_back(std::abs(p.TtftErrorPct()));
       latency.push_back(std::abs(p.TpotErrorPct()));
+      if (p.has_capacity && p.row.target_qps > 0) capacity.push_back(std::abs(p.CapacityErrorPct()));
     }
   }
   ErrorSummary s;
@@ -440,6 +488,7 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   };
   s.tokens_median_abs_pct = median(tokens);
   s.latency_median_abs_pct = median(latency);
+  s.capacity_median_abs_pct = median(capacity);
   return s;
 }
 

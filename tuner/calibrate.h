@@ -56,6 +56,11 @@ struct RowPrediction {
   int64_t requests = 0;    // samples issued in the simulated run
   double tokens_per_s = 0, ttft_p99_ms = 0, tpot_p99_ms = 0;
   bool extrapolated = false;  // hardware not among the calibration's fitted hardware
+  // Server and Interactive: the highest QPS whose p99s meet the benchmark's limits under the
+  // submitter's configuration (0 when not computed, or for Offline), against the published QPS.
+  bool has_capacity = false;
+  double capacity_qps = 0;
+  double CapacityErrorPct() const { return 100.0 * (capacity_qps - row.target_qps) / row.target_qps; }
   double TokensErrorPct() const { return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s; }
   double TtftErrorPct() const { return row.offline() ? 0 : 100.0 * (ttft_p99_ms - row.ttft_p99_ms) / row.ttft_p99_ms; }
   double TpotErrorPct() const { return row.offline() ? 0 : 100.0 * (tpot_p99_ms - row.tpot_p99_ms) / row.tpot_p99_ms; }
@@ -73,6 +78,12 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
                                               const models::HardwareCatalog& catalog,
                                               const models::Calibration& calibration, int64_t max_requests,
                                               int jobs = 0);
+
+// Fills each Server/Interactive row's capacity_qps: the tuner's QPS search (to within 1%) on the
+// row's deployment and benchmark, each probe as long as the row's run.
+Status PredictCapacity(std::vector<RowPrediction>* predictions, const CalibrationSetup& setup,
+                       const models::HardwareCatalog& catalog, const models::Calibration& calibration,
+                       int64_t max_requests, int jobs = 0);
 
 // The fit's residual for one published figure: log(predicted / published) made robust with a
 // Cauchy loss (scale 0.2) inside the residual, so that each row's error is bounded separately and
@@ -100,6 +111,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
 struct ErrorSummary {
   double tokens_median_abs_pct = 0;
   double latency_median_abs_pct = 0;
+  double capacity_median_abs_pct = 0;  // over rows with a capacity
   int rows = 0;
 };
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions);

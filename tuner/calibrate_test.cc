@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "base/files.h"
+#include "sim/mlperf.h"
 #include "tuner/calibrate.h"
 
 namespace fathom::tuner {
@@ -68,6 +69,35 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   const ErrorSummary s = Summarize(*preds);
   CHECK(s.rows == 3);
   CHECK(s.tokens_median_abs_pct >= 0);
+}
+
+TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent with the run at the published QPS",
+          "[tuner]") {
+  auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
+  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto calibration = models::LoadCalibration(models::DefaultCalibrationPath());
+  REQUIRE(rows.ok());
+  REQUIRE(setup.ok());
+  REQUIRE(calibration.ok());
+  // Offline, Server and Interactive rows of two benchmarks.
+  std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[14], (*rows)[15]};
+  auto preds = PredictRows(some, *setup, *catalog, *calibration, 3000);
+  REQUIRE(preds.ok());
+  REQUIRE(PredictCapacity(&*preds, *setup, *catalog, *calibration, 3000).ok());
+  for (const RowPrediction& p : *preds) {
+    INFO(p.row.line);
+    CHECK(p.has_capacity == !p.row.offline());
+    if (p.row.offline()) continue;
+    CHECK(p.capacity_qps > 0);
+    const auto limits = *sim::MlperfLimits(
+        p.row.model, p.row.scenario == "Interactive" ? sim::Scenario::kInteractive : sim::Scenario::kServer);
+    // Within the limits at the published QPS means a capacity at least that high (to the search's 2%).
+    if (p.ttft_p99_ms <= limits.ttft_ms && p.tpot_p99_ms <= limits.tpot_ms) CHECK(p.capacity_qps >= 0.98 * p.row.target_qps);
+    if (p.ttft_p99_ms > 1.2 * limits.ttft_ms || p.tpot_p99_ms > 1.2 * limits.tpot_ms) CHECK(p.capacity_qps < p.row.target_qps);
+  }
+  const ErrorSummary s = Summarize(*preds);
+  CHECK(s.capacity_median_abs_pct >= 0);
 }
 
 TEST_CASE("FindDeployment: each row runs its submitter's published configuration", "[tuner]") {

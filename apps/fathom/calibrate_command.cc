@@ -44,6 +44,11 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
   if (!p.row.offline()) {
     j["ttft_p99_ms"] = metric(p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct());
     j["tpot_p99_ms"] = metric(p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
+    if (p.has_capacity) {
+      j["capacity_qps_pub"] = p.row.target_qps;
+      j["capacity_qps_pred"] = p.capacity_qps;
+      j["capacity_error_pct"] = p.CapacityErrorPct();
+    }
   }
   // The first metric's fields at the top level too, for a flat view of each row.
   j["published"] = p.row.tokens_per_s;
@@ -53,9 +58,9 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
-  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s\n", "line", "submitter", "gpu",
-              "model", "scenario", "samples", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub",
-              "TPOT sim", "err%");
+  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n", "line",
+              "submitter", "gpu", "model", "scenario", "samples", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim",
+              "err%", "TPOT pub", "TPOT sim", "err%", "QPS pub", "QPS max", "err%");
   for (const auto& p : preds) {
     std::printf("%-5d %-14s %-6s %-14s %-11s %7lld %10.0f %10.0f %+7.1f", p.row.line, p.row.submitter.c_str(),
                 p.row.accelerator.c_str(), p.row.model.c_str(), p.row.scenario.c_str(),
@@ -64,12 +69,14 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
     if (!p.row.offline()) {
       std::printf(" %8.0f %8.0f %+7.1f %7.1f %7.1f %+7.1f", p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct(),
                   p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
+      if (p.has_capacity) std::printf(" %7.2f %7.2f %+7.1f", p.row.target_qps, p.capacity_qps, p.CapacityErrorPct());
     }
     std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
   }
   const tuner::ErrorSummary s = tuner::Summarize(preds);
-  std::printf("median |error|: throughput %.1f%%, p99 latencies %.1f%% over %d rows\n", s.tokens_median_abs_pct,
-              s.latency_median_abs_pct, s.rows);
+  std::printf("median |error|: throughput %.1f%%, p99 latencies at the published QPS %.1f%%, Server capacity %.1f%% "
+              "over %d rows\n",
+              s.tokens_median_abs_pct, s.latency_median_abs_pct, s.capacity_median_abs_pct, s.rows);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
@@ -119,12 +126,15 @@ Status Run(const CalibrateFlags& f) {
   }
   FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds,
                           tuner::PredictRows(rows, setup, catalog, calibration, f.max_requests, f.jobs));
+  FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&preds, setup, catalog, calibration, f.max_requests, f.jobs));
   if (!f.json) PrintTable(preds);
   OrderedJson jrows = OrderedJson::array();
   for (const auto& p : preds) jrows.push_back(RowJson(p));
   out["rows"] = jrows;
   const tuner::ErrorSummary s = tuner::Summarize(preds);
-  out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct}, {"p99_latency", s.latency_median_abs_pct}};
+  out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct},
+                                 {"p99_latency", s.latency_median_abs_pct},
+                                 {"capacity_qps", s.capacity_median_abs_pct}};
 
   if (f.cross_validate) {
     // Leave one model out: fit on the others, predict the held-out model's rows. Each fold starts
@@ -144,11 +154,13 @@ Status Run(const CalibrateFlags& f) {
       if (!f.json) PrintFit("without " + model, fit);
       folds.push_back({{"held_out", model}, {"calibration", models::ToJson(fit.calibration)}});
       FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests, f.jobs));
+      FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&p, setup, catalog, fit.calibration, f.max_requests, f.jobs));
       held_out.insert(held_out.end(), p.begin(), p.end());
     }
     const tuner::ErrorSummary cv = tuner::Summarize(held_out);
     out["leave_one_model_out"] = {{"tokens_per_s", cv.tokens_median_abs_pct},
                                   {"p99_latency", cv.latency_median_abs_pct},
+                                  {"capacity_qps", cv.capacity_median_abs_pct},
                                   {"folds", folds}};
     if (!f.json) {
       std::printf("\nleave-one-model-out:\n");
