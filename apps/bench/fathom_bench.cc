@@ -1,5 +1,5 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|stream|activity|all] [--rows N] [--repeat R]
+//   fathom_bench [csv|offline|server|stream|activity|online|tune|all] [--rows N] [--repeat R]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -10,15 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/roofline.h"
 #include "profiler/activity.h"
 #include "sim/deployment_config.h"
 #include "sim/simulator.h"
+#include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
 #include "tuner/online.h"
+#include "tuner/tuner.h"
 
 namespace fathom {
 namespace {
@@ -193,6 +196,48 @@ void Online(int repeat) {
   std::printf("online_step: 12 choices predicted in %.3f s wall (median of %d): %s\n", s, repeat, reason.c_str());
 }
 
+// A default tune (the calibrated cost model, the benchmark's data set and run rules) of each
+// system: seconds per tune and what it found.
+void Tunes(int repeat) {
+  struct System {
+    const char* model;
+    const char* hardware;
+    int gpus;
+    sim::Scenario scenario;
+  };
+  const System systems[] = {{"deepseek-r1", "b200", 8, sim::Scenario::kOffline},
+                            {"deepseek-r1", "b200", 8, sim::Scenario::kServer},
+                            {"deepseek-r1", "gb200", 72, sim::Scenario::kOffline},
+                            {"deepseek-r1", "gb300", 288, sim::Scenario::kOffline},
+                            {"llama2-70b", "h200", 8, sim::Scenario::kOffline},
+                            {"llama2-70b", "h200", 8, sim::Scenario::kServer}};
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  const models::CostParams params = models::LoadCalibration(models::DefaultCalibrationPath())->params;
+  for (const System& sys : systems) {
+    tuner::TuneOptions o;
+    o.space.model = sys.model;
+    o.space.hardware = sys.hardware;
+    o.space.gpus = sys.gpus;
+    o.space.scenario = sys.scenario;
+    const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), sys.model);
+    o.benchmark = b->name;
+    o.dataset = *traces::BenchmarkDataset(*b);
+    o.make_time = [params](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime runtime) {
+      return std::unique_ptr<models::ExecutionTimeModel>(
+          std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime));
+    };
+    tuner::TuneResult r;
+    const double s = Median(repeat, [&] { r = *tuner::Tune(o, *catalog); });
+    const bool server = sys.scenario != sim::Scenario::kOffline;
+    const std::string at = server && !r.ranked.empty() ? " at " + std::to_string(r.ranked.front().qps) + " QPS" : "";
+    std::printf("tune_%s_%dx%s_%s: %.2f s, %lld simulated of %lld; best %.0f tok/s (%.0f per GPU)%s\n", sys.model,
+                sys.gpus, sys.hardware, std::string(sim::Name(sys.scenario)).c_str(), s,
+                static_cast<long long>(r.evaluated), static_cast<long long>(r.candidates),
+                r.ranked.empty() ? 0.0 : r.ranked.front().throughput_tokens_per_s,
+                r.ranked.empty() ? 0.0 : r.ranked.front().tokens_per_s_per_gpu, at.c_str());
+  }
+}
+
 }  // namespace fathom
 
 int main(int argc, char** argv) {
@@ -209,5 +254,6 @@ int main(int argc, char** argv) {
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   if (what == "online" || what == "all") fathom::Online(repeat);
+  if (what == "tune" || what == "all") fathom::Tunes(std::min(repeat, 3));
   return 0;
 }

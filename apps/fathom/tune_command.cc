@@ -178,8 +178,10 @@ Status Run(TuneFlags f) {
               best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 / best.config.TotalGpus());
   std::printf("Run behind these figures: %lld samples, %.0f s measured%s\n", static_cast<long long>(best.run_samples),
               best.run_s,
-              server ? " (the highest-QPS probe that held the limits)"
-                     : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
+              server                 ? " (the highest-QPS probe that held the limits)"
+              : o.offline_samples > 0 ? " (--samples)"
+                                      : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run "
+                                        "where longer)");
   std::printf("Deployment (fathom simulate --deployment FILE):\n%s\n", sim::ToJson(best.config).dump().c_str());
   std::printf("\nLaunch it:\n  %s\n\n  %s\n\n  %s\n  # extra.yaml:\n%s\n", launch.vllm.c_str(), launch.sglang.c_str(),
               launch.trtllm.c_str(), launch.trtllm_yaml.c_str());
