@@ -33,6 +33,14 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
   }
 }
 
+// The calibrated cost model with `params`, for every deployment a row runs.
+sim::TimeModelFactory CalibratedTime(const models::CostParams& params) {
+  return [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                  const models::Precision& p, models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
+  };
+}
+
 }  // namespace
 
 const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row) {
@@ -157,12 +165,7 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
 Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                               const models::HardwareCatalog& catalog,
                                               const models::Calibration& calibration, int64_t max_requests, int jobs) {
-  const models::CostParams params = calibration.params;
-  auto make_time = [&](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                       const models::Precision& p,
-                       models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
+  const sim::TimeModelFactory make_time = CalibratedTime(calibration.params);
   // Rows that would run the same simulation (same deployment, workload, scenario, length and
   // rate) share one run.
   struct Run {
@@ -243,7 +246,6 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
 Status PredictCapacity(std::vector<RowPrediction>* predictions, const CalibrationSetup& setup,
                        const models::HardwareCatalog& catalog, const models::Calibration& calibration,
                        int64_t max_requests, int jobs) {
-  const models::CostParams params = calibration.params;
   std::vector<size_t> server;
   for (size_t i = 0; i < predictions->size(); ++i) {
     if (!(*predictions)[i].row.offline()) server.push_back(i);
@@ -269,11 +271,7 @@ Status PredictCapacity(std::vector<RowPrediction>* predictions, const Calibratio
     o.probe_max_samples = p.requests;
     o.qps_steps = 12;
     o.jobs = 1;
-    o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                           const models::Precision& pr,
-                           models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-      return std::make_unique<models::CalibratedModel>(m, hw, l, pr, params, runtime);
-    };
+    o.make_time = CalibratedTime(calibration.params);
     auto c = Evaluate(entry->deployment, o, catalog);
     if (!c.ok()) {
       failures[k] = c.status().WithContext("results line " + std::to_string(p.row.line));

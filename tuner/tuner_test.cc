@@ -182,10 +182,10 @@ TEST_CASE("Evaluate: an Offline run is whole data sets lasting LoadGen's 1.1 x 6
   CHECK(dsr1->run_samples % 4388 == 0);
 }
 
-// Identical replicas must add up: an Offline run of k instances is k times one instance's, and
-// the tuner's one-instance shortcut agrees with simulating all of them.
-TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]") {
-  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+namespace {
+
+// `instances` aggregated TP2 instances of Llama 2 70B on H200.
+sim::DeploymentConfig Llama2Tp2Instances(int instances) {
   sim::DeploymentConfig d;
   d.model = "llama2-70b";
   d.hardware = "h200";
@@ -195,12 +195,22 @@ TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]
   d.attn_dp = 1;
   d.engine.max_batch = 64;
   d.engine.max_num_tokens = 4096;
-  d.gpus = 2;
+  d.gpus = 2 * instances;
+  return d;
+}
+
+}  // namespace
+
+// Identical replicas must add up: an Offline run of k instances is k times one instance's, and
+// the tuner's one-instance shortcut agrees with simulating all of them.
+TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  sim::DeploymentConfig d = Llama2Tp2Instances(1);
   auto single = Evaluate(d, o, Catalog());
   REQUIRE(single.ok());
   REQUIRE(single->valid);
   for (int k : {2, 4}) {
-    d.gpus = 2 * k;
+    d = Llama2Tp2Instances(k);
     auto many = Evaluate(d, o, Catalog());
     REQUIRE(many.ok());
     CHECK(many->throughput_tokens_per_s == Approx(k * single->throughput_tokens_per_s).epsilon(0.03));
@@ -227,20 +237,11 @@ TEST_CASE("Evaluate: n identical replicas give at least n x Server capacity", "[
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.qps_steps = 9;
   o.probe_duration_s = 300;
-  sim::DeploymentConfig d;
-  d.model = "llama2-70b";
-  d.hardware = "h200";
-  d.weights = "fp8";
-  d.tp = 2;
-  d.ep = 1;
-  d.attn_dp = 1;
-  d.engine.max_batch = 64;
-  d.engine.max_num_tokens = 4096;
-  d.gpus = 2;
+  sim::DeploymentConfig d = Llama2Tp2Instances(1);
   auto single = Evaluate(d, o, Catalog());
   REQUIRE(single.ok());
   REQUIRE(single->valid);
-  d.gpus = 6;
+  d = Llama2Tp2Instances(3);
   for (sim::RouterKind router : {sim::RouterKind::kRoundRobin, sim::RouterKind::kLeastOutstanding}) {
     d.router = router;
     auto three = Evaluate(d, o, Catalog());
