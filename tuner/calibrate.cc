@@ -156,8 +156,12 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
   if (entry.samples > 0) {
     n = entry.samples;  // the submitter's published sample count
   } else {
+    // Server: 600 s of arrivals and at least the benchmark's minimum Server run (DeepSeek-R1's
+    // 26,382 samples, published for v6.0 runs of the same harness), padded to whole data sets.
+    const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
+    const int64_t least = b != nullptr ? b->server_min_query_count : 0;
     n = row.offline() ? sim::LoadGenOfflineSamples(dataset_size, row.samples_per_s)
-                      : sim::LoadGenServerSamples(dataset_size, row.target_qps);
+                      : traces::EqualIssueCount(dataset_size, std::max(least, sim::LoadGenServerSamples(dataset_size, row.target_qps)));
   }
   return max_requests > 0 ? std::min(n, max_requests) : n;
 }
@@ -267,8 +271,11 @@ Status PredictCapacity(std::vector<RowPrediction>* predictions, const Calibratio
     o.space.scenario = *scenario;
     o.benchmark = benchmark->name;
     o.dataset = setup.workloads.at(benchmark->name);
-    o.probe_min_samples = p.requests;  // exactly as long as the row's run
-    o.probe_max_samples = p.requests;
+    // Each probe as long as LoadGen makes a run at its QPS (600 s of arrivals, at least the
+    // benchmark's minimum Server run), or the row's published sample count where known.
+    o.probe_min_samples = entry->samples > 0 ? entry->samples : 0;
+    o.probe_max_samples = entry->samples > 0 ? entry->samples : std::numeric_limits<int64_t>::max();
+    if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
     o.qps_steps = 12;
     o.jobs = 1;
     o.make_time = CalibratedTime(calibration.params);

@@ -32,7 +32,7 @@ TEST_CASE("LoadPublishedResults: a bad value names file, line and column", "[tun
   std::filesystem::remove(path);
 }
 
-TEST_CASE("RunLength: the published count, else LoadGen's run length padded to whole data sets", "[tuner]") {
+TEST_CASE("RunLength: the published count, else LoadGen's run length (and the benchmark's minimum) in whole data sets", "[tuner]") {
   PublishedResult offline;
   offline.scenario = "Offline";
   offline.samples_per_s = 8.9;
@@ -44,6 +44,8 @@ TEST_CASE("RunLength: the published count, else LoadGen's run length padded to w
   CHECK(RunLength(server, entry, 4388, 0) == 4388);       // 3000
   CHECK(RunLength(server, entry, 1000, 0) == 3000);
   CHECK(RunLength(server, entry, 1000, 2500) == 2500);    // the cap
+  server.model = "deepseek-r1";  // its benchmark's minimum Server run, 26,382 samples
+  CHECK(RunLength(server, entry, 4388, 0) == 7 * 4388);
   entry.samples = 26328;
   CHECK(RunLength(offline, entry, 4388, 0) == 26328);
 }
