@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -137,34 +138,54 @@ Status Run(const CalibrateFlags& f) {
                                  {"capacity_qps", s.capacity_median_abs_pct}};
 
   if (f.cross_validate) {
-    // Leave one model out: fit on the others, predict the held-out model's rows. Each fold starts
-    // from the physical defaults, not from a calibration the held-out rows helped fit.
+    // Leave one model, one GPU, one submitter out: fit on the other rows, predict the held-out
+    // rows. Each fold starts from the physical defaults, not from a calibration the held-out rows
+    // helped fit.
     models::Calibration neutral = calibration;
     neutral.params.SetFitted(models::CostParams{}.Fitted());
-    std::set<std::string> models;
-    for (const auto& r : rows) models.insert(r.model);
-    std::vector<tuner::RowPrediction> held_out;
-    OrderedJson folds = OrderedJson::array();
-    if (!f.json) std::printf("\nleave-one-model-out fits:\n");
-    for (const auto& model : models) {
-      std::vector<tuner::PublishedResult> train, test;
-      for (const auto& r : rows) (r.model == model ? test : train).push_back(r);
-      FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit, tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests,
-                                                                           f.jobs, Progress("without " + model)));
-      if (!f.json) PrintFit("without " + model, fit);
-      folds.push_back({{"held_out", model}, {"calibration", models::ToJson(fit.calibration)}});
-      FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit.calibration, f.max_requests, f.jobs));
-      FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&p, setup, catalog, fit.calibration, f.max_requests, f.jobs));
-      held_out.insert(held_out.end(), p.begin(), p.end());
-    }
-    const tuner::ErrorSummary cv = tuner::Summarize(held_out);
-    out["leave_one_model_out"] = {{"tokens_per_s", cv.tokens_median_abs_pct},
-                                  {"p99_latency", cv.latency_median_abs_pct},
-                                  {"capacity_qps", cv.capacity_median_abs_pct},
-                                  {"folds", folds}};
-    if (!f.json) {
-      std::printf("\nleave-one-model-out:\n");
-      PrintTable(held_out);
+    struct FoldKind {
+      const char* name;
+      std::string (*key)(const tuner::PublishedResult&);
+    };
+    const FoldKind kinds[] = {{"model", [](const tuner::PublishedResult& r) { return r.model; }},
+                              {"hardware", [](const tuner::PublishedResult& r) { return r.accelerator; }},
+                              {"submitter", [](const tuner::PublishedResult& r) { return r.submitter; }}};
+    for (const FoldKind& kind : kinds) {
+      const std::string label = std::string("leave-one-") + kind.name + "-out";
+      std::set<std::string> keys;
+      for (const auto& r : rows) keys.insert(kind.key(r));
+      std::vector<tuner::RowPrediction> held_out;
+      OrderedJson folds = OrderedJson::array();
+      if (!f.json) std::printf("\n%s fits:\n", label.c_str());
+      for (const auto& key : keys) {
+        std::vector<tuner::PublishedResult> train, test;
+        for (const auto& r : rows) (kind.key(r) == key ? test : train).push_back(r);
+        if (train.empty()) continue;
+        auto fit = tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests, f.jobs,
+                                         Progress("without " + key));
+        if (!fit.ok()) {
+          // Too few rows left to fit (one GPU or submitter holds most of them): said, not fatal.
+          if (!f.json) std::printf("without %s: %s\n", key.c_str(), fit.status().message().c_str());
+          folds.push_back({{"held_out", key}, {"error", fit.status().message()}});
+          continue;
+        }
+        if (!f.json) PrintFit("without " + key, *fit);
+        folds.push_back({{"held_out", key}, {"calibration", models::ToJson(fit->calibration)}});
+        FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit->calibration, f.max_requests, f.jobs));
+        FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&p, setup, catalog, fit->calibration, f.max_requests, f.jobs));
+        held_out.insert(held_out.end(), p.begin(), p.end());
+      }
+      const tuner::ErrorSummary cv = tuner::Summarize(held_out);
+      std::string json_key = label;
+      std::replace(json_key.begin(), json_key.end(), '-', '_');
+      out[json_key] = {{"tokens_per_s", cv.tokens_median_abs_pct},
+                       {"p99_latency", cv.latency_median_abs_pct},
+                       {"capacity_qps", cv.capacity_median_abs_pct},
+                       {"folds", folds}};
+      if (!f.json) {
+        std::printf("\n%s:\n", label.c_str());
+        PrintTable(held_out);
+      }
     }
   }
   if (f.json) std::printf("%s\n", out.dump(2).c_str());
@@ -182,7 +203,8 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   cmd->add_option("--calibration", f->calibration, "Starting calibration (default: models/calibration/default.json)");
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
-  cmd->add_flag("--cross-validate", f->cross_validate, "Also report leave-one-model-out errors");
+  cmd->add_flag("--cross-validate", f->cross_validate,
+                "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");
   cmd->add_option("--samples", f->samples, "Draw this many samples from each data set (default: whole data sets)");
   cmd->add_option("--max-requests", f->max_requests, "Cap each row's run (default: as long as the MLPerf run)");
   cmd->add_option("--jobs", f->jobs, "Simulations in parallel (default: all cores)");
