@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/files.h"
+#include "models/stack.h"
 
 namespace fathom::models {
 
@@ -103,7 +104,11 @@ OrderedJson ToJson(const Calibration& c) {
   return j;
 }
 
-std::string DefaultCalibrationPath() { return DataDir() + "/models/calibration/default.json"; }
+std::string DefaultCalibrationPath() {
+  // The newest stack's; a broken stacks file is then the file a load names.
+  auto stacks = LoadStacks(DefaultStacksPath());
+  return stacks.ok() ? stacks->back().CalibrationPath() : DefaultStacksPath();
+}
 
 Result<MeasuredGemms> MeasuredGemms::Load(const PerfDb& db, const std::string& hardware) {
   MeasuredGemms out;

@@ -61,7 +61,7 @@ struct Calibration {
 
 Result<Calibration> LoadCalibration(const std::string& path);
 OrderedJson ToJson(const Calibration& c);
-std::string DefaultCalibrationPath();  // models/calibration/default.json
+std::string DefaultCalibrationPath();  // the newest stack's (models/stacks.json)
 
 // Measured GEMM latencies for one GPU, by (dtype, N, K), interpolated over M.
 class MeasuredGemms {

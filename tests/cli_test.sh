@@ -106,6 +106,18 @@ expect 0 '"error_bars_1sigma"' -- simulate --scenario server --qps 3 --samples 3
 expect 2 "--perf-db = \"$tmp/none.db\": no such file" -- simulate --samples 100 --perf-db "$tmp/none.db"
 expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 100 --cost-model roofline --error-bars
 
+# Software stacks: each with its calibration; calibrate picks the one of its rows' round.
+expect 0 "trtllm-1.2   TensorRT-LLM   v6.0" -- stack list
+expect 0 '"calibrated_on": [' -- stack list --json
+expect 0 '"iteration_overhead_us"' -- stack show trtllm-1.0
+expect 0 "trtllm-1.2 / trtllm-1.0:" -- stack diff trtllm-1.0 trtllm-1.2
+expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, trtllm-1.2)' -- tune --stack vllm
+expect 2 "--stack and --calibration: give one" -- simulate --samples 100 --stack trtllm-1.0 --calibration "$root/models/calibration/trtllm-1.0.json"
+expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v6.0.csv" \
+  --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
+expect 0 "stack trtllm-1.0 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests 1000
+expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
+
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
 expect 0 '"capacity_qps_pred"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000

@@ -58,7 +58,13 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
   std::ifstream in(path);
   if (!in) return Status::NotFound(path + ": cannot open results file");
   std::string line;
-  if (!std::getline(in, line)) return Status::InvalidArgument(path + ":1: empty file");
+  // Lines may end in CRLF (files saved on Windows, as MLCommons' exports are).
+  auto next_line = [&]() {
+    if (!std::getline(in, line)) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+  };
+  if (!next_line()) return Status::InvalidArgument(path + ":1: empty file");
   const std::vector<std::string> header = SplitCsvLine(line);
   auto col = [&](const std::string& name) {
     auto it = std::find(header.begin(), header.end(), name);
@@ -71,7 +77,7 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
   }
   std::vector<PublishedResult> rows;
   int line_no = 1;
-  while (std::getline(in, line)) {
+  while (next_line()) {
     ++line_no;
     if (line.empty()) continue;
     const std::vector<std::string> f = SplitCsvLine(line);
@@ -81,6 +87,7 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     }
     PublishedResult r;
     r.line = line_no;
+    if (col("version") >= 0) r.round = f[col("version")];
     r.submitter = f[col("submitter")];
     r.system = f[col("system")];
     r.accelerator = f[col("accelerator")];
@@ -106,6 +113,16 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     FATHOM_RETURN_IF_ERROR(number("tpot_p99_ms", &r.tpot_p99_ms, server));
     FATHOM_RETURN_IF_ERROR(number("target_qps", &r.target_qps, server));
     if (col("samples_per_s") >= 0) FATHOM_RETURN_IF_ERROR(number("samples_per_s", &r.samples_per_s, false));
+    for (auto [name, out] : {std::pair{"samples_per_query", &r.samples_per_query}, {"min_query_count", &r.min_query_count}}) {
+      if (col(name) < 0) continue;
+      double v = 0;
+      FATHOM_RETURN_IF_ERROR(number(name, &v, false));
+      if (v > 1e9 || v != std::floor(v)) {
+        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name + ": \"" +
+                                       f[col(name)] + "\" is not a whole number up to 1e9");
+      }
+      *out = static_cast<int64_t>(v);
+    }
     rows.push_back(r);
   }
   return rows;
@@ -155,11 +172,14 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
   int64_t n = 0;
   if (entry.samples > 0) {
     n = entry.samples;  // the submitter's published sample count
+  } else if (row.offline() && row.samples_per_query > 1) {
+    n = row.samples_per_query;
   } else {
-    // Server: 600 s of arrivals and at least the benchmark's minimum Server run (DeepSeek-R1's
-    // 26,382 samples, published for v6.0 runs of the same harness), padded to whole data sets.
+    // Server: 600 s of arrivals and at least the row's minimum, else the benchmark's minimum
+    // Server run (DeepSeek-R1's 26,382 samples, published for v6.0 runs of the same harness),
+    // padded to whole data sets.
     const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
-    const int64_t least = b != nullptr ? b->server_min_query_count : 0;
+    const int64_t least = row.min_query_count > 1 ? row.min_query_count : b != nullptr ? b->server_min_query_count : 0;
     n = row.offline() ? sim::LoadGenOfflineSamples(dataset_size, row.samples_per_s)
                       : traces::EqualIssueCount(dataset_size, std::max(least, sim::LoadGenServerSamples(dataset_size, row.target_qps)));
   }
@@ -273,7 +293,7 @@ Status PredictCapacity(std::vector<RowPrediction>* predictions, const Calibratio
     o.dataset = setup.workloads.at(benchmark->name);
     // Each probe as long as LoadGen makes a run at its QPS (600 s of arrivals, at least the
     // benchmark's minimum Server run), or the row's published sample count where known.
-    o.probe_min_samples = entry->samples > 0 ? entry->samples : 0;
+    o.probe_min_samples = entry->samples > 0 ? entry->samples : p.row.min_query_count;
     o.probe_max_samples = entry->samples > 0 ? entry->samples : std::numeric_limits<int64_t>::max();
     if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
     o.qps_steps = 12;
@@ -364,7 +384,8 @@ double Cost(const RowsResidual& f, const std::array<double, models::CostParams::
 // physically plausible points.
 std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual& f,
                                                             const std::array<double, models::CostParams::kNumFitted>& start,
-                                                            double start_cost, int residuals) {
+                                                            double start_cost, int residuals,
+                                                            const std::array<bool, models::CostParams::kNumFitted>& held) {
   auto best = start;
   double best_cost = start_cost;
   // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us},
@@ -372,7 +393,10 @@ std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual&
   constexpr double kCorners[4][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
   for (int corner = 0; corner < 16; ++corner) {
     auto axis = [&](int i) { return kCorners[i][(corner >> (3 - i)) & 1]; };
-    const std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2), axis(3), axis(2), axis(3)};
+    std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2), axis(3), axis(2), axis(3)};
+    for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+      if (held[k]) x[k] = start[k];
+    }
     if (const double cost = Cost(f, x, residuals); cost < best_cost) {
       best_cost = cost;
       best = x;
@@ -397,7 +421,23 @@ class ProgressCallback : public ceres::IterationCallback {
 
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs, const FitProgress& progress) {
+                                  int64_t max_requests, int jobs, const FitProgress& progress,
+                                  const std::vector<std::string>& free_params) {
+  std::array<bool, models::CostParams::kNumFitted> held{};
+  std::vector<int> held_indices;
+  for (const std::string& name : free_params) {
+    if (std::find(models::CostParams::kFitted.begin(), models::CostParams::kFitted.end(), name) ==
+        models::CostParams::kFitted.end()) {
+      std::string names;
+      for (const char* n : models::CostParams::kFitted) names += (names.empty() ? "" : ", ") + std::string(n);
+      return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + names + ")");
+    }
+  }
+  for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+    held[k] = !free_params.empty() && std::find(free_params.begin(), free_params.end(),
+                                                models::CostParams::kFitted[k]) == free_params.end();
+    if (held[k]) held_indices.push_back(k);
+  }
   int residuals = 0;
   for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
   if (residuals < models::CostParams::kNumFitted) {
@@ -412,7 +452,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
   std::array<double, models::CostParams::kNumFitted> x =
-      BestStart(*residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals);
+      BestStart(*residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals, held);
   ceres::Problem problem;
   problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
   const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
@@ -420,6 +460,10 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     problem.SetParameterLowerBound(x.data(), i, lower[i]);
     problem.SetParameterUpperBound(x.data(), i, upper[i]);
   }
+  if (held_indices.size() == static_cast<size_t>(models::CostParams::kNumFitted)) {
+    return Status::InvalidArgument("--free: no parameter left to fit");
+  }
+  if (!held_indices.empty()) problem.SetManifold(x.data(), new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
   ceres::Solver::Options options;
   options.max_num_iterations = 25;
   options.function_tolerance = 1e-4;
@@ -447,7 +491,8 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
     const double s2 = 2.0 * summary.final_cost / dof;
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-      out.calibration.stddev[i] = std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
+      out.calibration.stddev[i] =
+          held[i] ? start.stddev[i] : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
     }
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
@@ -460,12 +505,14 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     auto fitted = out.calibration.params.Fitted();
     const int from = python ? kPythonHost : kCppHost, to = python ? kCppHost : kPythonHost;
     for (int k = 0; k < 2; ++k) {
+      if (held[to + k]) continue;  // held: the start's evidence stands
       fitted[to + k] = fitted[from + k];
       out.calibration.stddev[to + k] = out.calibration.stddev[from + k];
     }
     out.calibration.params.SetFitted(fitted);
   }
-  out.calibration.fitted_hardware.clear();
+  // Held parameters keep the evidence of the rows that fitted them: their hardware stays fitted.
+  if (held_indices.empty()) out.calibration.fitted_hardware.clear();
   for (const auto& r : rows) {
     if (std::find(out.calibration.fitted_hardware.begin(), out.calibration.fitted_hardware.end(), r.accelerator) ==
         out.calibration.fitted_hardware.end())

@@ -18,12 +18,16 @@ namespace fathom::tuner {
 
 struct PublishedResult {
   int line = 0;
+  std::string round;  // the MLPerf round ("v5.1"), from the version column
   std::string submitter, system, accelerator, model, scenario;
   int gpus = 0;
   double tokens_per_s = 0;
   double ttft_p99_ms = 0, tpot_p99_ms = 0;  // 0 for Offline
   double target_qps = 0;
   double samples_per_s = 0;
+  // The run's length where the results file gives it (v6.0 files do): Offline samples issued,
+  // Server samples at least. 0 where unknown.
+  int64_t samples_per_query = 0, min_query_count = 0;
   bool offline() const { return scenario == "Offline"; }
 };
 
@@ -66,9 +70,10 @@ struct RowPrediction {
   double TpotErrorPct() const { return row.offline() ? 0 : 100.0 * (tpot_p99_ms - row.tpot_p99_ms) / row.tpot_p99_ms; }
 };
 
-// The samples a row's run issues: the published count where known, else LoadGen's rule (Offline
-// 1.1 x 600 s x the published sample rate, Server 600 s x the target QPS, padded to whole data
-// sets), capped at `max_requests` when > 0.
+// The samples a row's run issues: the published count where known (the setup's, else the results
+// file's), else LoadGen's rule (Offline 1.1 x 600 s x the published sample rate, Server 600 s x
+// the target QPS and at least the minimum Server run, padded to whole data sets), capped at
+// `max_requests` when > 0.
 int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
                   int64_t max_requests);
 
@@ -102,10 +107,14 @@ using FitProgress = std::function<void(int iteration, double cost)>;
 
 // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
 // the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
-// is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence).
+// is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence)
+// unless they are held.
+// `free_params` (names of CostParams::kFitted; empty: all) are fitted and the others held at
+// `start`'s values, as a stack calibrated on few rows keeps what those rows cannot tell.
 Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                   const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs = 0, const FitProgress& progress = {});
+                                  int64_t max_requests, int jobs = 0, const FitProgress& progress = {},
+                                  const std::vector<std::string>& free_params = {});
 
 // Median absolute errors (%) of throughput and of the p99 latencies (server-type rows).
 struct ErrorSummary {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "base/files.h"
 #include "sim/mlperf.h"
@@ -50,13 +51,32 @@ TEST_CASE("RunLength: the published count, else LoadGen's run length (and the be
   CHECK(RunLength(offline, entry, 4388, 0) == 26328);
 }
 
+TEST_CASE("LoadPublishedResults: CRLF lines, the round and the published run length", "[tuner]") {
+  const std::string path = std::filesystem::temp_directory_path() / "fathom_v60.csv";
+  std::ofstream(path) << "version,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,samples_per_s,ttft_p99_ms,"
+                         "tpot_p99_ms,target_qps,min_query_count,samples_per_query\r\n"
+                         "v6.0,D,S,b200,8,deepseek-r1,Offline,58235.4,15.5349,,,12,1,70208\r\n"
+                         "v6.0,D,S,b200,8,deepseek-r1,Server,40949.45,10.95,877.2,66.82,11,26382,1\r\n";
+  auto rows = LoadPublishedResults(path);
+  INFO(rows.status().message());
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 2);
+  CHECK((*rows)[0].round == "v6.0");
+  CHECK((*rows)[0].samples_per_query == 70208);
+  CHECK((*rows)[1].min_query_count == 26382);
+  CalibrationSetup::Entry entry;
+  CHECK(RunLength((*rows)[0], entry, 4388, 0) == 70208);
+  CHECK(RunLength((*rows)[1], entry, 4388, 0) == 7 * 4388);  // 26,382 at least, whole data sets
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("PredictRows: simulates every calibration row under its deployment", "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
   INFO(setup.status().message());
   REQUIRE(setup.ok());
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto calibration = models::LoadCalibration(models::DefaultCalibrationPath());
+  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(calibration.ok());
   std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[19]};
   auto preds = PredictRows(some, *setup, *catalog, *calibration, 3000);
@@ -78,7 +98,7 @@ TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent wi
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto calibration = models::LoadCalibration(models::DefaultCalibrationPath());
+  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(rows.ok());
   REQUIRE(setup.ok());
   REQUIRE(calibration.ok());
@@ -139,7 +159,7 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath(), 1000, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto start = models::LoadCalibration(models::DefaultCalibrationPath());
+  auto start = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(all.ok());
   REQUIRE(setup.ok());
   REQUIRE(start.ok());

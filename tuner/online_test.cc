@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "base/files.h"
 #include "models/cost_model.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
@@ -12,7 +13,8 @@ namespace {
 using Action = Decision::Action;
 
 sim::TimeModelFactory Calibrated() {
-  const models::CostParams params = models::LoadCalibration(models::DefaultCalibrationPath())->params;
+  // The v5.1 stack, which these decisions were worked out on (a fixed calibration keeps them put).
+  const models::CostParams params = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
   return [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
                   const models::Precision& p, models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);

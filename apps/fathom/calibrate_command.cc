@@ -9,6 +9,7 @@
 #include "base/files.h"
 #include "base/json_fields.h"
 #include "models/cost_model.h"
+#include "models/stack.h"
 #include "tuner/calibrate.h"
 
 namespace fathom::cli {
@@ -18,6 +19,8 @@ struct CalibrateFlags {
   std::string results;
   std::string setup;
   std::string calibration;
+  std::string stack;
+  std::vector<std::string> free_params;
   std::string out;
   int64_t samples = 0;       // > 0: draw this many samples from each data set
   int64_t max_requests = 0;  // > 0: cap each row's run
@@ -107,12 +110,38 @@ Status Run(const CalibrateFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(tuner::CalibrationSetup setup,
                           tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath() : f.setup, f.samples, 1));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration,
-                          models::LoadCalibration(f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration));
+
+  // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
+  // MLPerf round (each stack is fitted and checked on its own round's rows).
+  std::string calibration_path = f.calibration;
+  std::string stack_note;
+  if (calibration_path.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
+    models::Stack stack;
+    if (!f.stack.empty()) {
+      FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
+    } else {
+      std::set<std::string> rounds;
+      for (const auto& r : rows) rounds.insert(r.round);
+      if (rounds.size() != 1 || rounds.begin()->empty()) {
+        return Status::InvalidArgument(f.results + ": rows of " + std::to_string(rounds.size()) +
+                                       " MLPerf rounds (version column): give --stack or --calibration");
+      }
+      FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, *rounds.begin()));
+    }
+    calibration_path = stack.CalibrationPath();
+    stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
+  } else if (!f.stack.empty()) {
+    return Status::InvalidArgument("--stack and --calibration: give one");
+  }
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration, models::LoadCalibration(calibration_path));
+  if (!f.json && !stack_note.empty()) std::printf("%s\n", stack_note.c_str());
   OrderedJson out;
+  out["calibration_file"] = calibration_path;
   if (f.fit) {
     FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit,
-                            tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs, Progress("fit")));
+                            tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs, Progress("fit"),
+                                                  f.free_params));
     calibration = fit.calibration;
     calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
                        " rows, each run as long as its MLPerf run" +
@@ -200,7 +229,11 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
       "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
   cmd->add_option("--results", f->results, "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")->required();
   cmd->add_option("--setup", f->setup, "Deployments and run lengths of the rows (default: models/calibration/published_deployments.json)");
-  cmd->add_option("--calibration", f->calibration, "Starting calibration (default: models/calibration/default.json)");
+  cmd->add_option("--calibration", f->calibration, "Starting calibration file (default: --stack's)");
+  cmd->add_option("--stack", f->stack,
+                  "Software stack whose calibration to use (fathom stack list; default: the one calibrated on the rows' MLPerf round)");
+  cmd->add_option("--free", f->free_params, "With --fit: the parameters to fit, the others held (default: all)")
+      ->delimiter(',');
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
   cmd->add_flag("--cross-validate", f->cross_validate,

@@ -18,5 +18,6 @@ void RegisterTune(CLI::App& app, Status* result);
 void RegisterProfile(CLI::App& app, Status* result);
 void RegisterReport(CLI::App& app, Status* result);
 void RegisterOnline(CLI::App& app, Status* result);
+void RegisterStack(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

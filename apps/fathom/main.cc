@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterProfile(app, &result);
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterOnline(app, &result);
+  fathom::cli::RegisterStack(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -123,11 +123,12 @@ Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
 
 void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
                   const sim::SimulationResult& res, double wall_s, const TimeModel& time_model) {
-  std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld\n", d.model.c_str(),
+  std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n", d.model.c_str(),
               d.TotalGpus(), d.hardware.c_str(),
               d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
               std::string(sim::Name(d.engine.scheduler)).c_str(), static_cast<long long>(d.engine.max_batch),
-              static_cast<long long>(d.engine.max_num_tokens));
+              static_cast<long long>(d.engine.max_num_tokens),
+              time_model.stack.empty() ? "" : (", stack " + time_model.stack).c_str());
   std::printf("Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f s\n\n",
               std::string(sim::Name(sc.scenario)).c_str(), sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "",
               static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);

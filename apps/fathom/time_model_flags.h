@@ -14,7 +14,8 @@ namespace fathom::cli {
 
 struct TimeModelFlags {
   std::string cost_model = "calibrated";
-  std::string calibration;  // empty: models/calibration/default.json
+  std::string calibration;  // empty: the stack's
+  std::string stack;        // empty: the newest (models/stacks.json)
   std::string perf_db;
 };
 
@@ -25,6 +26,7 @@ struct TimeModel {
   models::Calibration calibration;
   std::shared_ptr<const models::MeasuredGemms> measured;
   bool roofline = false;
+  std::string stack;  // the stack whose calibration it is; empty for a --calibration file or roofline
 };
 
 // The calibrated cost model with these parameters (and measured GEMMs, which may be null).

@@ -89,6 +89,7 @@ Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, o.space.hardware));
   o.make_time = time_model.factory;
+  const std::string stack = time_model.stack;
   o.time_model_tag = f.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
   o.progress = !f.json && isatty(STDERR_FILENO);
 
@@ -144,6 +145,7 @@ Status Run(TuneFlags f) {
                    {"trtllm_extra_options_yaml", launch.trtllm_yaml}};
     j["best"] = b;
     j["workload"] = workload_note;
+    j["stack"] = stack;
     OrderedJson top = OrderedJson::array();
     for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i) top.push_back(res.ranked[i].ToJson());
     j["top"] = top;
@@ -160,8 +162,8 @@ Status Run(TuneFlags f) {
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
-  std::printf("Tune: %s on %d x %s, %s scenario", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
-              f.scenario.c_str());
+  std::printf("Tune: %s on %d x %s, %s scenario%s", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
+              f.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
   if (server) {
     const auto limits = sim::MlperfLimits(o.benchmark, o.space.scenario);
     std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms", o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),

@@ -1,0 +1,85 @@
+#include "models/stack.h"
+
+#include <algorithm>
+
+#include "base/files.h"
+
+namespace fathom::models {
+
+std::string Stack::CalibrationPath() const { return DataDir() + "/" + calibration; }
+
+OrderedJson Stack::ToJson() const {
+  OrderedJson j;
+  j["name"] = name;
+  j["engine"] = engine;
+  j["version"] = version;
+  j["calibrated_on"] = calibrated_on;
+  j["calibration"] = calibration;
+  j["features"] = features;
+  j["sources"] = sources;
+  return j;
+}
+
+std::string DefaultStacksPath() { return DataDir() + "/models/stacks.json"; }
+
+Result<std::vector<Stack>> LoadStacks(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
+  if (!j.is_object() || !j.contains("stacks") || !j["stacks"].is_array() || j["stacks"].empty()) {
+    return Status::InvalidArgument(path + ": field 'stacks': missing (required non-empty array)");
+  }
+  std::vector<Stack> out;
+  for (size_t i = 0; i < j["stacks"].size(); ++i) {
+    const Json& e = j["stacks"][i];
+    const std::string where = path + ": stacks[" + std::to_string(i) + "]";
+    JsonFields f(e, where);
+    Stack s;
+    s.name = f.String("name");
+    s.engine = f.String("engine");
+    s.version = f.String("version");
+    s.calibration = f.String("calibration");
+    s.sources = f.String("sources", "");
+    FATHOM_RETURN_IF_ERROR(f.status());
+    if (s.name.empty()) return Status::InvalidArgument(where + ": field 'name': must not be empty");
+    if (!e.contains("calibrated_on") || !e["calibrated_on"].is_array()) {
+      return Status::InvalidArgument(where + ": field 'calibrated_on': missing (required array of MLPerf rounds)");
+    }
+    for (const Json& r : e["calibrated_on"]) {
+      if (!r.is_string()) return Status::InvalidArgument(where + ": field 'calibrated_on': must hold strings");
+      s.calibrated_on.push_back(r.get<std::string>());
+    }
+    if (e.contains("features")) {
+      if (!e["features"].is_object()) return Status::InvalidArgument(where + ": field 'features': must be an object");
+      s.features = OrderedJson::parse(e["features"].dump());
+    }
+    for (const Stack& earlier : out) {
+      if (earlier.name == s.name) return Status::InvalidArgument(where + ": field 'name': \"" + s.name + "\" twice");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+std::string Names(const std::vector<Stack>& stacks) {
+  std::string names;
+  for (const Stack& s : stacks) names += (names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+}  // namespace
+
+Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name) {
+  for (const Stack& s : stacks) {
+    if (s.name == name) return s;
+  }
+  return Status::InvalidArgument("--stack = \"" + name + "\": not a known stack (" + Names(stacks) + ")");
+}
+
+Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round) {
+  for (const Stack& s : stacks) {
+    if (std::find(s.calibrated_on.begin(), s.calibrated_on.end(), round) != s.calibrated_on.end()) return s;
+  }
+  return Status::InvalidArgument("no stack is calibrated on MLPerf " + round + " (" + Names(stacks) +
+                                 "): give --stack or --calibration");
+}
+
+}  // namespace fathom::models

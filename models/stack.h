@@ -1,0 +1,35 @@
+// Software stacks: the engine and release a deployment runs on, each with its own calibration
+// (models/stacks.json). The same GPUs served DeepSeek-R1 1.7x faster Offline one MLPerf round
+// later with the same deployment shape: the engine is an input, like the hardware.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/status.h"
+
+namespace fathom::models {
+
+struct Stack {
+  std::string name;     // "trtllm-1.2"
+  std::string engine;   // "TensorRT-LLM"
+  std::string version;  // release and toolchain
+  std::vector<std::string> calibrated_on;  // MLPerf rounds whose rows fitted it ("v6.0")
+  std::string calibration;                 // calibration file, relative to the data directory
+  OrderedJson features;                    // what the release offers, from its harness configs
+  std::string sources;
+
+  std::string CalibrationPath() const;
+  OrderedJson ToJson() const;
+};
+
+// The stacks, newest last; errors name the file, the entry and the field.
+Result<std::vector<Stack>> LoadStacks(const std::string& path);
+std::string DefaultStacksPath();  // models/stacks.json
+// `name` among `stacks`; an unknown name is an error listing the known ones.
+Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name);
+// The stack calibrated on MLPerf round `round` ("v5.1"); an error when none is.
+Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round);
+
+}  // namespace fathom::models
