@@ -33,7 +33,8 @@ Status CostParams::Validate() const {
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
   if (comm_overlap < 0 || comm_overlap > 1) return Status::InvalidArgument("comm_overlap must be in [0, 1]");
   for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half}, {"kernel_floor_us", kernel_floor_us},
-                         {"collective_latency_us", collective_latency_us}, {"iteration_overhead_us", iteration_overhead_us},
+                         {"collective_latency_us", collective_latency_us},
+                         {"collective_hop_latency_us", collective_hop_latency_us}, {"iteration_overhead_us", iteration_overhead_us},
                          {"per_sequence_overhead_us", per_sequence_overhead_us},
                          {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
                          {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us}, {"moe_skew", moe_skew}}) {
@@ -58,6 +59,7 @@ Result<Calibration> LoadCalibration(const std::string& path) {
   p.kernel_floor_us = pf.Double("kernel_floor_us", p.kernel_floor_us);
   p.link_efficiency = pf.Double("link_efficiency", p.link_efficiency);
   p.collective_latency_us = pf.Double("collective_latency_us", p.collective_latency_us);
+  p.collective_hop_latency_us = pf.Double("collective_hop_latency_us", p.collective_hop_latency_us);
   p.comm_overlap = pf.Double("comm_overlap", p.comm_overlap);
   p.iteration_overhead_us = pf.Double("iteration_overhead_us", p.iteration_overhead_us);
   p.per_sequence_overhead_us = pf.Double("per_sequence_overhead_us", p.per_sequence_overhead_us);
@@ -92,6 +94,7 @@ OrderedJson ToJson(const Calibration& c) {
                  {"kernel_floor_us", p.kernel_floor_us},
                  {"link_efficiency", p.link_efficiency},
                  {"collective_latency_us", p.collective_latency_us},
+                 {"collective_hop_latency_us", p.collective_hop_latency_us},
                  {"comm_overlap", p.comm_overlap},
                  {"iteration_overhead_us", p.iteration_overhead_us},
                  {"per_sequence_overhead_us", p.per_sequence_overhead_us},
@@ -188,7 +191,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
     case OpKind::kCommunication:
-      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6) * (1.0 - p.comm_overlap);
+      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6, p.collective_hop_latency_us * 1e-6) * (1.0 - p.comm_overlap);
   }
   return 0.0;
 }

@@ -31,7 +31,8 @@ struct CostParams {
   double kernel_floor_us = 2.0;        // shortest kernel (launch and tail, CUDA graphs on)
   double link_efficiency = 0.82;       // fraction of link bandwidth collectives reach (NCCL's
                                        // protocol costs about 20% of NVLink's line rate)
-  double collective_latency_us = 8.0;  // alpha of one collective
+  double collective_latency_us = 8.0;     // alpha of one collective (launch and setup)
+  double collective_hop_latency_us = 0.0;  // and of each step of its algorithm (ring: 2 (n - 1))
   double comm_overlap = 0.0;           // fraction of communication hidden behind compute
   // Host work per iteration (scheduler, sampling, launches), and per running sequence in it, for
   // Python runtimes and for C++ ones (see Runtime).

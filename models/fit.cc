@@ -28,6 +28,33 @@ struct GemmResidual {
   }
 };
 
+// `base` with the collective price p = {link_efficiency, latency_us, hop_latency_us}.
+CostParams WithLinks(CostParams base, const double* p) {
+  base.link_efficiency = p[0];
+  base.collective_latency_us = p[1];
+  base.collective_hop_latency_us = p[2];
+  return base;
+}
+
+struct CollectiveResidual {
+  Operator op;
+  const Hardware* hw;
+  CostParams base;
+  double log_measured;
+  bool operator()(const double* p, double* residual) const {
+    residual[0] = std::log(OperatorSeconds(op, *hw, WithLinks(base, p), /*ep=*/1)) - log_measured;
+    return true;
+  }
+};
+
+bool IsCollective(const std::string& op) {
+  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll,
+                        CommKind::kSendRecv}) {
+    if (op == Name(kind)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<Operator> MeasuredOperator(const OpMeasurement& row) {
@@ -63,13 +90,18 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
     return AttentionKernel("measured.attention", 1, h,
                            row.m * pairs_per_sequence, row.m * n, row.m * q, dtype);
   }
-  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll}) {
+  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll,
+                        CommKind::kSendRecv}) {
     if (row.op != Name(kind)) continue;
     if (row.m <= 0 || row.extra < 2) {
       return Status::InvalidArgument(shape + ": bytes (m) must be positive and ranks (extra) at least 2");
     }
     const int ranks = static_cast<int>(row.extra);
-    return Comm("measured.collective", 1, kind, static_cast<double>(row.m), ranks, ranks);
+    // Ranks on more than one node ("nodes=2") cross the scale-out network: a span no scale-up
+    // domain holds.
+    const int64_t nodes = DimValue(row.dims, "nodes").value_or(1);
+    if (nodes < 1) return Status::InvalidArgument(shape + ": nodes must be >= 1");
+    return Comm("measured.collective", 1, kind, static_cast<double>(row.m), ranks, nodes > 1 ? 1 << 30 : ranks);
   }
   return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
 }
@@ -119,6 +151,78 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
     cov.GetCovarianceBlock(p, p, c);
     const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 4);
     for (int i = 0; i < 4; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 4 + i] * s2));
+  }
+  return fit;
+}
+
+CostParams OperatorFits::Applied(const CostParams& base) const {
+  CostParams p = base;
+  if (gemm) p = gemm->Applied(p);
+  if (links) p = links->Applied(p);
+  return p;
+}
+
+Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
+  int gemms = 0, collectives = 0;
+  for (const OpMeasurement& row : rows) {
+    gemms += row.op == "gemm" || row.op == "grouped_gemm";
+    collectives += IsCollective(row.op);
+  }
+  OperatorFits out;
+  if (gemms >= 5) {
+    FATHOM_ASSIGN_OR_RETURN(out.gemm, FitGemmCurve(rows, hw, start));
+  }
+  if (collectives >= 3) {
+    FATHOM_ASSIGN_OR_RETURN(out.links, FitCollectives(rows, hw, start));
+  }
+  if (!out.gemm && !out.links) {
+    return Status::InvalidArgument("nothing to fit: needs at least 5 GEMM or 3 collective measurements");
+  }
+  return out;
+}
+
+CostParams CollectiveFit::Applied(const CostParams& base) const {
+  const double p[3] = {link_efficiency, latency_us, hop_latency_us};
+  return WithLinks(base, p);
+}
+
+Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
+  double p[3] = {start.link_efficiency, start.collective_latency_us, start.collective_hop_latency_us};
+  ceres::Problem problem;
+  CollectiveFit fit;
+  for (const OpMeasurement& row : rows) {
+    if (!IsCollective(row.op) || !(row.median_us > 0)) continue;
+    Result<Operator> op = MeasuredOperator(row);
+    if (!op.ok()) return op.status();
+    problem.AddResidualBlock(new ceres::NumericDiffCostFunction<CollectiveResidual, ceres::CENTRAL, 1, 3>(
+                                 new CollectiveResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
+                             new ceres::SoftLOneLoss(0.1), p);
+    ++fit.measurements;
+  }
+  if (fit.measurements < 3) return Status::InvalidArgument("collective fit needs at least 3 measurements");
+  problem.SetParameterLowerBound(p, 0, 0.01);
+  problem.SetParameterUpperBound(p, 0, 1.0);
+  problem.SetParameterLowerBound(p, 1, 0.0);
+  problem.SetParameterLowerBound(p, 2, 0.0);
+  ceres::Solver::Options options;
+  options.max_num_iterations = 200;
+  ceres::Solver::Summary summary;
+  ceres::Solve(options, &problem, &summary);
+  if (!summary.IsSolutionUsable()) return Status::InvalidArgument("collective fit failed: " + summary.message);
+  fit.link_efficiency = p[0];
+  fit.latency_us = p[1];
+  fit.hop_latency_us = p[2];
+  fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
+  ceres::Covariance::Options co;
+  co.algorithm_type = ceres::DENSE_SVD;
+  co.null_space_rank = -1;
+  ceres::Covariance cov(co);
+  std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
+  if (cov.Compute(blocks, &problem)) {
+    double c[9];
+    cov.GetCovarianceBlock(p, p, c);
+    const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 3);
+    for (int i = 0; i < 3; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 3 + i] * s2));
   }
   return fit;
 }

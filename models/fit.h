@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
@@ -31,5 +32,27 @@ struct GemmFit {
 // four parameters from `start`, with a robust loss on log time. Small-M rows (streaming weights)
 // set the memory efficiency, large-M rows the GEMM efficiency.
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
+
+struct CollectiveFit {
+  double link_efficiency = 0, latency_us = 0, hop_latency_us = 0;
+  std::array<double, 3> stddev = {0, 0, 0};
+  int measurements = 0;
+  double rms_log_error = 0;
+  CostParams Applied(const CostParams& base) const;  // `base` with the three fitted values
+};
+
+// Fits the cost model's collective price, latency + steps x hop latency + bytes x factor / (link
+// bandwidth x link efficiency), to the collective rows (all-reduce, all-gather, reduce-scatter, all-to-all,
+// send/recv), robust loss on log time: small messages set the latency, large ones the efficiency.
+Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
+
+// The operator-level fits a set of measurements supports: the GEMM curve where it has at least 5
+// GEMM rows, the collective price where it has at least 3 collective rows.
+struct OperatorFits {
+  std::optional<GemmFit> gemm;
+  std::optional<CollectiveFit> links;
+  CostParams Applied(const CostParams& base) const;
+};
+Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
 
 }  // namespace fathom::models

@@ -82,14 +82,20 @@ double OperatorTimeModel::Cached(std::vector<std::vector<double>>& cache, int64_
   return t;
 }
 
-double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s) {
+double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s, double hop_s) {
   const double link =
       (op.span <= hw.scale_up_domain_gpus ? hw.scale_up_bytes_per_s / 2.0 : hw.scale_out_bytes_per_s) * link_efficiency;
   const double n = op.ranks;
   double factor = 1.0;
   if (op.comm == CommKind::kAllReduce) factor = 2.0 * (n - 1) / n;
   if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter) factor = n - 1;  // bytes: one shard
-  return alpha_s + op.comm_bytes * factor / link;
+  // A ring all-reduce takes 2 (n - 1) steps, all-gather, reduce-scatter and all-to-all n - 1, a
+  // send one: each adds a hop's latency (the alpha-beta model of Thakur, Rabenseifner and Gropp,
+  // "Optimization of collective communication operations in MPICH", 2005).
+  double steps = 1;
+  if (op.comm == CommKind::kAllReduce) steps = 2 * (n - 1);
+  if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter || op.comm == CommKind::kAllToAll) steps = n - 1;
+  return alpha_s + steps * hop_s + op.comm_bytes * factor / link;
 }
 
 }  // namespace fathom::models

@@ -51,9 +51,9 @@ class OperatorTimeModel : public ExecutionTimeModel {
 // Whether shape `a` has no more of anything than `b` (so its operators take no longer).
 bool NoMoreWork(const BatchShape& a, const BatchShape& b);
 
-// A collective: alpha + bytes x the ring algorithm's factor / link bandwidth, over the scale-up
-// link when the group fits in one scale-up domain (datasheets give that for both directions
-// together, so one direction gets half), else over the scale-out network.
-double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s);
+// A collective: alpha + a hop's latency per step of the ring algorithm + bytes x its factor / link
+// bandwidth, over the scale-up link when the group fits in one scale-up domain (datasheets give
+// that for both directions together, so one direction gets half), else over the scale-out network.
+double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s, double hop_s);
 
 }  // namespace fathom::models

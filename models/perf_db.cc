@@ -229,20 +229,25 @@ Result<std::vector<KernelRecord>> PerfDb::Kernels() const {
   return out;
 }
 
-std::optional<int64_t> DimValue(std::string_view dims, std::string_view key) {
+std::optional<std::string_view> DimText(std::string_view dims, std::string_view key) {
   size_t pos = 0;
   while (pos < dims.size()) {
     const size_t end = std::min(dims.find(' ', pos), dims.size());
     const std::string_view token = dims.substr(pos, end - pos);
     pos = end + 1;
     if (token.size() <= key.size() || token.substr(0, key.size()) != key || token[key.size()] != '=') continue;
-    const std::string_view value = token.substr(key.size() + 1);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-    if (ec != std::errc() || ptr != value.data() + value.size()) return std::nullopt;
-    return v;
+    return token.substr(key.size() + 1);
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> DimValue(std::string_view dims, std::string_view key) {
+  const std::optional<std::string_view> value = DimText(dims, key);
+  if (!value) return std::nullopt;
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), v);
+  if (ec != std::errc() || ptr != value->data() + value->size()) return std::nullopt;
+  return v;
 }
 
 std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points, double x) {

@@ -78,6 +78,8 @@ class PerfDb {
 // The integer value of `key` in a dims string ("heads=16 kv_heads=1"); nullopt when absent or
 // not an integer.
 std::optional<int64_t> DimValue(std::string_view dims, std::string_view key);
+// The text of `key`'s value in `dims` ("model=Llama-2-7b-hf"), if present.
+std::optional<std::string_view> DimText(std::string_view dims, std::string_view key);
 
 // Latency at `x` from points (x_i, y_i) sorted by x: piecewise linear in (log x, log y), exact
 // at the points; below the first point the first latency (a kernel's floor), above the last the

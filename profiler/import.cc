@@ -45,8 +45,10 @@ Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
   if (first_line.find("op_name") != std::string::npos && first_line.find("latency") != std::string::npos) {
     return ProfileFormat::kGemmTableCsv;
   }
-  return Status::InvalidArgument(path + ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON) nor a "
-                                        "GEMM table (CSV with op_name and latency columns)");
+  if (first_line.find("time_stats.") != std::string::npos) return ProfileFormat::kVidurCsv;
+  return Status::InvalidArgument(path + ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a "
+                                        "GEMM table (CSV with op_name and latency columns) nor a Vidur profile "
+                                        "(CSV with time_stats columns)");
 }
 
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path) {
@@ -185,7 +187,7 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   return out;
 }
 
-Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
+Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
   std::ifstream in(path);
   if (!in) return Status::NotFound(path + ": cannot open");
   std::string line;
@@ -222,7 +224,7 @@ Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& h
     return it == column.end() ? std::string_view() : fields[it->second];
   };
 
-  GemmTable out;
+  OperatorTable out;
   // Per GPU, stack, data type and shape: the fastest kernel source.
   std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>, models::OpMeasurement> best;
   while (next_line()) {
@@ -283,8 +285,9 @@ Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& h
 Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db, const std::string& hardware) {
   FATHOM_ASSIGN_OR_RETURN(ProfileFormat format, DetectProfileFormat(path));
   ImportResult result;
-  if (format == ProfileFormat::kGemmTableCsv) {
-    FATHOM_ASSIGN_OR_RETURN(GemmTable table, ReadGemmTableCsv(path, hardware));
+  if (format == ProfileFormat::kGemmTableCsv || format == ProfileFormat::kVidurCsv) {
+    FATHOM_ASSIGN_OR_RETURN(OperatorTable table, format == ProfileFormat::kVidurCsv ? ReadVidurCsv(path, hardware)
+                                                                                     : ReadGemmTableCsv(path, hardware));
     FATHOM_RETURN_IF_ERROR(db.Insert(table.rows));
     result.records = static_cast<int64_t>(table.rows.size());
     result.skipped = std::move(table.skipped);

@@ -11,10 +11,10 @@
 
 namespace fathom::profiler {
 
-enum class ProfileFormat { kNsysSqlite, kPytorchJson, kGemmTableCsv };
+enum class ProfileFormat { kNsysSqlite, kPytorchJson, kGemmTableCsv, kVidurCsv };
 
-// Looks at the file's first bytes: "SQLite format 3", JSON, or a CSV header naming op_name and
-// latency.
+// Looks at the file's first bytes: "SQLite format 3", JSON, a CSV header naming op_name and
+// latency, or Vidur's time_stats.<op>.* columns.
 Result<ProfileFormat> DetectProfileFormat(const std::string& path);
 
 // Kernel, memcpy and memset records with their enclosing NVTX (or PyTorch user annotation) range.
@@ -26,11 +26,21 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
 // under `hardware`, or the catalogue GPU the device column names; the stack is framework-version.
 // Of several kernel sources for one shape the fastest counts. Rows of data types the cost model
 // has no format for are left out and counted in `skipped`.
-struct GemmTable {
+struct OperatorTable {
   std::vector<models::OpMeasurement> rows;
-  std::map<std::string, int64_t> skipped;  // data type -> rows
+  std::map<std::string, int64_t> skipped;  // data type (or operator) -> rows left out
 };
-Result<GemmTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware);
+Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware);
+
+// Vidur's profiles (microsoft/vidur, data/profiling): per-layer operator times of one model at
+// each token count and tensor-parallel degree (compute/<gpu>/<model>/mlp.csv: the QKV, output,
+// up and down projections become GEMM rows of that model's shapes, dims "model=<dir> tp=<t>";
+// fp16, priced as bf16, the same tensor-core rate), and NCCL collectives on one or more nodes
+// (network/<node>/all_reduce.csv, send_recv.csv: bytes per GPU, ranks, dims "nodes=<n>"). Norms,
+// RoPE, activation, residual add and embedding are left out (counted): the cost model prices no
+// such operator from a shape. The files name no GPU: `hardware`, else a path component naming
+// a catalogue GPU family (h100 -> h100-sxm).
+Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware);
 
 struct ImportResult {
   int64_t records = 0;  // kernel records or operator rows stored

@@ -210,9 +210,20 @@ expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db 
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json
 expect 2 "prof.db: not a fathom results database" -- report --db "$tmp/prof.db" --list
 expect 2 "no such performance database" -- profile summarize "$tmp/none.db"
-expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON) nor a GEMM table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a GEMM table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+# Vidur's measured H100 profiles: imported (format and GPU detected), compared, fitted, and the
+# fitted operator parameters used by a simulation.
+vidur="$root/profiler/data/vidur"
+expect 0 "imported 1036 records" -- profile import "$vidur/h100/phi-2/mlp.csv" --db "$tmp/vidur.db"
+expect 0 "imported 2979 records" -- profile import "$vidur/network/h100_dgx/all_reduce.csv" --db "$tmp/vidur.db"
+expect 0 "imported 4144 records" -- profile import "$vidur/h100/Llama-2-7b-hf/mlp.csv" --db "$tmp/vidur.db"
+expect 0 "collective_hop_latency_us" -- profile compare "$tmp/vidur.db" --fit --out "$tmp/h100ops.json"
+expect 0 "fitted without phi-2, its rows:" -- profile compare "$tmp/vidur.db" --fit --cross-validate
+expect 0 '"completed_requests": 24576' -- simulate --hardware h100-sxm --model llama2-70b --tp 8 --ep 1 --attn-dp 1 \
+  --weights fp8 --kv fp8 --samples 100 --calibration "$tmp/h100ops.json" --json
+
 # A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
-expect 0 "left out 2 rows of data type int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
+expect 0 "left out 2 rows of int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
 expect 0 "gemm bf16, M 1-16" -- profile compare "$tmp/gemm.db"
 expect 0 "gemm_efficiency     0.550" -- profile compare "$tmp/gemm.db" --fit
 expect 0 '"memory_efficiency"' -- profile compare "$tmp/gemm.db" --fit --json --rows

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
+#include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "models/fit.h"
@@ -23,7 +25,8 @@ struct ProfileFlags {
   std::string file, db = "fathom_perf.db", hardware, models, stack, calibration;
   std::vector<std::string> hardware_files;
   int top = 15, reps = 20;
-  bool json = false, fit = false, rows = false, list = false;
+  bool json = false, fit = false, rows = false, list = false, cross_validate = false;
+  std::string out;
   std::vector<std::string> command;
 };
 
@@ -54,7 +57,7 @@ Status Import(const ProfileFlags& f) {
   std::printf("imported %lld records from %s into %s\n", static_cast<long long>(imported->records), f.file.c_str(),
               f.db.c_str());
   for (const auto& [dtype, n] : imported->skipped) {
-    std::printf("left out %lld rows of data type %s (no cost-model format for it)\n", static_cast<long long>(n),
+    std::printf("left out %lld rows of %s (a data type or operator the cost model does not price)\n", static_cast<long long>(n),
                 dtype.c_str());
   }
   return Status::Ok();
@@ -124,28 +127,71 @@ Status Compare(const ProfileFlags& f) {
     return Status::InvalidArgument(f.file + ": none of " + hardware + "'s rows is an operator the model prices");
   }
 
-  std::optional<models::GemmFit> fit;
+  std::optional<models::OperatorFits> fit;
   std::optional<profiler::ModelComparison> after;
   if (f.fit) {
-    FATHOM_ASSIGN_OR_RETURN(fit, models::FitGemmCurve(rows, hw, calibration.params));
+    FATHOM_ASSIGN_OR_RETURN(fit, models::FitOperators(rows, hw, calibration.params));
     FATHOM_ASSIGN_OR_RETURN(after, profiler::CompareWithModel(rows, hw, fit->Applied(calibration.params)));
+    if (!f.out.empty()) {
+      models::Calibration fitted = calibration;
+      fitted.params = fit->Applied(calibration.params);
+      fitted.note = "Operator parameters (" + std::string(fit->gemm ? "GEMM curve" : "") +
+                    (fit->gemm && fit->links ? " and " : "") + (fit->links ? "collective price" : "") +
+                    ") fitted by `fathom profile compare --fit` to " + std::to_string(after->rows.size()) + " " +
+                    hardware + " rows of " + f.file + "; the other parameters as in " + calibration_path + ". " +
+                    calibration.note;
+      FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.out, models::ToJson(fitted).dump(2) + "\n"));
+    }
+  }
+  // Leave one model out: fit on the other models' rows (and every row of no model, such as
+  // collectives), price the held-out model's rows.
+  OrderedJson folds = OrderedJson::array();
+  if (f.cross_validate) {
+    std::set<std::string> names;
+    for (const auto& r : rows) {
+      if (auto m = models::DimText(r.dims, "model")) names.insert(std::string(*m));
+    }
+    if (names.size() < 2) return Status::InvalidArgument(f.file + ": --cross-validate needs rows of two models at least");
+    for (const std::string& name : names) {
+      std::vector<models::OpMeasurement> train, test;
+      for (const auto& r : rows) (models::DimText(r.dims, "model") == std::optional<std::string_view>(name) ? test : train).push_back(r);
+      FATHOM_ASSIGN_OR_RETURN(models::OperatorFits fold, models::FitOperators(train, hw, calibration.params));
+      FATHOM_ASSIGN_OR_RETURN(profiler::ModelComparison held, profiler::CompareWithModel(test, hw, fold.Applied(calibration.params)));
+      OrderedJson groups = OrderedJson::array();
+      for (const auto& g : held.by_kind) groups.push_back({{"group", g.key}, {"rows", g.rows}, {"median_abs_error_pct", g.median_abs_pct}});
+      folds.push_back({{"held_out", name}, {"by_kind", groups}});
+    }
   }
   const models::CostParams& p = calibration.params;
+  auto fit_json = [&]() {
+    OrderedJson j;
+    auto value = [&](double v, double sd, double was) { return OrderedJson{{"value", v}, {"stddev", sd}, {"calibration", was}}; };
+    if (fit->gemm) {
+      const models::GemmFit& g = *fit->gemm;
+      j["gemm_efficiency"] = value(g.efficiency, g.stddev[0], p.gemm_efficiency);
+      j["gemm_m_half"] = value(g.m_half, g.stddev[1], p.gemm_m_half);
+      j["kernel_floor_us"] = value(g.floor_us, g.stddev[2], p.kernel_floor_us);
+      j["memory_efficiency"] = value(g.memory_efficiency, g.stddev[3], p.memory_efficiency);
+      j["measurements"] = g.measurements;
+    }
+    if (fit->links) {
+      const models::CollectiveFit& l = *fit->links;
+      j["link_efficiency"] = value(l.link_efficiency, l.stddev[0], p.link_efficiency);
+      j["collective_latency_us"] = value(l.latency_us, l.stddev[1], p.collective_latency_us);
+      j["collective_hop_latency_us"] = value(l.hop_latency_us, l.stddev[2], p.collective_hop_latency_us);
+      j["collective_measurements"] = l.measurements;
+    }
+    j["after"] = after->ToJson(f.rows);
+    return j;
+  };
   if (f.json) {
     OrderedJson j;
     j["database"] = f.file;
     j["hardware"] = hardware;
     j["calibration"] = calibration_path;
     j["comparison"] = before.ToJson(f.rows);
-    if (fit) {
-      j["fit"] = {{"gemm_efficiency", {{"value", fit->efficiency}, {"stddev", fit->stddev[0]}, {"calibration", p.gemm_efficiency}}},
-                  {"gemm_m_half", {{"value", fit->m_half}, {"stddev", fit->stddev[1]}, {"calibration", p.gemm_m_half}}},
-                  {"kernel_floor_us", {{"value", fit->floor_us}, {"stddev", fit->stddev[2]}, {"calibration", p.kernel_floor_us}}},
-                  {"memory_efficiency",
-                   {{"value", fit->memory_efficiency}, {"stddev", fit->stddev[3]}, {"calibration", p.memory_efficiency}}},
-                  {"measurements", fit->measurements},
-                  {"after", after->ToJson(f.rows)}};
-    }
+    if (fit) j["fit"] = fit_json();
+    if (f.cross_validate) j["leave_one_model_out"] = folds;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -170,13 +216,35 @@ Status Compare(const ProfileFlags& f) {
     }
   }
   if (fit) {
-    std::printf("\nGEMM curve fitted to these %d rows (calibration's value in brackets):\n", fit->measurements);
-    std::printf("  gemm_efficiency  %8.3f +- %.3f  (%.3f)\n", fit->efficiency, fit->stddev[0], p.gemm_efficiency);
-    std::printf("  gemm_m_half      %8.1f +- %.1f  (%.1f)\n", fit->m_half, fit->stddev[1], p.gemm_m_half);
-    std::printf("  kernel_floor_us  %8.2f +- %.2f  (%.2f)\n", fit->floor_us, fit->stddev[2], p.kernel_floor_us);
-    std::printf("  memory_efficiency %7.3f +- %.3f  (%.3f)\n\n", fit->memory_efficiency, fit->stddev[3],
-                p.memory_efficiency);
+    std::printf("\nFitted to these rows (calibration's value in brackets):\n");
+    if (fit->gemm) {
+      const models::GemmFit& g = *fit->gemm;
+      std::printf("  GEMM curve, %d rows:\n", g.measurements);
+      std::printf("  gemm_efficiency  %8.3f +- %.3f  (%.3f)\n", g.efficiency, g.stddev[0], p.gemm_efficiency);
+      std::printf("  gemm_m_half      %8.1f +- %.1f  (%.1f)\n", g.m_half, g.stddev[1], p.gemm_m_half);
+      std::printf("  kernel_floor_us  %8.2f +- %.2f  (%.2f)\n", g.floor_us, g.stddev[2], p.kernel_floor_us);
+      std::printf("  memory_efficiency %7.3f +- %.3f  (%.3f)\n", g.memory_efficiency, g.stddev[3], p.memory_efficiency);
+    }
+    if (fit->links) {
+      const models::CollectiveFit& l = *fit->links;
+      std::printf("  collectives, %d rows:\n", l.measurements);
+      std::printf("  link_efficiency  %8.3f +- %.3f  (%.3f)\n", l.link_efficiency, l.stddev[0], p.link_efficiency);
+      std::printf("  collective_latency_us %5.1f +- %.1f  (%.1f)\n", l.latency_us, l.stddev[1], p.collective_latency_us);
+      std::printf("  collective_hop_latency_us %5.2f +- %.2f  (%.2f)\n", l.hop_latency_us, l.stddev[2],
+                  p.collective_hop_latency_us);
+    }
+    std::printf("\n");
     PrintGroups(after->by_kind);
+    std::printf("\n");
+    PrintGroups(after->by_size);
+    if (!f.out.empty()) std::printf("\nwrote %s (use it with --calibration)\n", f.out.c_str());
+  }
+  for (const auto& fold : folds) {
+    std::printf("\nfitted without %s, its rows:\n", fold["held_out"].get<std::string>().c_str());
+    for (const auto& g : fold["by_kind"]) {
+      std::printf("  %-30s %6d rows  median |error| %5.1f%%\n", g["group"].get<std::string>().c_str(), g["rows"].get<int>(),
+                  g["median_abs_error_pct"].get<double>());
+    }
   }
   return Status::Ok();
 }
@@ -219,10 +287,11 @@ void RegisterProfile(CLI::App& app, Status* result) {
   auto f = std::make_shared<ProfileFlags>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure kernels (CUPTI), import profiles, summarize");
   cmd->require_subcommand(1);
-  CLI::App* imp = cmd->add_subcommand("import", "Import an Nsight Systems export, a PyTorch profiler trace or a GEMM table (CSV)");
+  CLI::App* imp = cmd->add_subcommand("import", "Import an Nsight Systems export, a PyTorch profiler trace, a GEMM table or a Vidur profile (CSV)");
   imp->add_option("file", f->file, "Profile file (format detected)")->required();
   imp->add_option("--db", f->db, "Performance database")->capture_default_str();
-  imp->add_option("--hardware", f->hardware, "GPU to file a GEMM table under (default: from its device column)");
+  imp->add_option("--hardware", f->hardware,
+                  "GPU to file a table under (default: a GEMM table's device column, a Vidur profile's path)");
   imp->callback([f, result] { *result = Import(*f); });
   CLI::App* sum = cmd->add_subcommand("summarize", "Top kernels, time per NVTX range and per operator kind");
   sum->add_option("db", f->file, "Performance database")->required();
@@ -242,8 +311,11 @@ void RegisterProfile(CLI::App& app, Status* result) {
   cmp->add_option("--hardware", f->hardware, "GPU whose rows to compare (default: the database's only one)");
   cmp->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmp->add_option("--stack", f->stack, "Only rows of this software stack");
-  cmp->add_option("--calibration", f->calibration, "Calibration file (default: models/calibration/default.json)");
-  cmp->add_flag("--fit", f->fit, "Also fit the GEMM curve to the rows and compare again");
+  cmp->add_option("--calibration", f->calibration, "Calibration file (default: the newest stack's)");
+  cmp->add_flag("--fit", f->fit, "Also fit the GEMM curve and the collective price to the rows and compare again");
+  cmp->add_option("--out", f->out, "With --fit: write the calibration with the fitted operator parameters here");
+  cmp->add_flag("--cross-validate", f->cross_validate,
+                "Fit without each model's rows (dims model=...) and compare that model's rows");
   cmp->add_flag("--rows", f->rows, "List every row");
   cmp->add_flag("--json", f->json, "Print JSON");
   cmp->callback([f, result] { *result = Compare(*f); });
