@@ -169,9 +169,19 @@ Status Run(const CalibrateFlags& f) {
   if (f.cross_validate) {
     // Leave one model, one GPU, one submitter out: fit on the other rows, predict the held-out
     // rows. Each fold starts from the physical defaults, not from a calibration the held-out rows
-    // helped fit.
+    // helped fit: the fitted parameters (--free's, else all) restart from them; held ones, such as
+    // measured operator parameters, stay. The folds repeat the shipped procedure.
     models::Calibration neutral = calibration;
-    neutral.params.SetFitted(models::CostParams{}.Fitted());
+    {
+      auto x = neutral.params.Fitted();
+      const auto defaults = models::CostParams{}.Fitted();
+      for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+        const bool free = f.free_params.empty() || std::find(f.free_params.begin(), f.free_params.end(),
+                                                             models::CostParams::kFitted[k]) != f.free_params.end();
+        if (free) x[k] = defaults[k];
+      }
+      neutral.params.SetFitted(x);
+    }
     struct FoldKind {
       const char* name;
       std::string (*key)(const tuner::PublishedResult&);
@@ -191,7 +201,7 @@ Status Run(const CalibrateFlags& f) {
         for (const auto& r : rows) (kind.key(r) == key ? test : train).push_back(r);
         if (train.empty()) continue;
         auto fit = tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests, f.jobs,
-                                         Progress("without " + key));
+                                         Progress("without " + key), f.free_params);
         if (!fit.ok()) {
           // Too few rows left to fit (one GPU or submitter holds most of them): said, not fatal.
           if (!f.json) std::printf("without %s: %s\n", key.c_str(), fit.status().message().c_str());
@@ -232,7 +242,8 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   cmd->add_option("--calibration", f->calibration, "Starting calibration file (default: --stack's)");
   cmd->add_option("--stack", f->stack,
                   "Software stack whose calibration to use (fathom stack list; default: the one calibrated on the rows' MLPerf round)");
-  cmd->add_option("--free", f->free_params, "With --fit: the parameters to fit, the others held (default: all)")
+  cmd->add_option("--free", f->free_params,
+                  "With --fit and --cross-validate: the parameters to fit, the others held (default: all)")
       ->delimiter(',');
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
