@@ -112,47 +112,63 @@ CostParams GemmFit::Applied(const CostParams& base) const {
 }
 
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
-  double p[4] = {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us, start.memory_efficiency};
-  ceres::Problem problem;
-  GemmFit fit;
-  for (const OpMeasurement& row : rows) {
-    if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0)) continue;  // not a GEMM; no time
-    Result<Operator> op = MeasuredOperator(row);
-    if (!op.ok()) return op.status();
-    problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
-                                 new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
-                             new ceres::SoftLOneLoss(0.1), p);
-    ++fit.measurements;
+  // The price is a max of compute and memory terms, flat in whichever does not bind: a local
+  // solver stays wherever the start puts each row. Solve from the start and from the corners of
+  // a coarse grid of plausible curves, and keep the best.
+  std::vector<std::array<double, 4>> starts = {
+      {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us, start.memory_efficiency}};
+  for (double eff : {0.5, 0.9}) {
+    for (double mem : {0.5, 0.9}) starts.push_back({eff, 64.0, 3.0, mem});
   }
-  if (fit.measurements < 5) return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
-  problem.SetParameterLowerBound(p, 0, 0.01);
-  problem.SetParameterUpperBound(p, 0, 1.0);
-  problem.SetParameterLowerBound(p, 1, 0.0);
-  problem.SetParameterLowerBound(p, 2, 0.0);
-  problem.SetParameterLowerBound(p, 3, 0.05);
-  problem.SetParameterUpperBound(p, 3, 1.0);
-  ceres::Solver::Options options;
-  options.max_num_iterations = 200;
-  ceres::Solver::Summary summary;
-  ceres::Solve(options, &problem, &summary);
-  if (!summary.IsSolutionUsable()) return Status::InvalidArgument("GEMM fit failed: " + summary.message);
-  fit.efficiency = p[0];
-  fit.m_half = p[1];
-  fit.floor_us = p[2];
-  fit.memory_efficiency = p[3];
-  fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
-  ceres::Covariance::Options co;
-  co.algorithm_type = ceres::DENSE_SVD;
-  co.null_space_rank = -1;
-  ceres::Covariance cov(co);
-  std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
-  if (cov.Compute(blocks, &problem)) {
-    double c[16];
-    cov.GetCovarianceBlock(p, p, c);
-    const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 4);
-    for (int i = 0; i < 4; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 4 + i] * s2));
+  std::optional<GemmFit> best;
+  double best_cost = 0;
+  for (const auto& from : starts) {
+    double p[4] = {from[0], from[1], from[2], from[3]};
+    ceres::Problem problem;
+    GemmFit fit;
+    for (const OpMeasurement& row : rows) {
+      if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0)) continue;  // not a GEMM; no time
+      Result<Operator> op = MeasuredOperator(row);
+      if (!op.ok()) return op.status();
+      problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
+                                   new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
+                               new ceres::SoftLOneLoss(0.1), p);
+      ++fit.measurements;
+    }
+    if (fit.measurements < 5) return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
+    problem.SetParameterLowerBound(p, 0, 0.01);
+    problem.SetParameterUpperBound(p, 0, 1.0);
+    problem.SetParameterLowerBound(p, 1, 0.0);
+    problem.SetParameterLowerBound(p, 2, 0.0);
+    problem.SetParameterLowerBound(p, 3, 0.05);
+    problem.SetParameterUpperBound(p, 3, 1.0);
+    ceres::Solver::Options options;
+    options.max_num_iterations = 200;
+    ceres::Solver::Summary summary;
+    ceres::Solve(options, &problem, &summary);
+    if (!summary.IsSolutionUsable()) continue;
+    if (best && summary.final_cost >= best_cost) continue;
+    fit.efficiency = p[0];
+    fit.m_half = p[1];
+    fit.floor_us = p[2];
+    fit.memory_efficiency = p[3];
+    fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
+    ceres::Covariance::Options co;
+    co.algorithm_type = ceres::DENSE_SVD;
+    co.null_space_rank = -1;
+    ceres::Covariance cov(co);
+    std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
+    if (cov.Compute(blocks, &problem)) {
+      double c[16];
+      cov.GetCovarianceBlock(p, p, c);
+      const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 4);
+      for (int i = 0; i < 4; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 4 + i] * s2));
+    }
+    best = fit;
+    best_cost = summary.final_cost;
   }
-  return fit;
+  if (!best) return Status::InvalidArgument("GEMM fit failed from every start");
+  return *best;
 }
 
 CostParams OperatorFits::Applied(const CostParams& base) const {
