@@ -522,9 +522,10 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
 }
 
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
-  std::vector<double> tokens, latency, capacity;
+  std::vector<double> tokens, latency, capacity, offline;
   for (const auto& p : predictions) {
     tokens.push_back(std::abs(p.TokensErrorPct()));
+    if (p.row.offline()) offline.push_back(std::abs(p.TokensErrorPct()));
     if (!p.row.offline()) {
       latency.push_back(std::abs(p.TtftErrorPct()));
       latency.push_back(std::abs(p.TpotErrorPct()));
@@ -541,6 +542,7 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   s.tokens_median_abs_pct = median(tokens);
   s.latency_median_abs_pct = median(latency);
   s.capacity_median_abs_pct = median(capacity);
+  s.offline_tokens_median_abs_pct = median(offline);
   return s;
 }
 

@@ -121,6 +121,7 @@ struct ErrorSummary {
   double tokens_median_abs_pct = 0;
   double latency_median_abs_pct = 0;
   double capacity_median_abs_pct = 0;  // over rows with a capacity
+  double offline_tokens_median_abs_pct = 0;  // throughput over the Offline rows only
   int rows = 0;
 };
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions);

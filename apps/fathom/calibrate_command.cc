@@ -78,9 +78,10 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
     std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
   }
   const tuner::ErrorSummary s = tuner::Summarize(preds);
-  std::printf("median |error|: throughput %.1f%%, p99 latencies at the published QPS %.1f%%, Server capacity %.1f%% "
-              "over %d rows\n",
-              s.tokens_median_abs_pct, s.latency_median_abs_pct, s.capacity_median_abs_pct, s.rows);
+  std::printf("median |error|: throughput %.1f%% (Offline rows %.1f%%), p99 latencies at the published QPS %.1f%%, "
+              "Server capacity %.1f%% over %d rows\n",
+              s.tokens_median_abs_pct, s.offline_tokens_median_abs_pct, s.latency_median_abs_pct,
+              s.capacity_median_abs_pct, s.rows);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
@@ -163,6 +164,7 @@ Status Run(const CalibrateFlags& f) {
   out["rows"] = jrows;
   const tuner::ErrorSummary s = tuner::Summarize(preds);
   out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct},
+                                 {"offline_tokens_per_s", s.offline_tokens_median_abs_pct},
                                  {"p99_latency", s.latency_median_abs_pct},
                                  {"capacity_qps", s.capacity_median_abs_pct}};
 
@@ -218,6 +220,7 @@ Status Run(const CalibrateFlags& f) {
       std::string json_key = label;
       std::replace(json_key.begin(), json_key.end(), '-', '_');
       out[json_key] = {{"tokens_per_s", cv.tokens_median_abs_pct},
+                       {"offline_tokens_per_s", cv.offline_tokens_median_abs_pct},
                        {"p99_latency", cv.latency_median_abs_pct},
                        {"capacity_qps", cv.capacity_median_abs_pct},
                        {"folds", folds}};
