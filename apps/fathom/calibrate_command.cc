@@ -188,8 +188,8 @@ Status Run(const CalibrateFlags& f) {
       const char* name;
       std::string (*key)(const tuner::PublishedResult&);
     };
-    const FoldKind kinds[] = {{"model", [](const tuner::PublishedResult& r) { return r.model; }},
-                              {"hardware", [](const tuner::PublishedResult& r) { return r.accelerator; }},
+    const FoldKind kinds[] = {{"hardware", [](const tuner::PublishedResult& r) { return r.accelerator; }},
+                              {"model", [](const tuner::PublishedResult& r) { return r.model; }},
                               {"submitter", [](const tuner::PublishedResult& r) { return r.submitter; }}};
     for (const FoldKind& kind : kinds) {
       const std::string label = std::string("leave-one-") + kind.name + "-out";
