@@ -200,8 +200,8 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
 // An Offline run as long as a submitter's: whole data sets per instance, the fewest whose run
 // lasts LoadGen's 1.1 x 600 s (the sample count its expected rate gives when that rate is the
 // run's own) or the benchmark's published run length where longer. Shorter runs end mostly in
-// the drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200: 21.8k tokens/s
-// on one pass, 28.9k on the 2,947 s NVIDIA ran). Each round extrapolates from the last.
+// the drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
+// 13.7k tokens/s on one pass, 32.6k over 4,714 s). Each round extrapolates from the last.
 Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o, const models::HardwareCatalog& catalog,
                          int instances) {
   const int64_t size = static_cast<int64_t>(o.dataset.size());
