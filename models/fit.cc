@@ -47,6 +47,24 @@ struct CollectiveResidual {
   }
 };
 
+// Standard deviations of the N parameters at `p` from Ceres's covariance, scaled by the residual
+// variance; zeros where the covariance cannot be computed.
+template <int N>
+std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_cost, int measurements) {
+  std::array<double, N> out{};
+  ceres::Covariance::Options co;
+  co.algorithm_type = ceres::DENSE_SVD;
+  co.null_space_rank = -1;
+  ceres::Covariance cov(co);
+  std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
+  if (!cov.Compute(blocks, &problem)) return out;
+  double c[N * N];
+  cov.GetCovarianceBlock(p, p, c);
+  const double s2 = 2.0 * final_cost / std::max(1, measurements - N);
+  for (int i = 0; i < N; ++i) out[i] = std::sqrt(std::max(0.0, c[i * N + i] * s2));
+  return out;
+}
+
 bool IsCollective(const std::string& op) {
   for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll,
                         CommKind::kSendRecv}) {
@@ -153,17 +171,7 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
     fit.floor_us = p[2];
     fit.memory_efficiency = p[3];
     fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
-    ceres::Covariance::Options co;
-    co.algorithm_type = ceres::DENSE_SVD;
-    co.null_space_rank = -1;
-    ceres::Covariance cov(co);
-    std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
-    if (cov.Compute(blocks, &problem)) {
-      double c[16];
-      cov.GetCovarianceBlock(p, p, c);
-      const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 4);
-      for (int i = 0; i < 4; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 4 + i] * s2));
-    }
+    fit.stddev = Stddev<4>(problem, p, summary.final_cost, fit.measurements);
     best = fit;
     best_cost = summary.final_cost;
   }
@@ -229,17 +237,7 @@ Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, con
   fit.latency_us = p[1];
   fit.hop_latency_us = p[2];
   fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
-  ceres::Covariance::Options co;
-  co.algorithm_type = ceres::DENSE_SVD;
-  co.null_space_rank = -1;
-  ceres::Covariance cov(co);
-  std::vector<std::pair<const double*, const double*>> blocks = {{p, p}};
-  if (cov.Compute(blocks, &problem)) {
-    double c[9];
-    cov.GetCovarianceBlock(p, p, c);
-    const double s2 = 2.0 * summary.final_cost / std::max(1, fit.measurements - 3);
-    for (int i = 0; i < 3; ++i) fit.stddev[i] = std::sqrt(std::max(0.0, c[i * 3 + i] * s2));
-  }
+  fit.stddev = Stddev<3>(problem, p, summary.final_cost, fit.measurements);
   return fit;
 }
 

@@ -10,6 +10,7 @@
 
 #include "base/csv.h"
 #include "base/json_fields.h"
+#include "base/line_reader.h"
 #include "models/hardware.h"
 #include "profiler/activity.h"
 
@@ -188,23 +189,17 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
 }
 
 Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  std::string line;
-  int64_t line_no = 0;
-  auto next_line = [&] {
-    if (!std::getline(in, line)) return false;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  };
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return Status::NotFound(path + ": cannot open");
+  LineReader lines(file);
+  std::string_view line;
   auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::string(field) + " = \"" +
-                                   std::string(value) + "\": " + rule);
+    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::string(field) +
+                                   " = \"" + std::string(value) + "\": " + rule);
   };
   std::vector<std::string_view> fields;
-  if (!next_line()) return Status::InvalidArgument(path + ": empty file, no header");
-  const std::string header = line;
+  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
+  const std::string header(line);
   SplitCsv(header, &fields);
   std::map<std::string, size_t, std::less<>> column;
   for (size_t i = 0; i < fields.size(); ++i) column.emplace(std::string(fields[i]), i);
@@ -227,11 +222,11 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
   OperatorTable out;
   // Per GPU, stack, data type and shape: the fastest kernel source.
   std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>, models::OpMeasurement> best;
-  while (next_line()) {
+  while (lines.Next(&line)) {
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     SplitCsv(line, &fields);
     if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
+      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::to_string(fields.size()) +
                                      " fields, the header has " + std::to_string(columns));
     }
     if (field("op_name") != "gemm") return bad("op_name", field("op_name"), "only gemm rows are read");

@@ -1,10 +1,11 @@
 // Vidur's operator and collective profiles as measurement rows (profiler/import.h).
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <tuple>
 
 #include "base/csv.h"
+#include "base/line_reader.h"
 #include "profiler/import.h"
 
 namespace fathom::profiler {
@@ -26,19 +27,13 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
   if (hardware.empty()) {
     FATHOM_ASSIGN_OR_RETURN(hardware, HardwareFromPath(path));
   }
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  std::string line;
-  int64_t line_no = 0;
-  auto next_line = [&] {
-    if (!std::getline(in, line)) return false;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  };
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return Status::NotFound(path + ": cannot open");
+  LineReader lines(file);
+  std::string_view line;
   std::vector<std::string_view> fields;
-  if (!next_line()) return Status::InvalidArgument(path + ": empty file, no header");
-  const std::string header = line;
+  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
+  const std::string header(line);
   SplitCsv(header, &fields);
   std::map<std::string, size_t, std::less<>> column;
   for (size_t i = 0; i < fields.size(); ++i) column.emplace(std::string(fields[i]), i);
@@ -56,7 +51,7 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     return it == column.end() ? std::string_view() : fields[it->second];
   };
   auto bad = [&](std::string_view name, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::string(name) + " = \"" +
+    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::string(name) + " = \"" +
                                    std::string(value.substr(0, 64)) + "\": " + rule);
   };
   auto positive = [&](const std::string& name, int64_t* out) -> Status {
@@ -83,11 +78,11 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     row.source = "imported";
     rows.emplace(std::make_tuple(row.op, row.m, row.n, row.k, row.extra, row.dims), std::move(row));
   };
-  while (next_line()) {
+  while (lines.Next(&line)) {
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     SplitCsv(line, &fields);
     if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
+      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::to_string(fields.size()) +
                                      " fields, the header has " + std::to_string(columns));
     }
     if (network) {

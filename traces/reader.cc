@@ -3,16 +3,15 @@
 #include <algorithm>
 #include <vector>
 
-#include "base/files.h"
-#include "traces/internal/line_reader.h"
 #include "base/csv.h"
+#include "base/files.h"
+#include "base/line_reader.h"
 #include "traces/internal/parse.h"
 
 namespace fathom::traces {
 namespace {
 
 using internal::JsonValue;
-using internal::LineReader;
 
 // Column positions of a CSV trace; -1 where the format has no such column.
 struct CsvColumns {

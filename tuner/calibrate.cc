@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <tuple>
 
 #include "base/files.h"
+#include "base/line_reader.h"
 #include "base/parallel.h"
 #include "base/stats.h"
 #include "sim/mlperf.h"
@@ -55,13 +55,14 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, con
 std::string DefaultSetupPath() { return DataDir() + "/models/calibration/published_deployments.json"; }
 
 Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open results file");
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return Status::NotFound(path + ": cannot open results file");
+  LineReader lines(file);  // also ends CRLF lines, as MLCommons' exports have
+  std::string_view view;
   std::string line;
-  // Lines may end in CRLF (files saved on Windows, as MLCommons' exports are).
   auto next_line = [&]() {
-    if (!std::getline(in, line)) return false;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!lines.Next(&view)) return false;
+    line.assign(view);
     return true;
   };
   if (!next_line()) return Status::InvalidArgument(path + ":1: empty file");

@@ -1,4 +1,5 @@
-// Reads a text file line by line in large chunks, in constant memory (internal to traces/).
+// Reads a text file line by line in large chunks, in constant memory: the trace readers, and
+// the profiler's and calibration's CSV tables.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 #include "base/status.h"
 
-namespace fathom::traces::internal {
+namespace fathom {
 
 class LineReader {
  public:
@@ -35,4 +36,4 @@ class LineReader {
   int64_t line_number_ = 0;
 };
 
-}  // namespace fathom::traces::internal
+}  // namespace fathom

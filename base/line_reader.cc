@@ -1,8 +1,8 @@
-#include "traces/internal/line_reader.h"
+#include "base/line_reader.h"
 
 #include <cstring>
 
-namespace fathom::traces::internal {
+namespace fathom {
 
 constexpr size_t kChunk = 1 << 16;
 
@@ -56,4 +56,4 @@ bool LineReader::Next(std::string_view* line) {
   }
 }
 
-}  // namespace fathom::traces::internal
+}  // namespace fathom
