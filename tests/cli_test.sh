@@ -117,6 +117,8 @@ expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/c
   --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
 expect 0 "stack trtllm-1.0 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests 1000
 expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
+expect 2 '--free = "gemm": not a fitted parameter (gemm_efficiency, memory_efficiency' -- calibrate \
+  --results "$root/models/calibration/mlperf_v5.1.csv" --fit --free gemm --max-requests 100
 
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
