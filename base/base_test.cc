@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "base/files.h"
+#include "base/format.h"
 #include "base/json_fields.h"
 #include "base/sim_time.h"
 #include "base/stats.h"
@@ -40,6 +42,17 @@ TEST_CASE("ReadFile: a missing file is NotFound and names the path", "[base]") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kNotFound);
   CHECK(r.status().message().find("/nonexistent/fathom.json") != std::string::npos);
+}
+
+TEST_CASE("FormatCount: thousands separators, and no value wider than a table cell", "[base]") {
+  CHECK(FormatCount(0) == "0");
+  CHECK(FormatCount(999.4) == "999");
+  CHECK(FormatCount(2164352.3) == "2,164,352");
+  CHECK(FormatCount(-1234) == "-1,234");
+  CHECK(FormatCount(-0.2) == "0");
+  CHECK(FormatCount(1e300) == "1.0e+300");
+  CHECK(FormatCount(std::nan("")) == "nan");
+  CHECK(FormatCount(-INFINITY) == "-inf");
 }
 
 TEST_CASE("FromSeconds: rounds to whole nanoseconds", "[base]") {

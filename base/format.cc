@@ -1,5 +1,6 @@
 #include "base/format.h"
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <vector>
@@ -17,6 +18,19 @@ std::string StrFormat(const char* fmt, ...) {
   if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, args);
   va_end(args);
   return out;
+}
+
+std::string FormatCount(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (std::fabs(value) >= 1e15) return StrFormat("%.1e", value);
+  const std::string digits = StrFormat("%.0f", std::fabs(value));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (value < 0 && digits != "0" ? "-" : "") + out;
 }
 
 std::string HumanBytes(double bytes) {

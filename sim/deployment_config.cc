@@ -1,6 +1,9 @@
 #include "sim/deployment_config.h"
 
+#include <cmath>
 #include <set>
+
+#include "base/format.h"
 
 namespace fathom::sim {
 namespace {
@@ -62,7 +65,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
       {"model", "hardware", "gpus", "tp", "pp", "ep", "attn_dp", "weights", "dense_weights", "kv", "scheduler",
        "max_batch", "max_num_tokens", "chunk_size", "block_size", "reserve", "preemption", "admission",
        "prefix_caching", "mtp", "acceptance", "draft_cost", "router", "disaggregated", "decode_max_batch",
-       "kv_link_gb_per_s", "adp_balance", "runtime"}));
+       "kv_link_gb_per_s", "adp_balance", "runtime", "run"}));
   DeploymentConfig d;
   JsonFields f(j, source);
   d.model = f.String("model", d.model);
@@ -136,9 +139,57 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   return d;
 }
 
-Result<DeploymentConfig> LoadDeploymentFile(const std::string& path) {
+Result<DeploymentFile> LoadDeploymentFile(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
-  return DeploymentFromJson(j, path);
+  DeploymentFile file;
+  FATHOM_ASSIGN_OR_RETURN(file.config, DeploymentFromJson(j, path));
+  if (!j.contains("run") || j["run"].is_null()) return file;
+  const std::string source = path + ": run";
+  const Json& rj = j["run"];
+  if (!rj.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
+  FATHOM_RETURN_IF_ERROR(CheckKnown(rj, source, {"scenario", "qps", "samples", "seed", "benchmark", "trace", "stack",
+                                                 "ttft_limit_ms", "tpot_limit_ms"}));
+  JsonFields f(rj, source);
+  RunRecord run;
+  const std::string scenario = f.String("scenario");
+  run.qps = f.Double("qps", 0.0);
+  run.samples = f.Int("samples");
+  run.seed = static_cast<uint64_t>(f.Int("seed", 1));
+  run.benchmark = f.String("benchmark", "");
+  run.trace = f.String("trace", "");
+  run.stack = f.String("stack", "");
+  if (rj.contains("ttft_limit_ms")) run.ttft_limit_ms = f.Double("ttft_limit_ms");
+  if (rj.contains("tpot_limit_ms")) run.tpot_limit_ms = f.Double("tpot_limit_ms");
+  FATHOM_RETURN_IF_ERROR(f.status());
+  auto parsed = ParseScenario(scenario);
+  if (!parsed.ok()) return parsed.status().WithContext(source);
+  run.scenario = *parsed;
+  if (run.samples < 1) f.Fail("samples", std::to_string(run.samples), "must be >= 1");
+  if (run.scenario == Scenario::kServer || run.scenario == Scenario::kInteractive) {
+    if (!(run.qps > 0) || !std::isfinite(run.qps)) f.Fail("qps", StrFormat("%g", run.qps), "must be > 0 and finite");
+  }
+  for (const auto& [name, limit] : {std::pair{"ttft_limit_ms", run.ttft_limit_ms}, {"tpot_limit_ms", run.tpot_limit_ms}}) {
+    if (limit && !(*limit > 0 && std::isfinite(*limit))) f.Fail(name, StrFormat("%g", *limit), "must be > 0 and finite");
+  }
+  FATHOM_RETURN_IF_ERROR(f.status());
+  file.run = run;
+  return file;
+}
+
+OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run) {
+  OrderedJson j = ToJson(d);
+  OrderedJson r;
+  r["scenario"] = Name(run.scenario);
+  if (run.qps > 0) r["qps"] = run.qps;
+  r["samples"] = run.samples;
+  r["seed"] = run.seed;
+  if (!run.benchmark.empty()) r["benchmark"] = run.benchmark;
+  if (!run.trace.empty()) r["trace"] = run.trace;
+  if (!run.stack.empty()) r["stack"] = run.stack;
+  if (run.ttft_limit_ms) r["ttft_limit_ms"] = *run.ttft_limit_ms;
+  if (run.tpot_limit_ms) r["tpot_limit_ms"] = *run.tpot_limit_ms;
+  j["run"] = r;
+  return j;
 }
 
 OrderedJson ToJson(const DeploymentConfig& d) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,31 @@ struct DeploymentConfig {
   int TotalGpus() const;
 };
 
+// The run a deployment's figures came from, kept beside it in the file the tuner writes (its
+// "run" field) so that `fathom simulate --deployment FILE` repeats that run and prints the same
+// figures: scenario, arrival rate, samples issued, seed, and the workload, limits and stack.
+struct RunRecord {
+  Scenario scenario = Scenario::kOffline;
+  double qps = 0;           // Server and Interactive
+  int64_t samples = 0;      // issued over the whole deployment
+  uint64_t seed = 1;
+  std::string benchmark;    // whose data set and limits; empty for none
+  std::string trace;        // the workload file, where not the benchmark's data set
+  std::string stack;        // software stack of the cost model; empty for an explicit calibration
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // given by the user, not the benchmark's
+};
+
+struct DeploymentFile {
+  DeploymentConfig config;
+  std::optional<RunRecord> run;
+};
+
 // Unknown fields are errors: a typo must not silently fall back to a default.
 Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& source);
-Result<DeploymentConfig> LoadDeploymentFile(const std::string& path);
+Result<DeploymentFile> LoadDeploymentFile(const std::string& path);
 OrderedJson ToJson(const DeploymentConfig& d);
+// The deployment with its run in a "run" field.
+OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run);
 
 using TimeModelFactory = std::function<std::unique_ptr<models::ExecutionTimeModel>(
     const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&, const models::Precision&,

@@ -690,7 +690,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     counters_.busy += SimTime(static_cast<int64_t>(std::llround(stage0)));
     for (size_t st = 0; st < stages; ++st) {
       stage_free_at_[st] = now + SimTime(static_cast<int64_t>(std::llround(ff_end_[st])));
-      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], tokens * steps, sequences);
+      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], steps, tokens * steps, sequences);
     }
     *stage_free = stage_free_at_[0];
   } else {
@@ -701,7 +701,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
       const SimTime start = std::max(t, stage_free_at_[st]);
       const SimTime end = start + dur;
       stage_free_at_[st] = end;
-      listener_->OnIteration(id_, static_cast<int>(st), start, end, tokens, sequences);
+      listener_->OnIteration(id_, static_cast<int>(st), start, end, 1, tokens, sequences);
       if (st == 0) {
         *stage_free = end;
         counters_.busy += dur;

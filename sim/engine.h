@@ -28,7 +28,8 @@ class EngineListener {
   virtual void OnFirstToken(int64_t slot, SimTime t) = 0;
   virtual void OnComplete(int64_t slot, SimTime t) = 0;
   virtual void OnPrefillDone(int64_t slot, SimTime t) = 0;  // disaggregated prefill instances
-  virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens,
+  // `steps` identical decode iterations back to back (merged into one call), `tokens` over all.
+  virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
                            int64_t sequences) = 0;
 };
 

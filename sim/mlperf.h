@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "base/status.h"
 #include "sim/config.h"
 #include "traces/benchmark.h"
 
@@ -18,8 +20,22 @@ using traces::LatencyLimits;
 std::optional<LatencyLimits> MlperfLimits(const std::string& model, Scenario scenario);
 
 // Samples LoadGen issues (equal issue pads both to whole data sets): Offline pre-generates
-// 1.1 x min_duration x the expected rate; Server issues min_duration of arrivals at `qps`.
+// 1.1 x min_duration x the expected rate; Server issues min_duration of arrivals at `qps`, and at
+// least the benchmark's minimum query count.
 int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_s, double min_duration_s = 600);
-int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s = 600);
+int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s = 600,
+                             int64_t min_query_count = 0);
+
+// How long an Offline run lasts when sized as a submitter sizes it: LoadGen's 1.1 x the minimum
+// run (its sample count is what the expected rate gives over that time when the rate is the run's
+// own), or the benchmark's published run length where longer (`benchmark` may be null).
+double OfflineRunTargetS(const traces::Benchmark* benchmark, double min_duration_s = 600);
+
+// The fewest whole data sets of `dataset_size` samples whose Offline run lasts `target_s`: each
+// round simulates `lasted(samples)` (the run's measured seconds, or nullopt when the deployment
+// cannot serve it, which ends the search) and extrapolates from it. `fathom tune` and `fathom
+// simulate` both size their Offline runs this way, so they agree.
+Result<int64_t> OfflineRunSamples(int64_t dataset_size, double target_s,
+                                  const std::function<Result<std::optional<double>>(int64_t samples)>& lasted);
 
 }  // namespace fathom::sim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/format.h"
 #include "base/stats.h"
 
 namespace fathom::sim {
@@ -14,6 +15,24 @@ double Mean(const std::vector<float>& v) {
 }
 
 }  // namespace
+
+std::vector<std::string> SimulationResult::InvalidReasons() const {
+  std::vector<std::string> why;
+  if (stopped_early) why.push_back("stopped once over 1% of requests broke a limit");
+  if (limits && ttft_p99_ms > limits->ttft_ms) {
+    why.push_back(StrFormat("p99 TTFT %s ms over the %s ms limit (%lld requests over)", FormatCount(ttft_p99_ms).c_str(),
+                            FormatCount(limits->ttft_ms).c_str(), static_cast<long long>(ttft_violations)));
+  }
+  if (limits && tpot_p99_ms > limits->tpot_ms) {
+    why.push_back(StrFormat("p99 TPOT %.1f ms over the %s ms limit (%lld requests over)", tpot_p99_ms,
+                            FormatCount(limits->tpot_ms).c_str(), static_cast<long long>(tpot_violations)));
+  }
+  if (!min_duration_met) {
+    why.push_back(StrFormat("run %s s below the %s s minimum", FormatCount(run_length_s).c_str(),
+                            FormatCount(min_duration_s).c_str()));
+  }
+  return why;
+}
 
 OrderedJson SimulationResult::ToJson() const {
   OrderedJson j;
@@ -43,6 +62,16 @@ OrderedJson SimulationResult::ToJson() const {
   j["min_duration_met"] = min_duration_met;
   j["mlperf_valid"] = mlperf_valid;
   if (stopped_early) j["stopped_early"] = true;
+  j["invalid_reasons"] = InvalidReasons();
+  if (limits) {
+    j["ttft_violations"] = ttft_violations;
+    j["tpot_violations"] = tpot_violations;
+  }
+  if (last_arrival_s > 0) {
+    j["last_arrival_s"] = last_arrival_s;
+    j["waiting_at_last_arrival"] = waiting_at_last_arrival;
+    j["overloaded"] = overloaded;
+  }
   j["preemptions"] = preemptions;
   j["kv_peak_utilization"] = kv_peak_utilization;
   j["prefix_hit_rate"] = prefix_hit_rate;
@@ -181,6 +210,7 @@ void Simulator::Issue(const traces::Request& r) {
   ++issued_;
   peak_in_system_ = std::max(peak_in_system_, in_system_);
   last_issue_ = now;
+  waiting_at_last_issue_ = ++awaiting_first_token_;
   if (Watching()) deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
   engines_[engine]->Enqueue(rank, slot);
@@ -220,6 +250,7 @@ void Simulator::CountCertainViolations(SimTime now) {
 
 void Simulator::OnFirstToken(int64_t slot, SimTime t) {
   Sequence& s = slots_[slot];
+  --awaiting_first_token_;
   if (limits_ && ToMillis(t - s.scheduled) > limits_->ttft_ms && !s.ttft_violation_counted) {
     CountViolation(&ttft_violations_);
   }
@@ -293,18 +324,20 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
   pending_times_.insert(end);
 }
 
-void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens, int64_t sequences) {
+void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
+                            int64_t sequences) {
   if (timeline_) {
     std::fprintf(timeline_,
-                 "%s{\"name\":\"batch\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-                 "\"dur\":%.3f,\"args\":{\"tokens\":%lld,\"sequences\":%lld}}",
-                 first_timeline_event_ ? "" : ",\n", instance, stage, start.count() / 1e3,
-                 (end - start).count() / 1e3, static_cast<long long>(tokens), static_cast<long long>(sequences));
+                 "%s{\"name\":\"%s\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                 "\"dur\":%.3f,\"args\":{\"steps\":%lld,\"tokens\":%lld,\"sequences\":%lld}}",
+                 first_timeline_event_ ? "" : ",\n", steps > 1 ? "decode steps" : "batch", instance, stage,
+                 start.count() / 1e3, (end - start).count() / 1e3, static_cast<long long>(steps),
+                 static_cast<long long>(tokens), static_cast<long long>(sequences));
     first_timeline_event_ = false;
   }
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f iteration engine=%d stage=%d tokens=%lld sequences=%lld end=%.9f\n",
-                 ToSeconds(start), instance, stage, static_cast<long long>(tokens),
+    std::fprintf(event_log_, "%.9f iteration engine=%d stage=%d steps=%lld tokens=%lld sequences=%lld end=%.9f\n",
+                 ToSeconds(start), instance, stage, static_cast<long long>(steps), static_cast<long long>(tokens),
                  static_cast<long long>(sequences), ToSeconds(end));
   }
 }
@@ -391,6 +424,8 @@ Result<SimulationResult> Simulator::Run() {
   SimulationResult res;
   res.completed_requests = static_cast<int64_t>(e2e_ms_.size());
   res.stopped_early = stopped_;
+  res.ttft_violations = ttft_violations_;
+  res.tpot_violations = tpot_violations_;
   if (res.completed_requests != issued_ && !stopped_) {
     return Status::InvalidArgument(
         "the deployment could not serve every request (" + std::to_string(issued_ - res.completed_requests) +
@@ -426,12 +461,20 @@ Result<SimulationResult> Simulator::Run() {
   res.e2e_p50_ms = Percentile(e2e_ms_, 0.50);
   res.e2e_p99_ms = Percentile(e2e_ms_, 0.99);
   res.peak_in_flight = peak_in_system_;
+  if (sc.scenario != Scenario::kOffline && sc.scenario != Scenario::kClosedLoop) {
+    res.last_arrival_s = ToSeconds(last_issue_);
+    res.waiting_at_last_arrival = waiting_at_last_issue_;
+    const double minute_of_arrivals = res.last_arrival_s > 0 ? 60.0 * issued_ / res.last_arrival_s : 0;
+    res.overloaded = res.waiting_at_last_arrival > std::max(1.0, minute_of_arrivals);
+  }
 
   res.limits = limits_;
   res.latency_limits_met =
       !stopped_ && res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
   // LoadGen: a Server run's length is the last sample's scheduled time; an Offline one's, its latency.
-  res.min_duration_met = (per_sample_queries ? ToSeconds(last_issue_) : res.duration_s) >= sc.min_duration_s;
+  res.run_length_s = per_sample_queries ? ToSeconds(last_issue_) : res.duration_s;
+  res.min_duration_s = sc.min_duration_s;
+  res.min_duration_met = res.run_length_s >= sc.min_duration_s;
   res.mlperf_valid = res.min_duration_met && (sc.scenario == Scenario::kOffline || res.latency_limits_met);
 
   int64_t lookups = 0, hits = 0;

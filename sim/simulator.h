@@ -58,7 +58,18 @@ struct SimulationResult {
   bool latency_limits_met = false;
   bool min_duration_met = false;
   bool mlperf_valid = false;
+  double run_length_s = 0, min_duration_s = 0;  // LoadGen's run length and the minimum it held to
+  // Why the run is not MLPerf-valid, one phrase each ("p99 TTFT 2,310 ms over the 2,000 ms limit");
+  // empty when it is.
+  std::vector<std::string> InvalidReasons() const;
   bool stopped_early = false;  // ended at ScenarioConfig::stop_after_violations: partial figures
+  int64_t ttft_violations = 0, tpot_violations = 0;  // requests over each p99 limit
+  // Arrivals over time (Server, Interactive, replay): when the last request arrived, and how many
+  // were then still waiting for their first token. A queue holding more than a minute of arrivals
+  // at the end is overload: the deployment falls behind the trace and latencies grow with its length.
+  double last_arrival_s = 0;
+  int64_t waiting_at_last_arrival = 0;
+  bool overloaded = false;
   int64_t preemptions = 0;
   double kv_peak_utilization = 0;
   double prefix_hit_rate = 0;
@@ -111,7 +122,8 @@ class Simulator : public EngineListener {
   void OnFirstToken(int64_t slot, SimTime t) override;
   void OnComplete(int64_t slot, SimTime t) override;
   void OnPrefillDone(int64_t slot, SimTime t) override;
-  void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t tokens, int64_t sequences) override;
+  void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
+                   int64_t sequences) override;
 
  private:
 
@@ -165,6 +177,7 @@ class Simulator : public EngineListener {
   int64_t latest_done_index_ = -1;  // issue index of the latest-issued request completed so far
   SimTime latest_done_at_{0};       // and its completion time
   int64_t in_system_ = 0, peak_in_system_ = 0, issued_ = 0;
+  int64_t awaiting_first_token_ = 0, waiting_at_last_issue_ = 0;
   SimTime little_last_{0};
   double little_area_ = 0;  // request-seconds
   SimTime last_issue_{0};

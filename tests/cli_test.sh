@@ -46,7 +46,11 @@ expect 2 "missing_field_config.json: field 'num_hidden_layers': missing (require
 expect 2 "hardware 'tpu': unknown" -- hardware show tpu
 expect 2 "model 'gpt-9'" -- model show gpt-9
 expect 2 "--reserve = 1.500000: must be in [0, 1)" -- memory --reserve 1.5
-expect 2 "The following argument was not expected" -- memory --bogus
+expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- memory --bogus
+expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
+expect 2 'unknown command "serve" for fathom; the commands: hardware' -- serve --help
+expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
+expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv
 
 # Workloads.
 root=$(cd "$data/../.." && pwd)
@@ -135,6 +139,47 @@ expect 0 '"evaluated": 0' -- tune --model llama2-70b --hardware h200 --gpus 2 --
   --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --db "$tmp/tune.db"
 expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" --trace "$data/../../traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --samples 300 --max-output 2000 --json
 expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
+# One notion of a run: simulate of the tuner's best (its file carries the run) prints the tuner's figures.
+small_tune=(--model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256 --max-num-tokens 4096
+            --no-disagg)
+"$fathom" tune "${small_tune[@]}" --json --scenario server --best-out "$tmp/best_server.json" >"$tmp/tune_server.json" 2>/dev/null
+"$fathom" simulate --deployment "$tmp/best_server.json" --json >"$tmp/sim_server.json" 2>/dev/null
+tuned=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/tune_server.json" | awk '{print $2}')
+simulated=$(grep -m1 -o '"sustained_tokens_per_s": [0-9.]*' "$tmp/sim_server.json" | awk '{print $2}')
+if [[ -n "$tuned" && "$tuned" == "$simulated" ]]; then passed=$((passed + 1)); else
+  echo "FAIL: simulate of tune's best (server): $simulated tokens/s, tune said $tuned"; failed=$((failed + 1)); fi
+expect 0 '"source": "the run `fathom tune` scored' -- simulate --deployment "$tmp/best_server.json" --json
+expect 0 "with --seed changed (not the tuner's figures)" -- simulate --deployment "$tmp/best_server.json" --seed 3
+"$fathom" tune "${small_tune[@]}" --json --best-out "$tmp/best_offline.json" >"$tmp/tune_offline.json" 2>/dev/null
+"$fathom" simulate --deployment "$tmp/best_offline.json" --json >"$tmp/sim_offline.json" 2>/dev/null
+tuned=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/tune_offline.json" | awk '{print $2}')
+simulated=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/sim_offline.json" | awk '{print $2}')
+# Two identical instances: the tuner simulates one and doubles it, simulate runs both (within 1%).
+if awk -v a="$tuned" -v b="$simulated" 'BEGIN { exit !(a > 0 && b > 0.99 * a && b < 1.01 * a) }'; then
+  passed=$((passed + 1)); else echo "FAIL: simulate of tune's best (offline): $simulated tokens/s, tune said $tuned"
+  failed=$((failed + 1)); fi
+expect 0 "Run: whole data sets lasting 660 s" -- simulate --model llama2-70b --hardware h200 --gpus 2 --tp 2 --weights fp8
+expect 0 "run length        " -- simulate --deployment "$tmp/best_offline.json"
+# A search that finds nothing says why, what came closest and what to relax; --json too.
+expect 2 "broke the p99 TPOT limit (5 ms) at the lowest QPS tried" -- tune "${small_tune[@]}" --scenario server --tpot-ms 5
+expect 2 "a p99 TPOT limit of at least" -- tune "${small_tune[@]}" --scenario server --tpot-ms 5
+expect 2 '"valid": false' -- tune "${small_tune[@]}" --json --scenario server --tpot-ms 5
+expect 2 '"advice": [' -- tune "${small_tune[@]}" --json --scenario server --tpot-ms 5
+expect 2 "no: does not fit in memory (lacks" -- tune --model llama3.1-405b --hardware h200 --weights fp8 --kv fp8 \
+  --max-batch 64 --max-num-tokens 2048 --no-disagg --scenario server --capacity-qps 1000 --capacity-gpus 1
+expect 2 "do not fit in memory (the closest, TP1 PP1 EP1" -- tune --model llama3.1-405b --hardware h200 --gpus 1 \
+  --weights fp8 --max-batch 64 --max-num-tokens 2048 --no-disagg
+# Validity with its reasons, overload said, timeline events counting their steps.
+expect 0 "MLPerf valid      no: run" -- simulate --samples 100
+expect 0 "over the 5 ms limit" -- simulate --scenario server --qps 2 --samples 200 --tpot-ms 5
+expect 0 "2,291 requests were still waiting for their first token" -- simulate --scenario server --qps 20 --samples 3000 \
+  --max-batch 32
+"$fathom" simulate --samples 100 --timeline "$tmp/timeline.json" >/dev/null 2>&1
+if grep -q '"steps":' "$tmp/timeline.json"; then passed=$((passed + 1)); else
+  echo "FAIL: timeline events lack args.steps"; failed=$((failed + 1)); fi
+if [[ ! -e /dev/nvidiactl ]]; then
+  expect 2 "an NVIDIA GPU and driver are missing" -- profile run -- /bin/true
+fi
 # Each model runs on its MLPerf benchmark's data set and limits; other models say what they got.
 expect 0 "workload: MLPerf llama2-70b data set, OpenOrca" -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
   --max-batch 64 --max-num-tokens 4096 --dataset-samples 200

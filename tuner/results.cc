@@ -202,6 +202,10 @@ CandidateResult CandidateFromJson(const sim::DeploymentConfig& config, const Jso
   r.bound = j.value("bound", 0.0);
   r.run_samples = j.value("run_samples", int64_t{0});
   r.run_s = j.value("run_s", 0.0);
+  r.failure = j.value("failure", std::string());
+  r.failed_qps = j.value("failed_qps", 0.0);
+  r.failed_ttft_p99_ms = j.value("failed_ttft_p99_ms", 0.0);
+  r.failed_tpot_p99_ms = j.value("failed_tpot_p99_ms", 0.0);
   r.reused = true;
   return r;
 }

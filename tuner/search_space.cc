@@ -1,5 +1,6 @@
 #include "tuner/search_space.h"
 
+#include "base/format.h"
 #include "models/memory.h"
 
 namespace fathom::tuner {
@@ -11,15 +12,25 @@ std::vector<int> PowersOfTwoUpTo(int n) {
   return out;
 }
 
+// Whether a layout runs at all and fits in memory; what it lacks where it does not fit is recorded
+// in `out` for a search that finds nothing to explain itself.
 bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-          const models::Precision& p, int64_t max_batch, int64_t max_tokens) {
+          const models::Precision& p, int64_t max_batch, int64_t max_tokens, Candidates* out) {
   if (!models::ValidateLayout(m, l).ok()) return false;
   models::MemoryOptions o;
   o.max_batch = max_batch;
   o.max_num_tokens = max_tokens;
   // Room for at least a full batch of average-sized requests (2k tokens each) on every rank.
   o.min_kv_tokens = std::max<int64_t>(max_tokens, max_batch * 2048 / 4);
-  return models::PlanMemory(m, hw, l, p, o).fits;
+  const models::MemoryPlan plan = models::PlanMemory(m, hw, l, p, o);
+  if (plan.fits) return true;
+  const double lacking = std::max(0.0, static_cast<double>(o.min_kv_tokens) * plan.kv_bytes_per_token - plan.kv_budget_bytes);
+  if (out->out_of_memory++ == 0 || lacking < out->least_shortfall_bytes) {
+    out->least_shortfall_bytes = lacking;
+    out->least_shortfall = StrFormat("TP%d PP%d EP%d %s weights, batch %lld", l.tp, l.pp, l.ep,
+                                     std::string(models::Name(p.moe_weights)).c_str(), static_cast<long long>(max_batch));
+  }
+  return false;
 }
 
 }  // namespace
@@ -75,7 +86,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
             base.engine.mtp_depth = depth;
             base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
             for (const models::ParallelLayout& l : layouts(s.gpus)) {
-              if (!Fits(model, hw, l, precision, batch, tokens)) {
+              if (!Fits(model, hw, l, precision, batch, tokens, &out)) {
                 ++out.infeasible;
                 continue;
               }
@@ -96,14 +107,14 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 const int pinst = prefill_gpus / ptp;
                 if (pinst * ptp != prefill_gpus) continue;
                 const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
-                if (!Fits(model, hw, pl, precision, batch, tokens)) {
+                if (!Fits(model, hw, pl, precision, batch, tokens, &out)) {
                   ++out.infeasible;
                   continue;
                 }
                 for (int dtp : PowersOfTwoUpTo(std::min(decode_gpus, domain))) {
                   if (decode_gpus % dtp != 0) continue;
                   const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1, model.is_moe() ? dtp : 1};
-                  if (!Fits(model, hw, dl, precision, batch, tokens)) {
+                  if (!Fits(model, hw, dl, precision, batch, tokens, &out)) {
                     ++out.infeasible;
                     continue;
                   }

@@ -27,7 +27,11 @@ struct SearchSpace {
 
 struct Candidates {
   std::vector<sim::DeploymentConfig> feasible;
-  int64_t infeasible = 0;  // invalid layouts or not fitting in memory
+  int64_t infeasible = 0;      // invalid layouts or not fitting in memory
+  int64_t out_of_memory = 0;   // of those, the ones that break no layout rule but do not fit
+  // The out-of-memory candidate that comes closest: the memory per GPU it lacks, and which it is.
+  double least_shortfall_bytes = 0;
+  std::string least_shortfall;  // "TP8 PP1 EP8 fp8 weights, batch 64"
 };
 
 // Every combination of layout, precision and engine knobs; layouts that break a rule or do not

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "base/format.h"
 #include "base/parallel.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
@@ -132,7 +133,18 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_co
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
+  std::string error;  // why no run could serve the requests
 };
+
+// What broke in an invalid probe (a probe stopped early counts the requests over each limit).
+std::string Failure(const Probe& p) {
+  if (!p.error.empty()) return p.error;
+  const sim::SimulationResult& r = p.result;
+  if (!r.limits) return "latency limits";
+  const bool ttft = r.stopped_early ? r.ttft_violations > 0 : r.ttft_p99_ms > r.limits->ttft_ms;
+  const bool tpot = r.stopped_early ? r.tpot_violations > 0 : r.tpot_p99_ms > r.limits->tpot_ms;
+  return ttft && tpot ? "TTFT and TPOT" : ttft ? "TTFT" : tpot ? "TPOT" : "latency limits";
+}
 
 const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
   return traces::FindBenchmark(traces::MlperfBenchmarks(), o.benchmark);
@@ -147,9 +159,10 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
   return std::min(std::max(least, static_cast<int64_t>(wanted)), o.probe_max_samples);
 }
 
-// A Server/Interactive probe at `qps`, or an Offline run of `samples`.
+// A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
+// or an Offline run of `samples`.
 Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, const models::HardwareCatalog& catalog,
-                       double qps, int64_t samples = 0) {
+                       double qps, int64_t samples = 0, bool to_the_end = false) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
   sim::ScenarioConfig sc;
   sc.scenario = o.space.scenario;
@@ -164,7 +177,7 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
     const int64_t n = ProbeSamples(o, qps);
     source = sim::PoissonSource(o.dataset, n, qps, o.seed);
     // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
-    sc.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
+    if (!to_the_end) sc.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
   } else {
     sc.scenario = sim::Scenario::kOffline;
     source = sim::OfflineSource(o.dataset, samples, o.seed);
@@ -173,7 +186,10 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
   auto res = simulator.Run();
   Probe p;
-  if (!res.ok()) return p;  // could not serve every request: not valid
+  if (!res.ok()) {  // could not serve every request: not valid
+    p.error = res.status().message();
+    return p;
+  }
   p.result = *res;
   p.valid = ServerLike(sc.scenario) ? res->latency_limits_met : true;
   return p;
@@ -197,29 +213,23 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
   return s;
 }
 
-// An Offline run as long as a submitter's: whole data sets per instance, the fewest whose run
-// lasts LoadGen's 1.1 x 600 s (the sample count its expected rate gives when that rate is the
-// run's own) or the benchmark's published run length where longer. Shorter runs end mostly in
-// the drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
-// 13.7k tokens/s on one pass, 32.6k over 4,714 s). Each round extrapolates from the last.
+// An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
+// drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
+// 13.7k tokens/s on one pass, 32.6k over 4,714 s).
 Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o, const models::HardwareCatalog& catalog,
                          int instances) {
-  const int64_t size = static_cast<int64_t>(o.dataset.size());
   if (o.offline_samples > 0) {
     return Simulate(one, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
   }
-  const traces::Benchmark* b = BenchmarkOf(o);
-  const double target_s = std::max(1.1 * 600, b != nullptr ? b->offline_run_s : 0.0);
-  constexpr int kMaxRounds = 6;
-  constexpr int64_t kMaxPasses = 1000;
-  int64_t passes = 1;
   Probe run;
-  for (int round = 0; round < kMaxRounds; ++round) {
-    FATHOM_ASSIGN_OR_RETURN(run, Simulate(one, o, catalog, 0, passes * size));
-    const double lasted = run.result.duration_s;
-    if (!run.valid || lasted >= target_s || passes >= kMaxPasses) break;
-    passes = std::min(kMaxPasses, std::max(passes + 1, static_cast<int64_t>(std::ceil(passes * target_s / std::max(lasted, 1e-9)))));
-  }
+  auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
+    FATHOM_ASSIGN_OR_RETURN(run, Simulate(one, o, catalog, 0, samples));
+    if (!run.valid) return std::optional<double>();
+    return std::optional<double>(run.result.duration_s);
+  };
+  FATHOM_RETURN_IF_ERROR(
+      sim::OfflineRunSamples(static_cast<int64_t>(o.dataset.size()), sim::OfflineRunTargetS(BenchmarkOf(o)), lasted)
+          .status());
   return run;
 }
 
@@ -242,6 +252,31 @@ OrderedJson CandidateResult::ToJson() const {
   j["bound"] = bound;
   j["run_samples"] = run_samples;
   j["run_s"] = run_s;
+  if (!valid) {
+    j["failure"] = failure;
+    if (failed_qps > 0) {
+      j["failed_qps"] = failed_qps;
+      j["failed_ttft_p99_ms"] = failed_ttft_p99_ms;
+      j["failed_tpot_p99_ms"] = failed_tpot_p99_ms;
+    }
+  }
+  return j;
+}
+
+OrderedJson SearchFailure::ToJson() const {
+  OrderedJson j;
+  j["out_of_memory"] = out_of_memory;
+  if (out_of_memory > 0) {
+    j["least_shortfall_bytes_per_gpu"] = least_shortfall_bytes;
+    j["least_shortfall"] = least_shortfall;
+  }
+  j["ttft_broken"] = ttft_broken;
+  j["tpot_broken"] = tpot_broken;
+  j["unservable"] = unservable;
+  if (ttft_limit_ms) j["ttft_limit_ms"] = *ttft_limit_ms;
+  if (tpot_limit_ms) j["tpot_limit_ms"] = *tpot_limit_ms;
+  if (closest) j["closest"] = closest->ToJson();
+  j["advice"] = advice;
   return j;
 }
 
@@ -270,6 +305,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
         tpot_ms ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) / MeanOutput(o.dataset)
                 : c.bound;
     double lo = 0, hi = c.bound;
+    Probe lowest_failed;
     for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance); ++probe) {
       double q = lo > 0 ? std::sqrt(lo * hi) : hi / 2;
       if (probe == 0) q = hi / kQpsTolerance;
@@ -280,11 +316,19 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
         best = p;
       } else {
         hi = q;
+        lowest_failed = p;
       }
     }
     c.qps = lo;
+    if (lo == 0 && hi > 0) {
+      c.failure = Failure(lowest_failed);
+      c.failed_qps = hi;
+      c.failed_ttft_p99_ms = lowest_failed.result.ttft_p99_ms;
+      c.failed_tpot_p99_ms = lowest_failed.result.tpot_p99_ms;
+    }
   }
   c.valid = best.valid;
+  if (!c.valid && !server) c.failure = best.error;
   if (c.valid) {
     const sim::SimulationResult& r = best.result;
     c.throughput_tokens_per_s = scale * r.sustained_tokens_per_s;
@@ -332,6 +376,73 @@ std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& 
   });
   return frontier;
 }
+
+namespace {
+
+// Why no candidate is valid, and what to relax: memory where nothing fits, else the limit that
+// broke, by how much on the candidate that came closest (re-run at its lowest QPS to the end).
+Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatalog& catalog, const Candidates& cands,
+                               const std::vector<CandidateResult>& simulated) {
+  SearchFailure f;
+  f.out_of_memory = cands.out_of_memory;
+  f.least_shortfall_bytes = cands.least_shortfall_bytes;
+  f.least_shortfall = cands.least_shortfall;
+  const HeldLimits limits = LimitsMs(o);
+  f.ttft_limit_ms = limits.ttft_ms;
+  f.tpot_limit_ms = limits.tpot_ms;
+  const CandidateResult* closest = nullptr;
+  double nearest = std::numeric_limits<double>::infinity();
+  for (const CandidateResult& c : simulated) {
+    if (c.valid) continue;
+    if (c.failed_qps <= 0) {
+      ++f.unservable;
+      continue;
+    }
+    if (c.failure.find("TTFT") != std::string::npos) ++f.ttft_broken;
+    if (c.failure.find("TPOT") != std::string::npos) ++f.tpot_broken;
+    const double over = std::max(c.failed_ttft_p99_ms / limits.ttft_ms.value_or(1e300),
+                                 c.failed_tpot_p99_ms / limits.tpot_ms.value_or(1e300));
+    if (over < nearest) {
+      nearest = over;
+      closest = &c;
+    }
+  }
+  const std::string more_gpus = StrFormat("more GPUs (--gpus %d)", 2 * o.space.gpus);
+  if (closest != nullptr) {
+    CandidateResult c = *closest;
+    FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(c.config, o, catalog, c.failed_qps, 0, /*to_the_end=*/true));
+    if (p.error.empty()) {
+      c.failure = Failure(p);
+      c.failed_ttft_p99_ms = p.result.ttft_p99_ms;
+      c.failed_tpot_p99_ms = p.result.tpot_p99_ms;
+    }
+    f.closest = c;
+    if (limits.tpot_ms && c.failed_tpot_p99_ms > *limits.tpot_ms) {
+      f.advice.push_back(StrFormat("a p99 TPOT limit of at least %.0f ms (--tpot-ms; the closest candidate's p99 at "
+                                   "%.3g QPS)", std::ceil(c.failed_tpot_p99_ms), c.failed_qps));
+      f.advice.push_back(more_gpus + " or a faster GPU: shorter steps per token");
+      FATHOM_ASSIGN_OR_RETURN(models::ModelArch model, models::LoadModel(o.space.model));
+      if (model.mtp_layers > 0 && o.space.scenario == sim::Scenario::kServer) {
+        f.advice.push_back("the interactive scenario, where MLPerf allows speculative decoding (MTP)");
+      }
+    }
+    if (limits.ttft_ms && c.failed_ttft_p99_ms > *limits.ttft_ms) {
+      f.advice.push_back(StrFormat("a p99 TTFT limit of at least %.0f ms (--ttft-ms)", std::ceil(c.failed_ttft_p99_ms)));
+      f.advice.push_back(more_gpus + ": more prefill capacity");
+    }
+  } else if (f.unservable > 0) {
+    f.advice.push_back(more_gpus + " or fp8 KV (--kv fp8): a request needs more KV cache than one attention rank holds");
+    f.advice.push_back("a lower output cap (--max-output) on the workload");
+  }
+  if (cands.feasible.empty()) {
+    f.advice.push_back(more_gpus + StrFormat(": the closest candidate (%s) lacks %s per GPU", f.least_shortfall.c_str(),
+                                             HumanBytes(f.least_shortfall_bytes).c_str()));
+    f.advice.push_back("lower-precision weights or KV cache (--weights fp8 or fp4, --kv fp8), or smaller --max-batch");
+  }
+  return f;
+}
+
+}  // namespace
 
 Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
   const auto start = std::chrono::steady_clock::now();
@@ -465,6 +576,10 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   }
   out.ranked = RankValid(simulated, server);
   out.frontier = ParetoFrontier(out.ranked);
+  if (out.ranked.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure, Diagnose(o, catalog, cands, simulated));
+    out.failure = std::move(failure);
+  }
   out.evaluated = evaluated;
   out.reused = reused;
   out.pruned = pruned;
@@ -491,6 +606,7 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
     step.gpus = gpus;
     step.cost_per_hour = gpus * price;
     if (!r.ranked.empty()) step.best = r.ranked.front();
+    step.failure = r.failure;
     step.meets = step.best && step.best->qps >= target_qps;
     plan.steps.push_back(step);
     if (step.meets) {

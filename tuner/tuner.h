@@ -65,8 +65,27 @@ struct CandidateResult {
   int64_t run_samples = 0;
   double run_s = 0;
   bool reused = false;                // read back from the results store
+  // An invalid candidate: what broke ("TTFT", "TPOT", "TTFT and TPOT", or why no run could serve
+  // the requests), and for server-type scenarios the lowest QPS probed with its p99s there
+  // (over the requests done when the probe stopped at 1% of requests over a limit).
+  std::string failure;
+  double failed_qps = 0, failed_ttft_p99_ms = 0, failed_tpot_p99_ms = 0;
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
+  OrderedJson ToJson() const;
+};
+
+// Why a search found nothing valid, and what to relax.
+struct SearchFailure {
+  int64_t out_of_memory = 0;          // candidates that do not fit (Candidates::out_of_memory)
+  double least_shortfall_bytes = 0;   // per GPU, of the one that comes closest
+  std::string least_shortfall;
+  int64_t ttft_broken = 0, tpot_broken = 0, unservable = 0;  // simulated candidates, at their lowest load
+  // The simulated candidate nearest the limits (least max(p99 / limit) at its lowest QPS), re-run
+  // there to the end so its p99s are whole.
+  std::optional<CandidateResult> closest;
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;
+  std::vector<std::string> advice;  // what to relax, most promising first
   OrderedJson ToJson() const;
 };
 
@@ -80,6 +99,7 @@ struct TuneResult {
   int64_t pruned = 0;                     // bound below the best found
   int64_t infeasible = 0;                 // invalid layouts or out of memory
   double wall_s = 0;
+  std::optional<SearchFailure> failure;   // set when no candidate is valid
 };
 
 Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
@@ -96,6 +116,7 @@ struct CapacityStep {
   int gpus = 0;
   bool meets = false;
   std::optional<CandidateResult> best;  // the highest-QPS deployment on this many GPUs
+  std::optional<SearchFailure> failure;  // why none is valid, where none is
   double cost_per_hour = 0;
 };
 struct CapacityPlan {

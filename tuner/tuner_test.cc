@@ -360,4 +360,51 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(dis.sglang.find("--disaggregation-mode decode") != std::string::npos);
 }
 
+TEST_CASE("RunRecord: a deployment file carries the run behind its figures, checked on reading", "[tuner]") {
+  sim::DeploymentConfig d;
+  sim::RunRecord run;
+  run.scenario = sim::Scenario::kServer;
+  run.qps = 13.143582031768943;
+  run.samples = 26382;
+  run.seed = 7;
+  run.benchmark = "deepseek-r1";
+  run.stack = "trtllm-1.2";
+  run.tpot_limit_ms = 60;
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_run_record.json").string();
+  REQUIRE(WriteFileAtomic(path, sim::ToJson(d, run).dump(2)).ok());
+  auto file = sim::LoadDeploymentFile(path);
+  REQUIRE(file.ok());
+  REQUIRE(file->run.has_value());
+  CHECK(file->run->scenario == sim::Scenario::kServer);
+  CHECK(file->run->qps == run.qps);  // exactly: the same arrivals again
+  CHECK(file->run->samples == 26382);
+  CHECK(file->run->seed == 7);
+  CHECK(file->run->stack == "trtllm-1.2");
+  CHECK(!file->run->ttft_limit_ms);
+  CHECK(file->run->tpot_limit_ms == 60);
+  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "server", "samples": 10, "qps": -1}})").ok());
+  CHECK(sim::LoadDeploymentFile(path).status().message() ==
+        path + ": run: field 'qps' = -1: must be > 0 and finite");
+  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "offline", "samples": 10, "sample": 3}})").ok());
+  CHECK(sim::LoadDeploymentFile(path).status().message().find("run: field 'sample': unknown") != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("OfflineRunSamples: the fewest whole data sets lasting the target, extrapolated", "[tuner]") {
+  // A run lasting 100 s per data set plus a 50 s drain: 660 s needs ceil(6.1) = 7 passes.
+  std::vector<int64_t> tried;
+  auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
+    tried.push_back(samples);
+    return std::optional<double>(50 + 100.0 * static_cast<double>(samples / 10));
+  };
+  auto samples = sim::OfflineRunSamples(10, sim::OfflineRunTargetS(nullptr), lasted);
+  REQUIRE(samples.ok());
+  CHECK(*samples == 70);
+  CHECK(tried.back() == 70);  // the answer is the last run simulated
+  CHECK(sim::OfflineRunTargetS(traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1")) == 4520);
+  // A deployment that cannot serve the data set ends the search at once.
+  auto never = [](int64_t) -> Result<std::optional<double>> { return std::optional<double>(); };
+  CHECK(*sim::OfflineRunSamples(10, 660, never) == 10);
+}
+
 }  // namespace fathom::tuner

@@ -123,7 +123,8 @@ Status RunOnlineCommand(OnlineFlags f) {
   }
   sim::DeploymentConfig d;
   if (!f.deployment_file.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(d, sim::LoadDeploymentFile(f.deployment_file));
+    FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.deployment_file));
+    d = file.config;
   }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));

@@ -13,6 +13,7 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "sim/deployment_config.h"
+#include "sim/mlperf.h"
 #include "sim/simulator.h"
 #include "traces/transforms.h"
 
@@ -23,6 +24,7 @@ struct SimulateFlags {
   DeploymentFlags deployment;
   std::string deployment_file;
   std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
+  const CLI::App* cmd = nullptr;
   sim::DeploymentConfig config;  // engine knobs bound to flags
   std::string scheduler = "chunked", preemption = "recompute", admission = "greedy", router = "least-outstanding";
   std::string runtime = "python";
@@ -77,7 +79,7 @@ class PendingFile {
   std::FILE* f_ = nullptr;
 };
 
-Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
+Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   if (!f.deployment_file.empty()) {
     for (const CLI::Option* o : f.deployment_options) {
       if (o->count() > 0) {
@@ -86,7 +88,9 @@ Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
     }
     return sim::LoadDeploymentFile(f.deployment_file);
   }
-  sim::DeploymentConfig d = f.config;
+  sim::DeploymentFile file;
+  sim::DeploymentConfig& d = file.config;
+  d = f.config;
   FATHOM_ASSIGN_OR_RETURN(d.engine.scheduler, sim::ParseScheduler(f.scheduler));
   FATHOM_ASSIGN_OR_RETURN(d.router, sim::ParseRouter(f.router));
   FATHOM_ASSIGN_OR_RETURN(d.runtime, models::ParseRuntime(f.runtime));
@@ -118,20 +122,54 @@ Result<sim::DeploymentConfig> BuildConfig(const SimulateFlags& f) {
     if (d.prefill.tp == 0) d.prefill.tp = d.tp;
     if (d.decode.tp == 0) d.decode.tp = d.tp;
   }
-  return d;
+  return file;
+}
+
+// The file's run replaces the defaults of the flags the user did not give; a flag that sets the
+// run itself (--scenario, --qps, --samples) sets aside the whole of it. Returns where the run came
+// from, for the summary ("" when not from the file).
+std::string AdoptRun(const std::optional<sim::RunRecord>& run, SimulateFlags* f) {
+  if (!run) return "";
+  const CLI::App& cmd = *f->cmd;
+  for (const char* flag : {"--scenario", "--qps", "--samples"}) {
+    if (cmd.count(flag) > 0) return "";
+  }
+  f->scenario = std::string(sim::Name(run->scenario));
+  f->sc.qps = run->qps;
+  f->sc.samples = run->samples;
+  std::string changed;
+  auto adopt = [&](const char* flag, auto* field, const auto& value) {
+    if (cmd.count(flag) == 0) {
+      *field = value;
+    } else {
+      changed += (changed.empty() ? "" : ", ") + std::string(flag);
+    }
+  };
+  adopt("--seed", &f->sc.seed, run->seed);
+  adopt("--benchmark", &f->benchmark, run->benchmark);
+  adopt("--trace", &f->trace, run->trace);
+  adopt("--ttft-ms", &f->sc.ttft_limit_ms, run->ttft_limit_ms);
+  adopt("--tpot-ms", &f->sc.tpot_limit_ms, run->tpot_limit_ms);
+  if (cmd.count("--calibration") == 0 && cmd.count("--cost-model") == 0) {
+    adopt("--stack", &f->time_model.stack, run->stack);
+  }
+  return changed.empty() ? "the run `fathom tune` scored, from " + f->deployment_file
+                         : "the run from " + f->deployment_file + " with " + changed + " changed (not the tuner's figures)";
 }
 
 void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
-                  const sim::SimulationResult& res, double wall_s, const TimeModel& time_model) {
+                  const sim::SimulationResult& res, double wall_s, const TimeModel& time_model,
+                  const std::string& run_note) {
   std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n", d.model.c_str(),
               d.TotalGpus(), d.hardware.c_str(),
               d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
               std::string(sim::Name(d.engine.scheduler)).c_str(), static_cast<long long>(d.engine.max_batch),
               static_cast<long long>(d.engine.max_num_tokens),
               time_model.stack.empty() ? "" : (", stack " + time_model.stack).c_str());
-  std::printf("Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f s\n\n",
+  std::printf("Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f s\n",
               std::string(sim::Name(sc.scenario)).c_str(), sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "",
               static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);
+  std::printf("Run: %s\n\n", run_note.c_str());
   std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n", res.throughput_tokens_per_s,
               res.tokens_per_s_per_gpu, res.requests_per_s);
   if (res.sustained_tokens_per_s != res.throughput_tokens_per_s) {
@@ -147,8 +185,17 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
     std::printf("\n  limits (p99)      TTFT %.0f ms, TPOT %.0f ms: %s\n", res.limits->ttft_ms, res.limits->tpot_ms,
                 res.latency_limits_met ? "met" : "NOT met");
   }
-  std::printf("  run length        %s 600 s minimum\n", res.min_duration_met ? "meets the" : "below the");
-  std::printf("  MLPerf valid      %s\n", res.mlperf_valid ? "yes" : "no");
+  std::printf("  run length        %s s, %s the %s s minimum\n", FormatCount(res.run_length_s).c_str(),
+              res.min_duration_met ? "meets" : "below", FormatCount(res.min_duration_s).c_str());
+  std::string why;
+  for (const std::string& reason : res.InvalidReasons()) why += (why.empty() ? ": " : "; ") + reason;
+  std::printf("  MLPerf valid      %s%s\n", res.mlperf_valid ? "yes" : "no", why.c_str());
+  if (res.overloaded) {
+    std::printf("  OVERLOADED        arrivals ended at %s s, the last completion came at %s s; %s requests were still "
+                "waiting for their first token at the last arrival, so latencies grow with the run's length\n",
+                FormatCount(res.last_arrival_s).c_str(), FormatCount(res.drain_end_s).c_str(),
+                FormatCount(static_cast<double>(res.waiting_at_last_arrival)).c_str());
+  }
   std::printf("  preemptions %lld, peak KV use %.1f%%, iterations %lld", static_cast<long long>(res.preemptions),
               100 * res.kv_peak_utilization, static_cast<long long>(res.iterations));
   if (d.engine.prefix_caching) std::printf(", prefix hit rate %.1f%%", 100 * res.prefix_hit_rate);
@@ -168,8 +215,10 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
   }
 }
 
-Status Run(const SimulateFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildConfig(f));
+Status Run(SimulateFlags f) {
+  FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, BuildConfig(f));
+  const sim::DeploymentConfig& d = file.config;
+  const std::string run_from_file = AdoptRun(file.run, &f);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
@@ -188,38 +237,86 @@ Status Run(const SimulateFlags& f) {
 
   // Requests for one run; error bars need the same requests again.
   std::vector<traces::Request> dataset;
+  const traces::Benchmark* benchmark = nullptr;
   if (sc.scenario != sim::Scenario::kReplay) {
     FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(d.model, f.benchmark, f.trace, f.read));
     dataset = std::move(workload.requests);
-    if (workload.benchmark != nullptr) resolved->spec.benchmark = workload.benchmark->name;
+    benchmark = workload.benchmark;
     if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload.note.c_str());
   } else if (f.trace.empty()) {
     return Status::InvalidArgument("the replay scenario needs arrival times: give --trace FILE (a benchmark data set has none)");
   } else {
-    FATHOM_ASSIGN_OR_RETURN(const traces::Benchmark* benchmark, ChooseBenchmark(d.model, f.benchmark));
-    if (benchmark != nullptr) resolved->spec.benchmark = benchmark->name;
+    FATHOM_ASSIGN_OR_RETURN(benchmark, ChooseBenchmark(d.model, f.benchmark));
   }
-  auto make_source = [&]() -> Result<std::unique_ptr<sim::RequestSource>> {
-    const int64_t n = static_cast<int64_t>(dataset.size());
+  if (benchmark != nullptr) resolved->spec.benchmark = benchmark->name;
+  resolved->spec.scenario = sc;
+
+  // The run's length, as `fathom tune` sizes it: given, the file's, or as long as a submitter's run.
+  const int64_t n = static_cast<int64_t>(dataset.size());
+  int64_t samples = 0;
+  std::string run_note = run_from_file;
+  auto make_source = [&](int64_t count) -> Result<std::unique_ptr<sim::RequestSource>> {
     switch (sc.scenario) {
       case sim::Scenario::kReplay: {
         FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(f.trace, f.read));
         return sim::ReplaySource(std::move(reader));
       }
       case sim::Scenario::kOffline:
-        return sim::OfflineSource(dataset, traces::EqualIssueCount(n, std::max(sc.samples, n)), sc.seed);
+        return sim::OfflineSource(dataset, count, sc.seed);
       case sim::Scenario::kServer:
-      case sim::Scenario::kInteractive: {
-        const int64_t wanted = sc.samples > 0 ? sc.samples
-                                              : traces::EqualIssueCount(n, static_cast<int64_t>(std::ceil(sc.qps * sc.min_duration_s)));
-        return sim::PoissonSource(dataset, wanted, sc.qps, sc.seed);
-      }
+      case sim::Scenario::kInteractive:
+        return sim::PoissonSource(dataset, count, sc.qps, sc.seed);
       default:
-        return sim::CyclingSource(dataset, sc.samples > 0 ? sc.samples : n, sc.seed);
+        return sim::CyclingSource(dataset, count, sc.seed);
     }
   };
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> source, make_source());
-  resolved->spec.scenario = sc;
+  auto simulate = [&](const sim::TimeModelFactory& factory, int64_t count) -> Result<sim::SimulationResult> {
+    FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, factory));
+    r->spec.scenario = sc;
+    r->spec.benchmark = resolved->spec.benchmark;
+    FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> src, make_source(count));
+    sim::Simulator s(std::move(r->spec), std::move(src));
+    return s.Run();
+  };
+  switch (sc.scenario) {
+    case sim::Scenario::kOffline:
+      if (sc.samples > 0) {
+        samples = traces::EqualIssueCount(n, sc.samples);
+        if (run_note.empty()) run_note = "--samples, rounded up to whole data sets";
+      } else {
+        const double target_s = sim::OfflineRunTargetS(benchmark, sc.min_duration_s);
+        auto lasted = [&](int64_t count) -> Result<std::optional<double>> {
+          auto r = simulate(time_model.factory, count);
+          if (!r.ok()) return std::optional<double>();  // the run below says why
+          return std::optional<double>(r->duration_s);
+        };
+        FATHOM_ASSIGN_OR_RETURN(samples, sim::OfflineRunSamples(n, target_s, lasted));
+        run_note = StrFormat("whole data sets lasting %s s, %s", FormatCount(target_s).c_str(),
+                             target_s > 1.1 * sc.min_duration_s ? "the benchmark's published Offline run"
+                                                                : "LoadGen's 1.1 x the minimum run");
+      }
+      break;
+    case sim::Scenario::kServer:
+    case sim::Scenario::kInteractive:
+      if (sc.samples > 0) {
+        samples = sc.samples;
+        if (run_note.empty()) run_note = "--samples";
+      } else {
+        const int64_t least = benchmark != nullptr ? benchmark->server_min_query_count : 0;
+        samples = sim::LoadGenServerSamples(n, sc.qps, sc.min_duration_s, least);
+        run_note = StrFormat("%s s of arrivals%s in whole data sets, as LoadGen issues them",
+                             FormatCount(sc.min_duration_s).c_str(),
+                             least > 0 ? StrFormat(", at least the benchmark's %s samples,", FormatCount(static_cast<double>(least)).c_str()).c_str() : "");
+      }
+      break;
+    case sim::Scenario::kReplay:
+      run_note = "the trace's arrivals";
+      break;
+    default:
+      samples = sc.samples > 0 ? sc.samples : n;
+      run_note = sc.samples > 0 ? "--samples" : "one data set";
+  }
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> source, make_source(samples));
 
   PendingFile requests, timeline, log;
   FATHOM_RETURN_IF_ERROR(requests.Open(f.requests_out));
@@ -255,11 +352,7 @@ Status Run(const SimulateFlags& f) {
         v[i] = std::max(v[i], 1e-3);
         if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
         p.SetFitted(v);
-        FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, CalibratedFactory(p, time_model.measured)));
-        r->spec.scenario = sc;
-        FATHOM_ASSIGN_OR_RETURN(auto src, make_source());
-        sim::Simulator s2(std::move(r->spec), std::move(src));
-        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, s2.Run());
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(CalibratedFactory(p, time_model.measured), samples));
         metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
       }
       for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);
@@ -273,6 +366,7 @@ Status Run(const SimulateFlags& f) {
     j["scenario"] = sim::Name(sc.scenario);
     if (sc.qps > 0) j["qps"] = sc.qps;
     j["seed"] = sc.seed;
+    j["run"] = {{"samples", res.completed_requests}, {"source", run_note}};
     const OrderedJson metrics = res.ToJson();
     for (const auto& [k, v] : metrics.items()) j[k] = v;
     if (time_model.measured) {
@@ -285,7 +379,7 @@ Status Run(const SimulateFlags& f) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    PrintSummary(d, *resolved, sc, res, wall, time_model);
+    PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
     if (sigma) {
       std::printf("  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- %.0f tokens/s, "
                   "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
@@ -361,8 +455,9 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   cmd->add_flag("--error-bars", f->error_bars,
                 "Also run with each fitted cost parameter +- 1 sigma and report the spread");
   cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
-  cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of every iteration (opens in Perfetto)");
+  cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of the iterations, identical decode steps back to back as one event with args.steps (opens in Perfetto)");
   cmd->add_option("--event-log", f->event_log, "One line per simulation event");
+  f->cmd = cmd;
   cmd->callback([f, result] { *result = Run(*f); });
 }
 

@@ -67,7 +67,8 @@ Status Diff(const StackFlags& f) {
   if (f.diff.size() != 2) return Status::InvalidArgument("stack diff needs two stack names, e.g. trtllm-1.0 trtllm-1.2");
   sim::DeploymentConfig d;
   if (!f.deployment_file.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(d, sim::LoadDeploymentFile(f.deployment_file));
+    FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.deployment_file));
+    d = file.config;
   } else {
     d.engine.max_batch = 512;
     d.engine.max_num_tokens = 4608;

@@ -8,6 +8,7 @@
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/files.h"
+#include "base/format.h"
 #include "base/json_fields.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
@@ -37,6 +38,16 @@ struct TuneFlags {
   std::vector<int> capacity_gpus = {1, 2, 4, 8, 16, 32, 64};
 };
 
+// Why a GPU count has no valid deployment, in one cell.
+std::string CapacityShortfall(const tuner::SearchFailure& why) {
+  if (why.closest) {
+    return "no: none meets the limits (closest: p99 TTFT " + FormatCount(why.closest->failed_ttft_p99_ms) +
+           " ms, TPOT " + StrFormat("%.1f", why.closest->failed_tpot_p99_ms) + " ms)";
+  }
+  if (why.unservable > 0) return "no: a request needs more KV cache than one rank holds";
+  return "no: does not fit in memory (lacks " + HumanBytes(why.least_shortfall_bytes) + " per GPU)";
+}
+
 Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
   FATHOM_ASSIGN_OR_RETURN(tuner::CapacityPlan plan, tuner::PlanCapacity(f.options, f.capacity_qps, f.capacity_gpus, catalog));
   if (f.json) {
@@ -46,6 +57,7 @@ Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
     for (const auto& s : plan.steps) {
       OrderedJson o = {{"gpus", s.gpus}, {"meets", s.meets}, {"cost_per_hour_usd", s.cost_per_hour}};
       if (s.best) o["best"] = s.best->ToJson();
+      if (s.failure) o["failure"] = s.failure->ToJson();
       steps.push_back(o);
     }
     j["steps"] = steps;
@@ -58,9 +70,10 @@ Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
   } else {
     std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n", f.options.space.model.c_str(),
                 f.options.space.hardware.c_str(), f.capacity_qps);
-    std::printf("%6s %10s %10s %10s\n", "GPUs", "best QPS", "$/hour", "meets");
+    std::printf("%6s %10s %10s  %s\n", "GPUs", "best QPS", "$/hour", "meets");
     for (const auto& s : plan.steps) {
-      std::printf("%6d %10.3f %10.2f %10s\n", s.gpus, s.best ? s.best->qps : 0.0, s.cost_per_hour, s.meets ? "yes" : "no");
+      std::printf("%6d %10s %10.2f  %s\n", s.gpus, s.best ? StrFormat("%.3f", s.best->qps).c_str() : "-",
+                  s.cost_per_hour, s.meets ? "yes" : s.best ? "no" : CapacityShortfall(*s.failure).c_str());
     }
     if (plan.chosen) {
       std::printf("\nFewest GPUs: %d ($%.2f per hour): %s\n", plan.chosen->gpus, plan.chosen->cost_per_hour,
@@ -69,9 +82,65 @@ Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
   }
   if (!plan.chosen) {
     return Status::InvalidArgument("no GPU count tried (up to " + std::to_string(f.capacity_gpus.back()) +
-                                   ") sustains " + std::to_string(f.capacity_qps) + " QPS within the limits");
+                                   ") sustains " + StrFormat("%g", f.capacity_qps) + " QPS within the limits");
   }
   return Status::Ok();
+}
+
+// A search that found nothing valid says why, on the terminal or as JSON, and fails.
+Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const std::string& workload_note,
+                      const std::string& stack) {
+  const tuner::SearchFailure& why = *res.failure;
+  if (f.json) {
+    OrderedJson j;
+    j["valid"] = false;
+    j["failure"] = why.ToJson();
+    j["workload"] = workload_note;
+    j["stack"] = stack;
+    j["candidates"] = res.candidates;
+    j["evaluated"] = res.evaluated;
+    j["reused"] = res.reused;
+    j["infeasible"] = res.infeasible;
+    j["sweep_id"] = res.sweep_id;
+    j["wall_s"] = res.wall_s;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    const tuner::TuneOptions& o = f.options;
+    std::printf("Tune: %s on %d x %s, %s scenario%s\n", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
+                f.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
+    std::printf("%lld candidates: %lld simulated, %lld from the results store; %lld infeasible; %.1f s\n\n",
+                static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
+                static_cast<long long>(res.reused), static_cast<long long>(res.infeasible), res.wall_s);
+    std::printf("No candidate is valid:\n");
+    if (why.out_of_memory > 0) {
+      std::printf("  %lld do not fit in memory (the closest, %s, lacks %s per GPU)\n",
+                  static_cast<long long>(why.out_of_memory), why.least_shortfall.c_str(),
+                  HumanBytes(why.least_shortfall_bytes).c_str());
+    }
+    if (why.ttft_limit_ms) {
+      std::printf("  %lld broke the p99 TTFT limit (%s ms) at the lowest QPS tried\n",
+                  static_cast<long long>(why.ttft_broken), FormatCount(*why.ttft_limit_ms).c_str());
+    }
+    if (why.tpot_limit_ms) {
+      std::printf("  %lld broke the p99 TPOT limit (%s ms) at the lowest QPS tried\n",
+                  static_cast<long long>(why.tpot_broken), FormatCount(*why.tpot_limit_ms).c_str());
+    }
+    if (why.unservable > 0) {
+      std::printf("  %lld could not serve the requests at all\n", static_cast<long long>(why.unservable));
+    }
+    if (why.closest) {
+      const tuner::CandidateResult& c = *why.closest;
+      std::printf("Closest: %s, batch %lld, tokens %lld at %.3g QPS: p99 TTFT %s ms, p99 TPOT %.1f ms (%s broke)\n",
+                  reports::LayoutLabel(c.config).c_str(), static_cast<long long>(c.config.engine.max_batch),
+                  static_cast<long long>(c.config.engine.max_num_tokens), c.failed_qps,
+                  FormatCount(c.failed_ttft_p99_ms).c_str(), c.failed_tpot_p99_ms, c.failure.c_str());
+      std::printf("  %s\n", sim::ToJson(c.config).dump().c_str());
+    }
+    if (!why.advice.empty()) std::printf("To find one, try:\n");
+    for (const std::string& a : why.advice) std::printf("  - %s\n", a.c_str());
+  }
+  return Status::InvalidArgument("no candidate is valid (" + std::to_string(res.candidates) + " feasible, " +
+                                 std::to_string(res.infeasible) + " infeasible): see the reasons above");
 }
 
 Status Run(TuneFlags f) {
@@ -119,14 +188,23 @@ Status Run(TuneFlags f) {
     }
     FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.frontier_csv, csv.Csv()));
   }
-  if (res.ranked.empty()) {
-    return Status::InvalidArgument("no candidate is valid: none fits in memory or meets the latency limits (" +
-                                   std::to_string(res.candidates) + " feasible, " + std::to_string(res.infeasible) +
-                                   " infeasible)");
-  }
+  if (res.ranked.empty()) return ExplainFailure(f, res, workload_note, stack);
   const tuner::CandidateResult& best = res.ranked.front();
   const tuner::LaunchCommands launch = tuner::MakeLaunchCommands(best.config);
-  if (!f.best_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, sim::ToJson(best.config).dump(2) + "\n"));
+  // The best deployment with the run behind its figures, which `simulate --deployment` repeats; a
+  // data set drawn with --dataset-samples cannot be drawn again there, so that run is not carried.
+  sim::RunRecord run;
+  run.scenario = o.space.scenario;
+  run.qps = server ? best.qps : 0;
+  run.samples = best.run_samples;
+  run.seed = o.seed;
+  run.benchmark = o.benchmark;
+  run.trace = f.trace;
+  run.stack = stack;
+  run.ttft_limit_ms = o.ttft_limit_ms;
+  run.tpot_limit_ms = o.tpot_limit_ms;
+  const OrderedJson best_json = f.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
+  if (!f.best_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
   if (f.json) {
     OrderedJson j;
@@ -141,6 +219,7 @@ Status Run(TuneFlags f) {
     b["cost_per_million_tokens"] = best.cost_per_million_tokens;
     b["run_samples"] = best.run_samples;
     b["run_s"] = best.run_s;
+    if (best_json.contains("run")) b["run"] = best_json["run"];
     b["launch"] = {{"vllm", launch.vllm}, {"sglang", launch.sglang}, {"trtllm", launch.trtllm},
                    {"trtllm_extra_options_yaml", launch.trtllm_yaml}};
     j["best"] = b;
@@ -176,7 +255,7 @@ Status Run(TuneFlags f) {
   std::printf("%s", reports::RankingTable(res.ranked, f.top).Text().c_str());
   std::printf("\nBest: %.0f tokens/s (%.0f per GPU)%s, $%.3f per million tokens at $%.2f per GPU-hour\n",
               best.throughput_tokens_per_s, best.tokens_per_s_per_gpu,
-              server ? (" at " + std::to_string(best.qps) + " QPS").c_str() : "", best.cost_per_million_tokens,
+              server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
               best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 / best.config.TotalGpus());
   std::printf("Run behind these figures: %lld samples, %.0f s measured%s\n", static_cast<long long>(best.run_samples),
               best.run_s,
@@ -184,9 +263,17 @@ Status Run(TuneFlags f) {
               : o.offline_samples > 0 ? " (--samples)"
                                       : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run "
                                         "where longer)");
-  std::printf("Deployment (fathom simulate --deployment FILE):\n%s\n", sim::ToJson(best.config).dump().c_str());
-  std::printf("\nLaunch it:\n  %s\n\n  %s\n\n  %s\n  # extra.yaml:\n%s\n", launch.vllm.c_str(), launch.sglang.c_str(),
-              launch.trtllm.c_str(), launch.trtllm_yaml.c_str());
+  std::printf("Deployment and its run (--best-out FILE writes it; `fathom simulate --deployment FILE` repeats the run):\n%s\n",
+              best_json.dump().c_str());
+  if (f.dataset_samples > 0) std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
+  std::string yaml;
+  for (size_t start = 0; start < launch.trtllm_yaml.size();) {
+    const size_t end = launch.trtllm_yaml.find('\n', start);
+    yaml += "    " + launch.trtllm_yaml.substr(start, end - start) + "\n";
+    start = end == std::string::npos ? launch.trtllm_yaml.size() : end + 1;
+  }
+  std::printf("\nLaunch it:\n  %s\n\n  %s\n\n  %s\n  with extra.yaml:\n%s\n", launch.vllm.c_str(), launch.sglang.c_str(),
+              launch.trtllm.c_str(), yaml.c_str());
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n", res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
   return Status::Ok();
