@@ -1,13 +1,77 @@
 // fathom: simulate and tune LLM inference deployments.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "apps/fathom/commands.h"
+
+namespace {
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest of `names` to `word` ("" when none is close): a prefix, or a few edits away.
+std::string Nearest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& n : names) {
+    const size_t d = n.rfind(word, 0) == 0 ? 1 : EditDistance(word, n);
+    if (d < best_distance) {
+      best_distance = d;
+      best = n;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> SubcommandNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  return names;
+}
+
+// The innermost subcommand the user named (the app itself when none).
+const CLI::App* Innermost(const CLI::App& app) {
+  const CLI::App* at = &app;
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (const CLI::App* sub : at->get_subcommands()) {
+      at = sub;
+      deeper = true;
+      break;
+    }
+  }
+  return at;
+}
+
+// Unknown commands and flags are errors naming the nearest valid one (exit 2), even when --help
+// follows them, which CLI11 would otherwise answer with the main help.
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "fathom: error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "fathom: a discrete-event simulator and autotuner for LLM inference deployments.\n"
-      "Run `fathom memory` for the built-in default (DeepSeek-R1 on 8xB200)."};
+      "Run `fathom tune` for the main job on the built-in default (DeepSeek-R1 on 8xB200)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fathom 0.1.0");
   fathom::Status result;
@@ -22,8 +86,56 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterOnline(app, &result);
   fathom::cli::RegisterStack(app, &result);
+
+  // The first word that is not a flag must be a command, and so must the word after a command
+  // that has subcommands of its own (`fathom trace stats`).
+  const CLI::App* at = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (word.rfind('-', 0) == 0) {
+      if (at == &app) continue;  // main-level flags (--help, --version)
+      break;
+    }
+    const std::vector<std::string> names = SubcommandNames(*at);
+    if (names.empty()) break;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->check_name(word)) next = sub;
+    }
+    if (next == nullptr) {
+      const std::string command = at == &app ? "fathom" : "fathom " + at->get_name();
+      const std::string nearest = Nearest(word, names);
+      std::string all;
+      for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+      return UsageError("unknown command \"" + word + "\" for " + command +
+                        (nearest.empty() ? "" : " (did you mean " + nearest + "?)") + "; the commands: " + all);
+    }
+    at = next;
+  }
+
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    // Name the first unexpected flag and the nearest flag of the command it was given to.
+    const CLI::App* command = Innermost(app);
+    std::vector<std::string> flags;
+    for (const CLI::Option* o : command->get_options()) {
+      for (const std::string& name : o->get_lnames()) flags.push_back("--" + name);
+    }
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word == "--") break;
+      if (word.rfind("--", 0) != 0) continue;
+      const std::string flag = word.substr(0, word.find('='));
+      if (std::find(flags.begin(), flags.end(), flag) == flags.end()) {
+        const std::string nearest = Nearest(flag, flags);
+        return UsageError("unknown flag " + flag + " for fathom " + command->get_name() +
+                          (nearest.empty() ? "; see fathom " + command->get_name() + " --help"
+                                           : " (did you mean " + nearest + "?)"));
+      }
+    }
+    return UsageError(e.what());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;

@@ -80,7 +80,7 @@ Status Run(const MemoryFlags& f) {
   row("reserve", p.reserve_bytes);
   if (p.sliding_kv_bytes > 0) row("sliding-window KV (max batch)", p.sliding_kv_bytes);
   row("= KV-cache budget", p.kv_budget_bytes);
-  std::printf("\n  KV cache: %.0f bytes per token per GPU; capacity %lld tokens per attention rank\n",
+  std::printf("\n  KV cache: %.0f bytes per token per GPU; capacity %lld tokens per GPU (its attention rank's)\n",
               p.kv_bytes_per_token, static_cast<long long>(p.kv_capacity_tokens));
   std::printf("  fits: %s%s\n", p.fits ? "yes" : "no, ", p.fits ? "" : p.why_not.c_str());
   return Status::Ok();
@@ -91,7 +91,7 @@ Status Run(const MemoryFlags& f) {
 void RegisterMemory(CLI::App& app, Status* result) {
   auto f = std::make_shared<MemoryFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "memory", "Per-GPU memory plan: weights, activations, KV-cache capacity (the default job)");
+      "memory", "Per-GPU memory plan: weights, activations, KV-cache capacity");
   AddDeploymentFlags(cmd, &f->deployment);
   cmd->add_option("--max-num-tokens", f->options.max_num_tokens,
                   "Tokens per engine iteration (sizes activations)")

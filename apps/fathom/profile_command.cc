@@ -43,6 +43,15 @@ Status Unavailable(const std::string& what) {
                                     "NVIDIA GPU and driver.");
 }
 
+// Measuring needs an NVIDIA driver and GPU; without one a traced program records nothing and
+// would end as if it had worked.
+Status CheckGpu() {
+  if (std::filesystem::exists("/dev/nvidiactl")) return Status::Ok();
+  return Status::Unavailable("an NVIDIA GPU and driver are missing (no /dev/nvidiactl): profile run and profile ops "
+                             "measure kernels on this machine's GPU; import timings measured elsewhere with "
+                             "`fathom profile import`");
+}
+
 Status Import(const ProfileFlags& f) {
   const bool existed = std::filesystem::exists(f.db);
   auto import = [&]() -> Result<profiler::ImportResult> {
@@ -262,6 +271,7 @@ Status Exec(const std::string& program, std::vector<std::string> args) {
 Status Ops(const ProfileFlags& f) {
   const auto bench = BinaryDir() / "fathom-ops-bench";
   if (!std::filesystem::exists(bench)) return Unavailable("the operator microbenchmark runner (fathom-ops-bench)");
+  if (!f.list) FATHOM_RETURN_IF_ERROR(CheckGpu());  // listing the shapes needs none
   std::vector<std::string> args = {"--db", f.db, "--reps", std::to_string(f.reps)};
   if (!f.hardware.empty()) args.insert(args.end(), {"--hardware", f.hardware});
   if (!f.models.empty()) args.insert(args.end(), {"--models", f.models});
@@ -273,6 +283,7 @@ Status Run(const ProfileFlags& f) {
   const auto lib = BinaryDir() / "libfathom_cupti.so";
   if (!std::filesystem::exists(lib)) return Unavailable("the CUPTI tracer (libfathom_cupti.so)");
   if (f.command.empty()) return Status::InvalidArgument("give the command to trace after --");
+  FATHOM_RETURN_IF_ERROR(CheckGpu());
   setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
   setenv("FATHOM_PROFILE_DB", std::filesystem::absolute(f.db).c_str(), 1);
 #ifdef FATHOM_CUPTI_LIBRARY
