@@ -52,7 +52,9 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, con
   return nullptr;
 }
 
-std::string DefaultSetupPath() { return DataDir() + "/models/calibration/published_deployments.json"; }
+std::string DefaultSetupPath(const std::string& round) {
+  return DataDir() + "/models/calibration/published_deployments_" + round + ".json";
+}
 
 Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");

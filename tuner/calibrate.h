@@ -50,7 +50,8 @@ struct CalibrationSetup {
 // Workloads are the MLPerf benchmarks' data sets (traces/benchmark.h); `samples` > 0 draws that
 // many of each instead (faster, less faithful).
 Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed);
-std::string DefaultSetupPath();
+// The published deployments of an MLPerf round's rows ("v5.1", "v6.0") shipped with fathom.
+std::string DefaultSetupPath(const std::string& round);
 // The row's deployment: the first entry of its model, GPU, scenario and submitter; null if none.
 const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row);
 

@@ -72,7 +72,7 @@ TEST_CASE("LoadPublishedResults: CRLF lines, the round and the published run len
 
 TEST_CASE("PredictRows: simulates every calibration row under its deployment", "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
-  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 500, 1);
   INFO(setup.status().message());
   REQUIRE(setup.ok());
   auto catalog = models::HardwareCatalog::LoadBuiltin();
@@ -96,7 +96,7 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
 TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent with the run at the published QPS",
           "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
-  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 500, 1);
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 500, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(rows.ok());
@@ -124,7 +124,7 @@ TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent wi
 
 TEST_CASE("FindDeployment: each row runs its submitter's published configuration", "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
-  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 10, 1);
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 10, 1);
   INFO(setup.status().message());
   REQUIRE(rows.ok());
   REQUIRE(setup.ok());
@@ -157,7 +157,7 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
 
 TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tuner]") {
   auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
-  auto setup = LoadCalibrationSetup(DefaultSetupPath(), 1000, 1);
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 1000, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   auto start = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(all.ok());

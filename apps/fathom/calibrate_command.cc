@@ -108,8 +108,20 @@ Status Run(const CalibrateFlags& f) {
   if (f.max_requests < 0) return Status::InvalidArgument("--max-requests = " + std::to_string(f.max_requests) + ": must be >= 0");
   if (f.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
   FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::PublishedResult> rows, tuner::LoadPublishedResults(f.results));
+  // The rows' MLPerf round picks the default setup and stack: each round's rows run under their
+  // own round's published deployments and are checked against the stack calibrated on them.
+  std::set<std::string> rounds;
+  for (const auto& r : rows) rounds.insert(r.round);
+  const std::string round = rounds.size() == 1 ? *rounds.begin() : "";
+  auto mixed_rounds = [&](const std::string& give) {
+    return Status::InvalidArgument(f.results +
+                                   (rounds.size() > 1 ? ": rows of " + std::to_string(rounds.size()) + " MLPerf rounds"
+                                                      : std::string(": rows name no MLPerf round")) +
+                                   " (version column): give " + give);
+  };
+  if (f.setup.empty() && round.empty()) return mixed_rounds("--setup");
   FATHOM_ASSIGN_OR_RETURN(tuner::CalibrationSetup setup,
-                          tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath() : f.setup, f.samples, 1));
+                          tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
 
   // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
@@ -122,13 +134,8 @@ Status Run(const CalibrateFlags& f) {
     if (!f.stack.empty()) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
     } else {
-      std::set<std::string> rounds;
-      for (const auto& r : rows) rounds.insert(r.round);
-      if (rounds.size() != 1 || rounds.begin()->empty()) {
-        return Status::InvalidArgument(f.results + ": rows of " + std::to_string(rounds.size()) +
-                                       " MLPerf rounds (version column): give --stack or --calibration");
-      }
-      FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, *rounds.begin()));
+      if (round.empty()) return mixed_rounds("--stack or --calibration");
+      FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round));
     }
     calibration_path = stack.CalibrationPath();
     stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
@@ -241,7 +248,7 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
   cmd->add_option("--results", f->results, "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")->required();
-  cmd->add_option("--setup", f->setup, "Deployments and run lengths of the rows (default: models/calibration/published_deployments.json)");
+  cmd->add_option("--setup", f->setup, "Deployments and run lengths of the rows (default: models/calibration/published_deployments_ROUND.json for the rows' MLPerf round)");
   cmd->add_option("--calibration", f->calibration, "Starting calibration file (default: --stack's)");
   cmd->add_option("--stack", f->stack,
                   "Software stack whose calibration to use (fathom stack list; default: the one calibrated on the rows' MLPerf round)");

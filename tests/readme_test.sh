@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The README's figures, checked against the program's own output: each check runs fathom, takes a
+# figure from what it prints and requires the README to state it, so the two cannot drift apart.
+# Usage: readme_test.sh FATHOM_BINARY REPO_ROOT
+set -u
+fathom=$1
+root=$2
+readme="$root/README.md"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+# claim TEXT: the README states TEXT (line breaks in the README count as spaces).
+claim() {
+  if tr '\n' ' ' <"$readme" | sed 's/  */ /g' | grep -qF -- "$1"; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL: the README does not say: $1"
+    failed=$((failed + 1))
+  fi
+}
+
+# figure REGEX FILE: the first match of the extended REGEX's group 1 in FILE.
+figure() { sed -nE "s/.*$1.*/\\1/p" "$2" | head -1; }
+
+# Accuracy against the shipped MLPerf rows.
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1.csv) >"$tmp/v51.txt" 2>&1
+summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%)'
+claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt")"
+claim "are off by $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v51.txt") in the median"
+claim "there fathom is far off: $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v51.txt") in the median"
+# The highest QPS DeepSeek-R1 on 8xB200 holds, against its submitters' (columns QPS pub, QPS max).
+range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
+    p = $(NF-2); s = $(NF-1)
+    if (n++ == 0) { plo = phi = p; slo = shi = s }
+    if (p < plo) plo = p; if (p > phi) phi = p; if (s < slo) slo = s; if (s > shi) shi = s }
+  END { printf "%.1f-%.1f QPS where its submitters reached %.1f-%.1f", slo, shi, plo, phi }' "$tmp/v51.txt")
+claim "DeepSeek-R1 on 8xB200 holds the limits at $range"
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
+claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput"
+
+# The default search space.
+"$fathom" tune --scenario server >"$tmp/server.txt" 2>&1
+claim "The default Server space for DeepSeek-R1 on 8xB200 is $(figure '^([0-9]+) candidates:' "$tmp/server.txt") feasible candidates"
+claim "and $(figure '; ([0-9]+) infeasible;' "$tmp/server.txt") that do not fit or break a layout rule"
+
+# The online example.
+"$fathom" online --initial-batch 32 --compare-static >"$tmp/online.txt" 2>&1
+tuned='^Tuned: ([0-9]+) windows, ([0-9]+) of [0-9]+ judged within both p99 limits; ([0-9]+) changes, ([0-9]+) rollbacks; ([0-9]+) requests arrived'
+held='^Held at [^:]*: ([0-9]+) windows, ([0-9]+) of'
+claim "tuned, $(sed -nE "s/$tuned.*/\\2 of \\1 windows keep both p99 limits (\\3 changes, \\4 rollbacks)/p" "$tmp/online.txt")"
+claim "held, $(sed -nE "s/$held.*/\\2 of \\1/p" "$tmp/online.txt")"
+minutes=$(( $(sed -nE "s/$held.*/\\1/p" "$tmp/online.txt") - $(sed -nE "s/$tuned.*/\\1/p" "$tmp/online.txt") ))
+claim "its backlog drains $minutes minutes after the tuned run's"
+requests=$(sed -nE "s/$tuned.*/\\5/p" "$tmp/online.txt" |
+  sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta')
+claim "every one of the $requests requests finishes"
+
+echo "readme: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
