@@ -1,10 +1,46 @@
 #include "sim/engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "traces/request.h"
 
 namespace fathom::sim {
+namespace {
+
+// P(one decode step accepts a drafts), a = 0..depth: `acceptance_dist`, or each draft accepted
+// with probability `acceptance` until the first rejection.
+std::vector<double> AcceptancePmf(const EngineConfig& config) {
+  std::vector<double> pmf(config.mtp_depth + 1);
+  for (int a = 0; a <= config.mtp_depth; ++a) {
+    pmf[a] = !config.acceptance_dist.empty() ? config.acceptance_dist[a]
+             : a < config.mtp_depth        ? std::pow(config.acceptance, a) * (1 - config.acceptance)
+                                           : std::pow(config.acceptance, a);
+  }
+  return pmf;
+}
+
+// The CDFs of the drafts accepted over k = 1..steps steps (the k-fold convolutions of `pmf`), so a
+// run of k steps draws its total once.
+std::vector<std::vector<double>> SumCdfs(const std::vector<double>& pmf, int64_t steps) {
+  std::vector<std::vector<double>> cdfs;
+  std::vector<double> sum = {1.0};  // zero steps: no drafts
+  for (int64_t k = 1; k <= steps; ++k) {
+    std::vector<double> next(sum.size() + pmf.size() - 1, 0.0);
+    for (size_t i = 0; i < sum.size(); ++i) {
+      for (size_t a = 0; a < pmf.size(); ++a) next[i + a] += sum[i] * pmf[a];
+    }
+    sum = std::move(next);
+    std::vector<double> cdf(sum.size());
+    double total = 0;
+    for (size_t i = 0; i < sum.size(); ++i) cdf[i] = total += sum[i];
+    cdf.back() = 1;
+    cdfs.push_back(std::move(cdf));
+  }
+  return cdfs;
+}
+
+}  // namespace
 
 Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
                std::vector<Sequence>* slots, EngineListener* listener, Rng* rng)
@@ -15,6 +51,8 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
   implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0;
+  if (config.mtp_depth > 0) accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
+  mean_step_tokens_ = MeanStepTokens();
 }
 
 int64_t Engine::Outstanding(int rank) const {
@@ -51,19 +89,18 @@ void Engine::Enqueue(int rank, int64_t slot) {
 
 int64_t Engine::DecodeStepTokens(const Sequence&) const { return 1 + config_.mtp_depth; }
 
-int64_t Engine::AcceptedDrafts() {
+double Engine::MeanStepTokens() const {
+  double mean = 1;
+  const std::vector<double> pmf = AcceptancePmf(config_);
+  for (size_t a = 1; a < pmf.size(); ++a) mean += static_cast<double>(a) * pmf[a];
+  return mean;
+}
+
+// One uniform draw against the CDF of `steps` steps' total.
+int64_t Engine::AcceptedDrafts(int64_t steps) {
   if (config_.mtp_depth == 0) return 0;
-  if (!config_.acceptance_dist.empty()) {
-    double u = rng_->Uniform();
-    for (int a = 0; a <= config_.mtp_depth; ++a) {
-      u -= config_.acceptance_dist[a];
-      if (u < 0) return a;
-    }
-    return config_.mtp_depth;
-  }
-  int64_t a = 0;
-  while (a < config_.mtp_depth && rng_->Uniform() < config_.acceptance) ++a;
-  return a;
+  const std::vector<double>& cdf = accept_cdfs_[steps - 1];
+  return std::upper_bound(cdf.begin(), cdf.end() - 1, rng_->Uniform()) - cdf.begin();
 }
 
 void Engine::RemoveRunning(Rank& rank, int64_t slot) {
@@ -545,8 +582,11 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
   }
 }
 
+// With MTP a step generates 1 to 1 + depth tokens (the accepted drafts are drawn per sequence and
+// step when the run ends), so the run is as long as no sequence can finish or outgrow its blocks
+// even if every draft is accepted.
 int64_t Engine::FastForwardSteps(const Batch& batch) const {
-  if (config_.fast_forward <= 1 || config_.mtp_depth > 0) return 1;
+  if (config_.fast_forward <= 1) return 1;
   if (stage_free_at_.size() > 1) {
     // A pipeline takes several steps at once only when this batch is all it has: its stages then
     // run one after another, step after step, and nothing else could start in between.
@@ -566,7 +606,8 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
     for (const Entry& e : batch.ranks[r]) {
       if (!e.decode) return 1;
       const Sequence& s = (*slots_)[e.slot];
-      steps = std::min(steps, s.output - s.generated);
+      const int64_t most = DecodeStepTokens(s);
+      steps = std::min(steps, (s.output - s.generated + most - 1) / most);
     }
   }
   steps = std::max<int64_t>(steps, 1);
@@ -574,7 +615,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
     int64_t blocks = batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
-      blocks += std::max<int64_t>(0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps) - s.owned_blocks);
+      blocks += std::max<int64_t>(0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s)) - s.owned_blocks);
     }
     if (blocks > ranks_[r].kv->Available()) return 1;
   }
@@ -591,7 +632,8 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
-      shapes_[r].Add({e.tokens, s.kv_len + step, e.decode, samples}, pool_.sliding_window);
+      const int64_t grown = e.decode ? std::llround(static_cast<double>(step) * mean_step_tokens_) : step;
+      shapes_[r].Add({e.tokens, s.kv_len + grown, e.decode, samples}, pool_.sliding_window);
     }
   }
 }
@@ -715,7 +757,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
         FATHOM_CHECK(ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
       }
       for (Entry& e : batch.ranks[r]) {
-        FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], (*slots_)[e.slot].kv_len + steps));
+        const Sequence& s = (*slots_)[e.slot];
+        FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], s.kv_len + steps * DecodeStepTokens(s)));
       }
     }
     peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
@@ -766,7 +809,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         }
       } else {
         counters_.decode_tokens += e.tokens * batch.steps;
-        const int64_t produced = std::min<int64_t>(batch.steps + AcceptedDrafts(), s.output - s.generated);
+        const int64_t produced = std::min<int64_t>(batch.steps + AcceptedDrafts(batch.steps), s.output - s.generated);
         s.generated += produced;
         s.kv_len += produced;
         s.kv_high = std::max(s.kv_high, s.kv_len);

@@ -156,7 +156,8 @@ class Engine {
   void Preempt(Rank& rank, int64_t slot);
   void ReleaseAll(Rank& rank, Sequence& s);
   int64_t DecodeStepTokens(const Sequence& s) const;
-  int64_t AcceptedDrafts();
+  int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
+  double MeanStepTokens() const;  // tokens a decode step generates on average: 1 + accepted drafts
   void RemoveRunning(Rank& rank, int64_t slot);
   void RemovePrefilling(Rank& rank, int64_t slot);
   int64_t HeldTokens(const Sequence& s) const;  // tokens its KV blocks cover
@@ -190,6 +191,8 @@ class Engine {
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
+  std::vector<std::vector<double>> accept_cdfs_;  // [k - 1]: P(drafts accepted over k steps <= a)
+  double mean_step_tokens_ = 1;     // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;
   int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters

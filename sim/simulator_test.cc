@@ -552,6 +552,29 @@ TEST_CASE("Simulator: MTP speculative decoding produces several tokens per step"
   CHECK(none.iterations == 401);
 }
 
+TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-step runs", "[sim]") {
+  // A run of k steps draws its accepted drafts from the k-fold convolution of one step's, so the
+  // tokens per step keep their mean 1 + p + p^2 + p^3 and the latencies their distribution.
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(400);
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.engine.mtp_depth = 3;
+  spec.engine.acceptance = 0.7;
+  const SimulationResult fast = RunOk(spec, PoissonSource(data, 400, 1.0, 5));
+  spec.engine.fast_forward = 1;
+  const SimulationResult exact = RunOk(spec, PoissonSource(data, 400, 1.0, 5));
+  CHECK(fast.counters.generated_tokens == exact.counters.generated_tokens);
+  const double mean_step = 1 + 0.7 + 0.49 + 0.343;
+  const double steps = static_cast<double>(exact.counters.decode_tokens) / 4;  // each step verifies 4 tokens
+  CHECK(static_cast<double>(exact.counters.generated_tokens - exact.completed_requests) / steps ==
+        Approx(mean_step).epsilon(0.01));
+  CHECK(fast.counters.decode_tokens == Approx(exact.counters.decode_tokens).epsilon(0.01));
+  CHECK(fast.tpot_mean_ms == Approx(exact.tpot_mean_ms).epsilon(0.01));
+  CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(0.03));
+  CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(0.01));
+}
+
 TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]") {
   DeepSeek ds;
   auto run = [&](bool implicit_decode) {
