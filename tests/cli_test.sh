@@ -51,6 +51,7 @@ expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)"
 expect 2 'unknown command "serve" for fathom; the commands: hardware' -- serve --help
 expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
 expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv
+expect 2 'unknown flag --db for fathom profile summarize; see fathom profile summarize --help' -- profile summarize --db x.db
 
 # Workloads.
 root=$(cd "$data/../.." && pwd)

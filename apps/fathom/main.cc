@@ -59,6 +59,13 @@ const CLI::App* Innermost(const CLI::App& app) {
   return at;
 }
 
+// "fathom profile summarize": the command as the user typed it.
+std::string CommandPath(const CLI::App* app) {
+  std::string path;
+  for (; app != nullptr && app->get_parent() != nullptr; app = app->get_parent()) path = " " + app->get_name() + path;
+  return "fathom" + path;
+}
+
 // Unknown commands and flags are errors naming the nearest valid one (exit 2), even when --help
 // follows them, which CLI11 would otherwise answer with the main help.
 int UsageError(const std::string& message) {
@@ -104,7 +111,7 @@ int main(int argc, char** argv) {
       if (sub->check_name(word)) next = sub;
     }
     if (next == nullptr) {
-      const std::string command = at == &app ? "fathom" : "fathom " + at->get_name();
+      const std::string command = CommandPath(at);
       const std::string nearest = Nearest(word, names);
       std::string all;
       for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
@@ -130,8 +137,8 @@ int main(int argc, char** argv) {
       const std::string flag = word.substr(0, word.find('='));
       if (std::find(flags.begin(), flags.end(), flag) == flags.end()) {
         const std::string nearest = Nearest(flag, flags);
-        return UsageError("unknown flag " + flag + " for fathom " + command->get_name() +
-                          (nearest.empty() ? "; see fathom " + command->get_name() + " --help"
+        return UsageError("unknown flag " + flag + " for " + CommandPath(command) +
+                          (nearest.empty() ? "; see " + CommandPath(command) + " --help"
                                            : " (did you mean " + nearest + "?)"));
       }
     }
