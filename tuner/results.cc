@@ -176,7 +176,9 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
       legacy.info.gpus = d->TotalGpus();
       out.push_back(legacy);
     }
-    out[it->second].results.push_back(CandidateFromJson(*d, metrics));
+    CandidateResult r = CandidateFromJson(*d, metrics);
+    if (r.below_qps > 0) continue;  // pruned by a probe: no figures to report
+    out[it->second].results.push_back(std::move(r));
   }
   for (StoredSweep& s : out) {
     if (s.info.recorded) continue;
@@ -206,6 +208,7 @@ CandidateResult CandidateFromJson(const sim::DeploymentConfig& config, const Jso
   r.failed_qps = j.value("failed_qps", 0.0);
   r.failed_ttft_p99_ms = j.value("failed_ttft_p99_ms", 0.0);
   r.failed_tpot_p99_ms = j.value("failed_tpot_p99_ms", 0.0);
+  r.below_qps = j.value("below_qps", 0.0);
   r.reused = true;
   return r;
 }

@@ -252,7 +252,8 @@ OrderedJson CandidateResult::ToJson() const {
   j["bound"] = bound;
   j["run_samples"] = run_samples;
   j["run_s"] = run_s;
-  if (!valid) {
+  if (below_qps > 0) j["below_qps"] = below_qps;
+  if (!valid && below_qps == 0) {
     j["failure"] = failure;
     if (failed_qps > 0) {
       j["failed_qps"] = failed_qps;
@@ -281,7 +282,7 @@ OrderedJson SearchFailure::ToJson() const {
 }
 
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& o,
-                                 const models::HardwareCatalog& catalog) {
+                                 const models::HardwareCatalog& catalog, double beat) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
   CandidateResult c;
   c.config = d;
@@ -306,9 +307,20 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
                 : c.bound;
     double lo = 0, hi = c.bound;
     Probe lowest_failed;
+    if (beat > 0 && beat * kQpsTolerance < hi) {
+      // Only a QPS above the best found so far matters: probe just above it first.
+      const double q = beat * kQpsTolerance;
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
+      if (!p.valid) {
+        c.below_qps = q;
+        return c;
+      }
+      lo = q;
+      best = p;
+    }
     for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance); ++probe) {
       double q = lo > 0 ? std::sqrt(lo * hi) : hi / 2;
-      if (probe == 0) q = hi / kQpsTolerance;
+      if (probe == 0 && hi / kQpsTolerance > lo) q = hi / kQpsTolerance;
       if (probe == 1 && lo == 0 && estimate < hi / kQpsTolerance) q = estimate;
       FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
       if (p.valid) {
@@ -530,28 +542,36 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
     if (it != stored.end()) {
       CandidateResult r = CandidateFromJson(item.config, it->second);
       std::lock_guard<std::mutex> lock(mu);
-      results[i] = r;
-      ++reused;
-    } else {
-      bool skip = false;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        skip = o.prune && item.bound < best;
-      }
-      if (skip) {
+      if (r.below_qps > 0) {
         ++pruned;
       } else {
-        auto r = Evaluate(item.config, o, catalog);
+        results[i] = r;
+        ++reused;
+      }
+    } else {
+      double incumbent = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        incumbent = best;
+      }
+      if (o.prune && item.bound < incumbent) {
+        ++pruned;
+      } else {
+        auto r = Evaluate(item.config, o, catalog, server && o.prune ? incumbent : 0);
         std::lock_guard<std::mutex> lock(mu);
         if (!r.ok()) {
           if (failure.ok()) failure = r.status();
         } else {
           if (r->valid) best = std::max(best, r->Objective(server));
-          results[i] = *r;
+          if (r->below_qps > 0) {
+            ++pruned;
+          } else {
+            results[i] = *r;
+            ++evaluated;
+          }
           if (store) {
             if (Status saved = store->Save(out.sweep_id, item.key, *r); !saved.ok() && failure.ok()) failure = saved;
           }
-          ++evaluated;
         }
       }
     }

@@ -70,6 +70,9 @@ struct CandidateResult {
   // (over the requests done when the probe stopped at 1% of requests over a limit).
   std::string failure;
   double failed_qps = 0, failed_ttft_p99_ms = 0, failed_tpot_p99_ms = 0;
+  // Server-type search pruned by a probe: it broke the limits just above this QPS, the best found
+  // when it was reached, so it cannot beat that best (the search's figures are not known).
+  double below_qps = 0;
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
   OrderedJson ToJson() const;
@@ -128,8 +131,10 @@ struct CapacityPlan {
 Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps, std::vector<int> gpu_counts,
                                   const models::HardwareCatalog& catalog);
 
-// Evaluates one candidate (exposed for tests and for the calibration comparison).
+// Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
+// with `beat` > 0 the search first probes just above `beat` and stops there (below_qps) when the
+// candidate breaks the limits, since it cannot then beat `beat`.
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
-                                 const models::HardwareCatalog& catalog);
+                                 const models::HardwareCatalog& catalog, double beat = 0);
 
 }  // namespace fathom::tuner

@@ -248,7 +248,7 @@ Status Run(TuneFlags f) {
     std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms", o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
                 o.tpot_limit_ms.value_or(limits ? limits->tpot_ms : 0));
   }
-  std::printf("\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned by bound; %lld infeasible; %.1f s\n\n",
+  std::printf("\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (bound or a probe below the best); %lld infeasible; %.1f s\n\n",
               static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
               static_cast<long long>(res.reused), static_cast<long long>(res.pruned),
               static_cast<long long>(res.infeasible), res.wall_s);
