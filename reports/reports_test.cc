@@ -51,6 +51,21 @@ tuner::StoredSweep Sweep(std::string id, std::string hardware, sim::Scenario sce
 
 models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }
 
+// The cells of CSV line `line` (0: the titles), split at every comma: exact up to a quoted cell
+// with commas (the candidates CSV's last, its config as JSON).
+std::vector<std::string> CsvCells(const std::string& csv, int line) {
+  size_t at = 0;
+  for (int i = 0; i < line; ++i) at = csv.find('\n', at) + 1;
+  std::vector<std::string> cells;
+  const std::string row = csv.substr(at, csv.find('\n', at) - at);
+  for (size_t from = 0;;) {
+    const size_t comma = row.find(',', from);
+    cells.push_back(row.substr(from, comma - from));
+    if (comma == std::string::npos) return cells;
+    from = comma + 1;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown and HTML escape what they must", "[reports]") {
@@ -61,6 +76,37 @@ TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown an
   CHECK(t.Csv() == "name,tok/s\n\"a, \"\"b\"\"\",12\nx|y <z>,1234\n");
   CHECK(t.Markdown() == "| name | tok/s |\n| --- | ---: |\n| a, \"b\" | 12 |\n| x\\|y <z> | 1234 |\n");
   CHECK(t.Html().find("<td>x|y &lt;z&gt;</td><td class=\"n\">1234</td>") != std::string::npos);
+}
+
+TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few characters", "[reports]") {
+  CHECK(FormatFixed(1234.56, 1) == "1234.6");
+  CHECK(FormatFixed(2164352, 0) == "2164352");
+  CHECK(FormatFixed(1e300, 0) == "1.0e+300");
+  CHECK(FormatFixed(-2.5e9, 2) == "-2.5e+09");
+  CHECK(FormatFixed(std::numeric_limits<double>::quiet_NaN(), 1) == "nan");
+  CHECK(FormatFixed(-std::numeric_limits<double>::infinity(), 1) == "-inf");
+}
+
+TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keeps its cell narrow", "[reports]") {
+  tuner::CandidateResult server = Candidate(64, 900, 30);
+  server.ttft_p99_ms = 850;
+  // Offline: no QPS, and a p99 TTFT that is the wait behind the whole data set.
+  tuner::CandidateResult offline = Candidate(256, 1800, 18);
+  offline.qps = 0;
+  offline.ttft_p99_ms = 2164352;
+  offline.tpot_p99_ms = 1e300;
+  const Table t = RankingTable({server, offline}, 10);
+  const std::string csv = t.Csv();
+  const auto titles = CsvCells(csv, 0);
+  REQUIRE(titles.size() == 11);
+  REQUIRE(titles[7] == "QPS");
+  REQUIRE(titles[8] == "TTFT p99");
+  CHECK(CsvCells(csv, 1)[7] == FormatFixed(server.qps, 2));
+  CHECK(CsvCells(csv, 1)[8] == "850");
+  CHECK(CsvCells(csv, 2)[7] == "-");
+  CHECK(CsvCells(csv, 2)[8] == "-");
+  CHECK(CsvCells(csv, 2)[9] == "1.0e+300");
+  for (const auto& cell : CsvCells(csv, 2)) CHECK(cell.size() <= 24);
 }
 
 TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[reports]") {

@@ -9,13 +9,16 @@
 namespace fathom::reports {
 namespace {
 
-std::string Fixed(double v, int digits) { return StrFormat("%.*f", digits, v); }
+// Offline candidates have no QPS (every query arrives at once): there QPS is not a measured figure
+// and TTFT is no limit (it counts the wait behind the whole data set), so neither is shown.
+std::string QpsCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.qps, 2) : "-"; }
+std::string TtftCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.ttft_p99_ms, 0) : "-"; }
 
 std::string Gpus(const tuner::SweepInfo& s) { return std::to_string(s.gpus) + "x" + s.hardware; }
 
 std::string Limits(const tuner::SweepInfo& s) {
   if (!s.ServerLike()) return "";
-  auto ms = [](const std::optional<double>& v) { return v ? Fixed(*v, 0) + " ms" : std::string("?"); };
+  auto ms = [](const std::optional<double>& v) { return v ? FormatFixed(*v, 0) + " ms" : std::string("?"); };
   return "p99 limits TTFT " + ms(s.ttft_limit_ms) + " / TPOT " + ms(s.tpot_limit_ms);
 }
 
@@ -45,9 +48,9 @@ Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, d
     const double cost = usd_per_gpu_hour > 0 ? models::CostPerMillionTokens(usd_per_gpu_hour, c.tokens_per_s_per_gpu)
                                              : c.cost_per_million_tokens;
     t.AddRow({std::to_string(i + 1), LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
-              std::to_string(c.config.engine.max_num_tokens), Fixed(c.throughput_tokens_per_s, 0),
-              Fixed(c.tokens_per_s_per_gpu, 0), Fixed(c.tokens_per_s_per_user, 1), Fixed(c.qps, 2),
-              Fixed(c.ttft_p99_ms, 0), Fixed(c.tpot_p99_ms, 1), Fixed(cost, 3)});
+              std::to_string(c.config.engine.max_num_tokens), FormatFixed(c.throughput_tokens_per_s, 0),
+              FormatFixed(c.tokens_per_s_per_gpu, 0), FormatFixed(c.tokens_per_s_per_user, 1), QpsCell(c),
+              TtftCell(c), FormatFixed(c.tpot_p99_ms, 1), FormatFixed(cost, 3)});
   }
   return t;
 }
@@ -59,8 +62,8 @@ Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
     const auto ranked = tuner::RankValid(s.results, s.info.ServerLike());
     std::string best = "-";
     if (!ranked.empty()) {
-      best = s.info.ServerLike() ? Fixed(ranked.front().qps, 2) + " QPS"
-                                 : Fixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
+      best = s.info.ServerLike() ? FormatFixed(ranked.front().qps, 2) + " QPS"
+                                 : FormatFixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
     }
     t.AddRow({s.info.id, s.info.model, Gpus(s.info), std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
               std::to_string(s.results.size()), std::to_string(ranked.size()), best});
@@ -122,17 +125,17 @@ Table SweepReport::Overview() const {
            {"TTFT p99"}, {"TPOT p99"}, {"$/GPU-h"}, {"$/Mtok"}, {"kWh/Mtok"}});
   for (const View& v : views_) {
     const std::string simulated = std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
-    const std::string price = v.price > 0 ? Fixed(v.price, 2) : "?";
+    const std::string price = v.price > 0 ? FormatFixed(v.price, 2) : "?";
     if (v.ranked.empty()) {
       t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
       continue;
     }
     const tuner::CandidateResult& b = v.ranked.front();
     const std::string energy =
-        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? Fixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2) : "?";
-    t.AddRow({v.label, simulated, LayoutLabel(b.config), v.info.ServerLike() ? Fixed(b.qps, 2) : "-",
-              Fixed(b.throughput_tokens_per_s, 0), Fixed(b.tokens_per_s_per_gpu, 0), Fixed(b.tokens_per_s_per_user, 1),
-              Fixed(b.ttft_p99_ms, 0), Fixed(b.tpot_p99_ms, 1), price, Fixed(Cost(v, b), 3), energy});
+        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
+                                                        : "?";
+    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b), FormatFixed(b.throughput_tokens_per_s, 0),
+              FormatFixed(b.tokens_per_s_per_gpu, 0), FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1), price, FormatFixed(Cost(v, b), 3), energy});
   }
   return t;
 }
@@ -140,9 +143,9 @@ Table SweepReport::Overview() const {
 Table SweepReport::FrontierTable(const View& v) const {
   Table t({{"tok/s/user"}, {"tok/s/GPU"}, {"layout", false}, {"batch"}, {"tokens"}, {"QPS"}, {"$/Mtok"}});
   for (const auto& c : v.frontier) {
-    t.AddRow({Fixed(c.tokens_per_s_per_user, 1), Fixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
+    t.AddRow({FormatFixed(c.tokens_per_s_per_user, 1), FormatFixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
               std::to_string(c.config.engine.max_batch), std::to_string(c.config.engine.max_num_tokens),
-              Fixed(c.qps, 2), Fixed(Cost(v, c), 3)});
+              QpsCell(c), FormatFixed(Cost(v, c), 3)});
   }
   return t;
 }
@@ -169,8 +172,8 @@ std::string SweepReport::Description(const View& v) const {
   }
   if (v.price > 0) {
     const bool what_if = v.price != s.price_per_gpu_hour;
-    d += " Costs at $" + Fixed(v.price, 2) + " per GPU-hour" +
-         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + Fixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
+    d += " Costs at $" + FormatFixed(v.price, 2) + " per GPU-hour" +
+         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + FormatFixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
   }
   return d;
 }

@@ -27,7 +27,8 @@ struct ReportOptions {
 std::string LayoutLabel(const sim::DeploymentConfig& d);
 
 // The first `top` of `ranked` with their layouts, limits and metrics; costs at `usd_per_gpu_hour`
-// where it is > 0, else as stored.
+// where it is > 0, else as stored. Offline candidates (no QPS) show "-" for QPS and TTFT p99: there
+// neither is a measured figure or a limit.
 Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour = 0);
 
 // One row per sweep: id, model, GPUs, scenario ("?" where inferred), candidates simulated and
