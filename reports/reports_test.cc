@@ -216,6 +216,24 @@ TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots no
   CHECK_FALSE(report.FrontierSvg().ok());
 }
 
+TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
+  tuner::StoredSweep s = Sweep("555", "h200", sim::Scenario::kServer);
+  // Two more candidates exactly where others are: 96 at 64's point, 1024 at 256's.
+  s.results.push_back(Candidate(96, 900, 30));
+  s.results.push_back(Candidate(1024, 1800, 18));
+  const SweepReport report({s}, Catalog(), {});
+  CHECK(report.Text().find("Pareto frontier (tokens/s per GPU against tokens/s per user): 2 points") !=
+        std::string::npos);
+  CHECK(Count(report.CandidatesCsv(), ",1,1,TP8") == 2);  // valid and on the frontier
+  auto svg = report.FrontierSvg();
+  REQUIRE(svg.ok());
+  const std::regex points("<polyline[^>]*points=\"([^\"]*)\"");
+  std::smatch m;
+  REQUIRE(std::regex_search(*svg, m, points));
+  CHECK(Count(m[1], ",") == 2);
+  CHECK(tuner::ParetoFrontier(s.results).size() == 2);
+}
+
 TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the sweeps", "[reports]") {
   std::vector<tuner::StoredSweep> all = {Sweep("12345", "h200", sim::Scenario::kServer),
                                          Sweep("12399", "b200", sim::Scenario::kServer)};

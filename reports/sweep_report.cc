@@ -104,7 +104,7 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const mo
     ++label_uses[v.label];
     v.simulated = s.results;
     v.ranked = tuner::RankValid(s.results, s.info.ServerLike());
-    v.frontier = tuner::ParetoFrontier(s.results);
+    v.frontier = tuner::ParetoFrontier(v.ranked);  // of equal points, the best-ranked
     auto price = options_.prices.find(s.info.hardware);
     if (price == options_.prices.end()) price = options_.prices.find("");
     v.price = price != options_.prices.end() ? price->second : s.info.price_per_gpu_hour;
