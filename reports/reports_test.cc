@@ -216,6 +216,63 @@ TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots no
   CHECK_FALSE(report.FrontierSvg().ok());
 }
 
+// The visible text of each legend entry in `svg`, its lines joined by spaces.
+std::vector<std::string> LegendEntries(const std::string& svg) {
+  std::vector<std::string> entries;
+  const std::regex entry("<g class=\"legend\">(.*?)</g>"), line("<tspan[^>]*>([^<]*)</tspan>");
+  for (auto e = std::sregex_iterator(svg.begin(), svg.end(), entry); e != std::sregex_iterator(); ++e) {
+    const std::string body = (*e)[1];
+    std::string text;
+    for (auto l = std::sregex_iterator(body.begin(), body.end(), line); l != std::sregex_iterator(); ++l) {
+      text += (text.empty() ? "" : " ") + std::string((*l)[1]);
+    }
+    entries.push_back(text);
+  }
+  return entries;
+}
+
+TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold its legend", "[reports]") {
+  Plot p;
+  p.x = {"x", false};
+  p.y = {"y", false};
+  const std::string long_word(60, 'w');
+  p.series.push_back({"a sweep named " + long_word, {1, 2}, {1, 2}, true, true, false, -1});
+  auto svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  const std::regex line("<tspan[^>]*>([^<]*)</tspan>");
+  std::string joined;
+  for (auto l = std::sregex_iterator(svg->begin(), svg->end(), line); l != std::sregex_iterator(); ++l) {
+    CHECK((*l)[1].length() <= 24);
+    joined += (*l)[1];
+  }
+  CHECK(joined == "a sweep named" + long_word);
+  CHECK(Count(*svg, "class=\"x-label\"") == 1);
+  CHECK(Count(*svg, "class=\"y-label\"") == 1);
+
+  for (int i = 0; i < 40; ++i) p.series.push_back({"series " + std::to_string(i), {1}, {1}, false, true, false, -1});
+  svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  std::smatch m;
+  REQUIRE(std::regex_search(*svg, m, std::regex("height=\"([0-9]+)\"")));
+  CHECK(std::stoi(m[1]) > 40 * 18 + 40);
+}
+
+TEST_CASE("SweepReport: legends name every sweep, distinctly, with or without a valid candidate", "[reports]") {
+  // Two sweeps of the same model, GPUs and scenario whose ids share a long prefix, and one where
+  // nothing is valid.
+  std::vector<tuner::StoredSweep> sweeps = {Sweep("interactive-sweep-001", "h200", sim::Scenario::kServer),
+                                            Sweep("interactive-sweep-002", "h200", sim::Scenario::kServer),
+                                            Sweep("333", "b200", sim::Scenario::kServer)};
+  for (auto& r : sweeps[2].results) r.valid = false;
+  const SweepReport report(sweeps, Catalog(), {});
+  for (const auto& svg : {report.FrontierSvg(), report.CostSvg()}) {
+    REQUIRE(svg.ok());
+    CHECK(LegendEntries(*svg) == std::vector<std::string>{"llama2-70b 8xh200 server #interactive-sweep-001",
+                                                          "llama2-70b 8xh200 server #interactive-sweep-002",
+                                                          "llama2-70b 8xb200 server (no valid candidate)"});
+  }
+}
+
 TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
   tuner::StoredSweep s = Sweep("555", "h200", sim::Scenario::kServer);
   // Two more candidates exactly where others are: 96 at 64's point, 1024 at 256's.

@@ -112,7 +112,7 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const mo
     views_.push_back(std::move(v));
   }
   for (View& v : views_) {
-    if (label_uses[v.label] > 1) v.label += " #" + v.info.id.substr(0, 8);
+    if (label_uses[v.label] > 1) v.label += " #" + v.info.id;
   }
 }
 
@@ -215,7 +215,8 @@ Result<std::string> SweepReport::FrontierSvg() const {
       cloud.x.push_back(c.tokens_per_s_per_user);
       cloud.y.push_back(c.tokens_per_s_per_gpu);
     }
-    Series front{v.label, {}, {}, true, true, false, static_cast<int>(i)};
+    Series front{v.label + (v.frontier.empty() ? " (no valid candidate)" : ""), {}, {}, true, true, false,
+                 static_cast<int>(i)};
     for (const auto& c : v.frontier) {
       front.x.push_back(c.tokens_per_s_per_user);
       front.y.push_back(c.tokens_per_s_per_gpu);
@@ -239,6 +240,7 @@ Result<std::string> SweepReport::CostSvg() const {
       s.x.push_back(c.tokens_per_s_per_user);
       s.y.push_back(Cost(v, c));
     }
+    if (s.x.empty()) s.name += v.frontier.empty() ? " (no valid candidate)" : " (no price)";
     p.series.push_back(std::move(s));
   }
   return RenderSvg(p);
