@@ -273,6 +273,28 @@ TEST_CASE("SweepReport: legends name every sweep, distinctly, with or without a 
   }
 }
 
+TEST_CASE("SweepReport: the CSV leaves figures an invalid or Offline candidate lacks empty, not 0", "[reports]") {
+  tuner::StoredSweep offline = Sweep("444", "h200", sim::Scenario::kOffline);
+  for (auto& r : offline.results) r.qps = 0;
+  const std::string csv = SweepReport({offline}, Catalog(), {}).CandidatesCsv();
+  const auto titles = CsvCells(csv, 0);
+  REQUIRE(titles.size() == 20);
+  REQUIRE(titles[11] == "qps");
+  REQUIRE(titles[18] == "cost_per_million_tokens");
+  for (int row = 1; row <= 4; ++row) {
+    const auto cells = CsvCells(csv, row);
+    REQUIRE(cells.size() >= 20);
+    INFO(csv);
+    CHECK(cells[11] == "");  // Offline: no QPS
+    const bool valid = cells[5] == "1";
+    for (int c = 12; c <= 18; ++c) {
+      if (c == 17) continue;  // the price applies to every candidate
+      CHECK(cells[c].empty() == !valid);
+    }
+  }
+  CHECK(csv.find(",0,TP8") != std::string::npos);  // the invalid one is there, marked invalid
+}
+
 TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
   tuner::StoredSweep s = Sweep("555", "h200", sim::Scenario::kServer);
   // Two more candidates exactly where others are: 96 at 64's point, 1024 at 256's.

@@ -293,14 +293,16 @@ std::string SweepReport::CandidatesCsv() const {
     for (const auto& c : v.frontier) on_frontier.insert(tuner::CandidateKey(c.config));
     for (const auto& c : v.simulated) {
       const std::string key = tuner::CandidateKey(c.config);
+      // An invalid candidate has no figures (no run served its requests within the limits), and
+      // an Offline one no QPS: their cells stay empty rather than read 0.
+      auto figure = [&](double value) { return c.valid ? StrFormat("%g", value) : std::string(); };
       t.AddRow({v.info.id, v.info.model, v.info.hardware, std::to_string(v.info.gpus),
                 std::string(sim::Name(v.info.scenario)), c.valid ? "1" : "0", on_frontier.count(key) ? "1" : "0",
                 LayoutLabel(c.config), c.config.kv, std::to_string(c.config.engine.max_batch),
-                std::to_string(c.config.engine.max_num_tokens), StrFormat("%g", c.qps),
-                StrFormat("%g", c.throughput_tokens_per_s), StrFormat("%g", c.tokens_per_s_per_gpu),
-                StrFormat("%g", c.tokens_per_s_per_user), StrFormat("%g", c.ttft_p99_ms),
-                StrFormat("%g", c.tpot_p99_ms), StrFormat("%g", v.price),
-                StrFormat("%g", c.valid ? Cost(v, c) : 0.0), key});
+                std::to_string(c.config.engine.max_num_tokens), c.qps > 0 ? figure(c.qps) : "",
+                figure(c.throughput_tokens_per_s), figure(c.tokens_per_s_per_gpu), figure(c.tokens_per_s_per_user),
+                figure(c.ttft_p99_ms), figure(c.tpot_p99_ms), v.price > 0 ? StrFormat("%g", v.price) : "",
+                figure(Cost(v, c)), key});
     }
   }
   return t.Csv();
