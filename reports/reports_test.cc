@@ -313,6 +313,23 @@ TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
   CHECK(tuner::ParetoFrontier(s.results).size() == 2);
 }
 
+TEST_CASE("SweepReport: the best's launch commands, with TensorRT-LLM's extra.yaml in a fence", "[reports]") {
+  const SweepReport report({Sweep("666", "h200", sim::Scenario::kServer)}, Catalog(), {});
+  for (const std::string& out : {report.Text(), report.Markdown()}) {
+    const size_t yaml = out.find("```yaml\ntensor_parallel_size: 8\n");
+    REQUIRE(yaml != std::string::npos);
+    const size_t close = out.find("\n```\n", yaml);
+    REQUIRE(close != std::string::npos);
+    CHECK(out.substr(yaml, close - yaml).find("max_batch_size: 256") != std::string::npos);
+    CHECK(out.find("```sh\nvllm serve meta-llama/Llama-2-70b-chat-hf") != std::string::npos);
+    CHECK(Count(out, "```") % 2 == 0);
+  }
+  auto html = report.Html();
+  REQUIRE(html.ok());
+  CHECK(html->find("<pre>tensor_parallel_size: 8\n") != std::string::npos);
+  CHECK(html->find("--extra_llm_api_options extra.yaml\n</pre>") != std::string::npos);
+}
+
 TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the sweeps", "[reports]") {
   std::vector<tuner::StoredSweep> all = {Sweep("12345", "h200", sim::Scenario::kServer),
                                          Sweep("12399", "b200", sim::Scenario::kServer)};

@@ -5,6 +5,7 @@
 
 #include "base/format.h"
 #include "reports/svg_plot.h"
+#include "tuner/launch.h"
 
 namespace fathom::reports {
 namespace {
@@ -26,6 +27,10 @@ std::string Objective(const tuner::SweepInfo& s) {
   return s.ServerLike() ? "the highest QPS within the p99 limits" : "the most tokens/s";
 }
 
+std::string Commands(const tuner::LaunchCommands& l) { return l.vllm + "\n\n" + l.sglang + "\n\n" + l.trtllm + "\n"; }
+
+constexpr const char* kTrtllmOptions = "TensorRT-LLM's --extra_llm_api_options file:";
+
 }  // namespace
 
 std::string LayoutLabel(const sim::DeploymentConfig& d) {
@@ -38,6 +43,11 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
                 std::to_string(d.attn_dp) + " x" + std::to_string(d.gpus / (d.tp * d.pp));
   layout += " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
   return layout;
+}
+
+std::string LaunchMarkdown(const sim::DeploymentConfig& d) {
+  const tuner::LaunchCommands l = tuner::MakeLaunchCommands(d);
+  return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml + "```\n";
 }
 
 Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour) {
@@ -182,7 +192,12 @@ std::string SweepReport::Text() const {
   std::string out = "Best deployment of each sweep\n\n" + Overview().Text();
   for (const View& v : views_) {
     out += "\n== " + v.label + " ==\n" + Description(v) + "\n\n";
-    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Text();
+    if (v.ranked.empty()) {
+      out += "No valid candidate.\n";
+    } else {
+      out += RankingTable(v.ranked, options_.top, v.price).Text();
+      out += "\nLaunch the best:\n\n" + LaunchMarkdown(v.ranked.front().config);
+    }
     out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " + std::to_string(v.frontier.size()) +
            " points\n";
     if (!v.frontier.empty()) out += FrontierTable(v).Text();
@@ -196,7 +211,12 @@ std::string SweepReport::Markdown() const {
                     Overview().Markdown();
   for (const View& v : views_) {
     out += "\n## " + v.label + "\n\n" + Description(v) + "\n\n### Ranking\n\n";
-    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Markdown();
+    if (v.ranked.empty()) {
+      out += "No valid candidate.\n";
+    } else {
+      out += RankingTable(v.ranked, options_.top, v.price).Markdown();
+      out += "\n### Launch the best\n\n" + LaunchMarkdown(v.ranked.front().config);
+    }
     out += "\n### Pareto frontier\n\n";
     out += v.frontier.empty() ? "No valid candidate.\n" : FrontierTable(v).Markdown();
   }
@@ -251,6 +271,7 @@ Result<std::string> SweepReport::Html() const {
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning report</title>\n<style>"
       "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
       "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
+      "pre{background:#f6f6f6;padding:6px 8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
       "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each sweep</h2>\n";
   out += Overview().Html();
   const bool any_valid = std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
@@ -269,7 +290,14 @@ Result<std::string> SweepReport::Html() const {
   }
   for (const View& v : views_) {
     out += "<h2>" + EscapeXml(v.label) + "</h2>\n<p>" + EscapeXml(Description(v)) + "</p>\n<h3>Ranking</h3>\n";
-    out += v.ranked.empty() ? "<p>No valid candidate.</p>\n" : RankingTable(v.ranked, options_.top, v.price).Html();
+    if (v.ranked.empty()) {
+      out += "<p>No valid candidate.</p>\n";
+    } else {
+      const tuner::LaunchCommands l = tuner::MakeLaunchCommands(v.ranked.front().config);
+      out += RankingTable(v.ranked, options_.top, v.price).Html();
+      out += "<h3>Launch the best</h3>\n<pre>" + EscapeXml(Commands(l)) + "</pre>\n<p>" + EscapeXml(kTrtllmOptions) +
+             "</p>\n<pre>" + EscapeXml(l.trtllm_yaml) + "</pre>\n";
+    }
     out += "<h3>Pareto frontier</h3>\n";
     out += v.frontier.empty() ? "<p>No valid candidate.</p>\n" : FrontierTable(v).Html();
   }
