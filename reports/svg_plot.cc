@@ -57,7 +57,8 @@ Scale MakeScale(const Axis& axis, double lo, double hi, double from, double to) 
 
 std::string Num(double v) { return StrFormat("%.1f", v); }
 
-// `name` in lines of at most kLegendChars: broken at spaces, and a word longer than a line in pieces.
+// `name` in lines of at most kLegendChars: broken at spaces, and a word longer than a line in
+// pieces (after a '-' where it has one).
 std::vector<std::string> LegendLines(const std::string& name) {
   std::vector<std::string> lines(1);
   size_t from = 0;
@@ -73,9 +74,11 @@ std::vector<std::string> LegendLines(const std::string& name) {
         line += (line.empty() ? "" : " ") + word;
         break;
       }
-      if (line.empty()) {  // a word longer than a line
-        line = word.substr(0, kLegendChars);
-        word = word.substr(kLegendChars);
+      if (line.empty()) {  // a word longer than a line: cut after its last '-' that fits, if any
+        const size_t dash = word.rfind('-', kLegendChars - 1);
+        const size_t cut = dash != std::string::npos && dash > 0 ? dash + 1 : kLegendChars;
+        line = word.substr(0, cut);
+        word = word.substr(cut);
       }
       lines.emplace_back();
     }
