@@ -51,6 +51,21 @@ tuner::StoredSweep Sweep(std::string id, std::string hardware, sim::Scenario sce
 
 models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }
 
+// The cells of CSV line `line` (0: the titles), split at every comma: exact up to a quoted cell
+// with commas (the candidates CSV's last, its config as JSON).
+std::vector<std::string> CsvCells(const std::string& csv, int line) {
+  size_t at = 0;
+  for (int i = 0; i < line; ++i) at = csv.find('\n', at) + 1;
+  std::vector<std::string> cells;
+  const std::string row = csv.substr(at, csv.find('\n', at) - at);
+  for (size_t from = 0;;) {
+    const size_t comma = row.find(',', from);
+    cells.push_back(row.substr(from, comma - from));
+    if (comma == std::string::npos) return cells;
+    from = comma + 1;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown and HTML escape what they must", "[reports]") {
@@ -61,6 +76,37 @@ TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown an
   CHECK(t.Csv() == "name,tok/s\n\"a, \"\"b\"\"\",12\nx|y <z>,1234\n");
   CHECK(t.Markdown() == "| name | tok/s |\n| --- | ---: |\n| a, \"b\" | 12 |\n| x\\|y <z> | 1234 |\n");
   CHECK(t.Html().find("<td>x|y &lt;z&gt;</td><td class=\"n\">1234</td>") != std::string::npos);
+}
+
+TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few characters", "[reports]") {
+  CHECK(FormatFixed(1234.56, 1) == "1234.6");
+  CHECK(FormatFixed(2164352, 0) == "2164352");
+  CHECK(FormatFixed(1e300, 0) == "1.0e+300");
+  CHECK(FormatFixed(-2.5e9, 2) == "-2.5e+09");
+  CHECK(FormatFixed(std::numeric_limits<double>::quiet_NaN(), 1) == "nan");
+  CHECK(FormatFixed(-std::numeric_limits<double>::infinity(), 1) == "-inf");
+}
+
+TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keeps its cell narrow", "[reports]") {
+  tuner::CandidateResult server = Candidate(64, 900, 30);
+  server.ttft_p99_ms = 850;
+  // Offline: no QPS, and a p99 TTFT that is the wait behind the whole data set.
+  tuner::CandidateResult offline = Candidate(256, 1800, 18);
+  offline.qps = 0;
+  offline.ttft_p99_ms = 2164352;
+  offline.tpot_p99_ms = 1e300;
+  const Table t = RankingTable({server, offline}, 10);
+  const std::string csv = t.Csv();
+  const auto titles = CsvCells(csv, 0);
+  REQUIRE(titles.size() == 11);
+  REQUIRE(titles[7] == "QPS");
+  REQUIRE(titles[8] == "TTFT p99");
+  CHECK(CsvCells(csv, 1)[7] == FormatFixed(server.qps, 2));
+  CHECK(CsvCells(csv, 1)[8] == "850");
+  CHECK(CsvCells(csv, 2)[7] == "-");
+  CHECK(CsvCells(csv, 2)[8] == "-");
+  CHECK(CsvCells(csv, 2)[9] == "1.0e+300");
+  for (const auto& cell : CsvCells(csv, 2)) CHECK(cell.size() <= 24);
 }
 
 TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[reports]") {
@@ -168,6 +214,120 @@ TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots no
   REQUIRE(html.ok());
   CHECK(Count(*html, "<svg") == 0);
   CHECK_FALSE(report.FrontierSvg().ok());
+}
+
+// The visible text of each legend entry in `svg`, its lines joined by spaces.
+std::vector<std::string> LegendEntries(const std::string& svg) {
+  std::vector<std::string> entries;
+  const std::regex entry("<g class=\"legend\">(.*?)</g>"), line("<tspan[^>]*>([^<]*)</tspan>");
+  for (auto e = std::sregex_iterator(svg.begin(), svg.end(), entry); e != std::sregex_iterator(); ++e) {
+    const std::string body = (*e)[1];
+    std::string text;
+    for (auto l = std::sregex_iterator(body.begin(), body.end(), line); l != std::sregex_iterator(); ++l) {
+      text += (text.empty() ? "" : " ") + std::string((*l)[1]);
+    }
+    entries.push_back(text);
+  }
+  return entries;
+}
+
+TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold its legend", "[reports]") {
+  Plot p;
+  p.x = {"x", false};
+  p.y = {"y", false};
+  const std::string long_word(60, 'w');
+  p.series.push_back({"a sweep named " + long_word, {1, 2}, {1, 2}, true, true, false, -1});
+  auto svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  const std::regex line("<tspan[^>]*>([^<]*)</tspan>");
+  std::string joined;
+  for (auto l = std::sregex_iterator(svg->begin(), svg->end(), line); l != std::sregex_iterator(); ++l) {
+    CHECK((*l)[1].length() <= 24);
+    joined += (*l)[1];
+  }
+  CHECK(joined == "a sweep named" + long_word);
+  CHECK(Count(*svg, "class=\"x-label\"") == 1);
+  CHECK(Count(*svg, "class=\"y-label\"") == 1);
+
+  for (int i = 0; i < 40; ++i) p.series.push_back({"series " + std::to_string(i), {1}, {1}, false, true, false, -1});
+  svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  std::smatch m;
+  REQUIRE(std::regex_search(*svg, m, std::regex("height=\"([0-9]+)\"")));
+  CHECK(std::stoi(m[1]) > 40 * 18 + 40);
+}
+
+TEST_CASE("SweepReport: legends name every sweep, distinctly, with or without a valid candidate", "[reports]") {
+  // Two sweeps of the same model, GPUs and scenario whose ids share a long prefix, and one where
+  // nothing is valid.
+  std::vector<tuner::StoredSweep> sweeps = {Sweep("interactive-sweep-001", "h200", sim::Scenario::kServer),
+                                            Sweep("interactive-sweep-002", "h200", sim::Scenario::kServer),
+                                            Sweep("333", "b200", sim::Scenario::kServer)};
+  for (auto& r : sweeps[2].results) r.valid = false;
+  const SweepReport report(sweeps, Catalog(), {});
+  for (const auto& svg : {report.FrontierSvg(), report.CostSvg()}) {
+    REQUIRE(svg.ok());
+    CHECK(LegendEntries(*svg) == std::vector<std::string>{"llama2-70b 8xh200 server #interactive-sweep-001",
+                                                          "llama2-70b 8xh200 server #interactive-sweep-002",
+                                                          "llama2-70b 8xb200 server (no valid candidate)"});
+  }
+}
+
+TEST_CASE("SweepReport: the CSV leaves figures an invalid or Offline candidate lacks empty, not 0", "[reports]") {
+  tuner::StoredSweep offline = Sweep("444", "h200", sim::Scenario::kOffline);
+  for (auto& r : offline.results) r.qps = 0;
+  const std::string csv = SweepReport({offline}, Catalog(), {}).CandidatesCsv();
+  const auto titles = CsvCells(csv, 0);
+  REQUIRE(titles.size() == 20);
+  REQUIRE(titles[11] == "qps");
+  REQUIRE(titles[18] == "cost_per_million_tokens");
+  for (int row = 1; row <= 4; ++row) {
+    const auto cells = CsvCells(csv, row);
+    REQUIRE(cells.size() >= 20);
+    INFO(csv);
+    CHECK(cells[11] == "");  // Offline: no QPS
+    const bool valid = cells[5] == "1";
+    for (int c = 12; c <= 18; ++c) {
+      if (c == 17) continue;  // the price applies to every candidate
+      CHECK(cells[c].empty() == !valid);
+    }
+  }
+  CHECK(csv.find(",0,TP8") != std::string::npos);  // the invalid one is there, marked invalid
+}
+
+TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
+  tuner::StoredSweep s = Sweep("555", "h200", sim::Scenario::kServer);
+  // Two more candidates exactly where others are: 96 at 64's point, 1024 at 256's.
+  s.results.push_back(Candidate(96, 900, 30));
+  s.results.push_back(Candidate(1024, 1800, 18));
+  const SweepReport report({s}, Catalog(), {});
+  CHECK(report.Text().find("Pareto frontier (tokens/s per GPU against tokens/s per user): 2 points") !=
+        std::string::npos);
+  CHECK(Count(report.CandidatesCsv(), ",1,1,TP8") == 2);  // valid and on the frontier
+  auto svg = report.FrontierSvg();
+  REQUIRE(svg.ok());
+  const std::regex points("<polyline[^>]*points=\"([^\"]*)\"");
+  std::smatch m;
+  REQUIRE(std::regex_search(*svg, m, points));
+  CHECK(Count(m[1], ",") == 2);
+  CHECK(tuner::ParetoFrontier(s.results).size() == 2);
+}
+
+TEST_CASE("SweepReport: the best's launch commands, with TensorRT-LLM's extra.yaml in a fence", "[reports]") {
+  const SweepReport report({Sweep("666", "h200", sim::Scenario::kServer)}, Catalog(), {});
+  for (const std::string& out : {report.Text(), report.Markdown()}) {
+    const size_t yaml = out.find("```yaml\ntensor_parallel_size: 8\n");
+    REQUIRE(yaml != std::string::npos);
+    const size_t close = out.find("\n```\n", yaml);
+    REQUIRE(close != std::string::npos);
+    CHECK(out.substr(yaml, close - yaml).find("max_batch_size: 256") != std::string::npos);
+    CHECK(out.find("```sh\nvllm serve meta-llama/Llama-2-70b-chat-hf") != std::string::npos);
+    CHECK(Count(out, "```") % 2 == 0);
+  }
+  auto html = report.Html();
+  REQUIRE(html.ok());
+  CHECK(html->find("<pre>tensor_parallel_size: 8\n") != std::string::npos);
+  CHECK(html->find("--extra_llm_api_options extra.yaml\n</pre>") != std::string::npos);
 }
 
 TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the sweeps", "[reports]") {

@@ -16,6 +16,10 @@ constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 
 constexpr double kLeft = 74, kTop = 40, kBottom = 54, kLegendWidth = 240;
+// Legend names wrap at this many characters (12px sans-serif in the legend's width), at spaces
+// where they can; each wrapped line adds kLegendLine pixels to the entry's kLegendRow.
+constexpr size_t kLegendChars = 24;
+constexpr double kLegendRow = 18, kLegendLine = 14;
 
 // Maps data values on one axis to pixels.
 struct Scale {
@@ -52,6 +56,35 @@ Scale MakeScale(const Axis& axis, double lo, double hi, double from, double to) 
 }
 
 std::string Num(double v) { return StrFormat("%.1f", v); }
+
+// `name` in lines of at most kLegendChars: broken at spaces, and a word longer than a line in
+// pieces (after a '-' where it has one).
+std::vector<std::string> LegendLines(const std::string& name) {
+  std::vector<std::string> lines(1);
+  size_t from = 0;
+  while (from < name.size()) {
+    size_t end = name.find(' ', from);
+    if (end == std::string::npos) end = name.size();
+    std::string word = name.substr(from, end - from);
+    from = end + 1;
+    while (!word.empty()) {
+      std::string& line = lines.back();
+      const size_t room = line.empty() ? kLegendChars : kLegendChars - std::min(kLegendChars, line.size() + 1);
+      if (word.size() <= room) {
+        line += (line.empty() ? "" : " ") + word;
+        break;
+      }
+      if (line.empty()) {  // a word longer than a line: cut after its last '-' that fits, if any
+        const size_t dash = word.rfind('-', kLegendChars - 1);
+        const size_t cut = dash != std::string::npos && dash > 0 ? dash + 1 : kLegendChars;
+        line = word.substr(0, cut);
+        word = word.substr(cut);
+      }
+      lines.emplace_back();
+    }
+  }
+  return lines;
+}
 
 }  // namespace
 
@@ -120,15 +153,24 @@ Result<std::string> RenderSvg(const Plot& plot) {
   if (!plot.y.log && ylo > 0 && ylo < 0.5 * yhi) ylo = 0;  // start at zero unless that squashes the data
   if (!plot.x.log && xlo > 0 && xlo < 0.5 * xhi) xlo = 0;
 
-  const double right = plot.width - kLegendWidth, bottom = plot.height - kBottom;
+  // The plot grows taller where the legend needs it.
+  std::vector<std::vector<std::string>> legend(plot.series.size());
+  double legend_height = 0;
+  for (size_t i = 0; i < plot.series.size(); ++i) {
+    if (plot.series[i].name.empty()) continue;
+    legend[i] = LegendLines(plot.series[i].name);
+    legend_height += kLegendRow + kLegendLine * static_cast<double>(legend[i].size() - 1);
+  }
+  const int height = std::max(plot.height, static_cast<int>(std::ceil(kTop + legend_height + 8)));
+  const double right = plot.width - kLegendWidth, bottom = height - kBottom;
   const Scale sx = MakeScale(plot.x, xlo, xhi, kLeft, right);
   const Scale sy = MakeScale(plot.y, ylo, yhi, bottom, kTop);
 
   std::string svg = StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n",
-      plot.width, plot.height, plot.width, plot.height);
-  svg += StrFormat("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", plot.width, plot.height);
+      plot.width, height, plot.width, height);
+  svg += StrFormat("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", plot.width, height);
   svg += "<text x=\"" + Num(kLeft) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" + EscapeXml(plot.title) +
          "</text>\n";
   // Grid, ticks and axes.
@@ -146,13 +188,13 @@ Result<std::string> RenderSvg(const Plot& plot) {
   }
   svg += "<rect x=\"" + Num(kLeft) + "\" y=\"" + Num(kTop) + "\" width=\"" + Num(right - kLeft) + "\" height=\"" +
          Num(bottom - kTop) + "\" fill=\"none\" stroke=\"#444\"/>\n";
-  svg += "<text x=\"" + Num((kLeft + right) / 2) + "\" y=\"" + Num(plot.height - 12.0) +
+  svg += "<text class=\"x-label\" x=\"" + Num((kLeft + right) / 2) + "\" y=\"" + Num(height - 12.0) +
          "\" text-anchor=\"middle\">" + EscapeXml(plot.x.label + (plot.x.log ? " (log)" : "")) + "</text>\n";
-  svg += "<text transform=\"translate(16 " + Num((kTop + bottom) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
+  svg += "<text class=\"y-label\" transform=\"translate(16 " + Num((kTop + bottom) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
          EscapeXml(plot.y.label + (plot.y.log ? " (log)" : "")) + "</text>\n";
 
   // Series, then the legend.
-  int legend_row = 0;
+  double ly = kTop + 8;
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const Series& s = plot.series[i];
     const char* color = kPalette[(s.color >= 0 ? s.color : static_cast<int>(i)) % kPaletteSize];
@@ -171,12 +213,16 @@ Result<std::string> RenderSvg(const Plot& plot) {
     }
     svg += "</g>\n";
     if (s.name.empty()) continue;
-    const double ly = kTop + 8 + 18.0 * legend_row++;
-    svg += "<rect x=\"" + Num(right + 14) + "\" y=\"" + Num(ly - 5) + "\" width=\"14\" height=\"" +
-           (s.faint ? "4" : "10") + "\" fill=\"" + color + "\"" + (s.faint ? " fill-opacity=\"0.35\"" : "") + "/>";
-    // Long names are cut to fit the legend; the whole name is the series' tooltip.
-    const std::string shown = s.name.size() > 26 ? s.name.substr(0, 25) + "..." : s.name;
-    svg += "<text x=\"" + Num(right + 34) + "\" y=\"" + Num(ly + 4) + "\">" + EscapeXml(shown) + "</text>\n";
+    svg += "<g class=\"legend\"><rect x=\"" + Num(right + 14) + "\" y=\"" + Num(ly - 5) +
+           "\" width=\"14\" height=\"" + (s.faint ? "4" : "10") + "\" fill=\"" + color + "\"" +
+           (s.faint ? " fill-opacity=\"0.35\"" : "") + "/><text x=\"" + Num(right + 34) + "\" y=\"" + Num(ly + 4) +
+           "\">";
+    for (size_t l = 0; l < legend[i].size(); ++l) {
+      svg += "<tspan x=\"" + Num(right + 34) + "\"" + (l > 0 ? " dy=\"" + Num(kLegendLine) + "\"" : "") + ">" +
+             EscapeXml(legend[i][l]) + "</tspan>";
+    }
+    svg += "</text></g>\n";
+    ly += kLegendRow + kLegendLine * static_cast<double>(legend[i].size() - 1);
   }
   return svg + "</svg>\n";
 }

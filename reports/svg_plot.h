@@ -9,7 +9,7 @@
 namespace fathom::reports {
 
 struct Series {
-  std::string name;  // in the legend; empty: not listed
+  std::string name;  // in the legend, wrapped to its width; empty: not listed
   std::vector<double> x, y;
   bool line = true;    // joins the points in the order given
   bool points = true;  // a marker on each point
@@ -26,7 +26,7 @@ struct Plot {
   std::string title;
   Axis x, y;
   std::vector<Series> series;
-  int width = 760, height = 460;  // pixels, legend included
+  int width = 760, height = 460;  // pixels, legend included; taller where the legend needs it
 };
 
 // The plot as an SVG document. Errors: no points at all, a point that is not finite, or one at

@@ -5,23 +5,31 @@
 
 #include "base/format.h"
 #include "reports/svg_plot.h"
+#include "tuner/launch.h"
 
 namespace fathom::reports {
 namespace {
 
-std::string Fixed(double v, int digits) { return StrFormat("%.*f", digits, v); }
+// Offline candidates have no QPS (every query arrives at once): there QPS is not a measured figure
+// and TTFT is no limit (it counts the wait behind the whole data set), so neither is shown.
+std::string QpsCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.qps, 2) : "-"; }
+std::string TtftCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.ttft_p99_ms, 0) : "-"; }
 
 std::string Gpus(const tuner::SweepInfo& s) { return std::to_string(s.gpus) + "x" + s.hardware; }
 
 std::string Limits(const tuner::SweepInfo& s) {
   if (!s.ServerLike()) return "";
-  auto ms = [](const std::optional<double>& v) { return v ? Fixed(*v, 0) + " ms" : std::string("?"); };
+  auto ms = [](const std::optional<double>& v) { return v ? FormatFixed(*v, 0) + " ms" : std::string("?"); };
   return "p99 limits TTFT " + ms(s.ttft_limit_ms) + " / TPOT " + ms(s.tpot_limit_ms);
 }
 
 std::string Objective(const tuner::SweepInfo& s) {
   return s.ServerLike() ? "the highest QPS within the p99 limits" : "the most tokens/s";
 }
+
+std::string Commands(const tuner::LaunchCommands& l) { return l.vllm + "\n\n" + l.sglang + "\n\n" + l.trtllm + "\n"; }
+
+constexpr const char* kTrtllmOptions = "TensorRT-LLM's --extra_llm_api_options file:";
 
 }  // namespace
 
@@ -37,6 +45,11 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
   return layout;
 }
 
+std::string LaunchMarkdown(const sim::DeploymentConfig& d) {
+  const tuner::LaunchCommands l = tuner::MakeLaunchCommands(d);
+  return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml + "```\n";
+}
+
 Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour) {
   Table t({{"rank"}, {"layout", false}, {"batch"}, {"tokens"}, {"tok/s"}, {"tok/s/GPU"}, {"tok/s/user"}, {"QPS"},
            {"TTFT p99"}, {"TPOT p99"}, {"$/Mtok"}});
@@ -45,9 +58,9 @@ Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, d
     const double cost = usd_per_gpu_hour > 0 ? models::CostPerMillionTokens(usd_per_gpu_hour, c.tokens_per_s_per_gpu)
                                              : c.cost_per_million_tokens;
     t.AddRow({std::to_string(i + 1), LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
-              std::to_string(c.config.engine.max_num_tokens), Fixed(c.throughput_tokens_per_s, 0),
-              Fixed(c.tokens_per_s_per_gpu, 0), Fixed(c.tokens_per_s_per_user, 1), Fixed(c.qps, 2),
-              Fixed(c.ttft_p99_ms, 0), Fixed(c.tpot_p99_ms, 1), Fixed(cost, 3)});
+              std::to_string(c.config.engine.max_num_tokens), FormatFixed(c.throughput_tokens_per_s, 0),
+              FormatFixed(c.tokens_per_s_per_gpu, 0), FormatFixed(c.tokens_per_s_per_user, 1), QpsCell(c),
+              TtftCell(c), FormatFixed(c.tpot_p99_ms, 1), FormatFixed(cost, 3)});
   }
   return t;
 }
@@ -59,8 +72,8 @@ Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
     const auto ranked = tuner::RankValid(s.results, s.info.ServerLike());
     std::string best = "-";
     if (!ranked.empty()) {
-      best = s.info.ServerLike() ? Fixed(ranked.front().qps, 2) + " QPS"
-                                 : Fixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
+      best = s.info.ServerLike() ? FormatFixed(ranked.front().qps, 2) + " QPS"
+                                 : FormatFixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
     }
     t.AddRow({s.info.id, s.info.model, Gpus(s.info), std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
               std::to_string(s.results.size()), std::to_string(ranked.size()), best});
@@ -101,7 +114,7 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const mo
     ++label_uses[v.label];
     v.simulated = s.results;
     v.ranked = tuner::RankValid(s.results, s.info.ServerLike());
-    v.frontier = tuner::ParetoFrontier(s.results);
+    v.frontier = tuner::ParetoFrontier(v.ranked);  // of equal points, the best-ranked
     auto price = options_.prices.find(s.info.hardware);
     if (price == options_.prices.end()) price = options_.prices.find("");
     v.price = price != options_.prices.end() ? price->second : s.info.price_per_gpu_hour;
@@ -109,7 +122,7 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const mo
     views_.push_back(std::move(v));
   }
   for (View& v : views_) {
-    if (label_uses[v.label] > 1) v.label += " #" + v.info.id.substr(0, 8);
+    if (label_uses[v.label] > 1) v.label += " #" + v.info.id;
   }
 }
 
@@ -122,17 +135,17 @@ Table SweepReport::Overview() const {
            {"TTFT p99"}, {"TPOT p99"}, {"$/GPU-h"}, {"$/Mtok"}, {"kWh/Mtok"}});
   for (const View& v : views_) {
     const std::string simulated = std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
-    const std::string price = v.price > 0 ? Fixed(v.price, 2) : "?";
+    const std::string price = v.price > 0 ? FormatFixed(v.price, 2) : "?";
     if (v.ranked.empty()) {
       t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
       continue;
     }
     const tuner::CandidateResult& b = v.ranked.front();
     const std::string energy =
-        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? Fixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2) : "?";
-    t.AddRow({v.label, simulated, LayoutLabel(b.config), v.info.ServerLike() ? Fixed(b.qps, 2) : "-",
-              Fixed(b.throughput_tokens_per_s, 0), Fixed(b.tokens_per_s_per_gpu, 0), Fixed(b.tokens_per_s_per_user, 1),
-              Fixed(b.ttft_p99_ms, 0), Fixed(b.tpot_p99_ms, 1), price, Fixed(Cost(v, b), 3), energy});
+        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
+                                                        : "?";
+    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b), FormatFixed(b.throughput_tokens_per_s, 0),
+              FormatFixed(b.tokens_per_s_per_gpu, 0), FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1), price, FormatFixed(Cost(v, b), 3), energy});
   }
   return t;
 }
@@ -140,9 +153,9 @@ Table SweepReport::Overview() const {
 Table SweepReport::FrontierTable(const View& v) const {
   Table t({{"tok/s/user"}, {"tok/s/GPU"}, {"layout", false}, {"batch"}, {"tokens"}, {"QPS"}, {"$/Mtok"}});
   for (const auto& c : v.frontier) {
-    t.AddRow({Fixed(c.tokens_per_s_per_user, 1), Fixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
+    t.AddRow({FormatFixed(c.tokens_per_s_per_user, 1), FormatFixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
               std::to_string(c.config.engine.max_batch), std::to_string(c.config.engine.max_num_tokens),
-              Fixed(c.qps, 2), Fixed(Cost(v, c), 3)});
+              QpsCell(c), FormatFixed(Cost(v, c), 3)});
   }
   return t;
 }
@@ -169,8 +182,8 @@ std::string SweepReport::Description(const View& v) const {
   }
   if (v.price > 0) {
     const bool what_if = v.price != s.price_per_gpu_hour;
-    d += " Costs at $" + Fixed(v.price, 2) + " per GPU-hour" +
-         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + Fixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
+    d += " Costs at $" + FormatFixed(v.price, 2) + " per GPU-hour" +
+         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + FormatFixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
   }
   return d;
 }
@@ -179,7 +192,12 @@ std::string SweepReport::Text() const {
   std::string out = "Best deployment of each sweep\n\n" + Overview().Text();
   for (const View& v : views_) {
     out += "\n== " + v.label + " ==\n" + Description(v) + "\n\n";
-    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Text();
+    if (v.ranked.empty()) {
+      out += "No valid candidate.\n";
+    } else {
+      out += RankingTable(v.ranked, options_.top, v.price).Text();
+      out += "\nLaunch the best:\n\n" + LaunchMarkdown(v.ranked.front().config);
+    }
     out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " + std::to_string(v.frontier.size()) +
            " points\n";
     if (!v.frontier.empty()) out += FrontierTable(v).Text();
@@ -193,7 +211,12 @@ std::string SweepReport::Markdown() const {
                     Overview().Markdown();
   for (const View& v : views_) {
     out += "\n## " + v.label + "\n\n" + Description(v) + "\n\n### Ranking\n\n";
-    out += v.ranked.empty() ? "No valid candidate.\n" : RankingTable(v.ranked, options_.top, v.price).Markdown();
+    if (v.ranked.empty()) {
+      out += "No valid candidate.\n";
+    } else {
+      out += RankingTable(v.ranked, options_.top, v.price).Markdown();
+      out += "\n### Launch the best\n\n" + LaunchMarkdown(v.ranked.front().config);
+    }
     out += "\n### Pareto frontier\n\n";
     out += v.frontier.empty() ? "No valid candidate.\n" : FrontierTable(v).Markdown();
   }
@@ -212,7 +235,8 @@ Result<std::string> SweepReport::FrontierSvg() const {
       cloud.x.push_back(c.tokens_per_s_per_user);
       cloud.y.push_back(c.tokens_per_s_per_gpu);
     }
-    Series front{v.label, {}, {}, true, true, false, static_cast<int>(i)};
+    Series front{v.label + (v.frontier.empty() ? " (no valid candidate)" : ""), {}, {}, true, true, false,
+                 static_cast<int>(i)};
     for (const auto& c : v.frontier) {
       front.x.push_back(c.tokens_per_s_per_user);
       front.y.push_back(c.tokens_per_s_per_gpu);
@@ -236,6 +260,7 @@ Result<std::string> SweepReport::CostSvg() const {
       s.x.push_back(c.tokens_per_s_per_user);
       s.y.push_back(Cost(v, c));
     }
+    if (s.x.empty()) s.name += v.frontier.empty() ? " (no valid candidate)" : " (no price)";
     p.series.push_back(std::move(s));
   }
   return RenderSvg(p);
@@ -246,6 +271,7 @@ Result<std::string> SweepReport::Html() const {
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning report</title>\n<style>"
       "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
       "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
+      "pre{background:#f6f6f6;padding:6px 8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
       "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each sweep</h2>\n";
   out += Overview().Html();
   const bool any_valid = std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
@@ -264,7 +290,14 @@ Result<std::string> SweepReport::Html() const {
   }
   for (const View& v : views_) {
     out += "<h2>" + EscapeXml(v.label) + "</h2>\n<p>" + EscapeXml(Description(v)) + "</p>\n<h3>Ranking</h3>\n";
-    out += v.ranked.empty() ? "<p>No valid candidate.</p>\n" : RankingTable(v.ranked, options_.top, v.price).Html();
+    if (v.ranked.empty()) {
+      out += "<p>No valid candidate.</p>\n";
+    } else {
+      const tuner::LaunchCommands l = tuner::MakeLaunchCommands(v.ranked.front().config);
+      out += RankingTable(v.ranked, options_.top, v.price).Html();
+      out += "<h3>Launch the best</h3>\n<pre>" + EscapeXml(Commands(l)) + "</pre>\n<p>" + EscapeXml(kTrtllmOptions) +
+             "</p>\n<pre>" + EscapeXml(l.trtllm_yaml) + "</pre>\n";
+    }
     out += "<h3>Pareto frontier</h3>\n";
     out += v.frontier.empty() ? "<p>No valid candidate.</p>\n" : FrontierTable(v).Html();
   }
@@ -288,14 +321,16 @@ std::string SweepReport::CandidatesCsv() const {
     for (const auto& c : v.frontier) on_frontier.insert(tuner::CandidateKey(c.config));
     for (const auto& c : v.simulated) {
       const std::string key = tuner::CandidateKey(c.config);
+      // An invalid candidate has no figures (no run served its requests within the limits), and
+      // an Offline one no QPS: their cells stay empty rather than read 0.
+      auto figure = [&](double value) { return c.valid ? StrFormat("%g", value) : std::string(); };
       t.AddRow({v.info.id, v.info.model, v.info.hardware, std::to_string(v.info.gpus),
                 std::string(sim::Name(v.info.scenario)), c.valid ? "1" : "0", on_frontier.count(key) ? "1" : "0",
                 LayoutLabel(c.config), c.config.kv, std::to_string(c.config.engine.max_batch),
-                std::to_string(c.config.engine.max_num_tokens), StrFormat("%g", c.qps),
-                StrFormat("%g", c.throughput_tokens_per_s), StrFormat("%g", c.tokens_per_s_per_gpu),
-                StrFormat("%g", c.tokens_per_s_per_user), StrFormat("%g", c.ttft_p99_ms),
-                StrFormat("%g", c.tpot_p99_ms), StrFormat("%g", v.price),
-                StrFormat("%g", c.valid ? Cost(v, c) : 0.0), key});
+                std::to_string(c.config.engine.max_num_tokens), c.qps > 0 ? figure(c.qps) : "",
+                figure(c.throughput_tokens_per_s), figure(c.tokens_per_s_per_gpu), figure(c.tokens_per_s_per_user),
+                figure(c.ttft_p99_ms), figure(c.tpot_p99_ms), v.price > 0 ? StrFormat("%g", v.price) : "",
+                figure(Cost(v, c)), key});
     }
   }
   return t.Csv();

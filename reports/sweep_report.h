@@ -26,8 +26,13 @@ struct ReportOptions {
 // "TP8 PP1 EP8 DP8 x1 fp4", "P 1xTP8 / D 1xTP8DP8 fp4 MTP3": a deployment's layout in one cell.
 std::string LayoutLabel(const sim::DeploymentConfig& d);
 
+// A deployment's launch commands (vLLM, SGLang, TensorRT-LLM) in a ```sh fence and TensorRT-LLM's
+// options file (extra.yaml) in a ```yaml fence: Markdown that reads as well on a terminal.
+std::string LaunchMarkdown(const sim::DeploymentConfig& d);
+
 // The first `top` of `ranked` with their layouts, limits and metrics; costs at `usd_per_gpu_hour`
-// where it is > 0, else as stored.
+// where it is > 0, else as stored. Offline candidates (no QPS) show "-" for QPS and TTFT p99: there
+// neither is a measured figure or a limit.
 Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour = 0);
 
 // One row per sweep: id, model, GPUs, scenario ("?" where inferred), candidates simulated and

@@ -1,8 +1,10 @@
 #include "reports/table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/check.h"
+#include "base/format.h"
 
 namespace fathom::reports {
 namespace {
@@ -112,6 +114,13 @@ std::string EscapeXml(std::string_view s) {
     }
   }
   return out;
+}
+
+std::string FormatFixed(double value, int digits) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (std::abs(value) >= 1e9) return StrFormat("%.1e", value);
+  return StrFormat("%.*f", digits, value);
 }
 
 }  // namespace fathom::reports

@@ -32,4 +32,8 @@ class Table {
 // Text safe inside HTML and SVG (XML) elements and attributes.
 std::string EscapeXml(std::string_view s);
 
+// `value` with `digits` decimals for a cell: "1234.5"; from 1e9 on in scientific form ("1.0e+300"),
+// and "nan" or "inf" as such, so no value makes a cell more than about a dozen characters wide.
+std::string FormatFixed(double value, int digits);
+
 }  // namespace fathom::reports

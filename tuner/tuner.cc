@@ -370,13 +370,17 @@ std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& resul
 
 std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results) {
   std::vector<CandidateResult> frontier;
-  for (const auto& c : results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CandidateResult& c = results[i];
     if (!c.valid) continue;
     bool dominated = false;
-    for (const auto& o : results) {
+    for (size_t j = 0; j < results.size(); ++j) {
+      const CandidateResult& o = results[j];
+      // Of candidates at the same point, the first stands for them all.
       if (o.valid && o.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu &&
           o.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
-          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o.tokens_per_s_per_user > c.tokens_per_s_per_user)) {
+          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o.tokens_per_s_per_user > c.tokens_per_s_per_user ||
+           j < i)) {
         dominated = true;
         break;
       }

@@ -110,7 +110,7 @@ Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalo
 // The valid results, best first (ties in key order).
 std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server);
 // The valid results no other valid one matches or beats on both tokens/s per GPU and tokens/s
-// per user, in increasing tokens/s per user.
+// per user, in increasing tokens/s per user; of equal ones, only the first.
 std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results);
 
 // Capacity planning: the fewest GPUs (and so the lowest cost on one GPU type) whose best
