@@ -266,14 +266,7 @@ Status Run(TuneFlags f) {
   std::printf("Deployment and its run (--best-out FILE writes it; `fathom simulate --deployment FILE` repeats the run):\n%s\n",
               best_json.dump().c_str());
   if (f.dataset_samples > 0) std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
-  std::string yaml;
-  for (size_t start = 0; start < launch.trtllm_yaml.size();) {
-    const size_t end = launch.trtllm_yaml.find('\n', start);
-    yaml += "    " + launch.trtllm_yaml.substr(start, end - start) + "\n";
-    start = end == std::string::npos ? launch.trtllm_yaml.size() : end + 1;
-  }
-  std::printf("\nLaunch it:\n  %s\n\n  %s\n\n  %s\n  with extra.yaml:\n%s\n", launch.vllm.c_str(), launch.sglang.c_str(),
-              launch.trtllm.c_str(), yaml.c_str());
+  std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(best.config).c_str());
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n", res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
   return Status::Ok();
