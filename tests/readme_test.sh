@@ -57,5 +57,22 @@ requests=$(sed -nE "s/$tuned.*/\\5/p" "$tmp/online.txt" |
   sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta')
 claim "every one of the $requests requests finishes"
 
+# Operator prices against Vidur's H100 measurements, before and after `profile compare --fit`.
+for f in "$root"/profiler/data/vidur/h100/*/mlp.csv "$root"/profiler/data/vidur/network/h100_dgx/*.csv; do
+  "$fathom" profile import "$f" --db "$tmp/vidur.db" >/dev/null 2>&1
+done
+"$fathom" profile compare "$tmp/vidur.db" >"$tmp/compare.txt" 2>&1
+"$fathom" profile compare "$tmp/vidur.db" --fit >"$tmp/fit.txt" 2>&1
+# medians FILE: the GEMM, all-reduce and send/recv median |error| of the first table after the line
+# matching $2.
+medians() {
+  awk -v from="$2" '$0 ~ from { on = 1 } on && $1 == "gemm" && $2 == "bf16" && NF == 7 { g = $4 }
+    on && $1 == "all_reduce" && $2 == "bf16" && NF == 7 { a = $4 }
+    on && $1 == "send_recv" && $2 == "bf16" && NF == 7 { s = $4; if (g != "" && a != "") { exit } }
+    END { printf "%s (GEMMs), %s (all-reduce) and %s (send/recv", g, a, s }' "$1"
+}
+claim "operator prices are off by $(medians "$tmp/compare.txt" "^group")"
+claim "and prices them within $(medians "$tmp/fit.txt" "^Fitted")"
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
