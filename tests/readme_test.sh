@@ -44,6 +44,7 @@ claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throug
 "$fathom" tune --scenario server >"$tmp/server.txt" 2>&1
 claim "The default Server space for DeepSeek-R1 on 8xB200 is $(figure '^([0-9]+) candidates:' "$tmp/server.txt") feasible candidates"
 claim "and $(figure '; ([0-9]+) infeasible;' "$tmp/server.txt") that do not fit or break a layout rule"
+claim "the default Server tune simulates $(figure '^[0-9]+ candidates: ([0-9]+) simulated' "$tmp/server.txt") of its"
 
 # The online example.
 "$fathom" online --initial-batch 32 --compare-static >"$tmp/online.txt" 2>&1
