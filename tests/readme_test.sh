@@ -37,8 +37,19 @@ range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
     if (p < plo) plo = p; if (p > phi) phi = p; if (s < slo) slo = s; if (s > shi) shi = s }
   END { printf "%.1f-%.1f QPS where its submitters reached %.1f-%.1f", slo, shi, plo, phi }' "$tmp/v51.txt")
 claim "DeepSeek-R1 on 8xB200 holds the limits at $range"
+# span FILE FIELD FILTER: "lo-hi" of |FIELD| (rounded) over the table rows matching the awk FILTER.
+span() {
+  awk "$3"' { v = $'"$2"'; if (v < 0) v = -v; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v }
+    END { printf "%d-%d", int(lo + 0.5), int(hi + 0.5) }' "$1"
+}
+claim "its p99 TTFT at their QPS comes out $(span "$tmp/v51.txt" 12 '$4 == "deepseek-r1" && $5 == "Server"')% below"
+claim "2 70B Interactive on 8xH200 come out $(span "$tmp/v51.txt" NF '$3 == "h200" && ($4 == "llama3.1-405b" || $5 == "Interactive") && $5 != "Offline"')% below"
+claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" NF '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
 claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput"
+claim "It reproduces its rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline $(span "$tmp/v60.txt" NF '$5 == "Offline"')% low), $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies and $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") on Server capacity"
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv --stack trtllm-1.0) >"$tmp/v60_old.txt" 2>&1
+claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% low Offline and its capacity $(span "$tmp/v60_old.txt" NF '$5 == "Server"')% low"
 
 # The default search space.
 "$fathom" tune --scenario server >"$tmp/server.txt" 2>&1
