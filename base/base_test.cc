@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -6,6 +7,7 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/process.h"
 #include "base/sim_time.h"
 #include "base/stats.h"
 
@@ -53,6 +55,20 @@ TEST_CASE("FormatCount: thousands separators, and no value wider than a table ce
   CHECK(FormatCount(1e300) == "1.0e+300");
   CHECK(FormatCount(std::nan("")) == "nan");
   CHECK(FormatCount(-INFINITY) == "-inf");
+}
+
+TEST_CASE("RunCommand: output, exit status, and a command that hangs killed at its time limit", "[base]") {
+  auto ok = RunCommand("echo hello; echo world", "--cmd", 5);
+  REQUIRE(ok.ok());
+  CHECK(*ok == "hello\nworld\n");
+  auto failed = RunCommand("echo oops; exit 3", "--cmd", 5);
+  CHECK(failed.status().message() == "--cmd = \"echo oops; exit 3\": exited with status 3: oops\n");
+  const auto start = std::chrono::steady_clock::now();
+  // The shell and the sleep it started are both killed: the call returns at the limit.
+  auto hung = RunCommand("sleep 30 & sleep 30", "--cmd", 0.3);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(hung.status().message() == "--cmd = \"sleep 30 & sleep 30\": did not finish within 0.3 s (--command-timeout); killed");
+  CHECK(took < 5);
 }
 
 TEST_CASE("FromSeconds: rounds to whole nanoseconds", "[base]") {

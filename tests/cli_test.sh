@@ -70,7 +70,7 @@ expect 0 "wrote 1000 requests" -- trace synth --requests 1000 --rate 2 --arrival
 expect 0 "burstiness CV" -- trace stats "$tmp/syn.csv"
 expect 0 "fitted lognormal lengths" -- trace synth --requests 100 --lengths fit --max-output 20000 \
   --from "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --out "$tmp/fit.jsonl"
-expect 2 "--cv = -1.000000: must be > 0" -- trace synth --arrival gamma --cv -1 --out "$tmp/never.jsonl"
+expect 2 "--cv = -1: must be > 0 and finite" -- trace synth --arrival gamma --cv -1 --out "$tmp/never.jsonl"
 [[ ! -e "$tmp/never.jsonl" ]] || { echo "FAIL: a failed synth left a file"; failed=$((failed + 1)); }
 expect 2 "bad.csv:3" -- trace convert "$tmp/bad.csv" --out "$tmp/half.csv"
 [[ ! -e "$tmp/half.csv" ]] || { echo "FAIL: a failed convert left a half-written file"; failed=$((failed + 1)); }
@@ -226,7 +226,11 @@ expect 0 "0 dropped" -- online --load 600:3 --initial-batch 32 --warmup-s 300 --
 expect 0 '"changes": ' -- online --load 300:3 --initial-batch 32 --warmup-s 300 --probe-s 300 --json --compare-static
 expect 2 '--load: segment "600" is not DURATION_S:RATE' -- online --load 600
 expect 2 "the choice (512 seqs, 2048 tokens) exceeds the limits the runtime started with (256 seqs, 8192 tokens)" -- online --max-batch 512
-expect 2 "--window-s = 0: must be > 0" -- online --window-s 0
+expect 2 "--window-s = 0: must be >= 1 and finite" -- online --window-s 0
+expect 2 "--cv = nan: must be > 0 and finite" -- trace synth --cv nan --out "$tmp/never.jsonl"
+expect 2 "--window-s = 1e-06: must be >= 1 and finite" -- online --window-s 1e-6
+expect 2 '--load = "": give at least one DURATION_S:RATE segment' -- online --load ""
+expect 2 '--load: segment "900:nan": the duration must be > 0 and the rate >= 0, both finite' -- online --load 900:nan
 expect 2 "--min-gain = -1: must be >= 0" -- online --min-gain -1
 expect 2 "--history-requests = 5: must be >= --min-requests" -- online --history-requests 5
 expect 0 "p99 limits TTFT 2000 ms / TPOT 200 ms" -- online --deployment "$tmp/best.json" --load 300:2 --max-output 1000
@@ -252,6 +256,10 @@ expect 2 "--load: for the emulated runtime, not with --metrics-cmd" -- online --
   --metrics-cmd "cat $tmp/page1" --apply-cmd true --load 60:1
 expect 2 "--metrics-cmd output line 1: expected a metric name" -- online --deployment "$tmp/best.json" \
   --metrics-cmd "echo '{}'" --apply-cmd true
+started=$SECONDS
+expect 2 '--metrics-cmd = "sleep 60": did not finish within 0.5 s (--command-timeout); killed' -- online \
+  --deployment "$tmp/best.json" --metrics-cmd "sleep 60" --apply-cmd true --command-timeout 0.5
+if (( SECONDS - started < 20 )); then passed=$((passed + 1)); else echo "FAIL: a hung --metrics-cmd was not cut short"; failed=$((failed + 1)); fi
 
 # Profiler.
 expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db "$tmp/prof.db"

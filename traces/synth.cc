@@ -7,6 +7,7 @@
 #include <map>
 #include <queue>
 
+#include "base/format.h"
 #include "base/random.h"
 
 namespace fathom::traces {
@@ -204,32 +205,39 @@ class CensoredLognormalNll final : public ceres::FirstOrderFunction {
 
 Status SynthSpec::Validate() const {
   auto bad = [](const std::string& flag, double v, const std::string& rule) {
-    return Status::InvalidArgument(flag + " = " + std::to_string(v) + ": " + rule);
+    return Status::InvalidArgument(flag + " = " + StrFormat("%g", v) + ": " + rule);
   };
-  if (arrivals.schedule.empty() && arrivals.rate_per_s <= 0) return bad("--rate", arrivals.rate_per_s, "must be > 0");
+  // Written so that NaN fails every rule.
+  auto positive = [](double v) { return v > 0 && std::isfinite(v); };
+  if (arrivals.schedule.empty() && !positive(arrivals.rate_per_s)) {
+    return bad("--rate", arrivals.rate_per_s, "must be > 0 and finite");
+  }
   for (const auto& s : arrivals.schedule) {
-    if (s.duration_s <= 0 || s.rate_per_s < 0) {
-      return bad("--schedule segment", s.duration_s, "needs a duration > 0 and a rate >= 0");
+    if (!positive(s.duration_s) || !(s.rate_per_s >= 0 && std::isfinite(s.rate_per_s))) {
+      return bad("--schedule segment", s.duration_s, "needs a duration > 0 and a rate >= 0, both finite");
     }
   }
-  if (arrivals.kind == ArrivalKind::kGamma && arrivals.cv <= 0) return bad("--cv", arrivals.cv, "must be > 0");
-  if (arrivals.kind == ArrivalKind::kWeibull && arrivals.weibull_shape <= 0) {
-    return bad("--weibull-shape", arrivals.weibull_shape, "must be > 0");
+  if (!positive(arrivals.cv)) return bad("--cv", arrivals.cv, "must be > 0 and finite");
+  if (!positive(arrivals.weibull_shape)) return bad("--weibull-shape", arrivals.weibull_shape, "must be > 0 and finite");
+  if (duration_s && !positive(*duration_s)) return bad("--duration", *duration_s, "must be > 0 and finite");
+  if (!std::isfinite(lengths.input.mu) || !std::isfinite(lengths.output.mu)) {
+    return bad("--input-mu/--output-mu", std::isfinite(lengths.input.mu) ? lengths.output.mu : lengths.input.mu,
+               "must be finite");
   }
   if (requests < 0) return bad("--requests", static_cast<double>(requests), "must be >= 0");
   if (lengths.kind == LengthModel::kEmpirical && lengths.samples.empty()) {
     return Status::InvalidArgument("empirical lengths need a trace with at least one request");
   }
-  if (lengths.correlation < -1 || lengths.correlation > 1) {
+  if (!(lengths.correlation >= -1 && lengths.correlation <= 1)) {
     return bad("--correlation", lengths.correlation, "must be in [-1, 1]");
   }
-  if (lengths.input.sigma <= 0 || lengths.output.sigma <= 0) {
+  if (!positive(lengths.input.sigma) || !positive(lengths.output.sigma)) {
     return bad("--input-sigma/--output-sigma", std::min(lengths.input.sigma, lengths.output.sigma), "must be > 0");
   }
-  if (conversations.turns_mean != 0 && conversations.turns_mean < 1) {
+  if (conversations.turns_mean != 0 && !(conversations.turns_mean >= 1 && std::isfinite(conversations.turns_mean))) {
     return bad("--turns", conversations.turns_mean, "must be >= 1 (or 0 for independent requests)");
   }
-  if (conversations.turns_mean >= 1 && conversations.think_time_s <= 0) {
+  if (conversations.turns_mean >= 1 && !positive(conversations.think_time_s)) {
     return bad("--think-time", conversations.think_time_s, "must be > 0");
   }
   return Status::Ok();

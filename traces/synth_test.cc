@@ -116,10 +116,19 @@ TEST_CASE("Synthesize: conversations share their earlier turns as prefix blocks"
 TEST_CASE("SynthSpec: invalid parameters name the flag and the rule", "[traces]") {
   SynthSpec spec;
   spec.arrivals.rate_per_s = 0;
-  CHECK(spec.Validate().message() == "--rate = 0.000000: must be > 0");
+  CHECK(spec.Validate().message() == "--rate = 0: must be > 0 and finite");
   spec.arrivals.rate_per_s = 1;
   spec.lengths.correlation = 2;
-  CHECK(spec.Validate().message() == "--correlation = 2.000000: must be in [-1, 1]");
+  CHECK(spec.Validate().message() == "--correlation = 2: must be in [-1, 1]");
+  spec.lengths.correlation = 0;
+  spec.arrivals.cv = std::nan("");  // NaN breaks every rule, never passes one
+  CHECK(spec.Validate().message() == "--cv = nan: must be > 0 and finite");
+  spec.arrivals.cv = 1;
+  spec.duration_s = -1;
+  CHECK(spec.Validate().message() == "--duration = -1: must be > 0 and finite");
+  spec.duration_s = std::nullopt;
+  spec.arrivals.schedule = {{60, INFINITY}};
+  CHECK(spec.Validate().message() == "--schedule segment = 60: needs a duration > 0 and a rate >= 0, both finite");
 }
 
 }  // namespace fathom::traces

@@ -1,7 +1,5 @@
 #include "tuner/live_runtime.h"
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "base/format.h"
+#include "base/process.h"
 #include "base/random.h"
 
 namespace fathom::tuner {
@@ -50,28 +49,15 @@ std::vector<int64_t> Representatives(const Histogram& h, int64_t limit) {
 
 }  // namespace
 
-Result<std::string> RunCommand(const std::string& command, const std::string& flag) {
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return Status::IoError(flag + " = \"" + command + "\": could not start it");
-  std::string out;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != 0) {
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : status;
-    const std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
-    return Status::Unavailable(flag + " = \"" + command + "\": exited with status " + std::to_string(code) +
-                               (tail.empty() ? "" : ": " + tail));
-  }
-  return out;
-}
-
 Result<std::unique_ptr<LiveRuntime>> LiveRuntime::Create(LiveRuntimeOptions options) {
   if (options.metrics_cmd.empty()) return Status::InvalidArgument("--metrics-cmd: give the command that prints the metrics");
   if (options.apply_cmd.empty()) return Status::InvalidArgument("--apply-cmd: give the command that applies new limits");
-  if (!(options.window_s > 0)) {
-    return Status::InvalidArgument("--window-s = " + StrFormat("%g", options.window_s) + ": must be > 0");
+  if (!(options.window_s > 0) || !std::isfinite(options.window_s)) {
+    return Status::InvalidArgument("--window-s = " + StrFormat("%g", options.window_s) + ": must be > 0 and finite");
+  }
+  if (!(options.command_timeout_s > 0) || !std::isfinite(options.command_timeout_s)) {
+    return Status::InvalidArgument("--command-timeout = " + StrFormat("%g", options.command_timeout_s) +
+                                   ": must be > 0 and finite");
   }
   if (!options.wait) {
     options.wait = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
@@ -82,7 +68,7 @@ Result<std::unique_ptr<LiveRuntime>> LiveRuntime::Create(LiveRuntimeOptions opti
 }
 
 Result<Metrics> LiveRuntime::Scrape() const {
-  FATHOM_ASSIGN_OR_RETURN(std::string text, RunCommand(options_.metrics_cmd, "--metrics-cmd"));
+  FATHOM_ASSIGN_OR_RETURN(std::string text, RunCommand(options_.metrics_cmd, "--metrics-cmd", options_.command_timeout_s));
   FATHOM_ASSIGN_OR_RETURN(Metrics m, ParsePrometheusText(text, "--metrics-cmd output"));
   if (!m.count("vllm:request_success_total") || !m.count("vllm:num_requests_running")) {
     return Status::InvalidArgument("--metrics-cmd output: no vllm:request_success_total or vllm:num_requests_running "
@@ -150,7 +136,7 @@ Status LiveRuntime::Apply(const BatchLimits& limits) {
   };
   replace("{max_batch}", limits.max_batch);
   replace("{max_num_tokens}", limits.max_num_tokens);
-  return RunCommand(command, "--apply-cmd").status();
+  return RunCommand(command, "--apply-cmd", options_.command_timeout_s).status();
 }
 
 }  // namespace fathom::tuner

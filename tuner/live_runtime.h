@@ -19,6 +19,7 @@ struct LiveRuntimeOptions {
   std::string metrics_cmd;  // prints the metrics, e.g. curl -s http://localhost:8000/metrics
   std::string apply_cmd;    // {max_batch} and {max_num_tokens} are replaced by the new limits
   double window_s = 60;
+  double command_timeout_s = 30;  // either command not done by then is killed and stops the loop
   int64_t max_sample = 2000;  // finished requests' lengths kept per window, at most
   // Waits out a window (seconds); the default sleeps. Tests pass one that returns at once.
   std::function<void(double)> wait;
@@ -47,9 +48,5 @@ class LiveRuntime : public ServingRuntime {
   double elapsed_s_ = 0;
   uint64_t pairing_seed_ = 1;
 };
-
-// Runs `command` through the shell; its standard output, or an error naming `flag` with the
-// exit status and the output's end.
-Result<std::string> RunCommand(const std::string& command, const std::string& flag);
 
 }  // namespace fathom::tuner

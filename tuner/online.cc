@@ -348,7 +348,10 @@ Result<std::unique_ptr<SimulatedRuntime>> SimulatedRuntime::Create(const sim::De
                                                                    double window_s,
                                                                    const models::HardwareCatalog& catalog,
                                                                    const sim::TimeModelFactory& make_time) {
-  if (!(window_s > 0)) return Status::InvalidArgument("--window-s = " + StrFormat("%g", window_s) + ": must be > 0");
+  // Windows of simulated time: shorter than a second they hold no evidence and only multiply.
+  if (!(window_s >= 1) || !std::isfinite(window_s)) {
+    return Status::InvalidArgument("--window-s = " + StrFormat("%g", window_s) + ": must be >= 1 and finite");
+  }
   auto state = std::make_unique<State>();
   FATHOM_ASSIGN_OR_RETURN(state->resolved, sim::Resolve(deployment, catalog, make_time));
   sim::SimulationSpec spec = state->resolved->spec;

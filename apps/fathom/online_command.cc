@@ -28,6 +28,7 @@ struct OnlineFlags {
   TraceReadFlags read;
   std::string load = "900:3,900:8,900:2";
   double window_s = 60;
+  double command_timeout_s = 30;
   int64_t initial_batch = 0, initial_tokens = 0;  // 0: the deployment's
   std::optional<double> ttft_ms, tpot_ms;
   tuner::OnlineOptions options;
@@ -166,6 +167,7 @@ Status RunOnlineCommand(OnlineFlags f) {
     lo.metrics_cmd = f.metrics_cmd;
     lo.apply_cmd = f.apply_cmd;
     lo.window_s = f.window_s;
+    lo.command_timeout_s = f.command_timeout_s;
     FATHOM_ASSIGN_OR_RETURN(runtime, tuner::LiveRuntime::Create(lo));
   } else {
     FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(d.model, "", f.trace, f.read));
@@ -225,6 +227,9 @@ void RegisterOnline(CLI::App& app, Status* result) {
                   "A live runtime: the command that applies new limits ({max_batch} and {max_num_tokens} replaced)");
   cmd->add_option("--windows", f->windows, "Stop after this many windows (0: when the runtime ends)")->capture_default_str();
   cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
+  cmd->add_option("--command-timeout", f->command_timeout_s,
+                  "A live runtime: seconds --metrics-cmd or --apply-cmd may run before it is killed and the loop stops")
+      ->capture_default_str();
   cmd->add_option("--initial-batch", f->initial_batch, "Running sequences per rank at start (default: the deployment's)");
   cmd->add_option("--initial-tokens", f->initial_tokens, "Tokens per iteration per rank at start (default: the deployment's)");
   cmd->add_option("--max-batch", o.max_batch, "Batch limits the tuner may choose (default: 1/8 .. 1 of the deployment's)")

@@ -107,8 +107,12 @@ Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, 
       return Status::InvalidArgument(flag + ": segment \"" + item +
                                      "\" is not DURATION_S:RATE (e.g. 3600:2.5)");
     }
+    if (!(seg.duration_s > 0) || !std::isfinite(seg.duration_s) || !(seg.rate_per_s >= 0) || !std::isfinite(seg.rate_per_s)) {
+      return Status::InvalidArgument(flag + ": segment \"" + item + "\": the duration must be > 0 and the rate >= 0, both finite");
+    }
     out.push_back(seg);
   }
+  if (out.empty()) return Status::InvalidArgument(flag + " = \"" + text + "\": give at least one DURATION_S:RATE segment");
   return out;
 }
 
