@@ -13,10 +13,12 @@ std::filesystem::path ConfigDir() {
 }
 
 // Reads the weight formats a checkpoint ships in from its quantization_config.
-void ReadNativePrecision(const Json& config, ModelArch* m) {
-  if (!config.contains("quantization_config") || !config["quantization_config"].is_object()) return;
+Status ReadNativePrecision(const Json& config, const std::string& source, ModelArch* m) {
+  if (!config.contains("quantization_config") || !config["quantization_config"].is_object()) return Status::Ok();
   const Json& q = config["quantization_config"];
-  const std::string method = q.value("quant_method", "");
+  JsonFields f(q, source + ": quantization_config");
+  const std::string method = f.String("quant_method", "");
+  FATHOM_RETURN_IF_ERROR(f.status());
   if (method == "fp8") {
     m->native_moe_weights = DType::kFp8;
     m->native_dense_weights = DType::kFp8;
@@ -31,6 +33,7 @@ void ReadNativePrecision(const Json& config, ModelArch* m) {
     }
     m->native_dense_weights = attention_excluded ? DType::kBf16 : DType::kMxfp4;
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -233,7 +236,7 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
     }
   }
   FATHOM_RETURN_IF_ERROR(f.status());
-  ReadNativePrecision(config, &m);
+  FATHOM_RETURN_IF_ERROR(ReadNativePrecision(config, source, &m));
   m.name = source;
   return m;
 }

@@ -144,35 +144,53 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   std::map<std::pair<int64_t, int64_t>, std::vector<NamedRange>> annotations;
   std::vector<models::KernelRecord> out;
   auto us_to_ns = [](const Json& v) { return static_cast<int64_t>(std::llround(v.get<double>() * 1000.0)); };
+  // Kineto writes a GPU stream's tid as "stream 7": its number; other ids as integers.
+  auto id = [](const Json& v) -> int64_t {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (!v.is_string()) return 0;
+    const std::string text = v.get<std::string>();
+    const size_t digits = text.find_last_not_of("0123456789");
+    const std::string tail = digits == std::string::npos ? text : text.substr(digits + 1);
+    return tail.empty() || tail.size() > 9 ? 0 : std::stoll(tail);
+  };
   for (size_t i = 0; i < events->size(); ++i) {
     const Json& e = (*events)[i];
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("dur") ||
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X" || !e.contains("ts") || !e.contains("dur") ||
         !e["ts"].is_number() || !e["dur"].is_number()) {
       continue;
     }
-    const std::string cat = e.value("cat", "");
+    JsonFields f(e, path + ": traceEvents[" + std::to_string(i) + "]");
+    const std::string cat = f.String("cat", "");
+    const std::string name = f.String("name", "");
+    FATHOM_RETURN_IF_ERROR(f.status());
     const int64_t start = us_to_ns(e["ts"]);
     const int64_t end = start + us_to_ns(e["dur"]);
-    const Json args = e.contains("args") && e["args"].is_object() ? e["args"] : Json::object();
-    const int64_t device = args.value("device", e.value("pid", 0));
-    const int64_t stream = args.value("stream", e.value("tid", 0));
+    static const Json kNone = Json::object();
+    const Json& args = e.contains("args") && e["args"].is_object() ? e["args"] : kNone;
+    JsonFields a(args, f.source() + ": args");
+    const int64_t device = args.contains("device") ? id(args["device"]) : e.contains("pid") ? id(e["pid"]) : 0;
+    const int64_t stream = args.contains("stream") ? id(args["stream"]) : e.contains("tid") ? id(e["tid"]) : 0;
     if (cat == "gpu_user_annotation") {
-      annotations[{device, stream}].push_back({start, end, e.value("name", "")});
+      annotations[{device, stream}].push_back({start, end, name});
       continue;
     }
     if (cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") continue;
     models::KernelRecord k;
     k.kind = cat == "kernel" ? "kernel" : (cat == "gpu_memcpy" ? "memcpy" : "memset");
-    k.name = e.value("name", "");
+    k.name = name;
     k.start_ns = start;
     k.end_ns = end;
     k.device = static_cast<int32_t>(device);
     k.stream = static_cast<int32_t>(stream);
-    k.correlation = args.value("correlation", 0);
-    for (int d = 0; d < 3; ++d) {
-      if (args.contains("grid") && args["grid"].is_array() && args["grid"].size() == 3) k.grid[d] = args["grid"][d].get<int>();
-      if (args.contains("block") && args["block"].is_array() && args["block"].size() == 3)
-        k.block[d] = args["block"][d].get<int>();
+    k.correlation = a.Int("correlation", 0);
+    FATHOM_RETURN_IF_ERROR(a.status());
+    for (const char* key : {"grid", "block"}) {
+      if (!args.contains(key) || !args[key].is_array() || args[key].size() != 3) continue;
+      for (int d = 0; d < 3; ++d) {
+        const Json& v = args[key][d];
+        if (!v.is_number_integer()) return Status::InvalidArgument(a.source() + ": field '" + key + "': not three integers");
+        (std::string(key) == "grid" ? k.grid : k.block)[d] = v.get<int>();
+      }
     }
     k.source = path;
     out.push_back(std::move(k));

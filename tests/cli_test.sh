@@ -178,6 +178,15 @@ expect 0 "2,291 requests were still waiting for their first token" -- simulate -
 "$fathom" simulate --samples 100 --timeline "$tmp/timeline.json" >/dev/null 2>&1
 if grep -q '"steps":' "$tmp/timeline.json"; then passed=$((passed + 1)); else
   echo "FAIL: timeline events lack args.steps"; failed=$((failed + 1)); fi
+# Inputs of the wrong type are errors naming the file and field, never a crash.
+echo '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":"stream 7","ts":1,"dur":2}]}' >"$tmp/kineto.json"
+expect 0 "imported 1 records" -- profile import "$tmp/kineto.json" --db "$tmp/kineto.db" --hardware h100
+echo '{"traceEvents":[{"ph":"X","cat":"kernel","name":5,"ts":1,"dur":2}]}' >"$tmp/kineto_bad.json"
+expect 2 "kineto_bad.json: traceEvents[0]: field 'name' = 5: must be a string" -- profile import "$tmp/kineto_bad.json" \
+  --db "$tmp/kineto_bad.db" --hardware h100
+echo '{"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,"intermediate_size":11008,
+  "vocab_size":32000,"quantization_config":{"quant_method":8}}' >"$tmp/quant.json"
+expect 2 "quant.json: quantization_config: field 'quant_method' = 8: must be a string" -- memory --model "$tmp/quant.json"
 if [[ ! -e /dev/nvidiactl ]]; then
   expect 2 "an NVIDIA GPU and driver are missing" -- profile run -- /bin/true
 fi

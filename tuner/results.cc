@@ -165,7 +165,6 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
     auto d = sim::DeploymentFromJson(config, path_ + ": sweep " + id + ": candidate config");
     if (!d.ok()) return d.status();
     const Json metrics = Json::parse(st.Text(3), nullptr, false);
-    if (!metrics.is_object()) return Status::InvalidArgument(path_ + ": sweep " + id + ": metrics are not a JSON object");
     auto [it, added] = index.try_emplace(id, out.size());
     if (added) {
       StoredSweep legacy;
@@ -176,7 +175,7 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
       legacy.info.gpus = d->TotalGpus();
       out.push_back(legacy);
     }
-    CandidateResult r = CandidateFromJson(*d, metrics);
+    FATHOM_ASSIGN_OR_RETURN(CandidateResult r, CandidateFromJson(*d, metrics, path_ + ": sweep " + id + ": candidate metrics"));
     if (r.below_qps > 0) continue;  // pruned by a probe: no figures to report
     out[it->second].results.push_back(std::move(r));
   }
@@ -189,26 +188,29 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
   return out;
 }
 
-CandidateResult CandidateFromJson(const sim::DeploymentConfig& config, const Json& j) {
+Result<CandidateResult> CandidateFromJson(const sim::DeploymentConfig& config, const Json& j,
+                                          const std::string& source) {
+  JsonFields f(j, source);
   CandidateResult r;
   r.config = config;
-  r.valid = j.value("valid", false);
-  r.throughput_tokens_per_s = j.value("throughput_tokens_per_s", 0.0);
-  r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
-  r.loadgen_tokens_per_s = j.value("loadgen_tokens_per_s", r.throughput_tokens_per_s);
-  r.tokens_per_s_per_user = j.value("tokens_per_s_per_user", 0.0);
-  r.qps = j.value("qps", 0.0);
-  r.ttft_p99_ms = j.value("ttft_p99_ms", 0.0);
-  r.tpot_p99_ms = j.value("tpot_p99_ms", 0.0);
-  r.cost_per_million_tokens = j.value("cost_per_million_tokens", 0.0);
-  r.bound = j.value("bound", 0.0);
-  r.run_samples = j.value("run_samples", int64_t{0});
-  r.run_s = j.value("run_s", 0.0);
-  r.failure = j.value("failure", std::string());
-  r.failed_qps = j.value("failed_qps", 0.0);
-  r.failed_ttft_p99_ms = j.value("failed_ttft_p99_ms", 0.0);
-  r.failed_tpot_p99_ms = j.value("failed_tpot_p99_ms", 0.0);
-  r.below_qps = j.value("below_qps", 0.0);
+  r.valid = f.Bool("valid", false);
+  r.throughput_tokens_per_s = f.Double("throughput_tokens_per_s", 0.0);
+  r.tokens_per_s_per_gpu = f.Double("tokens_per_s_per_gpu", 0.0);
+  r.loadgen_tokens_per_s = f.Double("loadgen_tokens_per_s", r.throughput_tokens_per_s);
+  r.tokens_per_s_per_user = f.Double("tokens_per_s_per_user", 0.0);
+  r.qps = f.Double("qps", 0.0);
+  r.ttft_p99_ms = f.Double("ttft_p99_ms", 0.0);
+  r.tpot_p99_ms = f.Double("tpot_p99_ms", 0.0);
+  r.cost_per_million_tokens = f.Double("cost_per_million_tokens", 0.0);
+  r.bound = f.Double("bound", 0.0);
+  r.run_samples = f.Int("run_samples", 0);
+  r.run_s = f.Double("run_s", 0.0);
+  r.failure = f.String("failure", "");
+  r.failed_qps = f.Double("failed_qps", 0.0);
+  r.failed_ttft_p99_ms = f.Double("failed_ttft_p99_ms", 0.0);
+  r.failed_tpot_p99_ms = f.Double("failed_tpot_p99_ms", 0.0);
+  r.below_qps = f.Double("below_qps", 0.0);
+  FATHOM_RETURN_IF_ERROR(f.status());
   r.reused = true;
   return r;
 }

@@ -65,7 +65,9 @@ class ResultStore {
   std::string path_;
 };
 
-// A stored candidate's metrics back into a result for `config`.
-CandidateResult CandidateFromJson(const sim::DeploymentConfig& config, const Json& metrics);
+// A stored candidate's metrics back into a result for `config`; a field of the wrong type (a
+// corrupt or foreign row) is an error naming `source` and the field.
+Result<CandidateResult> CandidateFromJson(const sim::DeploymentConfig& config, const Json& metrics,
+                                          const std::string& source);
 
 }  // namespace fathom::tuner

@@ -108,6 +108,22 @@ TEST_CASE("ResultStore: opening a missing file or another database for reading i
   std::filesystem::remove(other);
 }
 
+TEST_CASE("CandidateFromJson: a stored row of the wrong shape is an error naming the store and field", "[tuner]") {
+  sim::DeploymentConfig d;
+  auto ok = CandidateFromJson(d, Json::parse(R"({"valid": true, "qps": 4.5, "run_samples": 26382})"), "s.db: sweep 1");
+  REQUIRE(ok.ok());
+  CHECK(ok->valid);
+  CHECK(ok->qps == 4.5);
+  CHECK(ok->reused);
+  CHECK(CandidateFromJson(d, Json::parse(R"({"valid": "yes"})"), "s.db: sweep 1").status().message() ==
+        "s.db: sweep 1: field 'valid' = \"yes\": must be true or false");
+  CHECK(CandidateFromJson(d, Json::parse(R"({"qps": [1]})"), "s.db: sweep 1").status().message().find("field 'qps'") !=
+        std::string::npos);
+  // A row whose metrics are not JSON at all (parsed without exceptions: discarded).
+  CHECK(CandidateFromJson(d, Json::parse("{oops", nullptr, false), "s.db: sweep 1").status().message() ==
+        "s.db: sweep 1: expected a JSON object");
+}
+
 TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid result is matched by one", "[tuner]") {
   std::vector<CandidateResult> all;
   for (int i = 0; i < 60; ++i) {

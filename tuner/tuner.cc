@@ -533,18 +533,21 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   // A resumed sweep starts from the best it has stored, so whatever an earlier run pruned is pruned
   // again whatever order the threads reach the candidates in.
   double best = 0;
+  std::map<std::string, CandidateResult> stored_results;
   for (const auto& item : items) {
     if (auto it = stored.find(item.key); it != stored.end()) {
-      const CandidateResult r = CandidateFromJson(item.config, it->second);
+      FATHOM_ASSIGN_OR_RETURN(CandidateResult r, CandidateFromJson(item.config, it->second,
+                                                                   o.db_path + ": sweep " + out.sweep_id + ": candidate metrics"));
       if (r.valid) best = std::max(best, r.Objective(server));
+      stored_results.emplace(item.key, std::move(r));
     }
   }
   Status failure;
   ParallelFor(items.size(), o.jobs, [&](size_t i) {
     const Item& item = items[i];
-    auto it = stored.find(item.key);
-    if (it != stored.end()) {
-      CandidateResult r = CandidateFromJson(item.config, it->second);
+    auto it = stored_results.find(item.key);
+    if (it != stored_results.end()) {
+      const CandidateResult& r = it->second;
       std::lock_guard<std::mutex> lock(mu);
       if (r.below_qps > 0) {
         ++pruned;

@@ -146,6 +146,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    // Last resort: no input may crash fathom silently; reaching here is a bug.
+    std::fprintf(stderr, "fathom: internal error: %s (a bug in fathom: please report it with the command line)\n",
+                 e.what());
+    return 70;
   }
   if (!result.ok()) {
     std::fprintf(stderr, "fathom: error: %s\n", result.message().c_str());
