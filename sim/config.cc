@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "base/format.h"
+
 namespace fathom::sim {
 namespace {
 
@@ -70,6 +72,23 @@ std::string_view Name(Scenario s) {
     case Scenario::kClosedLoop: return "closed-loop";
   }
   return "";
+}
+
+Status ScenarioConfig::Validate() const {
+  auto bad = [](const char* flag, double v, const char* rule) {
+    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) + ": " + rule);
+  };
+  if (!(qps >= 0 && std::isfinite(qps))) return bad("--qps", qps, "must be >= 0 and finite");
+  if (samples < 0) return bad("--samples", static_cast<double>(samples), "must be >= 0");
+  if (!(min_duration_s >= 0 && std::isfinite(min_duration_s))) {
+    return bad("--min-duration", min_duration_s, "must be >= 0 and finite");
+  }
+  if (clients < 0) return bad("--clients", clients, "must be >= 0");
+  if (!(think_time_s >= 0 && think_time_s <= 1e9)) return bad("--think-time", think_time_s, "must be in [0, 1e9] s");
+  for (const auto& [flag, limit] : {std::pair{"--ttft-ms", ttft_limit_ms}, {"--tpot-ms", tpot_limit_ms}}) {
+    if (limit && !(*limit > 0 && std::isfinite(*limit))) return bad(flag, *limit, "must be > 0 and finite");
+  }
+  return Status::Ok();
 }
 
 Status EngineConfig::Validate() const {

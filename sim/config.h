@@ -89,6 +89,9 @@ struct ScenarioConfig {
   // > 0: end the run as soon as this many requests have broken the TTFT or the TPOT limit, when
   // the p99 can no longer be met (a QPS search needs no more than that).
   int64_t stop_after_violations = 0;
+
+  // Every number finite and in range (NaN breaks every rule); the message names the flag.
+  Status Validate() const;
 };
 
 }  // namespace fathom::sim

@@ -285,6 +285,10 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
   FATHOM_ASSIGN_OR_RETURN(PoolSpec decode, pool(out->decode_layout, d.decode.instances, spec.decode_engine,
                                                 &out->decode_plan, &out->decode_time, "decode pool"));
   spec.decode_pool = decode;
+  if (d.kv_link_gb_per_s != 0 && !(d.kv_link_gb_per_s >= 1e-3 && std::isfinite(d.kv_link_gb_per_s))) {
+    return Status::InvalidArgument("kv_link_gb_per_s = " + StrFormat("%g", d.kv_link_gb_per_s) +
+                                   ": must be 0 (the GPU's scale-out bandwidth) or at least 0.001 GB/s, finite");
+  }
   // Each GPU of the prefill instance sends its share of the KV over its own NIC.
   const double per_gpu = d.kv_link_gb_per_s > 0 ? d.kv_link_gb_per_s * 1e9 : out->hardware.scale_out_bytes_per_s;
   spec.disagg.kv_link_bytes_per_s = per_gpu;

@@ -187,6 +187,10 @@ expect 2 "kineto_bad.json: traceEvents[0]: field 'name' = 5: must be a string" -
 echo '{"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,"intermediate_size":11008,
   "vocab_size":32000,"quantization_config":{"quant_method":8}}' >"$tmp/quant.json"
 expect 2 "quant.json: quantization_config: field 'quant_method' = 8: must be a string" -- memory --model "$tmp/quant.json"
+expect 2 "--think-time = nan: must be in [0, 1e9] s" -- simulate --scenario closed-loop --clients 4 --samples 20 --think-time nan
+expect 2 "--qps = inf: must be >= 0 and finite" -- simulate --scenario server --qps inf
+expect 2 "kv_link_gb_per_s = 1e-300: must be 0" -- simulate --disagg --prefill-instances 1 --prefill-tp 4 --prefill-ep 4 \
+  --decode-instances 1 --decode-tp 4 --decode-ep 4 --decode-attn-dp 4 --kv-link-gbps 1e-300 --scenario server --qps 1
 if [[ ! -e /dev/nvidiactl ]]; then
   expect 2 "an NVIDIA GPU and driver are missing" -- profile run -- /bin/true
 fi

@@ -232,8 +232,7 @@ Status Run(SimulateFlags f) {
   if (sc.scenario == sim::Scenario::kClosedLoop && sc.clients < 1) {
     return Status::InvalidArgument("--clients = " + std::to_string(sc.clients) + ": must be >= 1 for closed-loop");
   }
-  if (sc.samples < 0) return Status::InvalidArgument("--samples = " + std::to_string(sc.samples) + ": must be >= 0");
-  if (sc.min_duration_s < 0) return Status::InvalidArgument("--min-duration must be >= 0");
+  FATHOM_RETURN_IF_ERROR(sc.Validate());
 
   // Requests for one run; error bars need the same requests again.
   std::vector<traces::Request> dataset;
