@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/files.h"
+#include "base/format.h"
 #include "base/json_fields.h"
 
 namespace fathom::models {
@@ -34,11 +35,12 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   hw.name = f.String("name");
   hw.description = f.String("description", "");
   hw.vendor = f.String("vendor", "");
-  hw.memory_bytes = f.Double("memory_gb") * 1e9;
-  hw.hbm_bytes_per_s = f.Double("hbm_bandwidth_tb_per_s") * 1e12;
-  hw.scale_up_bytes_per_s = f.Double("scale_up_gb_per_s") * 1e9;
-  hw.scale_up_domain_gpus = static_cast<int>(f.Int("scale_up_domain_gpus"));
-  hw.scale_out_bytes_per_s = f.Double("scale_out_gbit_per_s") * 1e9 / 8.0;
+  // As typed, checked below before the conversion to bytes, FLOP/s.
+  const double memory_gb = f.Double("memory_gb");
+  const double hbm_tb_per_s = f.Double("hbm_bandwidth_tb_per_s");
+  const double scale_up_gb_per_s = f.Double("scale_up_gb_per_s");
+  const int64_t domain = f.Int("scale_up_domain_gpus");
+  const double scale_out_gbit_per_s = f.Double("scale_out_gbit_per_s");
   hw.power_watts = f.Double("power_watts", 0.0);
   hw.price_per_gpu_hour_usd = f.Double("price_per_gpu_hour_usd", 0.0);
   FATHOM_RETURN_IF_ERROR(f.status());
@@ -47,22 +49,35 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
                                           "bf16 and optionally fp8, fp4 in TFLOP/s)");
   }
   JsonFields peaks(doc["dense_tflops"], path + ": dense_tflops");
-  hw.peak_bf16_flops = peaks.Double("bf16") * 1e12;
-  hw.peak_fp8_flops = peaks.Double("fp8", 0.0) * 1e12;
-  hw.peak_fp4_flops = peaks.Double("fp4", 0.0) * 1e12;
+  const double bf16 = peaks.Double("bf16"), fp8 = peaks.Double("fp8", 0.0), fp4 = peaks.Double("fp4", 0.0);
   FATHOM_RETURN_IF_ERROR(peaks.status());
 
-  auto positive = [&](const char* field, double v) -> Status {
-    if (v > 0) return Status::Ok();
-    return Status::InvalidArgument(path + ": field '" + field + "' = " + std::to_string(v) +
-                                   ": must be > 0");
+  // Physical ranges, generous enough for any accelerator: a value outside one is a typo or a unit
+  // slip (1e-9 TB/s, 1e300 GB) that would otherwise make the simulation meaningless. NaN fails.
+  auto in_range = [&](const char* field, double as_typed, double lo, double hi) -> Status {
+    if (as_typed >= lo && as_typed <= hi) return Status::Ok();
+    return Status::InvalidArgument(path + ": field '" + field + "' = " + StrFormat("%g", as_typed) + ": must be in [" +
+                                   StrFormat("%g", lo) + ", " + StrFormat("%g", hi) + "]");
   };
-  FATHOM_RETURN_IF_ERROR(positive("memory_gb", hw.memory_bytes));
-  FATHOM_RETURN_IF_ERROR(positive("hbm_bandwidth_tb_per_s", hw.hbm_bytes_per_s));
-  FATHOM_RETURN_IF_ERROR(positive("dense_tflops.bf16", hw.peak_bf16_flops));
-  FATHOM_RETURN_IF_ERROR(positive("scale_up_gb_per_s", hw.scale_up_bytes_per_s));
-  FATHOM_RETURN_IF_ERROR(positive("scale_up_domain_gpus", hw.scale_up_domain_gpus));
-  FATHOM_RETURN_IF_ERROR(positive("scale_out_gbit_per_s", hw.scale_out_bytes_per_s));
+  if (hw.name.empty()) return Status::InvalidArgument(path + ": field 'name' = \"\": must not be empty");
+  FATHOM_RETURN_IF_ERROR(in_range("memory_gb", memory_gb, 1, 1e5));
+  FATHOM_RETURN_IF_ERROR(in_range("hbm_bandwidth_tb_per_s", hbm_tb_per_s, 0.01, 1000));
+  FATHOM_RETURN_IF_ERROR(in_range("dense_tflops.bf16", bf16, 1, 1e6));
+  if (fp8 != 0) FATHOM_RETURN_IF_ERROR(in_range("dense_tflops.fp8", fp8, 1, 1e6));
+  if (fp4 != 0) FATHOM_RETURN_IF_ERROR(in_range("dense_tflops.fp4", fp4, 1, 1e6));
+  FATHOM_RETURN_IF_ERROR(in_range("scale_up_gb_per_s", scale_up_gb_per_s, 0.1, 1e6));
+  FATHOM_RETURN_IF_ERROR(in_range("scale_up_domain_gpus", static_cast<double>(domain), 1, 1e5));
+  FATHOM_RETURN_IF_ERROR(in_range("scale_out_gbit_per_s", scale_out_gbit_per_s, 0.1, 1e6));
+  if (doc.contains("power_watts")) FATHOM_RETURN_IF_ERROR(in_range("power_watts", hw.power_watts, 1, 1e5));
+  FATHOM_RETURN_IF_ERROR(in_range("price_per_gpu_hour_usd", hw.price_per_gpu_hour_usd, 0, 1e4));
+  hw.memory_bytes = memory_gb * 1e9;
+  hw.hbm_bytes_per_s = hbm_tb_per_s * 1e12;
+  hw.peak_bf16_flops = bf16 * 1e12;
+  hw.peak_fp8_flops = fp8 * 1e12;
+  hw.peak_fp4_flops = fp4 * 1e12;
+  hw.scale_up_bytes_per_s = scale_up_gb_per_s * 1e9;
+  hw.scale_up_domain_gpus = static_cast<int>(domain);
+  hw.scale_out_bytes_per_s = scale_out_gbit_per_s * 1e9 / 8.0;
   return hw;
 }
 

@@ -33,7 +33,7 @@ TEST_CASE("HardwareCatalog: an unknown GPU lists the known ones", "[models]") {
   CHECK(r.status().message().find("b200") != std::string::npos);
 }
 
-TEST_CASE("LoadHardwareFile: a missing or non-positive field names the file and the rule", "[models]") {
+TEST_CASE("LoadHardwareFile: a missing, empty or out-of-range field names the file and the rule", "[models]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string path = (dir / "fathom_gpu.json").string();
   REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 0,
@@ -41,10 +41,19 @@ TEST_CASE("LoadHardwareFile: a missing or non-positive field names the file and 
     "scale_out_gbit_per_s": 400})").ok());
   auto r = LoadHardwareFile(path);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.status().message() == path + ": field 'hbm_bandwidth_tb_per_s' = 0.000000: must be > 0");
+  CHECK(r.status().message() == path + ": field 'hbm_bandwidth_tb_per_s' = 0: must be in [0.01, 1000]");
   REQUIRE(WriteFileAtomic(path, R"({"name": "x"})").ok());
   r = LoadHardwareFile(path);
   CHECK(r.status().message() == path + ": field 'memory_gb': missing (required number)");
+  // Absurd values are unit slips, said as typed; NaN breaks every range.
+  const std::string good = R"("dense_tflops": {"bf16": 100}, "scale_up_gb_per_s": 100, "scale_up_domain_gpus": 8,
+    "scale_out_gbit_per_s": 400)";
+  REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 1e300, "hbm_bandwidth_tb_per_s": 3, )" + good + "}").ok());
+  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'memory_gb' = 1e+300: must be in [1, 100000]");
+  REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, "price_per_gpu_hour_usd": -1, )" + good + "}").ok());
+  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'price_per_gpu_hour_usd' = -1: must be in [0, 10000]");
+  REQUIRE(WriteFileAtomic(path, R"({"name": "", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, )" + good + "}").ok());
+  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'name' = \"\": must not be empty");
   std::filesystem::remove(path);
 }
 
