@@ -3,11 +3,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "base/process.h"
+#include "base/sqlite.h"
 #include "base/sim_time.h"
 #include "base/stats.h"
 
@@ -69,6 +71,53 @@ TEST_CASE("RunCommand: output, exit status, and a command that hangs killed at i
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(hung.status().message() == "--cmd = \"sleep 30 & sleep 30\": did not finish within 0.3 s (--command-timeout); killed");
   CHECK(took < 5);
+}
+
+TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both finish, garbage is named", "[base]") {
+  using sqlite::Database;
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_sqlite_test.db").string();
+  std::filesystem::remove(path);
+  auto w = Database::Open(path, Database::Mode::kReadWriteCreate, "test database");
+  REQUIRE(w.ok());
+  REQUIRE(w->Exec("CREATE TABLE t(x INTEGER)").ok());
+  REQUIRE(w->Exec("INSERT INTO t VALUES(1)").ok());
+  auto count = [](Database& db) {
+    auto st = db.Prepare("SELECT count(*) FROM t");
+    REQUIRE(st.ok());
+    auto row = st->Step();
+    REQUIRE(row.ok());
+    return st->Int(0);
+  };
+  // A reader in the middle of a read transaction (`fathom report` on a running sweep).
+  auto r = Database::Open(path, Database::Mode::kReadOnly, "test database");
+  REQUIRE(r.ok());
+  REQUIRE(r->Exec("BEGIN").ok());
+  CHECK(count(*r) == 1);
+  CHECK(w->Exec("INSERT INTO t VALUES(2)").ok());  // commits while the reader holds its snapshot
+  CHECK(count(*r) == 1);
+  REQUIRE(r->Exec("COMMIT").ok());
+  CHECK(count(*r) == 2);
+  // A second writer waits for the first instead of failing with "database is locked".
+  auto w2 = Database::Open(path, Database::Mode::kReadWriteCreate, "test database");
+  REQUIRE(w2.ok());
+  REQUIRE(w->Exec("BEGIN IMMEDIATE; INSERT INTO t VALUES(3)").ok());
+  std::thread commit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(w->Exec("COMMIT").ok());
+  });
+  CHECK(w2->Exec("INSERT INTO t VALUES(4)").ok());
+  commit.join();
+  CHECK(count(*w2) == 4);
+  // Not a database, or no such file: errors naming the path.
+  REQUIRE(WriteFileAtomic(path + ".txt", std::string(4096, 'x')).ok());
+  CHECK(Database::Open(path + ".txt", Database::Mode::kReadOnly, "test database").status().message().rfind(
+            path + ".txt: not a test database", 0) == 0);
+  CHECK(Database::Open(path + ".none", Database::Mode::kReadOnly, "test database").status().message() ==
+        path + ".none: no such test database");
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  std::filesystem::remove(path + ".txt");
 }
 
 TEST_CASE("FromSeconds: rounds to whole nanoseconds", "[base]") {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "base/json_fields.h"
+#include "base/sqlite.h"
 #include "base/status.h"
 #include "sim/config.h"
 #include "tuner/tuner.h"
 
-struct sqlite3;
 
 namespace fathom::tuner {
 
@@ -46,10 +46,9 @@ class ResultStore {
   // Opens an existing store without writing to it; a missing file or one that is not a results
   // store is an error naming the path.
   static Result<std::unique_ptr<ResultStore>> OpenExisting(const std::string& path);
-  ~ResultStore();
 
   // The stored metrics of a sweep's candidates, by candidate key.
-  std::map<std::string, Json> Load(const std::string& sweep);
+  Result<std::map<std::string, Json>> Load(const std::string& sweep);
   // Thread-compatible, not thread-safe: callers serialise writes.
   Status Save(const std::string& sweep, const std::string& key, const CandidateResult& result);
   Status Record(const SweepInfo& info);
@@ -58,11 +57,9 @@ class ResultStore {
   Result<std::vector<StoredSweep>> Sweeps();
 
  private:
-  ResultStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  Status Exec(const std::string& sql);
+  explicit ResultStore(sqlite::Database db) : db_(std::move(db)) {}
 
-  sqlite3* db_;
-  std::string path_;
+  sqlite::Database db_;
 };
 
 // A stored candidate's metrics back into a result for `config`; a field of the wrong type (a

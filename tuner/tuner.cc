@@ -508,7 +508,7 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
     info.candidates = out.candidates;
     info.infeasible = out.infeasible;
     FATHOM_RETURN_IF_ERROR(store->Record(info));
-    stored = store->Load(out.sweep_id);
+    FATHOM_ASSIGN_OR_RETURN(stored, store->Load(out.sweep_id));
   }
 
   // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
