@@ -24,6 +24,11 @@ Status Statement::Bind(int i, const std::optional<double>& value) {
   return value ? Bind(i, *value) : Check(sqlite3_bind_null(stmt_, i), "bind");
 }
 
+Status Statement::Reset() {
+  sqlite3_reset(stmt_);  // returns the last step's error, already reported
+  return Check(sqlite3_clear_bindings(stmt_), "reset");
+}
+
 Result<bool> Statement::Step() {
   const int code = sqlite3_step(stmt_);
   if (code == SQLITE_ROW) return true;
@@ -81,7 +86,7 @@ Result<Database> Database::Open(const std::string& path, Mode mode, const std::s
   return db;
 }
 
-Status Database::Exec(const std::string& sql) {
+Status Database::Exec(const std::string& sql) const {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     const std::string msg = err ? err : sqlite3_errmsg(db_);
@@ -91,7 +96,7 @@ Status Database::Exec(const std::string& sql) {
   return Status::Ok();
 }
 
-Result<Statement> Database::Prepare(const std::string& sql) {
+Result<Statement> Database::Prepare(const std::string& sql) const {
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
     sqlite3_finalize(stmt);
@@ -100,7 +105,7 @@ Result<Statement> Database::Prepare(const std::string& sql) {
   return Statement(stmt, path_.get());
 }
 
-bool Database::HasTable(const std::string& name) {
+bool Database::HasTable(const std::string& name) const {
   auto st = Prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
   if (!st.ok() || !st->Bind(1, name).ok()) return false;
   auto row = st->Step();

@@ -25,6 +25,7 @@ class Statement {
   Status Bind(int i, double value);
   Status Bind(int i, int64_t value);
   Status Bind(int i, const std::optional<double>& value);  // NULL when empty
+  Status Reset();  // ready to bind and step again
   // True with a row to read, false when done.
   Result<bool> Step();
 
@@ -51,9 +52,9 @@ class Database {
   Database& operator=(Database&& other) noexcept;
   ~Database();
 
-  Status Exec(const std::string& sql);
-  Result<Statement> Prepare(const std::string& sql);
-  bool HasTable(const std::string& name);
+  Status Exec(const std::string& sql) const;
+  Result<Statement> Prepare(const std::string& sql) const;
+  bool HasTable(const std::string& name) const;
   const std::string& path() const { return *path_; }
 
  private:

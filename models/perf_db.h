@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/sqlite.h"
 #include "base/status.h"
 
-struct sqlite3;
 
 namespace fathom::models {
 
@@ -52,9 +52,6 @@ class PerfDb {
  public:
   // Opens (creating when missing) the database at `path`; ":memory:" for a temporary one.
   static Result<PerfDb> Open(const std::string& path);
-  PerfDb(PerfDb&& other) noexcept;
-  PerfDb& operator=(PerfDb&& other) noexcept;
-  ~PerfDb();
 
   Status Insert(const OpMeasurement& m);
   Status Insert(const std::vector<OpMeasurement>& rows);  // all or nothing
@@ -68,11 +65,9 @@ class PerfDb {
   Result<std::vector<std::string>> HardwareNames() const;  // GPUs with operator rows
 
  private:
-  explicit PerfDb(sqlite3* db) : db_(db) {}
-  Status Exec(const std::string& sql) const;
+  explicit PerfDb(sqlite::Database db) : db_(std::move(db)) {}
   Status InsertOne(const OpMeasurement& m);  // inside a transaction
-  sqlite3* db_ = nullptr;
-  std::string path_;
+  sqlite::Database db_;
 };
 
 // The integer value of `key` in a dims string ("heads=16 kv_heads=1"); nullopt when absent or
