@@ -1,37 +1,20 @@
 #include "profiler/import.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <tuple>
 
 #include "base/csv.h"
 #include "base/json_fields.h"
 #include "base/line_reader.h"
+#include "base/sqlite.h"
 #include "models/hardware.h"
 #include "profiler/activity.h"
 
 namespace fathom::profiler {
-namespace {
-
-bool HasTable(sqlite3* db, const std::string& name) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1, &st, nullptr);
-  sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  const bool found = sqlite3_step(st) == SQLITE_ROW;
-  sqlite3_finalize(st);
-  return found;
-}
-
-std::string Text(sqlite3_stmt* st, int col) {
-  const unsigned char* t = sqlite3_column_text(st, col);
-  return t ? reinterpret_cast<const char*>(t) : "";
-}
-
-}  // namespace
 
 Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -53,79 +36,70 @@ Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
 }
 
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return Status::IoError(path + ": cannot open as SQLite");
-  }
-  std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, &sqlite3_close);
-  if (!HasTable(db, "CUPTI_ACTIVITY_KIND_KERNEL") || !HasTable(db, "StringIds")) {
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Database db, sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly,
+                                                                      "Nsight Systems SQLite export"));
+  if (!db.HasTable("CUPTI_ACTIVITY_KIND_KERNEL") || !db.HasTable("StringIds")) {
     return Status::InvalidArgument(path + ": table CUPTI_ACTIVITY_KIND_KERNEL or StringIds missing (export with "
                                           "`nsys export --type sqlite`)");
   }
+  // Runs `sql` and hands each row to `row`; a table whose layout is not the one expected is an
+  // error naming the file.
+  auto each_row = [&](const std::string& sql, const std::function<void(const sqlite::Statement&)>& row) -> Status {
+    auto st = db.Prepare(sql);
+    if (!st.ok()) return Status::InvalidArgument(path + ": unexpected table layout: " + st.status().message());
+    for (;;) {
+      FATHOM_ASSIGN_OR_RETURN(bool more, st->Step());
+      if (!more) return Status::Ok();
+      row(*st);
+    }
+  };
   // The NVTX ranges per thread and the API calls that launched work, then the records, each
   // matched to its launch call by correlation id.
   ActivityLog log;
-  if (HasTable(db, "NVTX_EVENTS")) {
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db,
-                       "SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
-                       "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
-                       -1, &st, nullptr);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      log.AddRange(sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), Text(st, 3));
-    }
-    sqlite3_finalize(st);
+  if (db.HasTable("NVTX_EVENTS")) {
+    FATHOM_RETURN_IF_ERROR(each_row("SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
+                                    "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
+                                    [&](const sqlite::Statement& st) { log.AddRange(st.Int(2), st.Int(0), st.Int(1), st.Text(3)); }));
   }
-  if (HasTable(db, "CUPTI_ACTIVITY_KIND_RUNTIME")) {
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db, "SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME", -1, &st, nullptr);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      log.AddLaunch(sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
-    }
-    sqlite3_finalize(st);
+  if (db.HasTable("CUPTI_ACTIVITY_KIND_RUNTIME")) {
+    FATHOM_RETURN_IF_ERROR(each_row("SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+                                    [&](const sqlite::Statement& st) { log.AddLaunch(st.Int(0), st.Int(1), st.Int(2)); }));
   }
-
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db,
-                     "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, s.value, k.gridX, k.gridY, "
-                     "k.gridZ, k.blockX, k.blockY, k.blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                     "JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start",
-                     -1, &st, nullptr);
-  if (st == nullptr) return Status::InvalidArgument(path + ": unexpected kernel table layout: " + sqlite3_errmsg(db));
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    models::KernelRecord k;
-    k.start_ns = sqlite3_column_int64(st, 0);
-    k.end_ns = sqlite3_column_int64(st, 1);
-    k.device = sqlite3_column_int(st, 2);
-    k.stream = sqlite3_column_int(st, 3);
-    k.correlation = sqlite3_column_int64(st, 4);
-    k.name = Text(st, 5);
-    for (int i = 0; i < 3; ++i) {
-      k.grid[i] = sqlite3_column_int(st, 6 + i);
-      k.block[i] = sqlite3_column_int(st, 9 + i);
-    }
-    k.source = path;
-    log.AddRecord(std::move(k));
-  }
-  sqlite3_finalize(st);
-  for (const char* table : {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
-    if (!HasTable(db, table)) continue;
-    sqlite3_prepare_v2(db, ("SELECT start, end, deviceId, streamId, correlationId FROM " + std::string(table)).c_str(), -1,
-                       &st, nullptr);
-    while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
-      models::KernelRecord k;
-      k.kind = std::string(table).find("MEMCPY") != std::string::npos ? "memcpy" : "memset";
-      k.name = k.kind;
-      k.start_ns = sqlite3_column_int64(st, 0);
-      k.end_ns = sqlite3_column_int64(st, 1);
-      k.device = sqlite3_column_int(st, 2);
-      k.stream = sqlite3_column_int(st, 3);
-      k.correlation = sqlite3_column_int64(st, 4);
-      k.source = path;
-      log.AddRecord(std::move(k));
-    }
-    sqlite3_finalize(st);
+  FATHOM_RETURN_IF_ERROR(each_row(
+      "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, s.value, k.gridX, k.gridY, "
+      "k.gridZ, k.blockX, k.blockY, k.blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+      "JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start",
+      [&](const sqlite::Statement& st) {
+        models::KernelRecord k;
+        k.start_ns = st.Int(0);
+        k.end_ns = st.Int(1);
+        k.device = static_cast<int32_t>(st.Int(2));
+        k.stream = static_cast<int32_t>(st.Int(3));
+        k.correlation = st.Int(4);
+        k.name = st.Text(5);
+        for (int i = 0; i < 3; ++i) {
+          k.grid[i] = static_cast<int32_t>(st.Int(6 + i));
+          k.block[i] = static_cast<int32_t>(st.Int(9 + i));
+        }
+        k.source = path;
+        log.AddRecord(std::move(k));
+      }));
+  for (const std::string table : {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
+    if (!db.HasTable(table)) continue;
+    const std::string kind = table.find("MEMCPY") != std::string::npos ? "memcpy" : "memset";
+    FATHOM_RETURN_IF_ERROR(each_row("SELECT start, end, deviceId, streamId, correlationId FROM " + table,
+                                    [&](const sqlite::Statement& st) {
+                                      models::KernelRecord k;
+                                      k.kind = kind;
+                                      k.name = kind;
+                                      k.start_ns = st.Int(0);
+                                      k.end_ns = st.Int(1);
+                                      k.device = static_cast<int32_t>(st.Int(2));
+                                      k.stream = static_cast<int32_t>(st.Int(3));
+                                      k.correlation = st.Int(4);
+                                      k.source = path;
+                                      log.AddRecord(std::move(k));
+                                    }));
   }
   return log.Take(/*final=*/true);
 }

@@ -44,6 +44,11 @@ TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX ra
   CHECK(gemm.nvtx_range == "layer.0");
   CHECK((*records)[4].nvtx_range == "layer.1");  // name through StringIds (textId)
   std::filesystem::remove(path);
+  // A file that looks like SQLite but is not, and an export without the kernel table.
+  const std::string garbage = path + ".garbage";
+  REQUIRE(WriteFileAtomic(garbage, std::string("SQLite format 3") + std::string(4000, '\x7f')).ok());
+  CHECK(ReadNsysSqlite(garbage).status().message().rfind(garbage + ": not a Nsight Systems SQLite export", 0) == 0);
+  std::filesystem::remove(garbage);
 }
 
 TEST_CASE("ReadPytorchTrace: kernels, copies and GPU user annotations", "[profiler]") {
