@@ -241,6 +241,9 @@ expect 2 '--load: segment "600" is not DURATION_S:RATE' -- online --load 600
 expect 2 "the choice (512 seqs, 2048 tokens) exceeds the limits the runtime started with (256 seqs, 8192 tokens)" -- online --max-batch 512
 expect 2 "--window-s = 0: must be >= 1 and finite" -- online --window-s 0
 expect 2 "--cv = nan: must be > 0 and finite" -- trace synth --cv nan --out "$tmp/never.jsonl"
+expect 2 "--time-scale = nan: must be > 0 and finite" -- trace convert "$data/burstgpt_sample.csv" --time-scale nan --out "$tmp/never.jsonl"
+expect 2 "--rate = inf: must be > 0 and finite" -- trace convert "$data/burstgpt_sample.csv" --rate inf --out "$tmp/never.jsonl"
+expect 2 "--min-input = -3: must be >= 0" -- trace convert "$data/burstgpt_sample.csv" --min-input -3 --out "$tmp/never.jsonl"
 expect 2 "--window-s = 1e-06: must be >= 1 and finite" -- online --window-s 1e-6
 expect 2 '--load = "": give at least one DURATION_S:RATE segment' -- online --load ""
 expect 2 '--load: segment "900:nan": the duration must be > 0 and the rate >= 0, both finite' -- online --load 900:nan

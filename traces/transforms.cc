@@ -1,7 +1,9 @@
 #include "traces/transforms.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "base/format.h"
 #include "base/random.h"
 
 namespace fathom::traces {
@@ -152,14 +154,18 @@ class RepeatReader : public TraceReader {
 }  // namespace
 
 Status TransformOptions::Validate() const {
-  if (sample_fraction <= 0 || sample_fraction > 1) {
-    return Status::InvalidArgument("--sample-fraction = " + std::to_string(sample_fraction) + ": must be in (0, 1]");
+  // Written so that NaN fails every rule.
+  auto bad = [](const char* flag, double v, const char* rule) {
+    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) + ": " + rule);
+  };
+  if (!(sample_fraction > 0 && sample_fraction <= 1)) return bad("--sample-fraction", sample_fraction, "must be in (0, 1]");
+  if (!(time_scale > 0 && std::isfinite(time_scale))) return bad("--time-scale", time_scale, "must be > 0 and finite");
+  if (rate && !(*rate > 0 && std::isfinite(*rate))) return bad("--rate", *rate, "must be > 0 and finite");
+  if (head && *head < 0) return bad("--head", static_cast<double>(*head), "must be >= 0");
+  for (const auto& [flag, bound] : {std::pair{"--min-input", min_input}, {"--max-input", max_input},
+                                    {"--min-output", min_output}, {"--max-output-filter", max_output}}) {
+    if (bound && *bound < 0) return bad(flag, static_cast<double>(*bound), "must be >= 0");
   }
-  if (time_scale <= 0) {
-    return Status::InvalidArgument("--time-scale = " + std::to_string(time_scale) + ": must be > 0");
-  }
-  if (rate && *rate <= 0) return Status::InvalidArgument("--rate = " + std::to_string(*rate) + ": must be > 0");
-  if (head && *head < 0) return Status::InvalidArgument("--head = " + std::to_string(*head) + ": must be >= 0");
   return Status::Ok();
 }
 
