@@ -786,6 +786,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
     for (const Entry& e : batch.ranks[r]) {
       Sequence& s = (*slots_)[e.slot];
       s.in_flight = false;
+      const int64_t generated_before = s.generated;
       bool sampled = false;
       if (!e.decode) {
         counters_.prefill_tokens += e.tokens;
@@ -825,6 +826,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         }
       }
       if (!sampled) continue;
+      listener_->OnTokens(e.slot, s.generated - generated_before, now);
       if (!s.has_first_token) {
         s.has_first_token = true;
         s.first_token = now;

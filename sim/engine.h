@@ -28,6 +28,8 @@ class EngineListener {
   virtual void OnFirstToken(int64_t slot, SimTime t) = 0;
   virtual void OnComplete(int64_t slot, SimTime t) = 0;
   virtual void OnPrefillDone(int64_t slot, SimTime t) = 0;  // disaggregated prefill instances
+  // Tokens a sequence stepped explicitly produced (every token when implicit_decode is off).
+  virtual void OnTokens(int64_t slot, int64_t count, SimTime t) { (void)slot, (void)count, (void)t; }
   // `steps` identical decode iterations back to back (merged into one call), `tokens` over all.
   virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
                            int64_t sequences) = 0;

@@ -3,19 +3,8 @@
 #include <algorithm>
 
 #include "base/format.h"
-#include "base/stats.h"
 
 namespace fathom::sim {
-namespace {
-
-double Mean(const std::vector<float>& v) {
-  double sum = 0;
-  for (float x : v) sum += x;
-  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
-}
-
-}  // namespace
-
 std::vector<std::string> SimulationResult::InvalidReasons() const {
   std::vector<std::string> why;
   if (stopped_early) why.push_back("stopped once over 1% of requests broke a limit");
@@ -199,7 +188,7 @@ void Simulator::Issue(const traces::Request& r) {
   Sequence& s = slots_[slot];
   s = Sequence{};
   s.request_id = r.id;
-  s.issue_index = issued_;
+  s.issue_index = score_.issued();
   s.scheduled = now;
   s.input = r.input_tokens;
   s.output = r.output_tokens;
@@ -207,9 +196,8 @@ void Simulator::Issue(const traces::Request& r) {
   s.prefix = r.prefix_blocks;
   AdvanceLittle(now);
   ++in_system_;
-  ++issued_;
+  score_.Issued(ToSeconds(now));
   peak_in_system_ = std::max(peak_in_system_, in_system_);
-  last_issue_ = now;
   waiting_at_last_issue_ = ++awaiting_first_token_;
   if (Watching()) deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
@@ -220,6 +208,45 @@ void Simulator::Issue(const traces::Request& r) {
                  static_cast<long long>(r.output_tokens), engine, rank);
   }
   Kick(engine);
+}
+
+void Simulator::Inject(const traces::Request& r) {
+  started_ = true;  // live: the requests come from outside, not from the source
+  Issue(r);
+}
+
+std::optional<SimTime> Simulator::NextEventTime() const {
+  if (queue_.empty()) return std::nullopt;
+  return queue_.next_time();
+}
+
+EngineCounters Simulator::Counters() const {
+  EngineCounters sum;
+  for (const auto& engine : engines_) {
+    const EngineCounters& c = engine->counters();
+    sum.iterations += c.iterations;
+    sum.prefill_tokens += c.prefill_tokens;
+    sum.cached_tokens += c.cached_tokens;
+    sum.recomputed_tokens += c.recomputed_tokens;
+    sum.decode_tokens += c.decode_tokens;
+    sum.generated_tokens += c.generated_tokens;
+    sum.preemptions += c.preemptions;
+    sum.swapped_bytes += c.swapped_bytes;
+  }
+  return sum;
+}
+
+double Simulator::KvUtilization() const {
+  double sum = 0;
+  int ranks = 0;
+  for (const auto& engine : engines_) {
+    for (int r = 0; r < engine->num_ranks(); ++r, ++ranks) sum += engine->KvUtilization(r);
+  }
+  return ranks > 0 ? sum / ranks : 0.0;
+}
+
+void Simulator::OnTokens(int64_t slot, int64_t count, SimTime t) {
+  if (on_tokens_) on_tokens_(slots_[slot].request_id, count, t);
 }
 
 void Simulator::CountViolation(int64_t* violations) {
@@ -271,19 +298,10 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   Sequence& s = slots_[slot];
   const double ttft = ToMillis(s.first_token - s.scheduled);
   const double e2e = ToMillis(t - s.scheduled);
-  ttft_ms_.push_back(static_cast<float>(ttft));
-  e2e_ms_.push_back(static_cast<float>(e2e));
-  if (s.output > 1) {
-    const double tpot = (e2e - ttft) / static_cast<double>(s.output - 1);
-    tpot_ms_.push_back(static_cast<float>(tpot));
-    if (limits_ && tpot > limits_->tpot_ms && !s.tpot_violation_counted) CountViolation(&tpot_violations_);
-  }
-  output_tokens_ += s.output;
-  input_tokens_ += s.input;
-  last_completion_ = t;
-  if (s.issue_index > latest_done_index_) {
-    latest_done_index_ = s.issue_index;
-    latest_done_at_ = t;
+  score_.Completed(s.issue_index, ttft, e2e, ToSeconds(t), s.input, s.output);
+  if (limits_ && s.output > 1 && !s.tpot_violation_counted &&
+      (e2e - ttft) / static_cast<double>(s.output - 1) > limits_->tpot_ms) {
+    CountViolation(&tpot_violations_);
   }
   AdvanceLittle(t);
   --in_system_;
@@ -422,72 +440,32 @@ Result<SimulationResult> Simulator::Run() {
   FATHOM_RETURN_IF_ERROR(Advance(SimTime::max()));
 
   SimulationResult res;
-  res.completed_requests = static_cast<int64_t>(e2e_ms_.size());
-  res.stopped_early = stopped_;
-  res.ttft_violations = ttft_violations_;
-  res.tpot_violations = tpot_violations_;
-  if (res.completed_requests != issued_ && !stopped_) {
+  const int64_t completed = score_.completed(), issued = score_.issued();
+  if (completed != issued && !stopped_) {
     return Status::InvalidArgument(
-        "the deployment could not serve every request (" + std::to_string(issued_ - res.completed_requests) +
+        "the deployment could not serve every request (" + std::to_string(issued - completed) +
         " never completed): a request needs more KV cache than one attention rank has; lower the "
         "output cap or use more GPUs per rank");
   }
-  res.output_tokens = output_tokens_;
-  res.input_tokens = input_tokens_;
-  const ScenarioConfig& sc = spec_.scenario;
-  const bool per_sample_queries = sc.scenario == Scenario::kServer || sc.scenario == Scenario::kInteractive;
-  res.drain_end_s = ToSeconds(last_completion_);
-  res.duration_s = per_sample_queries ? ToSeconds(latest_done_at_) : res.drain_end_s;
-  if (res.duration_s > 0) {
-    res.throughput_tokens_per_s = output_tokens_ / res.duration_s;
-    // LoadGen counts n - 1 Server samples: the last one opens the interval's end.
-    const int64_t counted = per_sample_queries ? std::max<int64_t>(res.completed_requests - 1, 1) : res.completed_requests;
-    res.requests_per_s = counted / res.duration_s;
-  }
+  score_.Fill(spec_.scenario, limits_, spec_.total_gpus, stopped_, &res);
+  res.ttft_violations = ttft_violations_;
+  res.tpot_violations = tpot_violations_;
   if (res.drain_end_s > 0) {
     res.mean_in_system = little_area_ / res.drain_end_s;
-    res.arrival_rate_per_s = issued_ / res.drain_end_s;
+    res.arrival_rate_per_s = issued / res.drain_end_s;
   }
-  res.tokens_per_s_per_gpu = res.throughput_tokens_per_s / spec_.total_gpus;
-  res.sustained_tokens_per_s = res.throughput_tokens_per_s;
-  if (per_sample_queries && last_issue_ > SimTime{}) res.sustained_tokens_per_s = output_tokens_ / ToSeconds(last_issue_);
-  res.ttft_mean_ms = Mean(ttft_ms_);
-  res.tpot_mean_ms = Mean(tpot_ms_);
-  res.e2e_mean_ms = Mean(e2e_ms_);
-  res.ttft_p50_ms = Percentile(ttft_ms_, 0.50);
-  res.ttft_p99_ms = Percentile(ttft_ms_, 0.99);
-  res.tpot_p50_ms = Percentile(tpot_ms_, 0.50);
-  res.tpot_p99_ms = Percentile(tpot_ms_, 0.99);
-  res.e2e_p50_ms = Percentile(e2e_ms_, 0.50);
-  res.e2e_p99_ms = Percentile(e2e_ms_, 0.99);
   res.peak_in_flight = peak_in_system_;
-  if (sc.scenario != Scenario::kOffline && sc.scenario != Scenario::kClosedLoop) {
-    res.last_arrival_s = ToSeconds(last_issue_);
+  const Scenario scenario = spec_.scenario.scenario;
+  if (scenario != Scenario::kOffline && scenario != Scenario::kClosedLoop) {
+    res.last_arrival_s = score_.last_issue_s();
     res.waiting_at_last_arrival = waiting_at_last_issue_;
-    const double minute_of_arrivals = res.last_arrival_s > 0 ? 60.0 * issued_ / res.last_arrival_s : 0;
+    const double minute_of_arrivals = res.last_arrival_s > 0 ? 60.0 * issued / res.last_arrival_s : 0;
     res.overloaded = res.waiting_at_last_arrival > std::max(1.0, minute_of_arrivals);
   }
 
-  res.limits = limits_;
-  res.latency_limits_met =
-      !stopped_ && res.limits && res.ttft_p99_ms <= res.limits->ttft_ms && res.tpot_p99_ms <= res.limits->tpot_ms;
-  // LoadGen: a Server run's length is the last sample's scheduled time; an Offline one's, its latency.
-  res.run_length_s = per_sample_queries ? ToSeconds(last_issue_) : res.duration_s;
-  res.min_duration_s = sc.min_duration_s;
-  res.min_duration_met = res.run_length_s >= sc.min_duration_s;
-  res.mlperf_valid = res.min_duration_met && (sc.scenario == Scenario::kOffline || res.latency_limits_met);
-
+  res.counters = Counters();
   int64_t lookups = 0, hits = 0;
   for (const auto& engine : engines_) {
-    const EngineCounters& c = engine->counters();
-    res.counters.iterations += c.iterations;
-    res.counters.prefill_tokens += c.prefill_tokens;
-    res.counters.cached_tokens += c.cached_tokens;
-    res.counters.recomputed_tokens += c.recomputed_tokens;
-    res.counters.decode_tokens += c.decode_tokens;
-    res.counters.generated_tokens += c.generated_tokens;
-    res.counters.preemptions += c.preemptions;
-    res.counters.swapped_bytes += c.swapped_bytes;
     res.kv_peak_utilization = std::max(res.kv_peak_utilization, engine->PeakKvUtilization());
     lookups += engine->prefix_lookups();
     hits += engine->prefix_hits();

@@ -18,6 +18,7 @@
 #include "sim/engine.h"
 #include "sim/event_queue.h"
 #include "sim/mlperf.h"
+#include "sim/run_score.h"
 #include "sim/workload.h"
 
 namespace fathom::sim {
@@ -112,8 +113,16 @@ class Simulator : public EngineListener {
   Status SetBatchLimits(int64_t max_batch, int64_t max_num_tokens);
   void set_on_first_token(std::function<void(const RequestRecord&)> f) { on_first_token_ = std::move(f); }
   void set_on_complete(std::function<void(const RequestRecord&)> f) { on_complete_ = std::move(f); }
+  // Live serving: a request issued now (the source may have none of its own), tokens as each
+  // iteration produces them (needs EngineConfig::implicit_decode off), and what is due next.
+  void Inject(const traces::Request& r);
+  void set_on_tokens(std::function<void(int64_t request_id, int64_t count, SimTime t)> f) { on_tokens_ = std::move(f); }
+  std::optional<SimTime> NextEventTime() const;
+  int64_t awaiting_first_token() const { return awaiting_first_token_; }
+  double KvUtilization() const;  // mean over attention ranks of every engine, now
+  EngineCounters Counters() const;  // summed over engines, so far
   SimTime now() const { return queue_.now(); }
-  int64_t issued() const { return issued_; }
+  int64_t issued() const { return score_.issued(); }
   int64_t in_system() const { return in_system_; }
   // No event left: every issued request has finished (or can never be served).
   bool finished() const { return started_ && queue_.empty(); }
@@ -122,6 +131,7 @@ class Simulator : public EngineListener {
   void OnFirstToken(int64_t slot, SimTime t) override;
   void OnComplete(int64_t slot, SimTime t) override;
   void OnPrefillDone(int64_t slot, SimTime t) override;
+  void OnTokens(int64_t slot, int64_t count, SimTime t) override;
   void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
                    int64_t sequences) override;
 
@@ -155,6 +165,7 @@ class Simulator : public EngineListener {
   bool closed_loop_ = false;
   bool started_ = false;
   std::function<void(const RequestRecord&)> on_first_token_, on_complete_;
+  std::function<void(int64_t, int64_t, SimTime)> on_tokens_;
 
   // Metrics.
   void CountViolation(int64_t* violations);  // sets stopped_ at stop_after_violations
@@ -168,19 +179,14 @@ class Simulator : public EngineListener {
     bool operator>(const Deadline& o) const { return at > o.at; }
   };
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines_;
-  std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;
-  int64_t output_tokens_ = 0, input_tokens_ = 0;
-  SimTime last_completion_{0};
+  RunScore score_;
   std::optional<LatencyLimits> limits_;
   int64_t ttft_violations_ = 0, tpot_violations_ = 0;
   bool stopped_ = false;
-  int64_t latest_done_index_ = -1;  // issue index of the latest-issued request completed so far
-  SimTime latest_done_at_{0};       // and its completion time
-  int64_t in_system_ = 0, peak_in_system_ = 0, issued_ = 0;
+  int64_t in_system_ = 0, peak_in_system_ = 0;
   int64_t awaiting_first_token_ = 0, waiting_at_last_issue_ = 0;
   SimTime little_last_{0};
   double little_area_ = 0;  // request-seconds
-  SimTime last_issue_{0};
 
   std::FILE* requests_csv_ = nullptr;
   std::FILE* timeline_ = nullptr;
