@@ -4,14 +4,37 @@
 
 namespace fathom {
 
-Result<Json> ReadJsonFile(const std::string& path) {
-  FATHOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+Result<Json> ParseJson(std::string_view text, const std::string& source) {
+  // The parser recurses per level: refuse deep nesting before it can exhaust the stack.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return Status::InvalidArgument(source + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                       " levels at byte " + std::to_string(i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    return Status::InvalidArgument(path + ": malformed JSON at byte " + std::to_string(e.byte) +
-                                   ": " + e.what());
+    return Status::InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
+}
+
+Result<Json> ReadJsonFile(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseJson(text, path);
 }
 
 JsonFields::JsonFields(const Json& obj, std::string source) : obj_(obj), source_(std::move(source)) {

@@ -13,7 +13,11 @@ namespace fathom {
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
-// Parses a whole JSON file; the error names the file and the byte where parsing stopped.
+// Parses JSON text nested at most kMaxJsonDepth levels; errors name `source` and the byte where
+// parsing stopped.
+inline constexpr int kMaxJsonDepth = 256;
+Result<Json> ParseJson(std::string_view text, const std::string& source);
+// Parses a whole JSON file the same way.
 Result<Json> ReadJsonFile(const std::string& path);
 
 // Typed access to the fields of one JSON object. The first failure is kept in status(); later
