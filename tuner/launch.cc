@@ -15,6 +15,9 @@ std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Po
   const int dp = p.attn_dp;
   std::string s = "vllm serve " + id;
   s += StrFormat(" --tensor-parallel-size %d", p.tp / dp);
+  // vLLM quantizes a higher-precision checkpoint to FP8 as it loads it.
+  const auto served = FromHuggingFaceId(id);
+  if (d.weights == "fp8" && served && served->weights != "fp8") s += " --quantization fp8";
   if (p.pp > 1) s += StrFormat(" --pipeline-parallel-size %d", p.pp);
   if (dp > 1) s += StrFormat(" --data-parallel-size %d", dp);
   if (p.ep > 1) s += " --enable-expert-parallel";
@@ -87,15 +90,40 @@ std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const 
 
 }  // namespace
 
+namespace {
+
+// Built-in models and the repositories they are served from: (model, FP4 checkpoint, default).
+struct Repo {
+  const char* model;
+  const char* fp4;         // NVIDIA's FP4 checkpoint, if any
+  const char* checkpoint;  // the original
+  const char* native;      // the original's weight format
+};
+constexpr Repo kRepos[] = {
+    {"deepseek-r1", "nvidia/DeepSeek-R1-FP4", "deepseek-ai/DeepSeek-R1", "fp8"},
+    {"llama3.1-405b", "nvidia/Llama-3.1-405B-Instruct-FP4", "meta-llama/Llama-3.1-405B-Instruct", "bf16"},
+    {"llama2-70b", nullptr, "meta-llama/Llama-2-70b-chat-hf", "bf16"},
+    {"gpt-oss-120b", nullptr, "openai/gpt-oss-120b", "mxfp4"},
+    {"qwen3-235b-a22b", nullptr, "Qwen/Qwen3-235B-A22B", "bf16"},
+    {"mixtral-8x7b", nullptr, "mistralai/Mixtral-8x7B-Instruct-v0.1", "bf16"},
+};
+
+}  // namespace
+
 std::string HuggingFaceId(const std::string& model, const std::string& weights) {
   const bool fp4 = weights == "fp4" || weights == "nvfp4";
-  if (model == "deepseek-r1") return fp4 ? "nvidia/DeepSeek-R1-FP4" : "deepseek-ai/DeepSeek-R1";
-  if (model == "llama3.1-405b") return fp4 ? "nvidia/Llama-3.1-405B-Instruct-FP4" : "meta-llama/Llama-3.1-405B-Instruct";
-  if (model == "llama2-70b") return "meta-llama/Llama-2-70b-chat-hf";
-  if (model == "gpt-oss-120b") return "openai/gpt-oss-120b";
-  if (model == "qwen3-235b-a22b") return "Qwen/Qwen3-235B-A22B";
-  if (model == "mixtral-8x7b") return "mistralai/Mixtral-8x7B-Instruct-v0.1";
+  for (const Repo& r : kRepos) {
+    if (model == r.model) return fp4 && r.fp4 != nullptr ? r.fp4 : r.checkpoint;
+  }
   return model;
+}
+
+std::optional<ServedModel> FromHuggingFaceId(const std::string& id) {
+  for (const Repo& r : kRepos) {
+    if (r.fp4 != nullptr && id == r.fp4) return ServedModel{r.model, "fp4"};
+    if (id == r.checkpoint || id == r.model) return ServedModel{r.model, r.native};
+  }
+  return std::nullopt;
 }
 
 LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d) {

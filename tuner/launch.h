@@ -1,6 +1,7 @@
 // Ready-to-run launch commands for a deployment on real engines.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "sim/deployment_config.h"
@@ -20,5 +21,13 @@ LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d);
 
 // The Hugging Face repository a built-in model is served from (the name itself otherwise).
 std::string HuggingFaceId(const std::string& model, const std::string& weights);
+
+// The other way: the built-in model a repository (or a built-in name) serves, and the weight
+// format its checkpoint holds.
+struct ServedModel {
+  std::string model;
+  std::string weights;
+};
+std::optional<ServedModel> FromHuggingFaceId(const std::string& id);
 
 }  // namespace fathom::tuner
