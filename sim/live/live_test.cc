@@ -1,0 +1,213 @@
+#include <httplib.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "models/hardware.h"
+#include "models/roofline.h"
+#include "sim/deployment_config.h"
+#include "sim/live/live_engine.h"
+#include "sim/live/loadgen.h"
+#include "sim/live/openai_server.h"
+
+namespace fathom::sim {
+namespace {
+
+// Llama 2 70B on 2 x H200 (TP2, FP8), priced by the roofline.
+std::unique_ptr<ResolvedDeployment> Llama() {
+  DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.gpus = d.tp = 2;
+  d.ep = d.attn_dp = 1;
+  d.weights = "fp8";
+  d.kv = "fp8";
+  d.engine.max_batch = 64;
+  d.engine.max_num_tokens = 2048;
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  auto factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+                    const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::RooflineModel>(m, hw, l, p);
+  };
+  auto r = Resolve(d, *catalog, factory);
+  INFO(r.status().message());
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+// A run of `n` requests at `qps` (simulated time), all 200 prompt tokens and 40 output tokens.
+std::vector<traces::Request> Requests(int n) {
+  std::vector<traces::Request> v;
+  for (int i = 0; i < n; ++i) v.push_back({i, std::nullopt, 200, 40, {}});
+  return v;
+}
+
+struct Served {
+  LiveEngine engine;
+  OpenAiServer server;
+  std::thread thread;
+  Served(double time_scale, ServeOptions o) : engine(Llama(), time_scale), server(&engine, WithPort0(std::move(o))) {
+    REQUIRE(server.Bind().ok());
+    thread = std::thread([this] { server.Serve(); });
+    REQUIRE(server.WaitReady());
+  }
+  ~Served() {
+    server.Stop();
+    thread.join();
+  }
+  static ServeOptions WithPort0(ServeOptions o) {
+    o.port = 0;
+    if (o.served_model_name.empty()) o.served_model_name = "llama";
+    return o;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server.port()); }
+};
+
+}  // namespace
+
+TEST_CASE("a live engine produces every token in order and ends each request") {
+  LiveEngine engine(Llama(), 20.0);
+  std::vector<std::shared_ptr<LiveStream>> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(engine.Submit(100 + 50 * i, 10 + i));
+  for (auto& s : streams) {
+    std::unique_lock<std::mutex> lock(s->mu);
+    REQUIRE(s->cv.wait_for(lock, std::chrono::seconds(20), [&] { return s->done; }));
+    CHECK_FALSE(s->aborted);
+    CHECK(s->tokens == s->output);
+    CHECK(s->first_token_s >= s->arrival_s);
+    CHECK(s->done_s >= s->first_token_s);
+  }
+  const LiveMetrics m = engine.Metrics();
+  CHECK(m.finished_length == 4);
+  CHECK(m.generation_tokens == 10 + 11 + 12 + 13);
+  CHECK(m.prompt_tokens == 100 + 150 + 200 + 250);
+  CHECK(m.ttft_s.count == 4);
+  CHECK(m.running == 0);
+  CHECK(m.waiting == 0);
+  engine.BeginDrain();
+  CHECK(engine.Submit(10, 10) == nullptr);
+}
+
+TEST_CASE("stopping a live engine ends what is in flight as aborted") {
+  LiveEngine engine(Llama(), 0.01);  // far slower than real time: nothing finishes
+  auto s = engine.Submit(100, 1000);
+  engine.Stop();
+  std::lock_guard<std::mutex> lock(s->mu);
+  CHECK(s->done);
+  CHECK(s->aborted);
+  CHECK(engine.Metrics().finished_abort == 1);
+}
+
+TEST_CASE("fathom loadgen against fathom serve reproduces the simulator's latencies") {
+  const double scale = 4.0;
+  Served served(scale, {});
+  ScenarioConfig sc;
+  sc.scenario = Scenario::kServer;
+  sc.qps = 6;
+  sc.min_duration_s = 1;
+  const int n = 60;
+  auto limits = MlperfLimits("llama2-70b", Scenario::kServer);
+  LoadgenOptions o;
+  o.url = served.url();
+  o.time_scale = scale;
+  auto source = PoissonSource(Requests(n), n, sc.qps, 7);
+  auto report = RunLoad(*source, sc, limits, 2, o);
+  REQUIRE(report.ok());
+  CHECK(report->failed == 0);
+  CHECK(report->model == "llama");
+  CHECK(report->result.completed_requests == n);
+
+  auto resolved = Llama();  // owns the time model the spec points into
+  SimulationSpec spec = resolved->spec;
+  spec.scenario = sc;
+  spec.benchmark = "llama2-70b";
+  Simulator simulator(spec, PoissonSource(Requests(n), n, sc.qps, 7));
+  auto predicted = simulator.Run();
+  REQUIRE(predicted.ok());
+  // The HTTP path and the engine thread's wake-ups add a little to each token; within 10% (and
+  // a few milliseconds of the endpoint's time, scaled).
+  const auto& m = report->result;
+  INFO("ttft p99 " << m.ttft_p99_ms << " vs " << predicted->ttft_p99_ms << ", tpot p99 " << m.tpot_p99_ms << " vs "
+                   << predicted->tpot_p99_ms << ", tpot mean " << m.tpot_mean_ms << " vs " << predicted->tpot_mean_ms);
+  auto close = [](double measured, double simulated, double slack_ms) {
+    return std::abs(measured - simulated) <= 0.10 * simulated + slack_ms;
+  };
+  CHECK(close(m.ttft_p99_ms, predicted->ttft_p99_ms, 5 * scale));
+  CHECK(close(m.tpot_p99_ms, predicted->tpot_p99_ms, 0.5 * scale));
+  CHECK(close(m.tpot_mean_ms, predicted->tpot_mean_ms, 0.5 * scale));
+  CHECK(m.output_tokens == predicted->output_tokens);
+}
+
+TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuses bad requests clearly") {
+  ServeOptions o;
+  o.api_key = "secret";
+  o.max_body_bytes = 4096;
+  Served served(50.0, o);
+  httplib::Client client(served.url());
+  httplib::Headers auth = {{"Authorization", "Bearer secret"}};
+
+  auto models = client.Get("/v1/models", auth);
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  CHECK_THAT(models->body, Catch::Matchers::Contains("\"id\":\"llama\""));
+
+  auto whole = client.Post("/v1/completions", auth, R"({"model":"llama","prompt":[1,2,3,4],"max_tokens":5})",
+                           "application/json");
+  REQUIRE(whole);
+  CHECK(whole->status == 200);
+  CHECK_THAT(whole->body, Catch::Matchers::Contains("\"completion_tokens\":5"));
+  CHECK_THAT(whole->body, Catch::Matchers::Contains("\"prompt_tokens\":4"));
+
+  std::string events;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.headers = auth;
+  req.body = R"({"messages":[{"role":"user","content":"hello there"}],"max_tokens":3,"stream":true,
+                 "stream_options":{"include_usage":true}})";
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    events.append(d, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  REQUIRE(client.send(req, res, err));
+  CHECK(res.status == 200);
+  CHECK_THAT(events, Catch::Matchers::Contains("chat.completion.chunk"));
+  CHECK_THAT(events, Catch::Matchers::Contains("\"finish_reason\":\"length\""));
+  CHECK_THAT(events, Catch::Matchers::Contains("\"completion_tokens\":3"));
+  CHECK_THAT(events, Catch::Matchers::EndsWith("data: [DONE]\n\n"));
+
+  auto unauthorized = client.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+  REQUIRE(unauthorized);
+  CHECK(unauthorized->status == 401);
+  auto malformed = client.Post("/v1/completions", auth, R"({"prompt": [1, 2)", "application/json");
+  REQUIRE(malformed);
+  CHECK(malformed->status == 400);
+  CHECK_THAT(malformed->body, Catch::Matchers::Contains("malformed JSON"));
+  auto bad_length = client.Post("/v1/completions", auth, R"({"prompt":"x","max_tokens":-3})", "application/json");
+  REQUIRE(bad_length);
+  CHECK(bad_length->status == 400);
+  CHECK_THAT(bad_length->body, Catch::Matchers::Contains("max_tokens"));
+  auto other_model = client.Post("/v1/completions", auth, R"({"model":"gpt","prompt":"x"})", "application/json");
+  REQUIRE(other_model);
+  CHECK(other_model->status == 404);
+  auto deep = client.Post("/v1/completions", auth, std::string(3000, '['), "application/json");
+  REQUIRE(deep);
+  CHECK(deep->status == 400);
+  auto huge = client.Post("/v1/completions", auth, std::string(10000, ' '), "application/json");
+  REQUIRE(huge);
+  CHECK(huge->status == 413);
+
+  // Only the valid requests reached the engine.
+  auto metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body, Catch::Matchers::Contains(
+                                "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama\"} 2"));
+  CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:time_to_first_token_seconds_bucket{le=\"0.001\""));
+  CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
+}
+
+}  // namespace fathom::sim
