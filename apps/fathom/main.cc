@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterOnline(app, &result);
   fathom::cli::RegisterStack(app, &result);
+  fathom::cli::RegisterServe(app, &result);
+  fathom::cli::RegisterLoadgen(app, &result);
 
   // The first word that is not a flag must be a command, and so must the word after a command
   // that has subcommands of its own (`fathom trace stats`).
@@ -121,6 +123,13 @@ int main(int argc, char** argv) {
     at = next;
   }
 
+  std::vector<std::string> words(argv, argv + argc);
+  if (argc > 1 && words[1] == "serve") {
+    for (std::string& w : words) w = fathom::cli::ServeLongFlag(w);
+  }
+  std::vector<char*> spelled;
+  for (std::string& w : words) spelled.push_back(w.data());
+  argv = spelled.data();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {

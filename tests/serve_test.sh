@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# fathom serve and fathom loadgen as separate processes on loopback: the endpoint answers like
+# vLLM, loadgen's measurements match the simulator's for the same deployment and load, SIGTERM
+# drains what is in flight, and bad input exits 2 with a clear message.
+# Usage: serve_test.sh FATHOM_BINARY
+set -u
+fathom=$1
+tmp=$(mktemp -d)
+server=""
+trap '[ -n "$server" ] && kill -9 "$server" 2>/dev/null; [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/serve_test_keep; rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() {  # check DESCRIPTION COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@" >/dev/null; then passed=$((passed + 1)); else echo "FAIL: $what"; failed=$((failed + 1)); fi
+}
+
+# start_server LOG ARGS...: starts fathom serve on a free port; sets $server and $url.
+start_server() {
+  local log=$1
+  shift
+  "$fathom" serve "$@" --port 0 2>"$log" &
+  server=$!
+  for _ in $(seq 1 100); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
+    [ -n "$url" ] && return 0
+    sleep 0.1
+  done
+  echo "FAIL: fathom serve did not start: $(cat "$log")"
+  exit 1
+}
+
+# wait_running: until the engine has requests running (by its /metrics).
+wait_running() {
+  for _ in $(seq 1 200); do
+    curl -s "$url/metrics" | grep -Eq '^vllm:num_requests_running\{[^}]*\} [1-9]' && return 0
+    sleep 0.02
+  done
+  echo "FAIL: no request started running"
+}
+
+# Llama 2 70B on 2 x H200 as vLLM would be launched, 10x faster than real time.
+launch=(meta-llama/Llama-2-70b-chat-hf -tp 2 --hardware h200 --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 64
+        --max-num-batched-tokens 2048 --cost-model roofline --api-key secret)
+start_server "$tmp/serve.log" "${launch[@]}" --time-scale 10
+
+check "/health answers 200" curl -sf "$url/health" -o /dev/null
+check "/v1/models lists the served id" \
+  bash -c "curl -sf -H 'Authorization: Bearer secret' $url/v1/models | jq -e '.data[0].id == \"meta-llama/Llama-2-70b-chat-hf\"' >/dev/null"
+check "a wrong token gets 401" \
+  bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer nope' $url/v1/models) = 401 ]"
+body='{"model":"meta-llama/Llama-2-70b-chat-hf","prompt":"hello there","max_tokens":5,"ignore_eos":true}'
+check "a whole completion counts max_tokens" \
+  bash -c "curl -sf -H 'Authorization: Bearer secret' -H 'Content-Type: application/json' -d '$body' \
+             $url/v1/completions | jq -e '.usage.completion_tokens == 5' >/dev/null"
+check "a malformed body gets 400 naming the problem" \
+  bash -c "curl -s -H 'Authorization: Bearer secret' -d '{\"model\":' $url/v1/completions | grep -q 'malformed JSON'"
+
+# The same deployment, as a file, for the simulator.
+cat >"$tmp/deployment.json" <<'EOF'
+{"model": "llama2-70b", "hardware": "h200", "gpus": 2, "tp": 2, "ep": 1, "attn_dp": 1, "weights": "fp8",
+ "kv": "fp8", "max_batch": 64, "max_num_tokens": 2048}
+EOF
+"$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario server --qps 3 --samples 90 \
+  --min-duration 0 --time-scale 10 --gpus 2 --cost-model roofline --compare-sim "$tmp/deployment.json" --json \
+  >"$tmp/load.json" 2>"$tmp/load.log"
+check "loadgen answers every request (exit 0)" test $? -eq 0
+check "loadgen's JSON has simulate's keys and the simulated run" \
+  jq -e '.failed_requests == 0 and .completed_requests == 90 and (.ttft_p99_ms > 0) and (.simulated.completed_requests == 90)' \
+  "$tmp/load.json"
+check "measured p99 TPOT within 10% of the simulator's" \
+  jq -e '((.tpot_p99_ms - .simulated.tpot_p99_ms) | fabs) <= 0.1 * .simulated.tpot_p99_ms' "$tmp/load.json"
+jq -c '{measured: {ttft_p99_ms, tpot_p99_ms, tpot_mean_ms}, simulated: (.simulated | {ttft_p99_ms, tpot_p99_ms, tpot_mean_ms})}' \
+  "$tmp/load.json"
+check "the same output tokens as the simulator" jq -e '.output_tokens == .simulated.output_tokens' "$tmp/load.json"
+check "/metrics shows vLLM's counters" \
+  bash -c "curl -sf $url/metrics | grep -q '^vllm:generation_tokens_total{model_name=\"meta-llama/Llama-2-70b-chat-hf\"} [1-9]'"
+
+# SIGTERM with requests in flight: admission stops, they finish, the process exits 0.
+"$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario offline --samples 20 --min-duration 0 \
+  --time-scale 10 >"$tmp/drain.log" 2>&1 &
+client=$!
+wait_running
+kill -TERM "$server"
+wait "$server"
+check "serve exits 0 after SIGTERM" test $? -eq 0
+server=""
+wait "$client"
+check "no request in flight failed during the drain" test $? -eq 0
+check "serve drained requests in flight" grep -Eq "draining [1-9][0-9]* requests" "$tmp/serve.log"
+check "serve reports the drain" grep -q "requests finished during the drain, 0 aborted" "$tmp/serve.log"
+
+# A drain that runs out of time: what is left fails with a clear error, and loadgen says so.
+start_server "$tmp/serve2.log" "${launch[@]}" --shutdown-timeout 0.2 --time-scale 1
+"$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario offline --samples 8 --min-duration 0 \
+  >"$tmp/abort.log" 2>&1 &
+client=$!
+wait_running
+kill -TERM "$server"
+wait "$server"
+server=""
+wait "$client"
+check "loadgen exits 2 when requests are aborted" test $? -eq 2
+check "loadgen names the failures" grep -q "of 8 requests failed" "$tmp/abort.log"
+check "serve counts the aborted requests" grep -Eq "[1-9][0-9]* aborted" "$tmp/serve2.log"
+
+# Bad launches exit 2 and say why.
+expect_fail() {  # expect_fail PATTERN ARGS...
+  local pattern=$1
+  shift
+  local out
+  out=$("$fathom" "$@" 2>&1)
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$pattern" <<<"$out"; then passed=$((passed + 1)); else
+    echo "FAIL: fathom $* -> $rc, wanted 2 and '$pattern': $out"
+    failed=$((failed + 1))
+  fi
+}
+expect_fail "--kv-cache-dtype = int3" serve meta-llama/Llama-2-70b-chat-hf -tp 2 --hardware h200 --kv-cache-dtype int3
+expect_fail "does not fit" serve meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm
+expect_fail "--host 203.0.113.9 --port 8000: cannot listen there" serve meta-llama/Llama-2-70b-chat-hf -tp 2 \
+  --hardware h200 --host 203.0.113.9 --port 8000
+expect_fail "cannot connect (nothing listening there?)" loadgen --url http://127.0.0.1:1 --samples 3 --qps 1 \
+  --min-duration 0
+
+echo "serve: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
