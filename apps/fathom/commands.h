@@ -19,5 +19,7 @@ void RegisterProfile(CLI::App& app, Status* result);
 void RegisterReport(CLI::App& app, Status* result);
 void RegisterOnline(CLI::App& app, Status* result);
 void RegisterStack(CLI::App& app, Status* result);
+void RegisterSweep(CLI::App& app, Status* result);
+void RegisterMerge(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

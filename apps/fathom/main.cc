@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterOnline(app, &result);
   fathom::cli::RegisterStack(app, &result);
+  fathom::cli::RegisterSweep(app, &result);
+  fathom::cli::RegisterMerge(app, &result);
 
   // The first word that is not a flag must be a command, and so must the word after a command
   // that has subcommands of its own (`fathom trace stats`).
