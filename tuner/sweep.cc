@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/format.h"
+#include "base/parallel.h"
 #include "tuner/results.h"
 #include "tuner/work_pool.h"
 
@@ -118,17 +119,28 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
       return Status::InvalidArgument(plan_path + ": field 'prices." + gpu + "': no such GPU (fathom hardware list)");
     }
   }
+  // Cells are built in parallel (loading workloads and enumerating spaces takes milliseconds a
+  // cell, and the workers wait for it), then taken in plan order.
+  std::vector<std::optional<Result<SweepInfo>>> infos(cells.size());
+  ParallelFor(cells.size(), options.jobs, [&](size_t i) {
+    auto o = WorkerOptions(*plan, cells[i], cell_tune);
+    if (!o.ok()) {
+      infos[i] = o.status();
+      return;
+    }
+    auto prepared = Prepare(*o, catalog);
+    infos[i] = prepared.ok() ? Result<SweepInfo>(prepared->info)
+                             : prepared.status().WithContext(plan_path + ": cell " + cells[i].Label());
+  });
   std::map<int64_t, CellRun> runs;
   std::set<std::string> seen;
   int64_t distinct = 0;
   for (size_t i = 0; i < cells.size(); ++i) {
-    FATHOM_ASSIGN_OR_RETURN(TuneOptions o, WorkerOptions(*plan, cells[i], cell_tune));
-    auto prepared = Prepare(o, catalog);
-    if (!prepared.ok()) return prepared.status().WithContext(plan_path + ": cell " + cells[i].Label());
-    if (!seen.insert(prepared->info.id).second) continue;  // the same tune as an earlier cell
+    FATHOM_ASSIGN_OR_RETURN(SweepInfo info, *infos[i]);
+    if (!seen.insert(info.id).second) continue;  // the same tune as an earlier cell
     const bool mine = !options.shard || distinct % options.shard->count == options.shard->index;
     ++distinct;
-    if (mine) runs[static_cast<int64_t>(i)] = {cells[i], prepared->info};
+    if (mine) runs[static_cast<int64_t>(i)] = {cells[i], info};
   }
   summary.cells = static_cast<int64_t>(runs.size());
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ResultStore> store, ResultStore::Open(options.db_path));

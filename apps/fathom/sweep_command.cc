@@ -21,7 +21,7 @@ struct SweepFlags {
 };
 
 // A cell as `fathom tune` would run it, with the plan's shared settings as its flags.
-Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::SweepCell& cell) {
+Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::SweepCell& cell, WorkloadCache* cache) {
   TuneInputs in;
   tuner::TuneOptions& o = in.options;
   o.space.model = cell.model;
@@ -46,7 +46,7 @@ Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::S
   in.trace = cell.trace;
   in.time_model.cost_model = plan.cost_model;
   in.time_model.stack = cell.stack;
-  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(std::move(in)));
+  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(std::move(in), cache));
   return std::move(setup.options);
 }
 
@@ -60,7 +60,11 @@ Status Run(const SweepFlags& f) {
   }
   options.progress = !f.json;
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(auto summary, tuner::RunSweep(f.plan, options, CellTune, catalog));
+  WorkloadCache workloads;
+  const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan, const tuner::SweepCell& cell) {
+    return CellTune(plan, cell, &workloads);
+  };
+  FATHOM_ASSIGN_OR_RETURN(auto summary, tuner::RunSweep(f.plan, options, cell_tune, catalog));
   if (!summary) return Status::Ok();  // an MPI rank that only computed
   const tuner::SweepSummary& s = *summary;
   if (f.json) {
@@ -71,7 +75,7 @@ Status Run(const SweepFlags& f) {
               "%lld reused, %lld pruned; %.1f s\n",
               f.plan.c_str(), f.shard.empty() ? "" : (" shard " + f.shard).c_str(), static_cast<long long>(s.cells),
               static_cast<long long>(s.complete), static_cast<long long>(s.run), s.workers,
-              s.mpi ? "MPI ranks" : "threads", static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
+              s.mpi ? (s.workers == 1 ? "MPI rank" : "MPI ranks") : (s.workers == 1 ? "thread" : "threads"), static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
               static_cast<long long>(s.pruned), s.wall_s);
   std::printf("Report: fathom report --db %s [--out report.html]\n", f.db.c_str());
   return Status::Ok();

@@ -4,7 +4,19 @@
 
 namespace fathom::cli {
 
-Result<TuneSetup> SetUpTune(TuneInputs in) {
+Result<Workload> WorkloadCache::Load(const std::string& model, const std::string& benchmark, const std::string& trace,
+                                     const TraceReadFlags& flags) {
+  const std::string key = model + "\n" + benchmark + "\n" + trace;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = loaded_.find(key); it != loaded_.end()) return it->second;
+  }
+  FATHOM_ASSIGN_OR_RETURN(Workload w, LoadWorkload(model, benchmark, trace, flags));
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaded_.emplace(key, std::move(w)).first->second;
+}
+
+Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
   TuneSetup out;
   tuner::TuneOptions& o = in.options;
   FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(in.scenario));
@@ -21,7 +33,8 @@ Result<TuneSetup> SetUpTune(TuneInputs in) {
   out.stack = time_model.stack;
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
 
-  FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(o.space.model, in.benchmark, in.trace, in.read));
+  FATHOM_ASSIGN_OR_RETURN(Workload workload, cache != nullptr ? cache->Load(o.space.model, in.benchmark, in.trace, in.read)
+                                                               : LoadWorkload(o.space.model, in.benchmark, in.trace, in.read));
   o.benchmark = workload.benchmark != nullptr ? workload.benchmark->name : "";
   if (in.dataset_samples > 0) {
     const int64_t size = static_cast<int64_t>(workload.requests.size());

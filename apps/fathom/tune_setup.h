@@ -2,6 +2,8 @@
 // the tuner's options, with the workload and the execution-time model loaded.
 #pragma once
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "apps/fathom/time_model_flags.h"
@@ -29,7 +31,20 @@ struct TuneSetup {
   std::string stack;          // the stack whose calibration times the run; empty for none
 };
 
-// Checks the inputs and loads the workload and time model; errors name the flag and the rule.
-Result<TuneSetup> SetUpTune(TuneInputs in);
+// Workloads loaded once and handed out again by model, benchmark and trace, for the cells of a
+// sweep, which share a few (drawing a benchmark's data set takes milliseconds). Thread-safe.
+class WorkloadCache {
+ public:
+  Result<Workload> Load(const std::string& model, const std::string& benchmark, const std::string& trace,
+                        const TraceReadFlags& flags);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Workload> loaded_;
+};
+
+// Checks the inputs and loads the workload (through `cache` where given) and time model; errors
+// name the flag and the rule.
+Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache = nullptr);
 
 }  // namespace fathom::cli
