@@ -29,14 +29,25 @@ class Timed {
   Clock::time_point start_;
 };
 
-// A cell's tune as a worker runs it: one job, so its search depends on nothing but its inputs.
-Result<TuneOptions> WorkerOptions(const SweepPlan& plan, const SweepCell& cell, const CellTune& cell_tune) {
+// A cell's tune as a worker runs it, prepared: one job, so its search depends on nothing but its
+// inputs and what is stored. Errors name the plan and the cell.
+struct CellSearch {
+  TuneOptions options;
+  PreparedTune prepared;
+};
+Result<CellSearch> PrepareCell(const SweepPlan& plan, const SweepCell& cell, const CellTune& cell_tune,
+                               const models::HardwareCatalog& catalog) {
   auto o = cell_tune(plan, cell);
-  if (!o.ok()) return o.status().WithContext(plan.path + ": cell " + cell.Label());
-  o->jobs = 1;
-  o->db_path.clear();
-  o->progress = false;
-  return o;
+  Status failed = o.status();
+  if (o.ok()) {
+    o->jobs = 1;
+    o->db_path.clear();
+    o->progress = false;
+    auto prepared = Prepare(*o, catalog);
+    if (prepared.ok()) return CellSearch{std::move(*o), std::move(*prepared)};
+    failed = prepared.status();
+  }
+  return failed.WithContext(plan.path + ": cell " + cell.Label());
 }
 
 // What the coordinator knows of each cell it runs.
@@ -88,8 +99,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
                                      " (did the plan change while the sweep ran?)");
     }
     const SweepCell& cell = cells[item];
-    FATHOM_ASSIGN_OR_RETURN(TuneOptions o, WorkerOptions(*plan, cell, cell_tune));
-    FATHOM_ASSIGN_OR_RETURN(PreparedTune prepared, Prepare(o, catalog));
+    FATHOM_ASSIGN_OR_RETURN(CellSearch c, PrepareCell(*plan, cell, cell_tune, catalog));
+    const TuneOptions& o = c.options;
     SearchLog log;
     log.stored = Json::parse(assignment).get<std::map<std::string, Json>>();
     log.source = options.db_path;
@@ -97,7 +108,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
       const StoredRow row = ToStoredRow(r);
       return emit(Json{{"key", key}, {"config", row.config_json}, {"metrics", row.metrics_json}}.dump());
     };
-    auto res = Search(o, catalog, prepared, log);
+    auto res = Search(o, catalog, c.prepared, log);
     if (!res.ok()) return res.status().WithContext(plan_path + ": cell " + cell.Label());
     Json summary = {{"simulated", res->evaluated}, {"reused", res->reused}, {"pruned", res->pruned},
                     {"valid", res->ranked.size()}};
@@ -123,14 +134,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
   // cell, and the workers wait for it), then taken in plan order.
   std::vector<std::optional<Result<SweepInfo>>> infos(cells.size());
   ParallelFor(cells.size(), options.jobs, [&](size_t i) {
-    auto o = WorkerOptions(*plan, cells[i], cell_tune);
-    if (!o.ok()) {
-      infos[i] = o.status();
-      return;
-    }
-    auto prepared = Prepare(*o, catalog);
-    infos[i] = prepared.ok() ? Result<SweepInfo>(prepared->info)
-                             : prepared.status().WithContext(plan_path + ": cell " + cells[i].Label());
+    auto c = PrepareCell(*plan, cells[i], cell_tune, catalog);
+    infos[i] = c.ok() ? Result<SweepInfo>(c->prepared.info) : Result<SweepInfo>(c.status());
   });
   std::map<int64_t, CellRun> runs;
   std::set<std::string> seen;

@@ -179,10 +179,10 @@ Result<SweepPlan> LoadSweepPlan(const std::string& path) {
   plan.gpus = r.PositiveInts<int>("gpus", true);
   plan.scenarios = r.Array<sim::Scenario>("scenarios", true, "scenarios",
                                           [&](const std::string& at, const Json& v, sim::Scenario* out) {
-    auto s = v.is_string() ? sim::ParseScenario(v.get<std::string>()) : Result<sim::Scenario>(Status::InvalidArgument(""));
-    if (!s.ok() || !(*s == sim::Scenario::kOffline || ServerLike(*s))) {
-      return r.Fail(at, v, "must be offline, server or interactive");
-    }
+    constexpr const char* kRule = "must be offline, server or interactive";
+    if (!v.is_string()) return r.Fail(at, v, kRule);
+    auto s = sim::ParseScenario(v.get<std::string>());
+    if (!s.ok() || !(*s == sim::Scenario::kOffline || ServerLike(*s))) return r.Fail(at, v, kRule);
     *out = *s;
     return true;
   });

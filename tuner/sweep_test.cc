@@ -192,7 +192,7 @@ TEST_CASE("WorkPool on threads: every item computed once, results collected in e
   CHECK(computed == 1);
 }
 
-TEST_CASE("RunSweep: the store holds each cell's tune row for row, whatever the threads; a rerun skips it all",
+TEST_CASE("RunSweep: the store holds each cell's tune row for row whatever the threads, and a rerun skips them all",
           "[tuner]") {
   const std::string plan_path = WritePlan("fathom_sweep_plan.json", kSmallPlan);
   auto plan = LoadSweepPlan(plan_path);
