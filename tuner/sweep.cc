@@ -121,6 +121,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
   }
 
   // Build and check every cell before touching the store.
+  const auto prepare_start = Clock::now();
   SweepSummary summary;
   summary.workers = pool->workers();
   summary.mpi = pool->mpi();
@@ -159,7 +160,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
       items.push_back(i);
     }
   }
-  summary.prepare_s = Since(start);
+  summary.prepare_s = Since(prepare_start);
 
   h.assign = [&](int64_t item) -> Result<std::string> {
     Timed t(&summary.serve_s);

@@ -36,7 +36,7 @@ struct SweepSummary {
   int64_t simulated = 0, reused = 0, pruned = 0;  // candidates, over the cells run
   int workers = 0;        // threads or compute ranks
   bool mpi = false;
-  double wall_s = 0;
+  double wall_s = 0;  // from the start (MPI's included) to the last cell stored
   // The coordinator's own work: reading the plan and building, checking and recording every cell
   // (prepare), and handing out cells and storing their results (serve).
   double prepare_s = 0, serve_s = 0;

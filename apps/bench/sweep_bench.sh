@@ -16,7 +16,7 @@ cat >"$tmp/plan.json" <<'PLAN'
   "gpus": [2, 4, 8],
   "scenarios": ["offline", "server", "interactive"],
   "tune": {"weights": ["fp8"], "kv": ["fp8"], "max_batch": [64, 256], "max_num_tokens": [4096],
-           "disaggregated": false, "dataset_samples": 200, "samples": 400, "probe_duration_s": 60, "qps_steps": 5}
+           "disaggregated": false, "dataset_samples": 1000, "samples": 2000, "probe_duration_s": 300, "qps_steps": 5}
 }
 PLAN
 mpirun=(mpirun --oversubscribe --allow-run-as-root)
