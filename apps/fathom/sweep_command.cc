@@ -89,7 +89,8 @@ void RegisterSweep(CLI::App& app, Status* result) {
                                               "into one results store, on threads or under mpirun/srun");
   cmd->add_option("plan", f->plan, "Sweep plan (JSON; README, \"Sweeps\")")->required();
   cmd->add_option("--db", f->db, "SQLite results store: a killed sweep resumes from it")->required();
-  cmd->add_option("--jobs", f->jobs, "Threads when not run under MPI (default: all cores)");
+  cmd->add_option("--jobs", f->jobs, "Threads (default: all cores): the workers without MPI; under MPI, rank 0's "
+                                     "for checking the cells");
   cmd->add_option("--shard", f->shard, "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
                                        "array: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
