@@ -345,3 +345,26 @@ TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are
 }
 
 }  // namespace fathom::reports
+
+namespace fathom::reports {
+
+TEST_CASE("SweepReport: the cheapest deployment per model and scenario across the GPUs swept", "[reports]") {
+  // The same model and scenario on H200 and B200; B200 at a what-if price that makes it the cheaper.
+  tuner::StoredSweep h200 = Sweep("a", "h200", sim::Scenario::kServer);
+  tuner::StoredSweep b200 = Sweep("b", "b200", sim::Scenario::kServer);
+  tuner::StoredSweep offline = Sweep("c", "h200", sim::Scenario::kOffline);
+  SweepReport cheaper_b200({h200, b200, offline}, Catalog(), {10, {{"b200", 1.0}}});
+  const std::string text = cheaper_b200.Text();
+  INFO(text);
+  REQUIRE(Count(text, "Cheapest deployment per model across GPUs") == 1);
+  // Its row: the B200 sweep's candidate with the most tokens/s per GPU, at $1 per GPU-hour.
+  CHECK(std::regex_search(text, std::regex("llama2-70b +server .*  2 GPU setups +8xb200 +TP8 .* 1800 +1\\.00 +0\\.154")));
+  // Offline was swept on one GPU kind only: no row.
+  CHECK_FALSE(std::regex_search(text, std::regex("llama2-70b +offline +")));
+  CHECK(Count(cheaper_b200.Markdown(), "## Cheapest deployment per model across GPUs") == 1);
+
+  SweepReport one_each({h200, offline}, Catalog(), {});
+  CHECK(Count(one_each.Text(), "Cheapest deployment") == 0);
+}
+
+}  // namespace fathom::reports

@@ -150,6 +150,47 @@ Table SweepReport::Overview() const {
   return t;
 }
 
+Table SweepReport::Cheapest() const {
+  struct Group {
+    std::string model, scenario, limits;
+    std::set<std::string> tried;  // GPU counts and kinds
+    const View* view = nullptr;
+    const tuner::CandidateResult* best = nullptr;
+    double cost = 0;
+  };
+  std::vector<Group> groups;
+  for (const View& v : views_) {
+    Group key{v.info.model, std::string(sim::Name(v.info.scenario)), Limits(v.info)};
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& o) {
+      return o.model == key.model && o.scenario == key.scenario && o.limits == key.limits;
+    });
+    if (g == groups.end()) g = groups.insert(groups.end(), key);
+    g->tried.insert(Gpus(v.info));
+    for (const auto& c : v.ranked) {
+      const double cost = Cost(v, c);
+      if (cost > 0 && (g->best == nullptr || cost < g->cost)) {
+        g->view = &v;
+        g->best = &c;
+        g->cost = cost;
+      }
+    }
+  }
+  Table t({{"model", false}, {"scenario", false}, {"tried", false}, {"cheapest on", false}, {"layout", false},
+           {"QPS"}, {"tok/s/GPU"}, {"$/GPU-h"}, {"$/Mtok"}});
+  for (const Group& g : groups) {
+    if (g.tried.size() < 2) continue;
+    const std::string scenario = g.scenario + (g.limits.empty() ? "" : " (" + g.limits + ")");
+    const std::string tried = std::to_string(g.tried.size()) + " GPU setups";
+    if (g.best == nullptr) {
+      t.AddRow({g.model, scenario, tried, "none valid (or priced)", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    t.AddRow({g.model, scenario, tried, Gpus(g.view->info), LayoutLabel(g.best->config), QpsCell(*g.best),
+              FormatFixed(g.best->tokens_per_s_per_gpu, 0), FormatFixed(g.view->price, 2), FormatFixed(g.cost, 3)});
+  }
+  return t;
+}
+
 Table SweepReport::FrontierTable(const View& v) const {
   Table t({{"tok/s/user"}, {"tok/s/GPU"}, {"layout", false}, {"batch"}, {"tokens"}, {"QPS"}, {"$/Mtok"}});
   for (const auto& c : v.frontier) {
@@ -190,6 +231,9 @@ std::string SweepReport::Description(const View& v) const {
 
 std::string SweepReport::Text() const {
   std::string out = "Best deployment of each sweep\n\n" + Overview().Text();
+  if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
+    out += "\nCheapest deployment per model across GPUs\n\n" + cheapest.Text();
+  }
   for (const View& v : views_) {
     out += "\n== " + v.label + " ==\n" + Description(v) + "\n\n";
     if (v.ranked.empty()) {
@@ -209,6 +253,9 @@ std::string SweepReport::Markdown() const {
   std::string out = "# fathom tuning report\n\nPlots: `fathom report --out FILE.html`, or `--out FILE.svg` with "
                     "`--plot frontier` or `--plot cost`.\n\n## Best deployment of each sweep\n\n" +
                     Overview().Markdown();
+  if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
+    out += "\n## Cheapest deployment per model across GPUs\n\n" + cheapest.Markdown();
+  }
   for (const View& v : views_) {
     out += "\n## " + v.label + "\n\n" + Description(v) + "\n\n### Ranking\n\n";
     if (v.ranked.empty()) {
@@ -274,6 +321,9 @@ Result<std::string> SweepReport::Html() const {
       "pre{background:#f6f6f6;padding:6px 8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
       "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each sweep</h2>\n";
   out += Overview().Html();
+  if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
+    out += "<h2>Cheapest deployment per model across GPUs</h2>\n" + cheapest.Html();
+  }
   const bool any_valid = std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
   if (any_valid) {
     FATHOM_ASSIGN_OR_RETURN(std::string frontier, FrontierSvg());

@@ -50,6 +50,8 @@ class SweepReport {
   SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const models::HardwareCatalog& catalog,
               ReportOptions options);
 
+  // Each starts with the best deployment of each sweep and, where one model was swept on several
+  // GPU kinds or counts, the cheapest of them per model and scenario.
   std::string Text() const;
   std::string Markdown() const;
   Result<std::string> Html() const;
@@ -70,6 +72,9 @@ class SweepReport {
   };
   double Cost(const View& v, const tuner::CandidateResult& c) const;
   Table Overview() const;
+  // The cheapest valid deployment of each model and scenario (at the same limits) over every GPU
+  // kind and count the sweeps tried, at the report's prices; rows only where they tried several.
+  Table Cheapest() const;
   Table FrontierTable(const View& v) const;
   std::string Description(const View& v) const;
 

@@ -48,7 +48,8 @@ expect 2 "model 'gpt-9'" -- model show gpt-9
 expect 2 "--reserve = 1.500000: must be in [0, 1)" -- memory --reserve 1.5
 expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- memory --bogus
 expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
-expect 2 'unknown command "srve" for fathom (did you mean serve?); the commands: hardware' -- srve --help
+expect 2 'unknown command "srve" for fathom (did you mean serve?)' -- srve --help
+expect 2 'the commands: hardware, model, memory' -- srve --help
 expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
 expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv
 expect 2 'unknown flag --db for fathom profile summarize; see fathom profile summarize --help' -- profile summarize --db x.db

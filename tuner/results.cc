@@ -15,6 +15,7 @@ Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) 
       "CREATE TABLE IF NOT EXISTS tune_sweeps(sweep TEXT PRIMARY KEY, model TEXT NOT NULL, hardware TEXT NOT NULL, "
       "gpus INTEGER NOT NULL, scenario TEXT NOT NULL, ttft_limit_ms REAL, tpot_limit_ms REAL, "
       "price_per_gpu_hour REAL NOT NULL, candidates INTEGER NOT NULL, infeasible INTEGER NOT NULL)"));
+  FATHOM_RETURN_IF_ERROR(db.Exec("CREATE TABLE IF NOT EXISTS tune_complete(sweep TEXT PRIMARY KEY)"));
   return std::unique_ptr<ResultStore>(new ResultStore(std::move(db)));
 }
 
@@ -40,15 +41,81 @@ Result<std::map<std::string, Json>> ResultStore::Load(const std::string& sweep) 
   return out;
 }
 
+StoredRow ToStoredRow(const CandidateResult& result) {
+  return {sim::ToJson(result.config).dump(), result.ToJson().dump()};
+}
+
 Status ResultStore::Save(const std::string& sweep, const std::string& key, const CandidateResult& result) {
+  const StoredRow row = ToStoredRow(result);
+  return SaveRow(sweep, key, row.config_json, row.metrics_json);
+}
+
+Status ResultStore::SaveRow(const std::string& sweep, const std::string& key, const std::string& config_json,
+                            const std::string& metrics_json) {
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
       db_.Prepare("INSERT OR REPLACE INTO tune_results(sweep, candidate, config, metrics) VALUES(?,?,?,?)"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, key));
-  FATHOM_RETURN_IF_ERROR(st.Bind(3, sim::ToJson(result.config).dump()));
-  FATHOM_RETURN_IF_ERROR(st.Bind(4, result.ToJson().dump()));
+  FATHOM_RETURN_IF_ERROR(st.Bind(3, config_json));
+  FATHOM_RETURN_IF_ERROR(st.Bind(4, metrics_json));
   return st.Step().status();
+}
+
+Status ResultStore::MarkComplete(const std::string& sweep) {
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("INSERT OR IGNORE INTO tune_complete(sweep) VALUES(?)"));
+  FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
+  return st.Step().status();
+}
+
+Result<bool> ResultStore::IsComplete(const std::string& sweep) {
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("SELECT 1 FROM tune_complete WHERE sweep = ?"));
+  FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
+  return st.Step();
+}
+
+Status ResultStore::Merge(const std::vector<std::string>& paths) {
+  FATHOM_RETURN_IF_ERROR(db_.Exec("BEGIN IMMEDIATE"));
+  for (const std::string& path : paths) {
+    if (Status merged = MergeOne(path); !merged.ok()) {
+      FATHOM_RETURN_IF_ERROR(db_.Exec("ROLLBACK"));
+      return merged;
+    }
+  }
+  return db_.Exec("COMMIT");
+}
+
+Status ResultStore::MergeOne(const std::string& path) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ResultStore> from, OpenExisting(path));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<SweepInfo> infos, from->Records());
+  for (const SweepInfo& info : infos) FATHOM_RETURN_IF_ERROR(Record(info));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement rows,
+                          from->db_.Prepare("SELECT sweep, candidate, config, metrics FROM tune_results ORDER BY rowid"));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement mine,
+                          db_.Prepare("SELECT config, metrics FROM tune_results WHERE sweep = ? AND candidate = ?"));
+  for (;;) {
+    FATHOM_ASSIGN_OR_RETURN(bool row, rows.Step());
+    if (!row) break;
+    FATHOM_RETURN_IF_ERROR(mine.Reset());
+    FATHOM_RETURN_IF_ERROR(mine.Bind(1, rows.Text(0)));
+    FATHOM_RETURN_IF_ERROR(mine.Bind(2, rows.Text(1)));
+    FATHOM_ASSIGN_OR_RETURN(bool held, mine.Step());
+    if (!held) {
+      FATHOM_RETURN_IF_ERROR(SaveRow(rows.Text(0), rows.Text(1), rows.Text(2), rows.Text(3)));
+    } else if (mine.Text(0) != rows.Text(2) || mine.Text(1) != rows.Text(3)) {
+      return Status::InvalidArgument(path + ": sweep " + rows.Text(0) + ", candidate " + rows.Text(1) + ": differs from " +
+                                     db_.path() + "'s row (the stores ran different inputs under one sweep id)");
+    }
+  }
+  if (from->db_.HasTable("tune_complete")) {
+    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement done, from->db_.Prepare("SELECT sweep FROM tune_complete ORDER BY rowid"));
+    for (;;) {
+      FATHOM_ASSIGN_OR_RETURN(bool row, done.Step());
+      if (!row) break;
+      FATHOM_RETURN_IF_ERROR(MarkComplete(done.Text(0)));
+    }
+  }
+  return Status::Ok();
 }
 
 Status ResultStore::Record(const SweepInfo& info) {
@@ -74,9 +141,8 @@ Status ResultStore::Record(const SweepInfo& info) {
   return st.Step().status();
 }
 
-Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
-  std::vector<StoredSweep> out;
-  std::map<std::string, size_t> index;
+Result<std::vector<SweepInfo>> ResultStore::Records() {
+  std::vector<SweepInfo> out;
   if (db_.HasTable("tune_sweeps")) {
     FATHOM_ASSIGN_OR_RETURN(
         sqlite::Statement st,
@@ -96,9 +162,19 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
       s.price_per_gpu_hour = st.Double(7);
       s.candidates = st.Int(8);
       s.infeasible = st.Int(9);
-      index[s.id] = out.size();
-      out.push_back({s, {}});
+      out.push_back(s);
     }
+  }
+  return out;
+}
+
+Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
+  std::vector<StoredSweep> out;
+  std::map<std::string, size_t> index;
+  FATHOM_ASSIGN_OR_RETURN(std::vector<SweepInfo> infos, Records());
+  for (SweepInfo& s : infos) {
+    index[s.id] = out.size();
+    out.push_back({std::move(s), {}});
   }
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,

@@ -18,22 +18,6 @@
 
 namespace fathom::tuner {
 
-// What a sweep searched, as of its latest run.
-struct SweepInfo {
-  std::string id;
-  std::string model, hardware;
-  int gpus = 0;
-  sim::Scenario scenario = sim::Scenario::kOffline;
-  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // the p99 limits held to (server-type)
-  double price_per_gpu_hour = 0;                       // what costs were computed at
-  int64_t candidates = 0, infeasible = 0;              // feasible and infeasible in the space
-  // False for sweeps stored by a fathom that kept no record: model, GPU and GPU count then come
-  // from the candidates, the scenario from whether they have a QPS, and the rest is unknown.
-  bool recorded = true;
-
-  bool ServerLike() const { return tuner::ServerLike(scenario); }
-};
-
 struct StoredSweep {
   SweepInfo info;
   std::vector<CandidateResult> results;  // every simulated candidate, valid or not, in key order
@@ -51,16 +35,35 @@ class ResultStore {
   Result<std::map<std::string, Json>> Load(const std::string& sweep);
   // Thread-compatible, not thread-safe: callers serialise writes.
   Status Save(const std::string& sweep, const std::string& key, const CandidateResult& result);
+  // The same row as Save, from the JSON texts StoredRow gives (what a sweep's compute ranks send).
+  Status SaveRow(const std::string& sweep, const std::string& key, const std::string& config_json,
+                 const std::string& metrics_json);
   Status Record(const SweepInfo& info);
+  // Marks a sweep whose search ran to its end; `fathom sweep` skips it when run again.
+  Status MarkComplete(const std::string& sweep);
+  Result<bool> IsComplete(const std::string& sweep);
+
+  // Copies every sweep, row and completion mark of the stores at `paths` into this one (`fathom
+  // merge`), all or nothing; a row this store already holds must be identical, else the error
+  // names the file, the sweep and the candidate.
+  Status Merge(const std::vector<std::string>& paths);
 
   // Every sweep in the store, in the order they were first recorded.
   Result<std::vector<StoredSweep>> Sweeps();
 
  private:
   explicit ResultStore(sqlite::Database db) : db_(std::move(db)) {}
+  Result<std::vector<SweepInfo>> Records();  // tune_sweeps, in the order first recorded
+  Status MergeOne(const std::string& path);
 
   sqlite::Database db_;
 };
+
+// A result as the two JSON texts of its row in the store (deployment, metrics).
+struct StoredRow {
+  std::string config_json, metrics_json;
+};
+StoredRow ToStoredRow(const CandidateResult& result);
 
 // A stored candidate's metrics back into a result for `config`; a field of the wrong type (a
 // corrupt or foreign row) is an error naming `source` and the field.

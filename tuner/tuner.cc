@@ -460,19 +460,18 @@ Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatal
 
 }  // namespace
 
-Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
-  const auto start = std::chrono::steady_clock::now();
+Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog& catalog) {
   if (o.dataset.empty()) return Status::InvalidArgument("the workload has no requests");
   const bool server = ServerLike(o.space.scenario);
-  if (server && (!LimitsMs(o).ttft_ms || !LimitsMs(o).tpot_ms)) {
+  const HeldLimits limits = LimitsMs(o);
+  if (server && (!limits.ttft_ms || !limits.tpot_ms)) {
     return Status::InvalidArgument("no MLPerf latency limits known for " + o.space.model +
                                    " in this scenario: give --ttft-ms and --tpot-ms");
   }
-  FATHOM_ASSIGN_OR_RETURN(Candidates cands, Enumerate(o.space, catalog));
-  TuneResult out;
-  out.candidates = static_cast<int64_t>(cands.feasible.size());
-  out.infeasible = cands.infeasible;
-
+  PreparedTune p;
+  FATHOM_ASSIGN_OR_RETURN(p.candidates, Enumerate(o.space, catalog));
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(o.space.hardware));
+  SweepInfo& info = p.info;
   // The sweep id covers everything a result depends on.
   if (o.sweep_id.empty()) {
     // v2: server-type tokens/s is the sustained rate (stored results of v1 meant LoadGen's).
@@ -484,32 +483,55 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
                       std::to_string(o.tpot_limit_ms.value_or(0)) + "|" + o.time_model_tag + "|" +
                       std::to_string(o.seed);
     for (const auto& r : o.dataset) sig += "," + std::to_string(r.input_tokens) + ":" + std::to_string(r.output_tokens);
-    out.sweep_id = std::to_string(std::hash<std::string>{}(sig));
+    info.id = std::to_string(std::hash<std::string>{}(sig));
   } else {
-    out.sweep_id = o.sweep_id;
+    info.id = o.sweep_id;
   }
+  info.model = o.space.model;
+  info.hardware = o.space.hardware;
+  info.gpus = o.space.gpus;
+  info.scenario = o.space.scenario;
+  if (server) {
+    info.ttft_limit_ms = limits.ttft_ms;
+    info.tpot_limit_ms = limits.tpot_ms;
+  }
+  info.price_per_gpu_hour = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  info.candidates = static_cast<int64_t>(p.candidates.feasible.size());
+  info.infeasible = p.candidates.infeasible;
+  return p;
+}
+
+Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
+  const auto start = std::chrono::steady_clock::now();
+  FATHOM_ASSIGN_OR_RETURN(PreparedTune prepared, Prepare(o, catalog));
   std::unique_ptr<ResultStore> store;
-  std::map<std::string, Json> stored;
+  SearchLog log;
   if (!o.db_path.empty()) {
     FATHOM_ASSIGN_OR_RETURN(store, ResultStore::Open(o.db_path));
-    FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(o.space.hardware));
-    SweepInfo info;
-    info.id = out.sweep_id;
-    info.model = o.space.model;
-    info.hardware = o.space.hardware;
-    info.gpus = o.space.gpus;
-    info.scenario = o.space.scenario;
-    if (server) {
-      const HeldLimits limits = LimitsMs(o);
-      info.ttft_limit_ms = limits.ttft_ms;
-      info.tpot_limit_ms = limits.tpot_ms;
-    }
-    info.price_per_gpu_hour = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
-    info.candidates = out.candidates;
-    info.infeasible = out.infeasible;
-    FATHOM_RETURN_IF_ERROR(store->Record(info));
-    FATHOM_ASSIGN_OR_RETURN(stored, store->Load(out.sweep_id));
+    FATHOM_RETURN_IF_ERROR(store->Record(prepared.info));
+    FATHOM_ASSIGN_OR_RETURN(log.stored, store->Load(prepared.info.id));
+    log.source = o.db_path;
+    log.save = [&](const std::string& key, const CandidateResult& r) { return store->Save(prepared.info.id, key, r); };
   }
+  FATHOM_ASSIGN_OR_RETURN(TuneResult out, Search(o, catalog, prepared, log));
+  if (out.ranked.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure, Diagnose(o, catalog, prepared.candidates, out.simulated));
+    out.failure = std::move(failure);
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog, const PreparedTune& prepared,
+                          const SearchLog& log) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool server = ServerLike(o.space.scenario);
+  const Candidates& cands = prepared.candidates;
+  TuneResult out;
+  out.sweep_id = prepared.info.id;
+  out.candidates = prepared.info.candidates;
+  out.infeasible = prepared.info.infeasible;
+  const std::map<std::string, Json>& stored = log.stored;
 
   // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
   const double mean_context = MeanDecodeContext(o.dataset);
@@ -537,7 +559,7 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   for (const auto& item : items) {
     if (auto it = stored.find(item.key); it != stored.end()) {
       FATHOM_ASSIGN_OR_RETURN(CandidateResult r, CandidateFromJson(item.config, it->second,
-                                                                   o.db_path + ": sweep " + out.sweep_id + ": candidate metrics"));
+                                                                   log.source + ": sweep " + out.sweep_id + ": candidate metrics"));
       if (r.valid) best = std::max(best, r.Objective(server));
       stored_results.emplace(item.key, std::move(r));
     }
@@ -576,8 +598,8 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
             results[i] = *r;
             ++evaluated;
           }
-          if (store) {
-            if (Status saved = store->Save(out.sweep_id, item.key, *r); !saved.ok() && failure.ok()) failure = saved;
+          if (log.save) {
+            if (Status saved = log.save(item.key, *r); !saved.ok() && failure.ok()) failure = saved;
           }
         }
       }
@@ -597,16 +619,11 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   if (o.progress) std::fprintf(stderr, "\n");
   FATHOM_RETURN_IF_ERROR(failure);
 
-  std::vector<CandidateResult> simulated;
   for (auto& r : results) {
-    if (r) simulated.push_back(*r);
+    if (r) out.simulated.push_back(*r);
   }
-  out.ranked = RankValid(simulated, server);
+  out.ranked = RankValid(out.simulated, server);
   out.frontier = ParetoFrontier(out.ranked);
-  if (out.ranked.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure, Diagnose(o, catalog, cands, simulated));
-    out.failure = std::move(failure);
-  }
   out.evaluated = evaluated;
   out.reused = reused;
   out.pruned = pruned;

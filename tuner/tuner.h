@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,8 +94,25 @@ struct SearchFailure {
   OrderedJson ToJson() const;
 };
 
+// What a sweep searched, as of its latest run.
+struct SweepInfo {
+  std::string id;
+  std::string model, hardware;
+  int gpus = 0;
+  sim::Scenario scenario = sim::Scenario::kOffline;
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // the p99 limits held to (server-type)
+  double price_per_gpu_hour = 0;                       // what costs were computed at
+  int64_t candidates = 0, infeasible = 0;              // feasible and infeasible in the space
+  // False for sweeps stored by a fathom that kept no record: model, GPU and GPU count then come
+  // from the candidates, the scenario from whether they have a QPS, and the rest is unknown.
+  bool recorded = true;
+
+  bool ServerLike() const { return tuner::ServerLike(scenario); }
+};
+
 struct TuneResult {
   std::string sweep_id;
+  std::vector<CandidateResult> simulated;  // simulated or read back, valid or not, in bound order
   std::vector<CandidateResult> ranked;    // valid candidates, best first
   std::vector<CandidateResult> frontier;  // Pareto: tokens/s per GPU vs tokens/s per user
   int64_t candidates = 0;                 // feasible candidates in the space
@@ -106,6 +125,27 @@ struct TuneResult {
 };
 
 Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// A tune split in two, so that one process can keep the results store while another searches
+// (fathom sweep): Prepare checks the options and enumerates the space, Search simulates.
+struct PreparedTune {
+  Candidates candidates;
+  SweepInfo info;  // what the results store records; info.id names the sweep
+};
+Result<PreparedTune> Prepare(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// What an earlier run of the sweep stored, by candidate key, and where each new result goes as it
+// completes (`save` is called one result at a time; it may be empty).
+struct SearchLog {
+  std::map<std::string, Json> stored;
+  std::string source;  // where `stored` came from (the store's path), for errors
+  std::function<Status(const std::string& key, const CandidateResult& result)> save;
+};
+// Simulates the prepared candidates in decreasing order of bound (on `options.jobs` threads),
+// reusing stored results and pruning below the best found; does not diagnose an empty result.
+// With one job the outcome depends only on the inputs and what is stored, never on timing.
+Result<TuneResult> Search(const TuneOptions& options, const models::HardwareCatalog& catalog,
+                          const PreparedTune& prepared, const SearchLog& log);
 
 // The valid results, best first (ties in key order).
 std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server);

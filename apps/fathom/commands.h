@@ -23,5 +23,7 @@ void RegisterServe(CLI::App& app, Status* result);
 // vLLM's two-letter short flags (-tp 8) spelled long, which CLI11 cannot parse as given.
 std::string ServeLongFlag(const std::string& word);
 void RegisterLoadgen(CLI::App& app, Status* result);
+void RegisterSweep(CLI::App& app, Status* result);
+void RegisterMerge(CLI::App& app, Status* result);
 
 }  // namespace fathom::cli

@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterStack(app, &result);
   fathom::cli::RegisterServe(app, &result);
   fathom::cli::RegisterLoadgen(app, &result);
+  fathom::cli::RegisterSweep(app, &result);
+  fathom::cli::RegisterMerge(app, &result);
 
   // The first word that is not a flag must be a command, and so must the word after a command
   // that has subcommands of its own (`fathom trace stats`).

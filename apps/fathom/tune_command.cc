@@ -5,14 +5,12 @@
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
-#include "apps/fathom/time_model_flags.h"
-#include "apps/fathom/trace_flags.h"
+#include "apps/fathom/tune_setup.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
-#include "traces/transforms.h"
 #include "tuner/launch.h"
 #include "tuner/tuner.h"
 
@@ -20,20 +18,12 @@ namespace fathom::cli {
 namespace {
 
 struct TuneFlags {
-  tuner::TuneOptions options;
-  std::string scenario = "offline";
-  std::string trace;
-  std::string benchmark;
-  TraceReadFlags read;
-  TimeModelFlags time_model;
+  TuneInputs in;
   std::vector<std::string> hardware_files;
-  bool no_disagg = false;
-  bool no_prune = false;
   int top = 5;
   bool json = false;
   std::string frontier_csv;
   std::string best_out;
-  int64_t dataset_samples = 0;
   double capacity_qps = 0;
   std::vector<int> capacity_gpus = {1, 2, 4, 8, 16, 32, 64};
 };
@@ -49,7 +39,7 @@ std::string CapacityShortfall(const tuner::SearchFailure& why) {
 }
 
 Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
-  FATHOM_ASSIGN_OR_RETURN(tuner::CapacityPlan plan, tuner::PlanCapacity(f.options, f.capacity_qps, f.capacity_gpus, catalog));
+  FATHOM_ASSIGN_OR_RETURN(tuner::CapacityPlan plan, tuner::PlanCapacity(f.in.options, f.capacity_qps, f.capacity_gpus, catalog));
   if (f.json) {
     OrderedJson j;
     j["target_qps"] = f.capacity_qps;
@@ -68,8 +58,8 @@ Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n", f.options.space.model.c_str(),
-                f.options.space.hardware.c_str(), f.capacity_qps);
+    std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n", f.in.options.space.model.c_str(),
+                f.in.options.space.hardware.c_str(), f.capacity_qps);
     std::printf("%6s %10s %10s  %s\n", "GPUs", "best QPS", "$/hour", "meets");
     for (const auto& s : plan.steps) {
       std::printf("%6d %10s %10.2f  %s\n", s.gpus, s.best ? StrFormat("%.3f", s.best->qps).c_str() : "-",
@@ -105,9 +95,9 @@ Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const st
     j["wall_s"] = res.wall_s;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    const tuner::TuneOptions& o = f.options;
+    const tuner::TuneOptions& o = f.in.options;
     std::printf("Tune: %s on %d x %s, %s scenario%s\n", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
-                f.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
+                f.in.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
     std::printf("%lld candidates: %lld simulated, %lld from the results store; %lld infeasible; %.1f s\n\n",
                 static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
                 static_cast<long long>(res.reused), static_cast<long long>(res.infeasible), res.wall_s);
@@ -144,35 +134,14 @@ Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const st
 }
 
 Status Run(TuneFlags f) {
-  tuner::TuneOptions& o = f.options;
-  FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(f.scenario));
-  if (o.space.scenario != sim::Scenario::kOffline && o.space.scenario != sim::Scenario::kServer &&
-      o.space.scenario != sim::Scenario::kInteractive) {
-    return Status::InvalidArgument("--scenario = \"" + f.scenario + "\": tune supports offline, server and interactive");
-  }
-  if (o.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(o.jobs) + ": must be >= 0");
-  if (!(o.probe_duration_s > 0)) return Status::InvalidArgument("--probe-duration must be > 0");
-  if (o.probe_max_samples < o.probe_min_samples) return Status::InvalidArgument("--probe-max-samples must be >= 300");
-  o.space.disaggregated = !f.no_disagg;
-  o.prune = !f.no_prune;
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, o.space.hardware));
-  o.make_time = time_model.factory;
-  const std::string stack = time_model.stack;
-  o.time_model_tag = f.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
+  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(f.in));
+  f.in.options = std::move(setup.options);
+  tuner::TuneOptions& o = f.in.options;
   o.progress = !f.json && isatty(STDERR_FILENO);
-
-  FATHOM_ASSIGN_OR_RETURN(Workload workload, LoadWorkload(o.space.model, f.benchmark, f.trace, f.read));
-  o.benchmark = workload.benchmark != nullptr ? workload.benchmark->name : "";
-  if (f.dataset_samples > 0) {
-    const int64_t size = static_cast<int64_t>(workload.requests.size());
-    auto all = traces::Repeat(std::move(workload.requests), size);
-    FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::SampleWithoutReplacement(*all, f.dataset_samples, o.seed));
-  } else {
-    o.dataset = std::move(workload.requests);
-  }
-  const std::string workload_note = workload.note;
-  if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload.note.c_str());
+  const std::string stack = setup.stack;
+  const std::string workload_note = setup.workload_note;
+  if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload_note.c_str());
 
   if (f.capacity_qps > 0) return Capacity(f, catalog);
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
@@ -199,11 +168,11 @@ Status Run(TuneFlags f) {
   run.samples = best.run_samples;
   run.seed = o.seed;
   run.benchmark = o.benchmark;
-  run.trace = f.trace;
+  run.trace = f.in.trace;
   run.stack = stack;
   run.ttft_limit_ms = o.ttft_limit_ms;
   run.tpot_limit_ms = o.tpot_limit_ms;
-  const OrderedJson best_json = f.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
+  const OrderedJson best_json = f.in.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
   if (!f.best_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
   if (f.json) {
@@ -242,7 +211,7 @@ Status Run(TuneFlags f) {
     return Status::Ok();
   }
   std::printf("Tune: %s on %d x %s, %s scenario%s", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
-              f.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
+              f.in.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
   if (server) {
     const auto limits = sim::MlperfLimits(o.benchmark, o.space.scenario);
     std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms", o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
@@ -265,7 +234,7 @@ Status Run(TuneFlags f) {
                                         "where longer)");
   std::printf("Deployment and its run (--best-out FILE writes it; `fathom simulate --deployment FILE` repeats the run):\n%s\n",
               best_json.dump().c_str());
-  if (f.dataset_samples > 0) std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
+  if (f.in.dataset_samples > 0) std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
   std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(best.config).c_str());
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n", res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
@@ -276,36 +245,36 @@ Status Run(TuneFlags f) {
 
 void RegisterTune(CLI::App& app, Status* result) {
   auto f = std::make_shared<TuneFlags>();
-  tuner::SearchSpace& s = f->options.space;
+  tuner::SearchSpace& s = f->in.options.space;
   CLI::App* cmd = app.add_subcommand("tune", "Search for the best deployment under MLPerf's rules (the main job)");
   cmd->add_option("--model", s.model, "Built-in model or config.json path")->capture_default_str();
   cmd->add_option("--hardware", s.hardware, "GPU name")->capture_default_str();
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_option("--gpus", s.gpus, "GPUs to deploy on")->capture_default_str();
-  cmd->add_option("--scenario", f->scenario, "offline, server or interactive")->capture_default_str();
-  cmd->add_option("--trace", f->trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
-  cmd->add_option("--benchmark", f->benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
-  AddTraceReadFlags(cmd, &f->read);
-  cmd->add_option("--ttft-ms", f->options.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
-  cmd->add_option("--tpot-ms", f->options.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--scenario", f->in.scenario, "offline, server or interactive")->capture_default_str();
+  cmd->add_option("--trace", f->in.trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
+  cmd->add_option("--benchmark", f->in.benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
+  AddTraceReadFlags(cmd, &f->in.read);
+  cmd->add_option("--ttft-ms", f->in.options.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--tpot-ms", f->in.options.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--weights", s.weights, "Weight formats to try (default: fp4 and fp8 where fp4 is supported, else fp8)")->delimiter(',');
   cmd->add_option("--kv", s.kv, "KV-cache formats to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--max-batch", s.max_batch, "Batch limits to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")->delimiter(',')->capture_default_str();
-  cmd->add_flag("--no-disagg", f->no_disagg, "Skip disaggregated prefill/decode candidates");
-  cmd->add_flag("--no-prune", f->no_prune, "Simulate every feasible candidate (no bound pruning)");
-  cmd->add_option("--samples", f->options.offline_samples, "Offline: requests per run (default: whole data sets per instance lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
-  cmd->add_option("--dataset-samples", f->dataset_samples, "Draw this many samples from the trace (seeded)");
-  cmd->add_option("--probe-duration", f->options.probe_duration_s, "Server: seconds of arrivals per QPS probe")
+  cmd->add_flag("--no-disagg", f->in.no_disagg, "Skip disaggregated prefill/decode candidates");
+  cmd->add_flag("--no-prune", f->in.no_prune, "Simulate every feasible candidate (no bound pruning)");
+  cmd->add_option("--samples", f->in.options.offline_samples, "Offline: requests per run (default: whole data sets per instance lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
+  cmd->add_option("--dataset-samples", f->in.dataset_samples, "Draw this many samples from the trace (seeded)");
+  cmd->add_option("--probe-duration", f->in.options.probe_duration_s, "Server: seconds of arrivals per QPS probe")
       ->capture_default_str();
-  cmd->add_option("--probe-max-samples", f->options.probe_max_samples, "Server: requests per QPS probe at most")
+  cmd->add_option("--probe-max-samples", f->in.options.probe_max_samples, "Server: requests per QPS probe at most")
       ->capture_default_str();
-  cmd->add_option("--qps-steps", f->options.qps_steps, "Server: bisection steps")->capture_default_str();
-  cmd->add_option("--jobs", f->options.jobs, "Worker threads (default: all cores)");
-  cmd->add_option("--db", f->options.db_path, "SQLite results store: resume an interrupted sweep, never re-simulate");
-  cmd->add_option("--sweep-id", f->options.sweep_id, "Name of the sweep in the store (default: derived from inputs)");
-  cmd->add_option("--price", f->options.price_per_gpu_hour, "USD per GPU-hour (default: the hardware file's)");
-  cmd->add_option("--seed", f->options.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--qps-steps", f->in.options.qps_steps, "Server: bisection steps")->capture_default_str();
+  cmd->add_option("--jobs", f->in.options.jobs, "Worker threads (default: all cores)");
+  cmd->add_option("--db", f->in.options.db_path, "SQLite results store: resume an interrupted sweep, never re-simulate");
+  cmd->add_option("--sweep-id", f->in.options.sweep_id, "Name of the sweep in the store (default: derived from inputs)");
+  cmd->add_option("--price", f->in.options.price_per_gpu_hour, "USD per GPU-hour (default: the hardware file's)");
+  cmd->add_option("--seed", f->in.options.seed, "Random seed")->capture_default_str();
   cmd->add_option("--top", f->top, "Rows in the table")->capture_default_str();
   cmd->add_option("--capacity-qps", f->capacity_qps,
                   "Capacity planning: the fewest GPUs that sustain this QPS within the limits (server/interactive)");
@@ -314,7 +283,7 @@ void RegisterTune(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--frontier-csv", f->frontier_csv, "Write the Pareto frontier as CSV");
   cmd->add_option("--best-out", f->best_out, "Write the best deployment as JSON");
-  AddTimeModelFlags(cmd, &f->time_model);
+  AddTimeModelFlags(cmd, &f->in.time_model);
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f, result] { *result = Run(*f); });
 }
