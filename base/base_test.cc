@@ -127,6 +127,14 @@ TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both fin
   CHECK(w2->Exec("INSERT INTO t VALUES(4)").ok());
   commit.join();
   CHECK(count(*w2) == 4);
+  // A transaction whose body fails leaves nothing behind and returns the body's error.
+  CHECK(w2->Transaction([&] {
+             CHECK(w2->Exec("INSERT INTO t VALUES(5)").ok());
+             return Status::InvalidArgument("bad row");
+           }).message() == "bad row");
+  CHECK(count(*w2) == 4);
+  CHECK(w2->Transaction([&] { return w2->Exec("INSERT INTO t VALUES(5)"); }).ok());
+  CHECK(count(*w2) == 5);
   // Not a database, or no such file: errors naming the path.
   REQUIRE(WriteFileAtomic(path + ".txt", std::string(4096, 'x')).ok());
   CHECK(Database::Open(path + ".txt", Database::Mode::kReadOnly, "test database").status().message().rfind(
