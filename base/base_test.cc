@@ -120,12 +120,14 @@ TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both fin
   auto w2 = Database::Open(path, Database::Mode::kReadWriteCreate, "test database");
   REQUIRE(w2.ok());
   REQUIRE(w->Exec("BEGIN IMMEDIATE; INSERT INTO t VALUES(3)").ok());
+  Status committed;  // checked after the join: Catch2's assertions are not thread-safe
   std::thread commit([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    CHECK(w->Exec("COMMIT").ok());
+    committed = w->Exec("COMMIT");
   });
   CHECK(w2->Exec("INSERT INTO t VALUES(4)").ok());
   commit.join();
+  CHECK(committed.ok());
   CHECK(count(*w2) == 4);
   // A transaction whose body fails leaves nothing behind and returns the body's error.
   CHECK(w2->Transaction([&] {
