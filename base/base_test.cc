@@ -32,6 +32,25 @@ TEST_CASE("JsonFields: a value of the wrong type names the value and the rule", 
   CHECK(f.status().message() == "cfg.json: field 'a' = \"seven\": must be an integer");
 }
 
+TEST_CASE("JsonFields: an integer beyond 64 bits is an error, never wrapped or cast", "[base]") {
+  // Found by fuzz_deployment: "gpus": 11111111111111111111113456 (a double) cast to int64.
+  auto message = [](const std::string& value) {
+    Json obj = Json::parse("{\"n\": " + value + "}");
+    JsonFields f(obj, "cfg.json");
+    (void)f.Int("n");
+    return f.status().message();
+  };
+  CHECK(message("11111111111111111111113456") ==
+        "cfg.json: field 'n' = 1.111111111111111e+25: must be an integer within 64 bits (magnitude below 2^63)");
+  CHECK(message("18446744073709551615") ==
+        "cfg.json: field 'n' = 18446744073709551615: must be an integer within 64 bits (magnitude below 2^63)");
+  CHECK(message("-9.3e18").find("must be an integer within 64 bits") != std::string::npos);
+  CHECK(message("2.5") == "cfg.json: field 'n' = 2.5: must be an integer");
+  CHECK(message("9223372036854775807").empty());
+  CHECK(message("-9223372036854775808").empty());
+  CHECK(message("4e3").empty());
+}
+
 TEST_CASE("ReadJsonFile: malformed JSON names the file and the byte", "[base]") {
   const std::string path = (std::filesystem::temp_directory_path() / "fathom_bad.json").string();
   REQUIRE(WriteFileAtomic(path, "{\"a\": 1,,}").ok());
@@ -101,13 +120,23 @@ TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both fin
   auto w2 = Database::Open(path, Database::Mode::kReadWriteCreate, "test database");
   REQUIRE(w2.ok());
   REQUIRE(w->Exec("BEGIN IMMEDIATE; INSERT INTO t VALUES(3)").ok());
+  Status committed;  // checked after the join: Catch2's assertions are not thread-safe
   std::thread commit([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    CHECK(w->Exec("COMMIT").ok());
+    committed = w->Exec("COMMIT");
   });
   CHECK(w2->Exec("INSERT INTO t VALUES(4)").ok());
   commit.join();
+  CHECK(committed.ok());
   CHECK(count(*w2) == 4);
+  // A transaction whose body fails leaves nothing behind and returns the body's error.
+  CHECK(w2->Transaction([&] {
+             CHECK(w2->Exec("INSERT INTO t VALUES(5)").ok());
+             return Status::InvalidArgument("bad row");
+           }).message() == "bad row");
+  CHECK(count(*w2) == 4);
+  CHECK(w2->Transaction([&] { return w2->Exec("INSERT INTO t VALUES(5)"); }).ok());
+  CHECK(count(*w2) == 5);
   // Not a database, or no such file: errors naming the path.
   REQUIRE(WriteFileAtomic(path + ".txt", std::string(4096, 'x')).ok());
   CHECK(Database::Open(path + ".txt", Database::Mode::kReadOnly, "test database").status().message().rfind(

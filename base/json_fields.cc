@@ -1,5 +1,8 @@
 #include "base/json_fields.h"
 
+#include <cmath>
+#include <cstdint>
+
 #include "base/files.h"
 
 namespace fathom {
@@ -64,9 +67,18 @@ const Json* JsonFields::Find(std::string_view key, const char* wanted_type) {
 int64_t JsonFields::Int(std::string_view key) {
   const Json* v = Find(key, "integer");
   if (v == nullptr) return 0;
+  // Beyond int64 a conversion would wrap (2^64 - 1 read as -1) or be undefined (1e25).
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  const bool beyond = v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t{INT64_MAX}
+                                              : v->is_number_float() && !(std::fabs(v->get<double>()) < kTwoTo63);
+  if (beyond) {
+    Fail(key, v->dump(), "must be an integer within 64 bits (magnitude below 2^63)");
+    return 0;
+  }
   if (v->is_number_integer()) return v->get<int64_t>();
-  if (v->is_number_float() && v->get<double>() == static_cast<double>(v->get<int64_t>()))
-    return v->get<int64_t>();
+  if (v->is_number_float() && v->get<double>() == std::trunc(v->get<double>())) {
+    return static_cast<int64_t>(v->get<double>());
+  }
   Fail(key, v->dump(), "must be an integer");
   return 0;
 }

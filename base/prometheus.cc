@@ -105,7 +105,7 @@ std::optional<Histogram> FindHistogram(const Metrics& m, const std::string& name
     auto le = s.labels.find("le");
     if (le == s.labels.end()) continue;
     auto bound = ParseValue(le->second);
-    if (bound.ok()) by_bound[*bound] += s.value;
+    if (bound.ok() && !std::isnan(*bound)) by_bound[*bound] += s.value;  // NaN has no order
   }
   Histogram h;
   h.buckets.assign(by_bound.begin(), by_bound.end());

@@ -28,7 +28,8 @@ struct Histogram {
   std::vector<std::pair<double, double>> buckets;
   double count = 0;
 };
-// Absent when the metrics have no `<name>_bucket` series.
+// Absent when the metrics have no `<name>_bucket` series; a series whose `le` is not a number
+// (or is NaN) is left out.
 std::optional<Histogram> FindHistogram(const Metrics& m, const std::string& name);
 // The change from `before` (a counter reset counts from zero).
 Histogram Delta(const Histogram& now, const std::optional<Histogram>& before);

@@ -40,4 +40,14 @@ TEST_CASE("Quantile: Prometheus's histogram_quantile, linear within the bucket",
   CHECK(Delta(before, h).count == 10);
 }
 
+TEST_CASE("FindHistogram: a bucket whose bound is NaN is left out (NaN has no place in the order)", "[live]") {
+  auto m = ParsePrometheusText("t_bucket{le=\"NaN\"} 5\nt_bucket{le=\"1\"} 2\nt_bucket{le=\"+Inf\"} 3\n", "page");
+  REQUIRE(m.ok());
+  auto h = FindHistogram(*m, "t");
+  REQUIRE(h);
+  REQUIRE(h->buckets.size() == 2);
+  CHECK(h->buckets[0].first == 1);
+  CHECK(h->count == 3);
+}
+
 }  // namespace fathom

@@ -100,6 +100,16 @@ Status Database::Exec(const std::string& sql) const {
   return Status::Ok();
 }
 
+Status Database::Transaction(const std::function<Status()>& body) const {
+  FATHOM_RETURN_IF_ERROR(Exec("BEGIN"));
+  const Status status = body();
+  if (status.ok()) return Exec("COMMIT");
+  if (Status rolled_back = Exec("ROLLBACK"); !rolled_back.ok()) {
+    return Status::IoError(status.message() + "; rolling back failed too: " + rolled_back.message());
+  }
+  return status;
+}
+
 Result<Statement> Database::Prepare(const std::string& sql) const {
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {

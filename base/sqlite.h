@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,9 @@ class Database {
   ~Database();
 
   Status Exec(const std::string& sql) const;
+  // Runs `body` in one transaction: committed when it returns ok, rolled back otherwise (its error
+  // is returned, with the rollback's when that failed too).
+  Status Transaction(const std::function<Status()>& body) const;
   Result<Statement> Prepare(const std::string& sql) const;
   bool HasTable(const std::string& name) const;
   const std::string& path() const { return *path_; }

@@ -18,7 +18,8 @@ enum class StatusCode {
   kIoError,          // a file that exists but cannot be read or written
 };
 
-class Status {
+// [[nodiscard]]: a Status or Result dropped on the floor is an error nobody sees.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status Ok() { return Status(); }
@@ -49,7 +50,7 @@ class Status {
 
 // A value or the Status that explains why there is none.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design

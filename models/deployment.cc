@@ -28,9 +28,10 @@ Status ValidateLayout(const ModelArch& m, const ParallelLayout& l) {
   if (l.pp < 1) return Rule("pp", l.pp, "must be >= 1");
   if (l.ep < 1) return Rule("ep", l.ep, "must be >= 1");
   if (l.attn_dp < 1) return Rule("attn_dp", l.attn_dp, "must be >= 1");
-  if (l.gpus % (l.tp * l.pp) != 0) {
+  const int64_t tp_pp = int64_t{l.tp} * l.pp;  // in int64: each may be as large as an int
+  if (l.gpus % tp_pp != 0) {
     return Rule("gpus", l.gpus,
-                "must be a multiple of tp x pp (" + std::to_string(l.tp * l.pp) +
+                "must be a multiple of tp x pp (" + std::to_string(tp_pp) +
                     "): GPUs = tp x pp x replicas");
   }
   if (l.pp > m.layers) {

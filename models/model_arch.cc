@@ -138,14 +138,21 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
   m.max_context = f.Int("max_position_embeddings", 0);
   FATHOM_RETURN_IF_ERROR(f.status());
 
-  auto require_positive = [&](const char* field, int64_t v) {
-    if (v <= 0) f.Fail(field, std::to_string(v), "must be a positive integer");
+  // Sizes are bounded far above any published model (about 16x the largest), so that parameter
+  // and memory counts stay within int64 and a per-layer table fits in memory.
+  auto require_in = [&](const char* field, int64_t v, int64_t min, int64_t max) {
+    if (v < min || v > max) {
+      f.Fail(field, std::to_string(v), "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
   };
-  require_positive("vocab_size", m.vocab);
-  require_positive("hidden_size", m.hidden);
-  require_positive("num_hidden_layers", m.layers);
-  require_positive("num_attention_heads", m.heads);
-  require_positive("num_key_value_heads", m.kv_heads);
+  constexpr int64_t kMaxWidth = int64_t{1} << 17, kMaxMlpWidth = int64_t{1} << 19, kMaxCount = int64_t{1} << 12;
+  require_in("vocab_size", m.vocab, 1, int64_t{1} << 22);
+  require_in("hidden_size", m.hidden, 1, kMaxWidth);
+  require_in("num_hidden_layers", m.layers, 1, kMaxCount);
+  require_in("num_attention_heads", m.heads, 1, kMaxCount);
+  require_in("num_key_value_heads", m.kv_heads, 1, kMaxCount);
+  require_in("intermediate_size", m.intermediate, 0, kMaxMlpWidth);
+  require_in("max_position_embeddings", m.max_context, 0, int64_t{1} << 30);
   FATHOM_RETURN_IF_ERROR(f.status());
   if (m.heads % m.kv_heads != 0) {
     f.Fail("num_key_value_heads", std::to_string(m.kv_heads),
@@ -162,6 +169,7 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
     m.qk_rope_dim = f.Int("qk_rope_head_dim");
     m.v_head_dim = f.Int("v_head_dim");
     m.experts = f.Int("n_routed_experts", 0);
+    require_in("n_routed_experts", m.experts, 0, kMaxCount);
     m.shared_experts = f.Int("n_shared_experts", 0);
     m.mtp_layers = f.Int("num_nextn_predict_layers", 0);
     const int64_t first_dense = f.Int("first_k_dense_replace", 0);
@@ -172,6 +180,7 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
       m.moe_layer[i] = m.experts > 0 && i >= first_dense && i % freq == 0;
   } else if (type == "mixtral" || type == "gpt_oss") {
     m.experts = f.Int("num_local_experts");
+    require_in("num_local_experts", m.experts, 1, kMaxCount);
     m.moe_layer.assign(m.layers, true);
     if (type == "gpt_oss") {
       m.expert_bias = true;
@@ -179,6 +188,7 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
     }
   } else if (type == "qwen3_moe" || type == "qwen2_moe") {
     m.experts = f.Int("num_experts");
+    require_in("num_experts", m.experts, 1, kMaxCount);
     m.shared_experts = 0;
     m.qk_norm = type == "qwen3_moe";
     const int64_t step = f.Int("decoder_sparse_step", 1);
@@ -200,11 +210,24 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
                                    "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, deepseek_v3, "
                                    "deepseek_v2, gpt_oss)");
   }
+  require_in("head_dim", m.head_dim, 1, kMaxCount);
+  if (m.attention == AttentionKind::kMla) {
+    require_in("q_lora_rank", m.q_lora_rank, 0, kMaxWidth);
+    require_in("kv_lora_rank", m.kv_lora_rank, 1, kMaxWidth);
+    require_in("qk_nope_head_dim", m.qk_nope_dim, 1, kMaxCount);
+    require_in("qk_rope_head_dim", m.qk_rope_dim, 1, kMaxCount);
+    require_in("v_head_dim", m.v_head_dim, 1, kMaxCount);
+    require_in("n_shared_experts", m.shared_experts, 0, kMaxCount);
+    require_in("num_nextn_predict_layers", m.mtp_layers, 0, kMaxCount);
+  }
+  FATHOM_RETURN_IF_ERROR(f.status());
   if (m.experts > 0) {
     m.experts_per_token = f.Int("num_experts_per_tok");
     // Mixtral's experts are full-width MLPs; the others name the expert width separately.
     m.moe_intermediate = f.Has("moe_intermediate_size") ? f.Int("moe_intermediate_size")
                                                         : f.Int("intermediate_size");
+    require_in(f.Has("moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size", m.moe_intermediate,
+               1, kMaxMlpWidth);
     if (m.experts_per_token <= 0 || m.experts_per_token > m.experts) {
       f.Fail("num_experts_per_tok", std::to_string(m.experts_per_token),
              "must be between 1 and the number of experts (" + std::to_string(m.experts) + ")");
@@ -230,10 +253,7 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
   }
   if (m.NumSlidingLayers() > 0) {
     m.sliding_window = f.Int("sliding_window");
-    if (m.sliding_window <= 0) {
-      f.Fail("sliding_window", std::to_string(m.sliding_window),
-             "must be a positive token count when layers use sliding attention");
-    }
+    require_in("sliding_window", m.sliding_window, 1, int64_t{1} << 30);
   }
   FATHOM_RETURN_IF_ERROR(f.status());
   FATHOM_RETURN_IF_ERROR(ReadNativePrecision(config, source, &m));

@@ -84,6 +84,25 @@ TEST_CASE("ParseModelConfig: an unsupported model_type and bad values name the r
         "c.json: field 'num_key_value_heads' = 5: must divide num_attention_heads (32)");
 }
 
+TEST_CASE("ParseModelConfig: sizes beyond any model are refused before they overflow a count", "[models]") {
+  // Found by probing fuzz_model_config: vocab_size 2^62 overflowed the LM head's parameter count,
+  // num_hidden_layers 2^62 asked for a per-layer table of that length.
+  auto message = [](const std::string& field, const std::string& value) {
+    Json cfg = Json::parse(R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+         "num_hidden_layers": 2, "num_attention_heads": 32, "intermediate_size": 11008})");
+    cfg[field] = Json::parse(value);
+    return ParseModelConfig(cfg, "c.json").status().message();
+  };
+  CHECK(message("vocab_size", "4611686018427387904") ==
+        "c.json: field 'vocab_size' = 4611686018427387904: must be an integer in [1, 4194304]");
+  CHECK(message("num_hidden_layers", "4611686018427387904") ==
+        "c.json: field 'num_hidden_layers' = 4611686018427387904: must be an integer in [1, 4096]");
+  CHECK(message("hidden_size", "0") == "c.json: field 'hidden_size' = 0: must be an integer in [1, 131072]");
+  CHECK(message("head_dim", "1099511627776") ==
+        "c.json: field 'head_dim' = 1099511627776: must be an integer in [1, 4096]");
+  CHECK(message("intermediate_size", "131072").empty());
+}
+
 TEST_CASE("LoadModel: a malformed config.json names the file; an unknown name lists built-ins", "[models]") {
   const std::string path = (std::filesystem::temp_directory_path() / "fathom_cfg.json").string();
   REQUIRE(WriteFileAtomic(path, "{\"model_type\": \"llama\",").ok());

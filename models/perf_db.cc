@@ -39,14 +39,10 @@ Result<PerfDb> PerfDb::Open(const std::string& path) {
 Status PerfDb::Insert(const OpMeasurement& m) { return Insert(std::vector<OpMeasurement>{m}); }
 
 Status PerfDb::Insert(const std::vector<OpMeasurement>& rows) {
-  FATHOM_RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  for (const OpMeasurement& m : rows) {
-    if (Status s = InsertOne(m); !s.ok()) {
-      (void)db_.Exec("ROLLBACK");
-      return s;
-    }
-  }
-  return db_.Exec("COMMIT");
+  return db_.Transaction([&]() -> Status {
+    for (const OpMeasurement& m : rows) FATHOM_RETURN_IF_ERROR(InsertOne(m));
+    return Status::Ok();
+  });
 }
 
 Status PerfDb::InsertOne(const OpMeasurement& m) {
@@ -88,14 +84,10 @@ Status PerfDb::InsertKernels(const std::vector<KernelRecord>& kernels) {
     FATHOM_RETURN_IF_ERROR(st.Bind(++i, k.source));
     return st.Step().status();
   };
-  FATHOM_RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  for (const KernelRecord& k : kernels) {
-    if (Status s = insert(k); !s.ok()) {
-      (void)db_.Exec("ROLLBACK");
-      return s;
-    }
-  }
-  return db_.Exec("COMMIT");
+  return db_.Transaction([&]() -> Status {
+    for (const KernelRecord& k : kernels) FATHOM_RETURN_IF_ERROR(insert(k));
+    return Status::Ok();
+  });
 }
 
 Result<std::vector<std::string>> PerfDb::HardwareNames() const {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "base/csv.h"
+#include "base/format.h"
 #include "base/json_fields.h"
 #include "base/line_reader.h"
 #include "base/sqlite.h"
@@ -44,14 +45,22 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
   }
   // Runs `sql` and hands each row to `row`; a table whose layout is not the one expected is an
   // error naming the file.
-  auto each_row = [&](const std::string& sql, const std::function<void(const sqlite::Statement&)>& row) -> Status {
+  auto each_row = [&](const std::string& sql, const std::function<Status(const sqlite::Statement&)>& row) -> Status {
     auto st = db.Prepare(sql);
     if (!st.ok()) return Status::InvalidArgument(path + ": unexpected table layout: " + st.status().message());
     for (;;) {
       FATHOM_ASSIGN_OR_RETURN(bool more, st->Step());
       if (!more) return Status::Ok();
-      row(*st);
+      FATHOM_RETURN_IF_ERROR(row(*st));
     }
+  };
+  // A record's start and end (columns 0 and 1) with 0 <= start <= end, so its duration is defined.
+  auto interval = [&](const std::string& table, const sqlite::Statement& st, models::KernelRecord* k) -> Status {
+    k->start_ns = st.Int(0);
+    k->end_ns = st.Int(1);
+    if (k->start_ns >= 0 && k->end_ns >= k->start_ns) return Status::Ok();
+    return Status::InvalidArgument(path + ": " + table + ": a record with start " + std::to_string(k->start_ns) +
+                                   " and end " + std::to_string(k->end_ns) + ": must have 0 <= start <= end");
   };
   // The NVTX ranges per thread and the API calls that launched work, then the records, each
   // matched to its launch call by correlation id.
@@ -59,11 +68,17 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
   if (db.HasTable("NVTX_EVENTS")) {
     FATHOM_RETURN_IF_ERROR(each_row("SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
                                     "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
-                                    [&](const sqlite::Statement& st) { log.AddRange(st.Int(2), st.Int(0), st.Int(1), st.Text(3)); }));
+                                    [&](const sqlite::Statement& st) {
+                                      log.AddRange(st.Int(2), st.Int(0), st.Int(1), st.Text(3));
+                                      return Status::Ok();
+                                    }));
   }
   if (db.HasTable("CUPTI_ACTIVITY_KIND_RUNTIME")) {
     FATHOM_RETURN_IF_ERROR(each_row("SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME",
-                                    [&](const sqlite::Statement& st) { log.AddLaunch(st.Int(0), st.Int(1), st.Int(2)); }));
+                                    [&](const sqlite::Statement& st) {
+                                      log.AddLaunch(st.Int(0), st.Int(1), st.Int(2));
+                                      return Status::Ok();
+                                    }));
   }
   FATHOM_RETURN_IF_ERROR(each_row(
       "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, s.value, k.gridX, k.gridY, "
@@ -71,8 +86,7 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
       "JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start",
       [&](const sqlite::Statement& st) {
         models::KernelRecord k;
-        k.start_ns = st.Int(0);
-        k.end_ns = st.Int(1);
+        FATHOM_RETURN_IF_ERROR(interval("CUPTI_ACTIVITY_KIND_KERNEL", st, &k));
         k.device = static_cast<int32_t>(st.Int(2));
         k.stream = static_cast<int32_t>(st.Int(3));
         k.correlation = st.Int(4);
@@ -83,6 +97,7 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
         }
         k.source = path;
         log.AddRecord(std::move(k));
+        return Status::Ok();
       }));
   for (const std::string table : {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
     if (!db.HasTable(table)) continue;
@@ -92,13 +107,13 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
                                       models::KernelRecord k;
                                       k.kind = kind;
                                       k.name = kind;
-                                      k.start_ns = st.Int(0);
-                                      k.end_ns = st.Int(1);
+                                      FATHOM_RETURN_IF_ERROR(interval(table, st, &k));
                                       k.device = static_cast<int32_t>(st.Int(2));
                                       k.stream = static_cast<int32_t>(st.Int(3));
                                       k.correlation = st.Int(4);
                                       k.source = path;
                                       log.AddRecord(std::move(k));
+                                      return Status::Ok();
                                     }));
   }
   return log.Take(/*final=*/true);
@@ -117,7 +132,14 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   // GPU-side annotation ranges (PyTorch's gpu_user_annotation) per device and stream.
   std::map<std::pair<int64_t, int64_t>, std::vector<NamedRange>> annotations;
   std::vector<models::KernelRecord> out;
-  auto us_to_ns = [](const Json& v) { return static_cast<int64_t>(std::llround(v.get<double>() * 1000.0)); };
+  // A time in microseconds, as nanoseconds. Each of a start and a duration may take half of what
+  // int64 nanoseconds hold (Kineto's epoch microseconds, about 1.8e15, fit), so their sum does too.
+  auto us_to_ns = [](JsonFields& f, const char* key) -> int64_t {
+    constexpr double kMaxUs = 4.6e15;
+    const double us = f.Double(key);
+    if (!(us >= 0 && us <= kMaxUs)) f.Fail(key, StrFormat("%g", us), "must be in [0, 4.6e15] microseconds");
+    return f.status().ok() ? static_cast<int64_t>(std::llround(us * 1000.0)) : 0;
+  };
   // Kineto writes a GPU stream's tid as "stream 7": its number; other ids as integers.
   auto id = [](const Json& v) -> int64_t {
     if (v.is_number_integer()) return v.get<int64_t>();
@@ -137,8 +159,10 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
     const std::string cat = f.String("cat", "");
     const std::string name = f.String("name", "");
     FATHOM_RETURN_IF_ERROR(f.status());
-    const int64_t start = us_to_ns(e["ts"]);
-    const int64_t end = start + us_to_ns(e["dur"]);
+    if (cat != "gpu_user_annotation" && cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") continue;
+    const int64_t start = us_to_ns(f, "ts");
+    const int64_t end = start + us_to_ns(f, "dur");
+    FATHOM_RETURN_IF_ERROR(f.status());
     static const Json kNone = Json::object();
     const Json& args = e.contains("args") && e["args"].is_object() ? e["args"] : kNone;
     JsonFields a(args, f.source() + ": args");
@@ -148,7 +172,6 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
       annotations[{device, stream}].push_back({start, end, name});
       continue;
     }
-    if (cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") continue;
     models::KernelRecord k;
     k.kind = cat == "kernel" ? "kernel" : (cat == "gpu_memcpy" ? "memcpy" : "memset");
     k.name = name;

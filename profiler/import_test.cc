@@ -51,6 +51,21 @@ TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX ra
   std::filesystem::remove(garbage);
 }
 
+TEST_CASE("ReadNsysSqlite: a record ending before it starts is an error naming the file and table", "[profiler]") {
+  // A corrupt row made a kernel's end - start overflow where the summary takes its duration.
+  const std::string path = NsysFixture("nsys_interval");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9000000000000000000, "
+                           "end = -9000000000000000000 WHERE correlationId = 12",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK(ReadNsysSqlite(path).status().message() ==
+        path + ": CUPTI_ACTIVITY_KIND_KERNEL: a record with start 9000000000000000000 and end -9000000000000000000: "
+               "must have 0 <= start <= end");
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("ReadPytorchTrace: kernels, copies and GPU user annotations", "[profiler]") {
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/pytorch_trace.json";
   CHECK(*DetectProfileFormat(path) == ProfileFormat::kPytorchJson);
@@ -64,6 +79,22 @@ TEST_CASE("ReadPytorchTrace: kernels, copies and GPU user annotations", "[profil
   CHECK((*records)[0].grid[0] == 108);
   CHECK((*records)[2].kind == "memcpy");
   CHECK((*records)[2].nvtx_range.empty());
+}
+
+TEST_CASE("ReadPytorchTrace: a kernel's time out of range is an error naming the event and field", "[profiler]") {
+  // Found by fuzz_pytorch_trace: ts + dur overflowed int64 nanoseconds; a negative duration was taken.
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_pytorch_times.json").string();
+  auto read = [&](const std::string& ts, const std::string& dur) {
+    REQUIRE(WriteFileAtomic(path, R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": )" + ts +
+                                      R"(, "dur": )" + dur + "}]}")
+                .ok());
+    return ReadPytorchTrace(path).status().message();
+  };
+  CHECK(read("9.2e15", "9.2e15") == path + ": traceEvents[0]: field 'ts' = 9.2e+15: must be in [0, 4.6e15] microseconds");
+  CHECK(read("1e300", "1") == path + ": traceEvents[0]: field 'ts' = 1e+300: must be in [0, 4.6e15] microseconds");
+  CHECK(read("10", "-5") == path + ": traceEvents[0]: field 'dur' = -5: must be in [0, 4.6e15] microseconds");
+  CHECK(read("1.7e15", "20").empty());  // Kineto's epoch microseconds
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind", "[profiler]") {

@@ -1,6 +1,8 @@
 #include "sim/deployment_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "base/format.h"
@@ -19,17 +21,32 @@ Status CheckKnown(const Json& j, const std::string& source, const std::set<std::
   return Status::Ok();
 }
 
+// The most GPUs a deployment or pool spans: far beyond any cluster, and small enough that sums
+// and products of two layout degrees stay within int.
+constexpr int64_t kMaxGpus = 65536;
+
+// A GPU count, parallel degree or instance count from `key` (required without a fallback), as
+// typed: in [1, kMaxGpus], never truncated to int.
+int LayoutCount(JsonFields& f, std::string_view key, std::optional<int64_t> fallback) {
+  const int64_t n = fallback ? f.Int(key, *fallback) : f.Int(key);
+  if (n < 1 || n > kMaxGpus) f.Fail(key, std::to_string(n), "must be in [1, 65536]");
+  return static_cast<int>(std::clamp<int64_t>(n, 1, kMaxGpus));
+}
+
 Result<PoolLayout> PoolFromJson(const Json& j, const std::string& source) {
   FATHOM_RETURN_IF_ERROR(CheckKnown(j, source, {"instances", "tp", "pp", "ep", "attn_dp"}));
   JsonFields f(j, source);
   PoolLayout p;
-  p.instances = static_cast<int>(f.Int("instances", 1));
-  p.tp = static_cast<int>(f.Int("tp"));
-  p.pp = static_cast<int>(f.Int("pp", 1));
-  p.ep = static_cast<int>(f.Int("ep", 1));
-  p.attn_dp = static_cast<int>(f.Int("attn_dp", 1));
-  FATHOM_RETURN_IF_ERROR(f.status());
-  if (p.instances < 1) f.Fail("instances", std::to_string(p.instances), "must be >= 1");
+  p.instances = LayoutCount(f, "instances", 1);
+  p.tp = LayoutCount(f, "tp", std::nullopt);
+  p.pp = LayoutCount(f, "pp", 1);
+  p.ep = LayoutCount(f, "ep", 1);
+  p.attn_dp = LayoutCount(f, "attn_dp", 1);
+  const int64_t gpus = int64_t{p.instances} * p.tp * p.pp;
+  if (gpus > kMaxGpus) {
+    f.Fail("instances", std::to_string(p.instances),
+           "instances x tp x pp = " + std::to_string(gpus) + " GPUs: must be <= 65536");
+  }
   FATHOM_RETURN_IF_ERROR(f.status());
   return p;
 }
@@ -70,11 +87,11 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   JsonFields f(j, source);
   d.model = f.String("model", d.model);
   d.hardware = f.String("hardware", d.hardware);
-  d.gpus = static_cast<int>(f.Int("gpus", d.gpus));
-  d.tp = static_cast<int>(f.Int("tp", d.tp));
-  d.pp = static_cast<int>(f.Int("pp", d.pp));
-  d.ep = static_cast<int>(f.Int("ep", d.ep));
-  d.attn_dp = static_cast<int>(f.Int("attn_dp", d.attn_dp));
+  d.gpus = LayoutCount(f, "gpus", d.gpus);
+  d.tp = LayoutCount(f, "tp", d.tp);
+  d.pp = LayoutCount(f, "pp", d.pp);
+  d.ep = LayoutCount(f, "ep", d.ep);
+  d.attn_dp = LayoutCount(f, "attn_dp", d.attn_dp);
   d.weights = f.String("weights", d.weights);
   d.dense_weights = f.String("dense_weights", "");
   d.kv = f.String("kv", d.kv);
@@ -89,7 +106,9 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   const std::string preemption = f.String("preemption", "recompute");
   const std::string admission = f.String("admission", "greedy");
   e.prefix_caching = f.Bool("prefix_caching", false);
-  e.mtp_depth = static_cast<int>(f.Int("mtp", 0));
+  const int64_t mtp = f.Int("mtp", 0);  // checked as typed: a cast to int would wrap 2^32 + 3 to 3
+  if (mtp < 0 || mtp > 16) f.Fail("mtp", std::to_string(mtp), "must be in [0, 16]");
+  e.mtp_depth = static_cast<int>(std::clamp<int64_t>(mtp, 0, 16));
   e.acceptance = f.Double("acceptance", 0.0);
   e.draft_cost = f.Double("draft_cost", e.draft_cost);
   const std::string router = f.String("router", std::string(Name(d.router)));

@@ -14,6 +14,31 @@
 namespace fathom::tuner {
 namespace {
 
+constexpr const char* kTtft = "vllm:time_to_first_token_seconds";
+constexpr const char* kTpotNames[] = {"vllm:request_time_per_output_token_seconds",
+                                      "vllm:time_per_output_token_seconds"};
+constexpr const char* kPromptTokens = "vllm:request_prompt_tokens";
+constexpr const char* kGenerationTokens = "vllm:request_generation_tokens";
+
+// The largest count (of requests or observations) and token length a page may report: beyond any
+// real server, and where a double still holds every integer.
+constexpr double kMaxCount = 1e15;
+constexpr double kMaxTokens = 1e9;
+
+// Every sample of `series` is a count in [0, kMaxCount]: NaN, inf or 1e300 would otherwise
+// become -9.2e18 requests when rounded.
+Status CheckCounts(const Metrics& m, const std::string& series) {
+  auto it = m.find(series);
+  if (it == m.end()) return Status::Ok();
+  for (const MetricSample& s : it->second) {
+    if (!(s.value >= 0 && s.value <= kMaxCount)) {
+      return Status::InvalidArgument("--metrics-cmd output: " + series + " = " + StrFormat("%g", s.value) +
+                                     ": must be a count in [0, 1e15]");
+    }
+  }
+  return Status::Ok();
+}
+
 // Sums the series of a counter or gauge, where `keep` accepts them (all, when not given).
 double Sum(const Metrics& m, const std::string& name,
            const std::function<bool(const MetricSample&)>& keep = nullptr) {
@@ -74,6 +99,30 @@ Result<Metrics> LiveRuntime::Scrape() const {
     return Status::InvalidArgument("--metrics-cmd output: no vllm:request_success_total or vllm:num_requests_running "
                                    "(is it a vLLM /metrics page?)");
   }
+  // Without its histogram a p99 would read as 0 ms: within any limit.
+  if (!FindHistogram(m, kTtft)) {
+    return Status::InvalidArgument(std::string("--metrics-cmd output: no ") + kTtft +
+                                   " histogram: the p99 TTFT limit cannot be judged");
+  }
+  if (!FindHistogram(m, kTpotNames[0]) && !FindHistogram(m, kTpotNames[1])) {
+    return Status::InvalidArgument(std::string("--metrics-cmd output: no ") + kTpotNames[0] + " (or " + kTpotNames[1] +
+                                   ") histogram: the p99 TPOT limit cannot be judged");
+  }
+  for (const std::string name : {"vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting"}) {
+    FATHOM_RETURN_IF_ERROR(CheckCounts(m, name));
+  }
+  for (const std::string name : {kTtft, kTpotNames[0], kTpotNames[1], kPromptTokens, kGenerationTokens}) {
+    FATHOM_RETURN_IF_ERROR(CheckCounts(m, name + "_bucket"));
+  }
+  for (const std::string name : {kPromptTokens, kGenerationTokens}) {
+    auto h = FindHistogram(m, name);
+    for (const auto& [bound, count] : h ? h->buckets : std::vector<std::pair<double, double>>{}) {
+      if (std::isfinite(bound) && !(bound >= 0 && bound <= kMaxTokens)) {
+        return Status::InvalidArgument("--metrics-cmd output: " + name + "_bucket le = " + StrFormat("%g", bound) +
+                                       ": must be a token count in [0, 1e9] or +Inf");
+      }
+    }
+  }
   return m;
 }
 
@@ -105,14 +154,14 @@ Result<std::optional<Window>> LiveRuntime::Observe() {
     }
     return 0;
   };
-  w.ttft_p99_ms = quantile({"vllm:time_to_first_token_seconds"});
-  w.tpot_p99_ms = quantile({"vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"});
+  w.ttft_p99_ms = quantile({kTtft});
+  w.tpot_p99_ms = quantile({kTpotNames[0], kTpotNames[1]});
   auto lengths = [&](const char* name) {
     auto h = FindHistogram(now, name);
     return h ? Representatives(Delta(*h, FindHistogram(before, name)), options_.max_sample) : std::vector<int64_t>{};
   };
-  const std::vector<int64_t> inputs = lengths("vllm:request_prompt_tokens");
-  std::vector<int64_t> outputs = lengths("vllm:request_generation_tokens");
+  const std::vector<int64_t> inputs = lengths(kPromptTokens);
+  std::vector<int64_t> outputs = lengths(kGenerationTokens);
   Rng rng(pairing_seed_++);
   for (size_t i = outputs.size(); i > 1; --i) std::swap(outputs[i - 1], outputs[rng.Below(i)]);
   for (size_t i = 0; i < std::min(inputs.size(), outputs.size()); ++i) {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "tuner/live_runtime.h"
 
@@ -105,6 +106,48 @@ TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied
   o.metrics_cmd = "echo 'up 1'";
   CHECK(LiveRuntime::Create(o).status().message().find("no vllm:request_success_total") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("LiveRuntime: NaN, infinite or huge counts and a page without a latency histogram are errors", "[live]") {
+  const auto path = std::filesystem::temp_directory_path() / "fathom_live_bad_page";
+  LiveRuntimeOptions o;
+  o.metrics_cmd = "cat " + path.string();
+  o.apply_cmd = "true";
+  o.wait = [](double) {};
+  auto first_scrape = [&](const std::string& page) {
+    std::ofstream(path) << page;
+    return LiveRuntime::Create(o).status().message();
+  };
+  const std::string good = Page(10, 0, 2, 0, {10, 0, 0}, {10, 0}, {10, 0});
+  REQUIRE(first_scrape(good).empty());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string page = good;
+    page.replace(page.find(from), from.size(), to);
+    return page;
+  };
+  // Each would have rounded to -9.2e18 requests.
+  CHECK(first_scrape(with("finished_reason=\"stop\",model_name=\"m\"} 10.0", "finished_reason=\"stop\"} NaN")) ==
+        "--metrics-cmd output: vllm:request_success_total = nan: must be a count in [0, 1e15]");
+  CHECK(first_scrape(with("vllm:num_requests_running{model_name=\"m\"} 2", "vllm:num_requests_running 1e300")) ==
+        "--metrics-cmd output: vllm:num_requests_running = 1e+300: must be a count in [0, 1e15]");
+  CHECK(first_scrape(with("vllm:num_requests_waiting{model_name=\"m\"} 0", "vllm:num_requests_waiting +Inf")) ==
+        "--metrics-cmd output: vllm:num_requests_waiting = inf: must be a count in [0, 1e15]");
+  CHECK(first_scrape(with("vllm:request_prompt_tokens_bucket{le=\"1000.0\",model_name=\"m\"} 10",
+                          "vllm:request_prompt_tokens_bucket{le=\"1000.0\",model_name=\"m\"} -Inf")) ==
+        "--metrics-cmd output: vllm:request_prompt_tokens_bucket = -inf: must be a count in [0, 1e15]");
+  CHECK(first_scrape(with("vllm:request_generation_tokens_bucket{le=\"4000.0\"",
+                          "vllm:request_generation_tokens_bucket{le=\"1e300\"")) ==
+        "--metrics-cmd output: vllm:request_generation_tokens_bucket le = 1e+300: must be a token count in [0, 1e9] "
+        "or +Inf");
+  // Without the TTFT histogram its p99 read as 0 ms, within any limit.
+  std::string no_ttft;
+  std::istringstream lines(good);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("time_to_first_token") == std::string::npos) no_ttft += line + "\n";
+  }
+  CHECK(first_scrape(no_ttft) ==
+        "--metrics-cmd output: no vllm:time_to_first_token_seconds histogram: the p99 TTFT limit cannot be judged");
+  std::filesystem::remove(path);
 }
 
 }  // namespace fathom::tuner

@@ -124,6 +124,26 @@ TEST_CASE("CandidateFromJson: a stored row of the wrong shape is an error naming
         "s.db: sweep 1: expected a JSON object");
 }
 
+TEST_CASE("ResultStore: a stored candidate config with an absurd layout is an error naming the store", "[tuner]") {
+  // Found by fuzz_results_store: 65536 instances x tp 65536 overflowed int counting a pool's GPUs.
+  const std::string path = TempDb("fathom_results_layout.db");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db,
+                       "CREATE TABLE tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, config TEXT NOT NULL, "
+                       "metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate));"
+                       "INSERT INTO tune_results VALUES('s', 'c', '{\"disaggregated\": {\"prefill\": "
+                       "{\"instances\": 65536, \"tp\": 65536}, \"decode\": {\"tp\": 4}}}', '{}')",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto store = ResultStore::OpenExisting(path);
+  REQUIRE(store.ok());
+  CHECK((*store)->Sweeps().status().message() ==
+        path + ": sweep s: candidate config: disaggregated.prefill: field 'instances' = 65536: "
+               "instances x tp x pp = 4294967296 GPUs: must be <= 65536");
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid result is matched by one", "[tuner]") {
   std::vector<CandidateResult> all;
   for (int i = 0; i < 60; ++i) {

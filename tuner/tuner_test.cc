@@ -347,6 +347,13 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   REQUIRE_FALSE(bad_runtime.ok());
   CHECK(bad_runtime.status().message() == "x.json: runtime = \"java\": unknown (one of python, cpp)");
   d.runtime = models::Runtime::kPython;
+  // Layout numbers as typed: never truncated to int (4294967304 read as 8), never overflowing one.
+  CHECK(sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==
+        "x.json: field 'tp' = 4294967304: must be in [1, 65536]");
+  CHECK(sim::DeploymentFromJson(Json::parse(R"({"gpus": 0})"), "x.json").status().message() ==
+        "x.json: field 'gpus' = 0: must be in [1, 65536]");
+  CHECK(sim::DeploymentFromJson(Json::parse(R"({"mtp": 4294967299})"), "x.json").status().message() ==
+        "x.json: field 'mtp' = 4294967299: must be in [0, 16]");
   auto bad = sim::DeploymentFromJson(Json::parse(R"({"adp_balance": {"wait": 3}})"), "x.json");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("adp_balance") != std::string::npos);
