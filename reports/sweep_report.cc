@@ -160,7 +160,7 @@ Table SweepReport::Cheapest() const {
   };
   std::vector<Group> groups;
   for (const View& v : views_) {
-    Group key{v.info.model, std::string(sim::Name(v.info.scenario)), Limits(v.info)};
+    Group key{v.info.model, std::string(sim::Name(v.info.scenario)), Limits(v.info), {}, nullptr, nullptr, 0};
     auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& o) {
       return o.model == key.model && o.scenario == key.scenario && o.limits == key.limits;
     });

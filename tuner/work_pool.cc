@@ -24,9 +24,10 @@ class ThreadWorkPool : public WorkPool {
   Status Run(const std::vector<int64_t>& items, const WorkHandlers& h) override {
     std::mutex mu;
     Status failure;
+    // Keeps the first failure; says whether `s` was ok.
     auto record = [&](const Status& s) {
       if (!s.ok() && failure.ok()) failure = s;
-      return s;
+      return s.ok();
     };
     ParallelFor(items.size(), jobs_, [&](size_t i) {
       const int64_t item = items[i];
@@ -35,16 +36,18 @@ class ThreadWorkPool : public WorkPool {
         std::lock_guard<std::mutex> lock(mu);
         if (!failure.ok()) return;  // after an error, start nothing new
         auto a = h.assign(item);
-        if (!record(a.status()).ok()) return;
+        if (!record(a.status())) return;
         assignment = std::move(*a);
       }
       const WorkHandlers::Emit emit = [&](const std::string& result) {
         std::lock_guard<std::mutex> lock(mu);
-        return record(h.collect(item, result));
+        Status collected = h.collect(item, result);
+        record(collected);
+        return collected;
       };
       auto summary = h.compute(item, assignment, emit);
       std::lock_guard<std::mutex> lock(mu);
-      if (record(summary.status()).ok()) record(h.finish(item, *summary));
+      if (record(summary.status())) record(h.finish(item, *summary));
     });
     return failure;
   }
