@@ -1,5 +1,5 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|stream|activity|online|tune|all] [--rows N] [--repeat R]
+//   fathom_bench [csv|offline|server|stream|activity|online|tune|serve|loadgen|all] [--rows N] [--repeat R]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -7,14 +7,19 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/roofline.h"
 #include "profiler/activity.h"
+#include "base/stats.h"
 #include "sim/deployment_config.h"
+#include "sim/live/loadgen.h"
+#include "sim/live/openai_server.h"
 #include "sim/simulator.h"
 #include "traces/benchmark.h"
 #include "traces/reader.h"
@@ -238,6 +243,94 @@ void Tunes(int repeat) {
   }
 }
 
+// The live path against the simulator: `n` identical requests through fathom serve (in this
+// process, on loopback) and loadgen, and the same load simulated. Per request, the measured TTFT
+// and time per output token minus the simulated ones is what HTTP, SSE and pacing add.
+void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int n, int64_t input, int64_t output) {
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto roofline = [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
+    return std::unique_ptr<models::ExecutionTimeModel>(std::make_unique<models::RooflineModel>(m, hw, l, p));
+  };
+  std::vector<traces::Request> requests;
+  for (int i = 0; i < n; ++i) requests.push_back({i, std::nullopt, input, output, {}});
+  auto source = [&] {
+    return sc.scenario == sim::Scenario::kOffline ? sim::OfflineSource(requests, n, 7)
+                                                  : sim::PoissonSource(requests, n, sc.qps, 7);
+  };
+  auto for_engine = sim::Resolve(d, *catalog, roofline);
+  auto resolved = sim::Resolve(d, *catalog, roofline);
+  if (!for_engine.ok() || !resolved.ok()) {
+    std::printf("%s: %s\n", name, (for_engine.ok() ? resolved : for_engine).status().message().c_str());
+    return;
+  }
+  sim::LiveEngine engine(std::move(*for_engine), 1.0);
+  sim::ServeOptions so;
+  so.port = 0;
+  so.served_model_name = "bench";
+  sim::OpenAiServer server(&engine, so);
+  if (!server.Bind().ok()) return;
+  std::thread http([&] { server.Serve(); });
+  server.WaitReady();
+  sim::LoadgenOptions lo;
+  lo.url = "http://127.0.0.1:" + std::to_string(server.port());
+  lo.max_in_flight = n;
+  auto load = source();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = sim::RunLoad(*load, sc, std::nullopt, d.gpus, lo);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  server.Stop();
+  http.join();
+  if (!report.ok()) {
+    std::printf("%s: %s\n", name, report.status().message().c_str());
+    return;
+  }
+  sim::SimulationSpec spec = (*resolved)->spec;
+  spec.scenario = sc;
+  sim::Simulator simulator(spec, source());
+  std::map<int64_t, sim::RequestRecord> predicted;
+  simulator.set_on_complete([&](const sim::RequestRecord& r) { predicted[r.id] = r; });
+  auto sim_result = simulator.Run();
+  std::vector<double> ttft_extra_ms, tpot_extra_ms;
+  for (const sim::RequestRecord& m : report->answered) {
+    const sim::RequestRecord& p = predicted[m.id];
+    ttft_extra_ms.push_back(1e3 * ((m.first_token_s - m.issue_s) - (p.first_token_s - p.issue_s)));
+    if (m.output > 1) {
+      tpot_extra_ms.push_back(1e3 * ((m.done_s - m.first_token_s) - (p.done_s - p.first_token_s)) / (m.output - 1));
+    }
+  }
+  std::printf("%s: %d requests (%lld in, %lld out), %lld answered, %lld failed in %.1f s wall; measured vs simulated "
+              "p99 TTFT %.1f vs %.1f ms, p99 TPOT %.2f vs %.2f ms; per request, extra TTFT p50 %.2f p99 %.2f ms, "
+              "extra per output token p50 %.3f p99 %.3f ms; schedule error p99 %.3f ms\n",
+              name, n, static_cast<long long>(input), static_cast<long long>(output),
+              static_cast<long long>(report->answered.size()), static_cast<long long>(report->failed), wall,
+              report->result.ttft_p99_ms, sim_result->ttft_p99_ms, report->result.tpot_p99_ms, sim_result->tpot_p99_ms,
+              Percentile(ttft_extra_ms, 0.5), Percentile(ttft_extra_ms, 0.99), Percentile(tpot_extra_ms, 0.5),
+              Percentile(tpot_extra_ms, 0.99), report->schedule_error_p99_ms);
+}
+
+// 1,000 streams at once: DeepSeek-R1 on 8xB200 (8 attention ranks x 128 sequences), Offline.
+void Serve() {
+  sim::DeploymentConfig d;
+  d.engine.max_batch = 128;
+  sim::ScenarioConfig sc;
+  sc.scenario = sim::Scenario::kOffline;
+  Live("serve_1000_streams", d, sc, 1000, 1000, 200);
+}
+
+// Poisson arrivals at 200 a second for 10 s, short answers (Llama 2 70B on 2xH200, FP8).
+void Loadgen() {
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.gpus = d.tp = 2;
+  d.ep = d.attn_dp = 1;
+  d.weights = d.kv = "fp8";
+  sim::ScenarioConfig sc;
+  sc.scenario = sim::Scenario::kServer;
+  sc.qps = 200;
+  Live("loadgen_200_qps", d, sc, 2000, 100, 4);
+}
+
 }  // namespace fathom
 
 int main(int argc, char** argv) {
@@ -255,5 +348,7 @@ int main(int argc, char** argv) {
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   if (what == "online" || what == "all") fathom::Online(repeat);
   if (what == "tune" || what == "all") fathom::Tunes(std::min(repeat, 3));
+  if (what == "serve" || what == "all") fathom::Serve();
+  if (what == "loadgen" || what == "all") fathom::Loadgen();
   return 0;
 }

@@ -257,6 +257,8 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
     const double k = o.time_scale * 1e3;
     score.Completed(static_cast<int64_t>(i), k * (out.first_token_s - due_s[i]), k * (out.done_s - due_s[i]),
                     out.done_s * o.time_scale, requests[i].input_tokens, out.output);
+    report.answered.push_back({requests[i].id, requests[i].input_tokens, out.output, due_s[i] * o.time_scale,
+                               out.first_token_s * o.time_scale, out.done_s * o.time_scale});
   }
   score.Fill(scenario, limits, total_gpus, false, &report.result);
   report.schedule_error_p99_ms = Percentile(lateness_ms, 0.99);

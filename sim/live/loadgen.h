@@ -33,6 +33,7 @@ struct LoadgenReport {
   std::vector<std::string> errors;  // the first few, as the endpoint gave them
   double schedule_error_p99_ms = 0;  // how late requests left against their scheduled time
   std::string model;
+  std::vector<RequestRecord> answered;  // in the endpoint's time, in the order they finished
 };
 
 // Issues every request of `source` at its time and waits for all of them.
