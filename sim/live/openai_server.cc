@@ -306,7 +306,8 @@ OpenAiServer::OpenAiServer(LiveEngine* engine, ServeOptions options)
         lock.unlock();
         std::string out;
         if (tokens > before) {
-          const bool last = done && !aborted && tokens == c.output;
+          // The last token ends the request whether or not the engine has marked it done yet.
+          const bool last = !aborted && tokens == c.output;
           out += "data: " + Chunk(c, id, created, model, TokenText(tokens - before), last ? "length" : nullptr,
                                   before == 0, false).dump() + "\n\n";
           *sent = tokens;
