@@ -110,7 +110,8 @@ struct CrossValidation {
 // each row's simulation for one set of parameters, each row's QPS search, each cross-validation
 // fold. Every process builds one from the same inputs; the coordinator calls the functions below,
 // the other processes Serve. Units and results travel as text, exactly, so results do not depend
-// on the number of workers. Errors name the results line or the fold. Borrows all it is given.
+// on the number of workers. Errors name the results line or the fold. Borrows all it is given;
+// one thread at a time calls it.
 class Calibrator {
  public:
   // `max_requests` > 0 caps each row's run.
