@@ -650,9 +650,7 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
   FATHOM_RETURN_IF_ERROR(Spread(
       splits.size(),
       [&](size_t i) {
-        return Json{{"task", "fold"}, {"held_out", splits[i].fold->held_out}, {"train", splits[i].train},
-                    {"calibration", start}, {"free", free_params}}
-            .dump();
+        return Json{{"task", "fold"}, {"train", splits[i].train}, {"calibration", start}, {"free", free_params}}.dump();
       },
       [&](size_t i, const std::string& text) -> Status {
         Fold& fold = *splits[i].fold;
