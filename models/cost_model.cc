@@ -45,6 +45,10 @@ Status CostParams::Validate() const {
 
 Result<Calibration> LoadCalibration(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
+  return CalibrationFromJson(j, path);
+}
+
+Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) {
   JsonFields f(j, path);
   Calibration c;
   CostParams& p = c.params;

@@ -61,6 +61,8 @@ struct Calibration {
 };
 
 Result<Calibration> LoadCalibration(const std::string& path);
+// What ToJson wrote; errors name `path`.
+Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path);
 OrderedJson ToJson(const Calibration& c);
 std::string DefaultCalibrationPath();  // the newest stack's (models/stacks.json)
 

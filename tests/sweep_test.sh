@@ -2,7 +2,8 @@
 # End-to-end checks of `fathom sweep` and `fathom merge`: a small plan on threads, resumed, sharded
 # and merged, and bad plans. With MPIRUN (e.g. "mpirun --oversubscribe --allow-run-as-root") it
 # also runs the plan under MPI with 3 ranks and checks the store equals the threaded run's row for
-# row, and that an MPI run killed midway resumes to the same store, simulating nothing twice.
+# row, and that an MPI run killed midway resumes to the same store, simulating nothing twice; and
+# that `fathom calibrate --fit --cross-validate` on 3 ranks prints what one process prints.
 # Usage: sweep_test.sh FATHOM_BINARY [MPIRUN...]
 set -u
 fathom=$1
@@ -125,6 +126,26 @@ if [[ ${#mpirun[@]} -gt 0 ]]; then
   check "the resumed run skips the $before complete cells: $out" $?
   diff <(rows "$tmp/whole.db") <(rows "$tmp/killed.db") >/dev/null
   check "the resumed MPI store equals an uninterrupted run's row for row" $?
+
+  # Calibration on 3 ranks: rank 0 runs the fit and hands out rows, QPS searches and folds.
+  # Llama 2 70B on Dell's H200s and NVIDIA's B200s, short runs.
+  sed -n '1p;4,6p;13,14p' "${FATHOM_DATA_DIR:-.}/models/calibration/mlperf_v5.1.csv" >"$tmp/rows.csv"
+  calibrate=(calibrate --results "$tmp/rows.csv" --samples 100 --max-requests 200 --fit --cross-validate
+             --free gemm_efficiency,cpp_iteration_overhead_us)
+  "$fathom" "${calibrate[@]}" --jobs 1 >"$tmp/calibrate_one" 2>"$tmp/err"
+  check "calibrate on one thread: $(tail -3 "$tmp/err")" $?
+  "${mpirun[@]}" -np 3 "$fathom" "${calibrate[@]}" >"$tmp/calibrate_mpi" 2>"$tmp/err"
+  check "calibrate under mpirun -np 3: $(tail -3 "$tmp/err")" $?
+  grep -q "leave-one-hardware-out:" "$tmp/calibrate_one" && diff "$tmp/calibrate_one" "$tmp/calibrate_mpi" >/dev/null
+  check "calibrate under mpirun prints what one process prints" $?
+  out=$("${mpirun[@]}" -np 3 "$fathom" calibrate --results "$tmp/none.csv" 2>&1)
+  [[ $? -ne 0 ]] && [[ $(grep -c "none.csv: cannot open results file" <<<"$out") -eq 1 ]]
+  check "calibrate under mpirun: a bad input is one error: $out" $?
+  # Ranks that cannot load what rank 0 loaded fail their items; rank 0 reports why.
+  out=$("${mpirun[@]}" -np 1 "$fathom" calibrate --results "$tmp/rows.csv" --samples 100 --max-requests 200 : \
+        -np 2 env FATHOM_DATA_DIR="$tmp/none" "$fathom" calibrate --results "$tmp/rows.csv" --samples 100 2>&1)
+  [[ $? -ne 0 ]] && [[ $(grep -c "fathom: error: $tmp/none/models/calibration/.*: cannot open file" <<<"$out") -eq 1 ]]
+  check "calibrate under mpirun: a worker's error is rank 0's: $out" $?
 fi
 
 echo "sweep: $passed passed, $failed failed"

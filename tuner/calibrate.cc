@@ -3,14 +3,17 @@
 #include <ceres/ceres.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "base/files.h"
+#include "base/format.h"
 #include "base/line_reader.h"
-#include "base/parallel.h"
 #include "base/stats.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
@@ -101,7 +104,7 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
       if (v.empty() && !required_value) return Status::Ok();
       char* end = nullptr;
       *out = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(*out >= 0)) {
+      if (v.empty() || *end != '\0' || !(*out >= 0) || std::isinf(*out)) {
         return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name + ": \"" + v +
                                        "\" is not a non-negative number");
       }
@@ -189,80 +192,122 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
   return max_requests > 0 ? std::min(n, max_requests) : n;
 }
 
-Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
-                                              const models::HardwareCatalog& catalog,
-                                              const models::Calibration& calibration, int64_t max_requests, int jobs) {
-  const sim::TimeModelFactory make_time = CalibratedTime(calibration.params);
-  // Rows that would run the same simulation (same deployment, workload, scenario, length and
-  // rate) share one run.
-  struct Run {
-    const CalibrationSetup::Entry* entry;
-    const std::vector<traces::Request>* workload;
-    bool offline;
-    int64_t n;
-    double qps;
-    Result<sim::SimulationResult> result = Status::Unavailable("not run");
-    std::string layout;
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PublishedResult, line, round, submitter, system, accelerator, model, scenario, gpus,
+                                   tokens_per_s, ttft_p99_ms, tpot_p99_ms, target_qps, samples_per_s,
+                                   samples_per_query, min_query_count)
+
+namespace {
+
+// The run a row stands for: rows with the same deployment, workload, scenario, length and rate
+// share one.
+struct RowRun {
+  const CalibrationSetup::Entry* entry;
+  const std::vector<traces::Request>* workload;
+  bool offline;
+  int64_t n;
+  double qps;
+  using Key = std::tuple<const CalibrationSetup::Entry*, bool, int64_t, double>;
+  Key key() const { return {entry, offline, n, qps}; }
+};
+
+Result<RowRun> PlanRun(const PublishedResult& row, const CalibrationSetup& setup, int64_t max_requests) {
+  const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
+  if (entry == nullptr) {
+    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment known for " +
+                                   row.model + " on " + row.accelerator + " (" + row.scenario + ")");
+  }
+  const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
+  auto workload = setup.workloads.find(benchmark != nullptr ? benchmark->name : row.model);
+  if (workload == setup.workloads.end() || workload->second.empty()) {
+    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
+  }
+  const int64_t n = RunLength(row, *entry, static_cast<int64_t>(workload->second.size()), max_requests);
+  return RowRun{entry, &workload->second, row.offline(), n, row.offline() ? 0.0 : row.target_qps};
+}
+
+// A double as text that reads back to the same bits (hexadecimal), infinities and NaN included.
+std::string Exact(double v) { return StrFormat("%a", v); }
+double FromExact(const Json& text) { return std::strtod(text.get<std::string>().c_str(), nullptr); }
+
+Json CalibrationJson(const models::Calibration& c) { return Json::parse(models::ToJson(c).dump()); }
+
+// The fitted parameters that `free_params` names (all when empty).
+std::array<bool, models::CostParams::kNumFitted> FreeParams(const std::vector<std::string>& free_params) {
+  std::array<bool, models::CostParams::kNumFitted> free{};
+  for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+    free[k] = free_params.empty() || std::find(free_params.begin(), free_params.end(), models::CostParams::kFitted[k]) !=
+                                         free_params.end();
+  }
+  return free;
+}
+
+}  // namespace
+
+Calibrator::Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests,
+                       WorkPool* pool)
+    : setup_(setup), catalog_(catalog), max_requests_(max_requests), pool_(pool) {}
+
+Status Calibrator::Spread(size_t n, const std::function<std::string(size_t)>& assign,
+                          const std::function<Status(size_t, const std::string&)>& finish) const {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  WorkHandlers h;
+  h.assign = [&](int64_t item) -> Result<std::string> {
+    const auto start = Clock::now();
+    std::string assignment = assign(static_cast<size_t>(item));
+    ++items_;
+    coordinator_s_ += since(start);
+    return assignment;
   };
-  std::vector<Run> runs;
-  std::map<std::tuple<const void*, bool, int64_t, double>, size_t> run_of_key;
+  h.compute = [this](int64_t, const std::string& assignment, const WorkHandlers::Emit&) { return Compute(assignment); };
+  h.finish = [&](int64_t item, const std::string& result) {
+    const auto start = Clock::now();
+    Status finished = finish(static_cast<size_t>(item), result);
+    coordinator_s_ += since(start);
+    return finished;
+  };
+  std::vector<int64_t> items(n);
+  for (size_t i = 0; i < n; ++i) items[i] = static_cast<int64_t>(i);
+  return pool_->Run(items, h);
+}
+
+Status Calibrator::Serve() const { return Spread(0, {}, {}); }
+
+Result<std::vector<RowPrediction>> Calibrator::PredictRows(const std::vector<PublishedResult>& rows,
+                                                           const models::Calibration& calibration) const {
+  std::vector<RowRun> runs;
+  std::vector<size_t> first_row;  // of each run
+  std::map<RowRun::Key, size_t> run_of_key;
   std::vector<size_t> run_of_row;
-  for (const PublishedResult& row : rows) {
-    const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
-    if (entry == nullptr) {
-      return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment known for " +
-                                     row.model + " on " + row.accelerator + " (" + row.scenario + ")");
+  for (size_t r = 0; r < rows.size(); ++r) {
+    FATHOM_ASSIGN_OR_RETURN(RowRun run, PlanRun(rows[r], setup_, max_requests_));
+    auto [it, fresh] = run_of_key.emplace(run.key(), runs.size());
+    if (fresh) {
+      runs.push_back(run);
+      first_row.push_back(r);
     }
-    const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
-    auto workload = setup.workloads.find(benchmark != nullptr ? benchmark->name : row.model);
-    if (workload == setup.workloads.end() || workload->second.empty()) {
-      return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
-    }
-    const int64_t n = RunLength(row, *entry, static_cast<int64_t>(workload->second.size()), max_requests);
-    const double qps = row.offline() ? 0.0 : row.target_qps;
-    const auto key = std::make_tuple(static_cast<const void*>(entry), row.offline(), n, qps);
-    auto [it, fresh] = run_of_key.emplace(key, runs.size());
-    if (fresh) runs.push_back(Run{entry, &workload->second, row.offline(), n, qps, Status::Unavailable("not run"), ""});
     run_of_row.push_back(it->second);
   }
-
-  ParallelFor(runs.size(), jobs, [&](size_t i) {
-    Run& run = runs[i];
-    auto resolved = sim::Resolve(run.entry->deployment, catalog, make_time);
-    if (!resolved.ok()) {
-      run.result = resolved.status();
-      return;
-    }
-    sim::ScenarioConfig sc;
-    sc.min_duration_s = 0;
-    std::unique_ptr<sim::RequestSource> source;
-    if (run.offline) {
-      sc.scenario = sim::Scenario::kOffline;
-      source = sim::OfflineSource(*run.workload, run.n, 1);
-    } else {
-      sc.scenario = sim::Scenario::kServer;
-      sc.qps = run.qps;
-      source = sim::PoissonSource(*run.workload, run.n, run.qps, 1);
-    }
-    (*resolved)->spec.scenario = sc;
-    run.layout = (*resolved)->layout.ToString();
-    sim::Simulator simulator(std::move((*resolved)->spec), std::move(source));
-    run.result = simulator.Run();
-  });
+  const Json params = CalibrationJson(calibration);
+  std::vector<Json> results(runs.size());
+  FATHOM_RETURN_IF_ERROR(Spread(
+      runs.size(),
+      [&](size_t i) { return Json{{"task", "run"}, {"row", rows[first_row[i]]}, {"calibration", params}}.dump(); },
+      [&](size_t i, const std::string& result) {
+        results[i] = Json::parse(result);
+        return Status::Ok();
+      }));
 
   std::vector<RowPrediction> out;
   for (size_t r = 0; r < rows.size(); ++r) {
-    const Run& run = runs[run_of_row[r]];
-    if (!run.result.ok()) {
-      return run.result.status().WithContext("results line " + std::to_string(rows[r].line));
-    }
+    const Json& result = results[run_of_row[r]];
     RowPrediction p;
     p.row = rows[r];
-    p.deployment = run.layout;
-    p.requests = run.n;
-    p.tokens_per_s = run.result->throughput_tokens_per_s;
-    p.ttft_p99_ms = run.result->ttft_p99_ms;
-    p.tpot_p99_ms = run.result->tpot_p99_ms;
+    p.deployment = result.at("layout").get<std::string>();
+    p.requests = runs[run_of_row[r]].n;
+    p.tokens_per_s = FromExact(result.at("tokens_per_s"));
+    p.ttft_p99_ms = FromExact(result.at("ttft_p99_ms"));
+    p.tpot_p99_ms = FromExact(result.at("tpot_p99_ms"));
     p.extrapolated = std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
                                rows[r].accelerator) == calibration.fitted_hardware.end();
     out.push_back(p);
@@ -270,49 +315,86 @@ Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult
   return out;
 }
 
-Status PredictCapacity(std::vector<RowPrediction>* predictions, const CalibrationSetup& setup,
-                       const models::HardwareCatalog& catalog, const models::Calibration& calibration,
-                       int64_t max_requests, int jobs) {
+Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
+                                   const models::Calibration& calibration) const {
   std::vector<size_t> server;
   for (size_t i = 0; i < predictions->size(); ++i) {
     if (!(*predictions)[i].row.offline()) server.push_back(i);
   }
-  std::vector<Status> failures(server.size());
-  ParallelFor(server.size(), jobs, [&](size_t k) {
-    RowPrediction& p = (*predictions)[server[k]];
-    const CalibrationSetup::Entry* entry = FindDeployment(setup, p.row);
-    const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), p.row.model);
-    auto scenario = sim::ParseScenario(p.row.scenario == "Interactive" ? "interactive" : "server");
-    if (entry == nullptr || benchmark == nullptr || !scenario.ok()) {
-      failures[k] = Status::InvalidArgument("results line " + std::to_string(p.row.line) + ": no deployment or benchmark");
-      return;
-    }
-    TuneOptions o;
-    o.space.model = entry->deployment.model;
-    o.space.hardware = entry->deployment.hardware;
-    o.space.gpus = entry->deployment.TotalGpus();
-    o.space.scenario = *scenario;
-    o.benchmark = benchmark->name;
-    o.dataset = setup.workloads.at(benchmark->name);
-    // Each probe as long as LoadGen makes a run at its QPS (600 s of arrivals, at least the
-    // benchmark's minimum Server run), or the row's published sample count where known.
-    o.probe_min_samples = entry->samples > 0 ? entry->samples : p.row.min_query_count;
-    o.probe_max_samples = entry->samples > 0 ? entry->samples : std::numeric_limits<int64_t>::max();
-    if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
-    o.qps_steps = 12;
-    o.jobs = 1;
-    o.make_time = CalibratedTime(calibration.params);
-    auto c = Evaluate(entry->deployment, o, catalog);
-    if (!c.ok()) {
-      failures[k] = c.status().WithContext("results line " + std::to_string(p.row.line));
-      return;
-    }
-    p.capacity_qps = c->qps;
-    p.has_capacity = true;
-  });
-  for (const Status& s : failures) FATHOM_RETURN_IF_ERROR(s);
-  return Status::Ok();
+  const Json params = CalibrationJson(calibration);
+  return Spread(
+      server.size(),
+      [&](size_t k) {
+        return Json{{"task", "capacity"}, {"row", (*predictions)[server[k]].row}, {"calibration", params}}.dump();
+      },
+      [&](size_t k, const std::string& result) {
+        RowPrediction& p = (*predictions)[server[k]];
+        p.capacity_qps = FromExact(Json::parse(result).at("qps"));
+        p.has_capacity = true;
+        return Status::Ok();
+      });
 }
+
+namespace {
+
+// One row's simulation under `calibration`.
+Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& calibration,
+                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests) {
+  FATHOM_ASSIGN_OR_RETURN(RowRun run, PlanRun(row, setup, max_requests));
+  auto resolved = sim::Resolve(run.entry->deployment, catalog, CalibratedTime(calibration.params));
+  if (!resolved.ok()) return resolved.status().WithContext("results line " + std::to_string(row.line));
+  sim::ScenarioConfig sc;
+  sc.min_duration_s = 0;
+  std::unique_ptr<sim::RequestSource> source;
+  if (run.offline) {
+    sc.scenario = sim::Scenario::kOffline;
+    source = sim::OfflineSource(*run.workload, run.n, 1);
+  } else {
+    sc.scenario = sim::Scenario::kServer;
+    sc.qps = run.qps;
+    source = sim::PoissonSource(*run.workload, run.n, run.qps, 1);
+  }
+  (*resolved)->spec.scenario = sc;
+  const std::string layout = (*resolved)->layout.ToString();
+  sim::Simulator simulator(std::move((*resolved)->spec), std::move(source));
+  auto result = simulator.Run();
+  if (!result.ok()) return result.status().WithContext("results line " + std::to_string(row.line));
+  return Json{{"layout", layout},
+              {"tokens_per_s", Exact(result->throughput_tokens_per_s)},
+              {"ttft_p99_ms", Exact(result->ttft_p99_ms)},
+              {"tpot_p99_ms", Exact(result->tpot_p99_ms)}};
+}
+
+// One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits.
+Result<Json> RowCapacity(const PublishedResult& row, const models::Calibration& calibration,
+                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests) {
+  const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
+  const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
+  auto scenario = sim::ParseScenario(row.scenario == "Interactive" ? "interactive" : "server");
+  if (entry == nullptr || benchmark == nullptr || !scenario.ok()) {
+    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment or benchmark");
+  }
+  TuneOptions o;
+  o.space.model = entry->deployment.model;
+  o.space.hardware = entry->deployment.hardware;
+  o.space.gpus = entry->deployment.TotalGpus();
+  o.space.scenario = *scenario;
+  o.benchmark = benchmark->name;
+  o.dataset = setup.workloads.at(benchmark->name);
+  // Each probe as long as LoadGen makes a run at its QPS (600 s of arrivals, at least the
+  // benchmark's minimum Server run), or the row's published sample count where known.
+  o.probe_min_samples = entry->samples > 0 ? entry->samples : row.min_query_count;
+  o.probe_max_samples = entry->samples > 0 ? entry->samples : std::numeric_limits<int64_t>::max();
+  if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
+  o.qps_steps = 12;
+  o.jobs = 1;
+  o.make_time = CalibratedTime(calibration.params);
+  auto c = Evaluate(entry->deployment, o, catalog);
+  if (!c.ok()) return c.status().WithContext("results line " + std::to_string(row.line));
+  return Json{{"qps", Exact(c->qps)}};
+}
+
+}  // namespace
 
 double RobustLogError(double predicted, double published) {
   constexpr double kScale = 0.2;  // log errors well below this count in full
@@ -352,11 +434,8 @@ double HalfSumOfSquares(const std::vector<double>& r) {
 // what the row says about speed).
 struct RowsResidual {
   const std::vector<PublishedResult>* rows;
-  const CalibrationSetup* setup;
-  const models::HardwareCatalog* catalog;
+  const Calibrator* calibrator;
   models::Calibration base;
-  int64_t max_requests;
-  int jobs;
 
   bool operator()(double const* const* params, double* residuals) const {
     models::Calibration c = base;
@@ -366,7 +445,7 @@ struct RowsResidual {
     for (size_t k = kPythonHost; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
     c.params.SetFitted(x);
     if (!c.params.Validate().ok()) return false;
-    auto pred = PredictRows(*rows, *setup, *catalog, c, max_requests, jobs);
+    auto pred = calibrator->PredictRows(*rows, c);
     if (!pred.ok()) return false;
     const std::vector<double> r = Residuals(*pred);
     std::copy(r.begin(), r.end(), residuals);
@@ -422,10 +501,9 @@ class ProgressCallback : public ceres::IterationCallback {
 
 }  // namespace
 
-Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
-                                  const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs, const FitProgress& progress,
-                                  const std::vector<std::string>& free_params) {
+Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>& rows,
+                                              const models::Calibration& start, const FitProgress& progress,
+                                              const std::vector<std::string>& free_params) const {
   std::array<bool, models::CostParams::kNumFitted> held{};
   std::vector<int> held_indices;
   for (const std::string& name : free_params) {
@@ -436,9 +514,9 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
       return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + names + ")");
     }
   }
+  const auto free = FreeParams(free_params);
   for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
-    held[k] = !free_params.empty() && std::find(free_params.begin(), free_params.end(),
-                                                models::CostParams::kFitted[k]) == free_params.end();
+    held[k] = !free[k];
     if (held[k]) held_indices.push_back(k);
   }
   int residuals = 0;
@@ -447,10 +525,10 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
     return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
   // Every row must simulate (a clear error now rather than a failed fit later).
-  FATHOM_ASSIGN_OR_RETURN(std::vector<RowPrediction> at_start, PredictRows(rows, setup, catalog, start, max_requests, jobs));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<RowPrediction> at_start, PredictRows(rows, start));
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
-  auto* residual = new RowsResidual{&rows, &setup, &catalog, start, max_requests, jobs};
+  auto* residual = new RowsResidual{&rows, this, start};
   auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(residual, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
@@ -501,7 +579,7 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
   // Host costs of a runtime no row runs on: the fitted runtime's.
   bool python = false, cpp = false;
   for (const auto& r : rows) {
-    const bool is_cpp = FindDeployment(setup, r)->deployment.runtime == models::Runtime::kCpp;
+    const bool is_cpp = FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp;
     (is_cpp ? cpp : python) = true;
   }
   if (python != cpp) {
@@ -522,6 +600,106 @@ Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, cons
       out.calibration.fitted_hardware.push_back(r.accelerator);
   }
   return out;
+}
+
+Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
+    const std::vector<PublishedResult>& rows, const models::Calibration& calibration,
+    const std::vector<std::string>& free_params, const std::function<void(int done, int folds)>& fold_done) const {
+  models::Calibration neutral = calibration;
+  {
+    auto x = neutral.params.Fitted();
+    const auto defaults = models::CostParams{}.Fitted();
+    const auto free = FreeParams(free_params);
+    for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+      if (free[k]) x[k] = defaults[k];
+    }
+    neutral.params.SetFitted(x);
+  }
+  struct FoldKind {
+    const char* name;
+    std::string (*key)(const PublishedResult&);
+  };
+  const FoldKind kinds[] = {{"hardware", [](const PublishedResult& r) { return r.accelerator; }},
+                            {"model", [](const PublishedResult& r) { return r.model; }},
+                            {"submitter", [](const PublishedResult& r) { return r.submitter; }}};
+  // Every fold of every kind is one work item.
+  std::vector<CrossValidation> out;
+  struct Split {
+    Fold* fold = nullptr;
+    std::vector<PublishedResult> train, test;
+  };
+  std::vector<Split> splits;
+  for (const FoldKind& kind : kinds) {
+    out.push_back({kind.name, {}});
+    std::set<std::string> keys;
+    for (const auto& r : rows) keys.insert(kind.key(r));
+    for (const auto& key : keys) {
+      Split split;
+      for (const auto& r : rows) (kind.key(r) == key ? split.test : split.train).push_back(r);
+      if (split.train.empty()) continue;
+      out.back().folds.emplace_back().held_out = key;
+      splits.push_back(std::move(split));
+    }
+  }
+  size_t next = 0;  // the folds' addresses are fixed from here on
+  for (CrossValidation& cv : out) {
+    for (Fold& fold : cv.folds) splits[next++].fold = &fold;
+  }
+  const Json start = CalibrationJson(neutral);
+  int done = 0;
+  FATHOM_RETURN_IF_ERROR(Spread(
+      splits.size(),
+      [&](size_t i) {
+        return Json{{"task", "fold"}, {"train", splits[i].train}, {"calibration", start}, {"free", free_params}}.dump();
+      },
+      [&](size_t i, const std::string& text) -> Status {
+        Fold& fold = *splits[i].fold;
+        const Json result = Json::parse(text);
+        if (fold_done) fold_done(++done, static_cast<int>(splits.size()));
+        if (result.contains("error")) {
+          fold.fit = Status::InvalidArgument(result.at("error").get<std::string>());
+          return Status::Ok();
+        }
+        FitOutcome fit;
+        FATHOM_ASSIGN_OR_RETURN(fit.calibration,
+                                models::CalibrationFromJson(result.at("calibration"), "fold without " + fold.held_out));
+        fit.iterations = result.at("iterations").get<int>();
+        fit.initial_cost = FromExact(result.at("initial_cost"));
+        fit.final_cost = FromExact(result.at("final_cost"));
+        fold.fit = fit;
+        return Status::Ok();
+      }));
+  for (Split& split : splits) {
+    Fold& fold = *split.fold;
+    if (!fold.fit.ok()) continue;
+    FATHOM_ASSIGN_OR_RETURN(fold.predictions, PredictRows(split.test, fold.fit->calibration));
+    FATHOM_RETURN_IF_ERROR(PredictCapacity(&fold.predictions, fold.fit->calibration));
+  }
+  return out;
+}
+
+Result<std::string> Calibrator::Compute(const std::string& assignment) const {
+  const Json a = Json::parse(assignment);
+  const std::string task = a.at("task").get<std::string>();
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration, models::CalibrationFromJson(a.at("calibration"), task));
+  if (task == "fold") {
+    // The fold's fit runs here, on one thread: the folds are the units spread over the workers.
+    const std::unique_ptr<WorkPool> here = MakeThreadWorkPool(1);
+    const Calibrator local(setup_, catalog_, max_requests_, here.get());
+    auto fit = local.FitToPublished(a.at("train").get<std::vector<PublishedResult>>(), calibration, {},
+                                    a.at("free").get<std::vector<std::string>>());
+    // Too few rows left to fit (one GPU or submitter holds most of them): said, not fatal.
+    if (!fit.ok()) return Json{{"error", fit.status().message()}}.dump();
+    return Json{{"calibration", CalibrationJson(fit->calibration)},
+                {"iterations", fit->iterations},
+                {"initial_cost", Exact(fit->initial_cost)},
+                {"final_cost", Exact(fit->final_cost)}}
+        .dump();
+  }
+  const PublishedResult row = a.at("row").get<PublishedResult>();
+  FATHOM_ASSIGN_OR_RETURN(Json result, task == "run" ? SimulateRow(row, calibration, setup_, catalog_, max_requests_)
+                                                     : RowCapacity(row, calibration, setup_, catalog_, max_requests_));
+  return result.dump();
 }
 
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {

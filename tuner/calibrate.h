@@ -13,6 +13,7 @@
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
 #include "traces/request.h"
+#include "tuner/work_pool.h"
 
 namespace fathom::tuner {
 
@@ -78,19 +79,6 @@ struct RowPrediction {
 int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
                   int64_t max_requests);
 
-// Simulates each row as long as its MLPerf run lasted; rows with identical runs share one, and
-// runs go in parallel on `jobs` threads (0: all cores).
-Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
-                                              const models::HardwareCatalog& catalog,
-                                              const models::Calibration& calibration, int64_t max_requests,
-                                              int jobs = 0);
-
-// Fills each Server/Interactive row's capacity_qps: the tuner's QPS search (to within 1%) on the
-// row's deployment and benchmark, each probe as long as the row's run.
-Status PredictCapacity(std::vector<RowPrediction>* predictions, const CalibrationSetup& setup,
-                       const models::HardwareCatalog& catalog, const models::Calibration& calibration,
-                       int64_t max_requests, int jobs = 0);
-
 // The fit's residual for one published figure: log(predicted / published) made robust with a
 // Cauchy loss (scale 0.2) inside the residual, so that each row's error is bounded separately and
 // one row far off (an overloaded run) cannot outweigh the rest. Its square is the Cauchy loss
@@ -106,16 +94,79 @@ struct FitOutcome {
 // Called after each solver iteration with its number and cost (half the sum of squared residuals).
 using FitProgress = std::function<void(int iteration, double cost)>;
 
-// Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
-// the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
-// is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence)
-// unless they are held.
-// `free_params` (names of CostParams::kFitted; empty: all) are fitted and the others held at
-// `start`'s values, as a stack calibrated on few rows keeps what those rows cannot tell.
-Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
-                                  const models::HardwareCatalog& catalog, const models::Calibration& start,
-                                  int64_t max_requests, int jobs = 0, const FitProgress& progress = {},
-                                  const std::vector<std::string>& free_params = {});
+// One fold of a cross-validation: the rows of one GPU, model or submitter held out.
+struct Fold {
+  std::string held_out;
+  // On the other rows; an error where they are too few to fit.
+  Result<FitOutcome> fit = Status::Unavailable("not fitted");
+  std::vector<RowPrediction> predictions;  // the held-out rows under that fit
+};
+struct CrossValidation {
+  std::string kind;  // "hardware", "model" or "submitter": leave-one-<kind>-out
+  std::vector<Fold> folds;
+};
+
+// Runs a calibration's independent units on a work pool (threads, or the ranks of an MPI job):
+// each row's simulation for one set of parameters, each row's QPS search, each cross-validation
+// fold. Every process builds one from the same inputs; the coordinator calls the functions below,
+// the other processes Serve. Units and results travel as text, exactly, so results do not depend
+// on the number of workers. Errors name the results line or the fold. Borrows all it is given;
+// one thread at a time calls it.
+class Calibrator {
+ public:
+  // `max_requests` > 0 caps each row's run.
+  Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests,
+             WorkPool* pool);
+
+  // Simulates each row as long as its MLPerf run lasted; rows with identical runs share one.
+  Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows,
+                                                 const models::Calibration& calibration) const;
+
+  // Fills each Server/Interactive row's capacity_qps: the tuner's QPS search (to within 1%) on the
+  // row's deployment and benchmark, each probe as long as the row's run.
+  Status PredictCapacity(std::vector<RowPrediction>* predictions, const models::Calibration& calibration) const;
+
+  // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
+  // the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
+  // is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence)
+  // unless they are held.
+  // `free_params` (names of CostParams::kFitted; empty: all) are fitted and the others held at
+  // `start`'s values, as a stack calibrated on few rows keeps what those rows cannot tell.
+  Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const models::Calibration& start,
+                                    const FitProgress& progress = {},
+                                    const std::vector<std::string>& free_params = {}) const;
+
+  // Leave one GPU, one model, one submitter out: each fold (one work unit) fits on the other rows
+  // and the held-out rows are predicted under its fit. Each fold starts from the physical
+  // defaults, not from a calibration the held-out rows helped fit: `calibration`'s fitted
+  // parameters (`free_params`, else all) restart from them; held ones, such as measured operator
+  // parameters, stay. `fold_done` is called as each fold's fit finishes, with the count so far.
+  Result<std::vector<CrossValidation>> CrossValidate(const std::vector<PublishedResult>& rows,
+                                                     const models::Calibration& calibration,
+                                                     const std::vector<std::string>& free_params,
+                                                     const std::function<void(int done, int folds)>& fold_done = {}) const;
+
+  // Not the coordinator: computes what the coordinator hands out until it is done.
+  Status Serve() const;
+
+  // Coordinator: the work items handed out so far, and its own time describing them and reading
+  // their results (waiting aside).
+  int64_t items() const { return items_; }
+  double coordinator_s() const { return coordinator_s_; }
+
+ private:
+  // Runs items 0 .. n - 1, each described by assign(i), handing each result to finish(i, result).
+  Status Spread(size_t n, const std::function<std::string(size_t)>& assign,
+                const std::function<Status(size_t, const std::string&)>& finish) const;
+  Result<std::string> Compute(const std::string& assignment) const;
+
+  const CalibrationSetup& setup_;
+  const models::HardwareCatalog& catalog_;
+  int64_t max_requests_;
+  WorkPool* pool_;
+  mutable int64_t items_ = 0;
+  mutable double coordinator_s_ = 0;
+};
 
 // Median absolute errors (%) of throughput and of the p99 latencies (server-type rows).
 struct ErrorSummary {

@@ -79,7 +79,8 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(calibration.ok());
   std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[19]};
-  auto preds = PredictRows(some, *setup, *catalog, *calibration, 3000);
+  auto pool = MakeThreadWorkPool(0);
+  auto preds = Calibrator(*setup, *catalog, 3000, pool.get()).PredictRows(some, *calibration);
   INFO(preds.status().message());
   REQUIRE(preds.ok());
   REQUIRE(preds->size() == 3);
@@ -104,9 +105,11 @@ TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent wi
   REQUIRE(calibration.ok());
   // Offline, Server and Interactive rows of two benchmarks.
   std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[14], (*rows)[15]};
-  auto preds = PredictRows(some, *setup, *catalog, *calibration, 3000);
+  auto pool = MakeThreadWorkPool(0);
+  const Calibrator calibrator(*setup, *catalog, 3000, pool.get());
+  auto preds = calibrator.PredictRows(some, *calibration);
   REQUIRE(preds.ok());
-  REQUIRE(PredictCapacity(&*preds, *setup, *catalog, *calibration, 3000).ok());
+  REQUIRE(calibrator.PredictCapacity(&*preds, *calibration).ok());
   for (const RowPrediction& p : *preds) {
     INFO(p.row.line);
     CHECK(p.has_capacity == !p.row.offline());
@@ -169,7 +172,9 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0});
   std::vector<PublishedResult> rows;
   for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
-  auto made = PredictRows(rows, *setup, *catalog, truth, kRequests, 1);
+  auto pool = MakeThreadWorkPool(0);
+  const Calibrator calibrator(*setup, *catalog, kRequests, pool.get());
+  auto made = calibrator.PredictRows(rows, truth);
   REQUIRE(made.ok());
   for (size_t i = 0; i < rows.size(); ++i) {
     rows[i].tokens_per_s = (*made)[i].tokens_per_s;
@@ -177,13 +182,13 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
     rows[i].tpot_p99_ms = (*made)[i].tpot_p99_ms;
   }
   int iterations = 0;
-  auto fit = FitToPublished(rows, *setup, *catalog, *start, kRequests, 0, [&](int, double) { ++iterations; });
+  auto fit = calibrator.FitToPublished(rows, *start, [&](int, double) { ++iterations; });
   INFO(fit.status().message());
   REQUIRE(fit.ok());
   CHECK(iterations == fit->iterations);
   CHECK(fit->final_cost < 0.2 * fit->initial_cost);
   // The fitted parameters reproduce the rows...
-  auto again = PredictRows(rows, *setup, *catalog, fit->calibration, kRequests);
+  auto again = calibrator.PredictRows(rows, fit->calibration);
   REQUIRE(again.ok());
   const ErrorSummary e = Summarize(*again);
   CHECK(e.tokens_median_abs_pct < 5);
@@ -197,12 +202,83 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
 
   // Without the python-runtime rows, that runtime takes the cpp runtime's host costs.
   std::vector<PublishedResult> cpp_rows(rows.begin() + 2, rows.end());  // from line 4 on: Llama rows
-  auto cpp_fit = FitToPublished(cpp_rows, *setup, *catalog, *start, kRequests);
+  auto cpp_fit = calibrator.FitToPublished(cpp_rows, *start);
   REQUIRE(cpp_fit.ok());
   const auto y = cpp_fit->calibration.params.Fitted();
   CHECK(y[2] == y[4]);
   CHECK(y[3] == y[5]);
   CHECK(cpp_fit->calibration.stddev[2] == cpp_fit->calibration.stddev[4]);
+}
+
+// What a prediction says, to compare runs exactly.
+static auto Figures(const RowPrediction& p) {
+  return std::make_tuple(p.row.line, p.deployment, p.requests, p.tokens_per_s, p.ttft_p99_ms, p.tpot_p99_ms,
+                         p.extrapolated, p.has_capacity, p.capacity_qps);
+}
+
+TEST_CASE("Calibrator: rows, capacities and cross-validation folds come out the same on one thread as on three",
+          "[tuner]") {
+  auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 100, 1);
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");
+  REQUIRE(all.ok());
+  REQUIRE(setup.ok());
+  REQUIRE(calibration.ok());
+  // Llama 2 70B on Dell's H200s (3 rows) and NVIDIA's B200s (2 rows, too few residuals to fit).
+  std::vector<PublishedResult> rows;
+  for (int i : {2, 3, 4, 11, 12}) rows.push_back((*all)[i]);
+  struct Outcome {
+    std::vector<RowPrediction> predictions;
+    std::vector<CrossValidation> cross_validation;
+  };
+  auto run = [&](int jobs) {
+    auto pool = MakeThreadWorkPool(jobs);
+    const Calibrator calibrator(*setup, *catalog, 200, pool.get());
+    Outcome out;
+    auto preds = calibrator.PredictRows(rows, *calibration);
+    REQUIRE(preds.ok());
+    REQUIRE(calibrator.PredictCapacity(&*preds, *calibration).ok());
+    out.predictions = *preds;
+    auto cv = calibrator.CrossValidate(rows, *calibration, {"gemm_efficiency", "cpp_iteration_overhead_us"});
+    INFO(cv.status().message());
+    REQUIRE(cv.ok());
+    out.cross_validation = *cv;
+    return out;
+  };
+  const Outcome one = run(1), three = run(3);
+  REQUIRE(one.predictions.size() == rows.size());
+  REQUIRE(three.predictions.size() == rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) CHECK(Figures(one.predictions[i]) == Figures(three.predictions[i]));
+  // Folds by GPU and by submitter (the same split here); one model, so no fold by model.
+  REQUIRE(one.cross_validation.size() == 3);
+  REQUIRE(three.cross_validation.size() == 3);
+  CHECK(one.cross_validation[1].folds.empty());
+  int fitted = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    const auto& a = one.cross_validation[k].folds;
+    const auto& b = three.cross_validation[k].folds;
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(one.cross_validation[k].kind << " without " << a[i].held_out);
+      CHECK(a[i].held_out == b[i].held_out);
+      REQUIRE(a[i].fit.ok() == b[i].fit.ok());
+      if (!a[i].fit.ok()) {
+        CHECK(a[i].fit.status().message() == b[i].fit.status().message());
+        continue;
+      }
+      ++fitted;
+      CHECK(a[i].fit->calibration.params.Fitted() == b[i].fit->calibration.params.Fitted());
+      CHECK(a[i].fit->calibration.stddev == b[i].fit->calibration.stddev);
+      CHECK(a[i].fit->iterations == b[i].fit->iterations);
+      CHECK(a[i].fit->final_cost == b[i].fit->final_cost);
+      REQUIRE(a[i].predictions.size() == b[i].predictions.size());
+      for (size_t r = 0; r < a[i].predictions.size(); ++r) {
+        CHECK(Figures(a[i].predictions[r]) == Figures(b[i].predictions[r]));
+      }
+    }
+  }
+  CHECK(fitted == 2);  // without the B200s, by GPU and by submitter; the H200s' complement is too small
 }
 
 TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {

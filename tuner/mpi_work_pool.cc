@@ -18,7 +18,7 @@ namespace {
 enum Tag : int {
   kReady = 1,   // worker -> 0: free for an item (first message)
   kItem,        // 0 -> worker: "<item>\n<assignment>"
-  kStop,        // 0 -> worker: no more items
+  kStop,        // 0 -> worker: no more batches
   kResult,      // worker -> 0: one result of its item
   kDone,        // worker -> 0: the item's summary; free for the next
   kError,       // worker -> 0: "<status code>\n<message>"; free for the next
@@ -80,10 +80,11 @@ Status DecodeError(const std::string& text) {
 
 class MpiWorkPool : public WorkPool {
  public:
-  MpiWorkPool(int rank, int size) : rank_(rank), size_(size) {}
+  MpiWorkPool(int rank, int size) : rank_(rank), size_(size), current_(size, -1) {}
   ~MpiWorkPool() override {
-    // A coordinator that returned before Run (bad input) still releases the workers.
-    if (rank_ == 0 && !ran_) {
+    // Every worker is free (or has not yet said it is ready: a coordinator that returned before
+    // Run, on bad input, still releases them).
+    if (rank_ == 0) {
       for (int r = 1; r < size_; ++r) Send(r, kStop, "");
     }
     MPI_Finalize();
@@ -94,38 +95,42 @@ class MpiWorkPool : public WorkPool {
   bool mpi() const override { return true; }
 
   Status Run(const std::vector<int64_t>& items, const WorkHandlers& h) override {
-    FATHOM_CHECK(!ran_);
-    ran_ = true;
-    return rank_ == 0 ? Coordinate(items, h) : Serve(h);
+    if (rank_ == 0) return Coordinate(items, h);
+    FATHOM_CHECK(!served_);
+    served_ = true;
+    return Serve(h);
   }
 
  private:
+  // One batch: free workers (from an earlier batch, or ready for their first item) take the next
+  // item; those left free when the batch runs out wait for the next one.
   Status Coordinate(const std::vector<int64_t>& items, const WorkHandlers& h) {
     Status failure;
     auto record = [&](const Status& s) {
       if (!s.ok() && failure.ok()) failure = s;
     };
-    std::vector<int64_t> current(size_, -1);  // the item each rank computes
     size_t next = 0;
-    int serving = size_ - 1;  // workers not yet stopped
-    // Hands `rank` the next item, or stops it when there is none (or after an error).
+    int busy = 0;
+    // Hands `rank` the next item, or leaves it free when there is none (or after an error).
     auto dispatch = [&](int rank) {
-      current[rank] = -1;
       while (failure.ok() && next < items.size()) {
         const int64_t item = items[next++];
         auto assignment = h.assign(item);
         record(assignment.status());
         if (!assignment.ok()) break;
-        current[rank] = item;
+        current_[rank] = item;
+        ++busy;
         Send(rank, kItem, std::to_string(item) + "\n" + *assignment);
         return;
       }
-      Send(rank, kStop, "");
-      --serving;
+      free_.push_back(rank);
     };
-    while (serving > 0) {
+    std::vector<int> free;
+    free.swap(free_);
+    for (int rank : free) dispatch(rank);
+    while (busy > 0 || (failure.ok() && next < items.size())) {
       const Message m = ReceiveAny();
-      const int64_t item = current[m.source];
+      const int64_t item = current_[m.source];
       switch (m.tag) {
         case kReady:
           break;
@@ -133,9 +138,11 @@ class MpiWorkPool : public WorkPool {
           record(h.collect(item, m.text));
           continue;  // the item goes on
         case kDone:
+          --busy;
           record(h.finish(item, m.text));
           break;
         case kError:
+          --busy;
           record(DecodeError(m.text));
           break;
         default:
@@ -168,7 +175,9 @@ class MpiWorkPool : public WorkPool {
   }
 
   int rank_, size_;
-  bool ran_ = false;
+  bool served_ = false;
+  std::vector<int64_t> current_;  // coordinator: the item each rank computes
+  std::vector<int> free_;         // coordinator: ranks waiting for an item
 };
 
 }  // namespace

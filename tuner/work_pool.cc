@@ -77,7 +77,15 @@ int LaunchedRanks() {
 Result<std::unique_ptr<WorkPool>> MakeWorkPool(int jobs) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<WorkPool> mpi, internal::MakeMpiWorkPool());
   if (mpi) return mpi;
-  return std::unique_ptr<WorkPool>(std::make_unique<ThreadWorkPool>(jobs));
+  return MakeThreadWorkPool(jobs);
+}
+
+std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs) { return std::make_unique<ThreadWorkPool>(jobs); }
+
+Status RefuseWork(WorkPool* pool, const Status& why) {
+  WorkHandlers h;
+  h.compute = [&](int64_t, const std::string&, const WorkHandlers::Emit&) -> Result<std::string> { return why; };
+  return pool->Run({}, h);
 }
 
 }  // namespace fathom::tuner

@@ -30,6 +30,9 @@ struct WorkHandlers {
 
 // Thread safety: the coordinator's handlers (assign, collect, finish) are called one at a time;
 // compute runs concurrently with them and with itself.
+//
+// The coordinator may run several batches in turn, each with its own handlers; a worker runs once
+// and computes every batch with its handlers, so compute must be the same function everywhere.
 class WorkPool {
  public:
   virtual ~WorkPool() = default;
@@ -41,8 +44,8 @@ class WorkPool {
   virtual bool mpi() const = 0;
   // Coordinator: computes `items` on the workers, each handed out when one is free, and returns
   // once every item finished or, after the first error, once the items under way finished (the
-  // rest are not started). Workers: compute what the coordinator hands out until it stops them;
-  // `items` is ignored. The first error is returned.
+  // rest are not started). Workers: compute what the coordinator hands out until its pool is
+  // destroyed; `items` is ignored. The first error is returned.
   virtual Status Run(const std::vector<int64_t>& items, const WorkHandlers& handlers) = 0;
 };
 
@@ -50,5 +53,11 @@ class WorkPool {
 // threads of this process (<= 0: one per core). A job of several ranks in a build without MPI is
 // an Unavailable error that says how to build with it.
 Result<std::unique_ptr<WorkPool>> MakeWorkPool(int jobs);
+// `jobs` threads of this process (<= 0: one per core), however it was started.
+std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs);
+
+// Worker that could not get ready (e.g. its inputs did not load): fails every item it is handed
+// with `why`, so that the coordinator reports it once, and returns when the coordinator is done.
+Status RefuseWork(WorkPool* pool, const Status& why);
 
 }  // namespace fathom::tuner

@@ -11,6 +11,7 @@
 #include "models/cost_model.h"
 #include "models/stack.h"
 #include "tuner/calibrate.h"
+#include "tuner/work_pool.h"
 
 namespace fathom::cli {
 namespace {
@@ -101,17 +102,28 @@ tuner::FitProgress Progress(const std::string& what) {
   };
 }
 
-Status Run(const CalibrateFlags& f) {
+// What every process of the run loads from the flags.
+struct Inputs {
+  std::vector<tuner::PublishedResult> rows;
+  tuner::CalibrationSetup setup;
+  models::HardwareCatalog catalog;
+  models::Calibration calibration;
+  std::string calibration_path;
+  std::string stack_note;
+};
+
+Result<Inputs> Load(const CalibrateFlags& f) {
   if (f.samples != 0 && f.samples < 100) {
     return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be 0 (whole data sets) or >= 100");
   }
   if (f.max_requests < 0) return Status::InvalidArgument("--max-requests = " + std::to_string(f.max_requests) + ": must be >= 0");
   if (f.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
-  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::PublishedResult> rows, tuner::LoadPublishedResults(f.results));
+  Inputs in;
+  FATHOM_ASSIGN_OR_RETURN(in.rows, tuner::LoadPublishedResults(f.results));
   // The rows' MLPerf round picks the default setup and stack: each round's rows run under their
   // own round's published deployments and are checked against the stack calibrated on them.
   std::set<std::string> rounds;
-  for (const auto& r : rows) rounds.insert(r.round);
+  for (const auto& r : in.rows) rounds.insert(r.round);
   const std::string round = rounds.size() == 1 ? *rounds.begin() : "";
   auto mixed_rounds = [&](const std::string& give) {
     return Status::InvalidArgument(f.results +
@@ -120,15 +132,14 @@ Status Run(const CalibrateFlags& f) {
                                    " (version column): give " + give);
   };
   if (f.setup.empty() && round.empty()) return mixed_rounds("--setup");
-  FATHOM_ASSIGN_OR_RETURN(tuner::CalibrationSetup setup,
+  FATHOM_ASSIGN_OR_RETURN(in.setup,
                           tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(in.catalog, LoadCatalog(f.hardware_files));
 
   // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
   // MLPerf round (each stack is fitted and checked on its own round's rows).
-  std::string calibration_path = f.calibration;
-  std::string stack_note;
-  if (calibration_path.empty()) {
+  in.calibration_path = f.calibration;
+  if (in.calibration_path.empty()) {
     FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
     models::Stack stack;
     if (!f.stack.empty()) {
@@ -137,19 +148,33 @@ Status Run(const CalibrateFlags& f) {
       if (round.empty()) return mixed_rounds("--stack or --calibration");
       FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round));
     }
-    calibration_path = stack.CalibrationPath();
-    stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
+    in.calibration_path = stack.CalibrationPath();
+    in.stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
   } else if (!f.stack.empty()) {
     return Status::InvalidArgument("--stack and --calibration: give one");
   }
-  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration, models::LoadCalibration(calibration_path));
-  if (!f.json && !stack_note.empty()) std::printf("%s\n", stack_note.c_str());
+  FATHOM_ASSIGN_OR_RETURN(in.calibration, models::LoadCalibration(in.calibration_path));
+  return in;
+}
+
+Status Run(const CalibrateFlags& f) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<tuner::WorkPool> pool, tuner::MakeWorkPool(f.jobs));
+  Result<Inputs> loaded = Load(f);
+  if (!pool->coordinator()) {
+    // Only rank 0 reports: a rank that could not load the inputs answers each item with why.
+    if (!loaded.ok()) return tuner::RefuseWork(pool.get(), loaded.status());
+    return tuner::Calibrator(loaded->setup, loaded->catalog, f.max_requests, pool.get()).Serve();
+  }
+  FATHOM_RETURN_IF_ERROR(loaded.status());
+  const std::vector<tuner::PublishedResult>& rows = loaded->rows;
+  models::Calibration calibration = loaded->calibration;
+  const tuner::Calibrator calibrator(loaded->setup, loaded->catalog, f.max_requests, pool.get());
+  if (!f.json && !loaded->stack_note.empty()) std::printf("%s\n", loaded->stack_note.c_str());
   OrderedJson out;
-  out["calibration_file"] = calibration_path;
+  out["calibration_file"] = loaded->calibration_path;
   if (f.fit) {
     FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit,
-                            tuner::FitToPublished(rows, setup, catalog, calibration, f.max_requests, f.jobs, Progress("fit"),
-                                                  f.free_params));
+                            calibrator.FitToPublished(rows, calibration, Progress("fit"), f.free_params));
     calibration = fit.calibration;
     calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
                        " rows, each run as long as its MLPerf run" +
@@ -162,9 +187,8 @@ Status Run(const CalibrateFlags& f) {
       if (!f.json) std::printf("wrote %s\n", f.out.c_str());
     }
   }
-  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds,
-                          tuner::PredictRows(rows, setup, catalog, calibration, f.max_requests, f.jobs));
-  FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&preds, setup, catalog, calibration, f.max_requests, f.jobs));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds, calibrator.PredictRows(rows, calibration));
+  FATHOM_RETURN_IF_ERROR(calibrator.PredictCapacity(&preds, calibration));
   if (!f.json) PrintTable(preds);
   OrderedJson jrows = OrderedJson::array();
   for (const auto& p : preds) jrows.push_back(RowJson(p));
@@ -176,60 +200,35 @@ Status Run(const CalibrateFlags& f) {
                                  {"capacity_qps", s.capacity_median_abs_pct}};
 
   if (f.cross_validate) {
-    // Leave one model, one GPU, one submitter out: fit on the other rows, predict the held-out
-    // rows. Each fold starts from the physical defaults, not from a calibration the held-out rows
-    // helped fit: the fitted parameters (--free's, else all) restart from them; held ones, such as
-    // measured operator parameters, stay. The folds repeat the shipped procedure.
-    models::Calibration neutral = calibration;
-    {
-      auto x = neutral.params.Fitted();
-      const auto defaults = models::CostParams{}.Fitted();
-      for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
-        const bool free = f.free_params.empty() || std::find(f.free_params.begin(), f.free_params.end(),
-                                                             models::CostParams::kFitted[k]) != f.free_params.end();
-        if (free) x[k] = defaults[k];
-      }
-      neutral.params.SetFitted(x);
-    }
-    struct FoldKind {
-      const char* name;
-      std::string (*key)(const tuner::PublishedResult&);
+    const auto start = std::chrono::steady_clock::now();
+    auto fold_done = [&](int done, int folds) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "cross-validation: %d of %d folds fitted (%.0f s)\n", done, folds, secs);
     };
-    const FoldKind kinds[] = {{"hardware", [](const tuner::PublishedResult& r) { return r.accelerator; }},
-                              {"model", [](const tuner::PublishedResult& r) { return r.model; }},
-                              {"submitter", [](const tuner::PublishedResult& r) { return r.submitter; }}};
-    for (const FoldKind& kind : kinds) {
-      const std::string label = std::string("leave-one-") + kind.name + "-out";
-      std::set<std::string> keys;
-      for (const auto& r : rows) keys.insert(kind.key(r));
+    FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::CrossValidation> cvs,
+                            calibrator.CrossValidate(rows, calibration, f.free_params, fold_done));
+    for (const tuner::CrossValidation& cv : cvs) {
+      const std::string label = "leave-one-" + cv.kind + "-out";
       std::vector<tuner::RowPrediction> held_out;
       OrderedJson folds = OrderedJson::array();
       if (!f.json) std::printf("\n%s fits:\n", label.c_str());
-      for (const auto& key : keys) {
-        std::vector<tuner::PublishedResult> train, test;
-        for (const auto& r : rows) (kind.key(r) == key ? test : train).push_back(r);
-        if (train.empty()) continue;
-        auto fit = tuner::FitToPublished(train, setup, catalog, neutral, f.max_requests, f.jobs,
-                                         Progress("without " + key), f.free_params);
-        if (!fit.ok()) {
-          // Too few rows left to fit (one GPU or submitter holds most of them): said, not fatal.
-          if (!f.json) std::printf("without %s: %s\n", key.c_str(), fit.status().message().c_str());
-          folds.push_back({{"held_out", key}, {"error", fit.status().message()}});
+      for (const tuner::Fold& fold : cv.folds) {
+        if (!fold.fit.ok()) {
+          if (!f.json) std::printf("without %s: %s\n", fold.held_out.c_str(), fold.fit.status().message().c_str());
+          folds.push_back({{"held_out", fold.held_out}, {"error", fold.fit.status().message()}});
           continue;
         }
-        if (!f.json) PrintFit("without " + key, *fit);
-        folds.push_back({{"held_out", key}, {"calibration", models::ToJson(fit->calibration)}});
-        FATHOM_ASSIGN_OR_RETURN(auto p, tuner::PredictRows(test, setup, catalog, fit->calibration, f.max_requests, f.jobs));
-        FATHOM_RETURN_IF_ERROR(tuner::PredictCapacity(&p, setup, catalog, fit->calibration, f.max_requests, f.jobs));
-        held_out.insert(held_out.end(), p.begin(), p.end());
+        if (!f.json) PrintFit("without " + fold.held_out, *fold.fit);
+        folds.push_back({{"held_out", fold.held_out}, {"calibration", models::ToJson(fold.fit->calibration)}});
+        held_out.insert(held_out.end(), fold.predictions.begin(), fold.predictions.end());
       }
-      const tuner::ErrorSummary cv = tuner::Summarize(held_out);
+      const tuner::ErrorSummary e = tuner::Summarize(held_out);
       std::string json_key = label;
       std::replace(json_key.begin(), json_key.end(), '-', '_');
-      out[json_key] = {{"tokens_per_s", cv.tokens_median_abs_pct},
-                       {"offline_tokens_per_s", cv.offline_tokens_median_abs_pct},
-                       {"p99_latency", cv.latency_median_abs_pct},
-                       {"capacity_qps", cv.capacity_median_abs_pct},
+      out[json_key] = {{"tokens_per_s", e.tokens_median_abs_pct},
+                       {"offline_tokens_per_s", e.offline_tokens_median_abs_pct},
+                       {"p99_latency", e.latency_median_abs_pct},
+                       {"capacity_qps", e.capacity_median_abs_pct},
                        {"folds", folds}};
       if (!f.json) {
         std::printf("\n%s:\n", label.c_str());
@@ -238,6 +237,11 @@ Status Run(const CalibrateFlags& f) {
     }
   }
   if (f.json) std::printf("%s\n", out.dump(2).c_str());
+  std::fprintf(stderr, "calibrate: %lld work items on %d %s; the coordinator's own time %.2f ms an item\n",
+               static_cast<long long>(calibrator.items()), pool->workers(),
+               pool->mpi() ? (pool->workers() == 1 ? "MPI rank" : "MPI ranks")
+                           : (pool->workers() == 1 ? "thread" : "threads"),
+               1e3 * calibrator.coordinator_s() / std::max<int64_t>(1, calibrator.items()));
   return Status::Ok();
 }
 
@@ -261,7 +265,8 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
                 "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");
   cmd->add_option("--samples", f->samples, "Draw this many samples from each data set (default: whole data sets)");
   cmd->add_option("--max-requests", f->max_requests, "Cap each row's run (default: as long as the MLPerf run)");
-  cmd->add_option("--jobs", f->jobs, "Simulations in parallel (default: all cores)");
+  cmd->add_option("--jobs", f->jobs, "Threads computing rows, QPS searches and cross-validation folds (default: "
+                                     "all cores); under mpirun/srun the ranks other than 0 compute instead");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f, result] { *result = Run(*f); });
