@@ -65,7 +65,7 @@ struct Gateway::Exchange {
   int status = 0;
   std::string body_out;
   bool ok = false, client_left = false;
-  std::string error;
+  std::string error, retry_cause;
 };
 
 Status GatewayOptions::Validate() const {
@@ -281,7 +281,10 @@ void Gateway::Finish(const Exchange& x) {
   std::lock_guard<std::mutex> lock(mu_);
   --in_flight_;
   if (x.waiting) --waiting_;
-  if (x.record.retried) ++window_.retried;
+  if (x.record.retried) {
+    ++window_.retried;
+    window_.retry_cause = x.retry_cause;
+  }
   if (x.client_left) return;
   if (!x.ok) {
     ++window_.failed;
@@ -304,7 +307,10 @@ void Gateway::Forward(Exchange& x) {
       break;
     }
     exclude = pick->first;
-    x.record.retried = attempt > 0;
+    if (attempt > 0) {
+      x.record.retried = true;
+      x.retry_cause = x.error;
+    }
     httplib::Client client("127.0.0.1", pick->second);
     client.set_tcp_nodelay(true);
     client.set_connection_timeout(std::chrono::seconds(5));

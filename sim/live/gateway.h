@@ -48,6 +48,7 @@ struct GatewayWindow {
   int64_t arrived = 0;
   int64_t failed = 0;     // requests answered with an error after their retry
   int64_t retried = 0;    // requests moved to another replica
+  std::string retry_cause;  // why the last of them was
   int64_t in_flight = 0;  // at the window's end
   int64_t waiting = 0;    // of those, without a first token yet
   std::vector<GatewayRecord> finished;
