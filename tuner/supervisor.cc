@@ -163,7 +163,9 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     return Status::IoError("supervisor: cannot start a replica (fork failed)");
   }
   if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a replica never outlives its supervisor
+    // A replica never outlives its supervisor: SIGTERM when the thread that started it ends (the
+    // main thread or the monitor's, both as long-lived as the supervisor).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     dup2(out, STDOUT_FILENO);
     dup2(out, STDERR_FILENO);
     const int in = open("/dev/null", O_RDONLY);
@@ -216,8 +218,8 @@ void Supervisor::Retire(int id) {
 }
 
 void Supervisor::Monitor() {
+  std::vector<std::pair<int, Replica>> died;  // replicas to restart (again, after a failed try)
   while (!stopping_) {
-    std::vector<std::pair<int, Replica>> died;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = replicas_.begin(); it != replicas_.end();) {
@@ -236,6 +238,7 @@ void Supervisor::Monitor() {
         it = replicas_.erase(it);
       }
     }
+    std::vector<std::pair<int, Replica>> failed;
     for (const auto& [id, r] : died) {
       gateway_->RemoveReplica(id);
       BatchLimits limits;
@@ -243,7 +246,7 @@ void Supervisor::Monitor() {
         std::lock_guard<std::mutex> lock(mu_);
         limits = target_;
       }
-      if (options_.journal) {
+      if (options_.journal && r.pid != 0) {
         JournalEntry e;
         e.event = "replica_died";
         e.reason = StrFormat("replica %d (pid %d) exited unexpectedly", id, static_cast<int>(r.pid));
@@ -253,7 +256,8 @@ void Supervisor::Monitor() {
       const double started = gateway_->Now();
       Result<int> fresh = Launch(limits);
       if (!fresh.ok()) {
-        Log("restart failed: " + fresh.status().message());
+        Log("restart failed, trying again in 1 s: " + fresh.status().message());
+        failed.emplace_back(id, Replica{});  // pid 0: its death is journaled already
         continue;
       }
       ++restarts_;
@@ -266,7 +270,8 @@ void Supervisor::Monitor() {
         (void)options_.journal->Record(e);
       }
     }
-    SleepS(0.05);
+    died = std::move(failed);
+    SleepS(died.empty() ? 0.05 : 1.0);
   }
 }
 
