@@ -118,6 +118,7 @@ expect_fail "the replica exited before it was healthy" online --supervise --depl
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "false {port}"
 expect_fail "--supervise: fathom runs the replicas; not with --metrics-cmd" online --supervise \
   --deployment "$tmp/deployment.json" --metrics-cmd true
+expect_fail "--replicas: only with --supervise" online --replicas 3
 
 echo "supervise: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

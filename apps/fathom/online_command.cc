@@ -48,6 +48,7 @@ struct OnlineFlags {
   std::string engine_args;   // appended to the default engine command
   std::string journal;
   std::vector<int64_t> inject_limits;
+  std::vector<CLI::Option*> supervise_options;  // only with --supervise
   int64_t windows = 0;                 // 0: until the runtime ends
   std::vector<CLI::Option*> emulation_options;
   uint64_t seed = 1;
@@ -164,6 +165,9 @@ Status RunOnlineCommand(OnlineFlags f) {
   const bool live = !f.metrics_cmd.empty() || !f.apply_cmd.empty();
   if (f.supervise && live) return Status::InvalidArgument("--supervise: fathom runs the replicas; not with --metrics-cmd");
   if (f.advise && !f.supervise && !live) return Status::InvalidArgument("--advise: with --supervise or --metrics-cmd");
+  for (const CLI::Option* opt : f.supervise_options) {
+    if (opt->count() > 0 && !f.supervise) return Status::InvalidArgument(opt->get_name() + ": only with --supervise");
+  }
   if (live || f.supervise) {
     const std::string flag = f.supervise ? "--supervise" : "--metrics-cmd";
     if (f.deployment_file.empty()) {
@@ -300,29 +304,31 @@ void RegisterOnline(CLI::App& app, Status* result) {
   cmd->add_option("--apply-cmd", f->apply_cmd,
                   "A live runtime: the command that applies new limits ({max_batch} and {max_num_tokens} replaced)");
   tuner::SupervisorOptions& so = f->supervisor;
+  auto supervised = [&](CLI::Option* opt) { f->supervise_options.push_back(opt); };
   cmd->add_flag("--supervise", f->supervise,
                 "Start the engine replicas here, front them with fathom's gateway and apply changes by rolling "
                 "replacement (a replica that dies: its requests are retried once on another, and it is restarted)");
   cmd->add_flag("--advise", f->advise, "Print and journal the recommendations; apply nothing");
-  cmd->add_option("--replicas", f->replicas, "Supervised replicas (default: the deployment's instances)");
-  cmd->add_option("--engine-cmd", so.engine_cmd,
-                  "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} replaced; "
-                  "default: fathom's vLLM launch command run by `fathom serve`)");
-  cmd->add_option("--engine-args", f->engine_args, "Extra flags for the default engine command");
-  cmd->add_option("--engine-log", so.engine_log, "Append the replicas' output to this file (default: discarded)");
-  cmd->add_option("--time-scale", so.time_scale, "The replicas' time scale (fathom serve --time-scale)")->capture_default_str();
-  cmd->add_option("--health-timeout", so.health_timeout_s, "Seconds a new replica has to answer /health")
-      ->capture_default_str();
-  cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")->capture_default_str();
-  cmd->add_option("--gateway-port", so.gateway.port, "Gateway port (0: any free one, printed on stderr)")
-      ->capture_default_str();
-  cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes, "Larger request bodies get 413")->capture_default_str();
+  supervised(cmd->add_option("--replicas", f->replicas, "Supervised replicas (default: the deployment's instances)"));
+  supervised(cmd->add_option("--engine-cmd", so.engine_cmd,
+                             "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} "
+                             "replaced; default: fathom's vLLM launch command run by `fathom serve`)"));
+  supervised(cmd->add_option("--engine-args", f->engine_args, "Extra flags for the default engine command"));
+  supervised(cmd->add_option("--engine-log", so.engine_log, "Append the replicas' output to this file (default: discarded)"));
+  supervised(cmd->add_option("--time-scale", so.time_scale, "The replicas' time scale (fathom serve --time-scale)")->capture_default_str());
+  supervised(cmd->add_option("--health-timeout", so.health_timeout_s, "Seconds a new replica has to answer /health")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")->capture_default_str());
+  supervised(cmd->add_option("--gateway-port", so.gateway.port, "Gateway port (0: any free one, printed on stderr)")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes, "Larger request bodies get 413")->capture_default_str());
   cmd->add_option("--token", so.gateway.token, "Bearer token for the gateway's control endpoints (/fathom/*)")
       ->envname("FATHOM_TOKEN");
   cmd->add_option("--journal", f->journal, "Journal every decision and change to this SQLite file");
-  cmd->add_option("--inject-limits", f->inject_limits,
-                  "Testing the canary: the first change starts replicas with SEQS,TOKENS instead of its choice")
-      ->delimiter(',');
+  supervised(cmd->add_option("--inject-limits", f->inject_limits,
+                             "Testing the canary: the first change starts replicas with SEQS,TOKENS instead of its "
+                             "choice")
+                 ->delimiter(','));
   cmd->add_option("--windows", f->windows, "Stop after this many windows (0: when the runtime ends)")->capture_default_str();
   cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
   cmd->add_option("--command-timeout", f->command_timeout_s,

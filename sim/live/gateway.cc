@@ -12,6 +12,7 @@ namespace fathom::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+const Clock::time_point kStart = Clock::now();  // Now()'s zero
 
 std::string ErrorBody(const std::string& message, const std::string& type) {
   OrderedJson e;
@@ -89,10 +90,6 @@ std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
   }
   if (!best) return std::nullopt;
   return best->id;
-}
-
-namespace {
-const Clock::time_point kStart = Clock::now();
 }
 
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - kStart).count(); }
