@@ -77,7 +77,7 @@ Status GatewayOptions::Validate() const {
     return Status::InvalidArgument("--max-connections = " + std::to_string(max_connections) + ": must be 1 to 100000");
   }
   if (!(read_timeout_s > 0) || !std::isfinite(read_timeout_s) || !(upstream_timeout_s > 0) ||
-      !std::isfinite(upstream_timeout_s)) {
+      !std::isfinite(upstream_timeout_s) || !(replica_wait_s >= 0) || !std::isfinite(replica_wait_s)) {
     return Status::InvalidArgument("gateway timeouts: must be > 0 and finite");
   }
   return Status::Ok();
@@ -211,13 +211,21 @@ Status Gateway::Start() {
 }
 
 void Gateway::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  routed_cv_.notify_all();
   server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
 void Gateway::AddReplica(int id, int port) {
-  std::lock_guard<std::mutex> lock(mu_);
-  replicas_[id] = Replica{port, 0, true};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    replicas_[id] = Replica{port, 0, true};
+  }
+  routed_cv_.notify_all();
 }
 
 void Gateway::RemoveReplica(int id) {
@@ -247,11 +255,16 @@ GatewayWindow Gateway::TakeWindow() {
 }
 
 std::optional<std::pair<int, int>> Gateway::Pick(int exclude) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<ReplicaLoad> loads;
-  for (const auto& [id, r] : replicas_) {
-    if (r.routed && id != exclude) loads.push_back({id, r.outstanding});
-  }
+  auto found = [&] {
+    loads.clear();
+    for (const auto& [id, r] : replicas_) {
+      if (r.routed && id != exclude) loads.push_back({id, r.outstanding});
+    }
+    return !loads.empty() || stopping_;
+  };
+  routed_cv_.wait_for(lock, std::chrono::duration<double>(options_.replica_wait_s), found);
   const std::optional<int> id = LeastOutstanding(loads);
   if (!id) return std::nullopt;
   Replica& r = replicas_[*id];

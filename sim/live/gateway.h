@@ -5,6 +5,7 @@
 // another replica; a stream cut mid-way continues from the retry, past the text already sent.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,7 @@ struct GatewayOptions {
   double read_timeout_s = 10;        // a client slower than this to send its request is dropped
   int max_connections = 1100;        // concurrent connections (one thread each)
   double upstream_timeout_s = 3600;  // a replica silent this long fails the attempt
+  double replica_wait_s = 30;        // a request that finds no replica waits this long for one (a restart)
   Status Validate() const;
 };
 
@@ -87,7 +89,8 @@ class Gateway {
   // Runs one request on a replica, and on another if that one fails before the answer is whole.
   void Forward(Exchange& x);
   void FirstToken(Exchange& x);
-  std::optional<std::pair<int, int>> Pick(int exclude);  // (id, port), counted as outstanding
+  // (id, port) of the replica to use, counted as outstanding; waits for one (replica_wait_s).
+  std::optional<std::pair<int, int>> Pick(int exclude);
   void Release(int id);
   void Finish(const Exchange& x);
 
@@ -98,6 +101,8 @@ class Gateway {
   std::function<std::string()> replicas_json_;
 
   mutable std::mutex mu_;
+  std::condition_variable routed_cv_;  // a replica was added, or the gateway stops
+  bool stopping_ = false;
   struct Replica {
     int port = 0;
     int64_t outstanding = 0;

@@ -315,6 +315,16 @@ TEST_CASE("the gateway retries a request once on another replica, a cut stream p
   REQUIRE(gateway.Start().ok());
   const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port());
 
+  // No replica yet: the request waits for one.
+  std::string waited;
+  std::thread early([&] { waited = Stream(url, 5, false); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  gateway.AddReplica(9, other.server.port());
+  early.join();
+  CHECK(Count(waited, " tok") == 5);
+  gateway.RemoveReplica(9);
+  CHECK(gateway.TakeWindow().finished.size() == 1);
+
   // Nothing listens on replica 1's port: the request goes to replica 2.
   gateway.AddReplica(1, dead_port);
   gateway.AddReplica(2, other.server.port());
