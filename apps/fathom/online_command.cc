@@ -19,6 +19,7 @@
 #include "traces/synth.h"
 #include "traces/transforms.h"
 #include "tuner/journal.h"
+#include "tuner/launch.h"
 #include "tuner/live_runtime.h"
 #include "tuner/online.h"
 #include "tuner/supervisor.h"
@@ -133,9 +134,11 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f, const sim:
                                                       tuner::BatchLimits initial, tuner::Journal* journal) {
   tuner::SupervisorOptions& o = f.supervisor;
   o.window_s = f.window_s;
-  o.replicas = f.replicas > 0 ? f.replicas : std::max(1, d.gpus / (d.tp * d.pp));
+  o.replicas = f.replicas > 0 ? f.replicas : std::max(1, tuner::Instances(d));
   if (o.engine_cmd.empty()) {
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::error_code error;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+    if (error) return Status::Unavailable("--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
     o.engine_cmd = tuner::DefaultEngineCommand(d, self, StrFormat("--time-scale %g --cost-model %s", o.time_scale,
                                                                   f.time_model.cost_model.c_str()) +
                                                             (f.engine_args.empty() ? "" : " " + f.engine_args));
