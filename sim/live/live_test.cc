@@ -1,4 +1,8 @@
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <thread>
@@ -294,6 +298,32 @@ TEST_CASE("the gateway spreads streams over replicas, records each request, and 
   CHECK(huge->status == 413);
   CHECK(a.engine.Metrics().finished_length + b.engine.Metrics().finished_length == 4);  // neither reached them
   CHECK(gateway.TakeWindow().arrived == 0);
+
+  // A client that never finishes its request is dropped after the read timeout.
+  o.read_timeout_s = 0.3;
+  Gateway strict(o);
+  REQUIRE(strict.Start().ok());
+  strict.AddReplica(1, a.server.port());
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(strict.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"";
+  REQUIRE(send(sock, partial.data(), partial.size(), 0) == static_cast<ssize_t>(partial.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string answer;
+  char buffer[512];
+  for (ssize_t n; answer.find("\r\n\r\n") == std::string::npos && (n = recv(sock, buffer, sizeof buffer, 0)) > 0;) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  INFO(answer);
+  CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+  close(sock);
+  CHECK(strict.TakeWindow().arrived == 0);
+  strict.Stop();
 
   auto anonymous = client.Get("/fathom/replicas");
   REQUIRE(anonymous);
