@@ -3,7 +3,8 @@
 # gateway, 10x faster than real time. The load's lengths shift from chat-like to reasoning-like;
 # the controller's first change is forced to a bad configuration (--inject-limits), which its
 # canary window rolls back; the change is then made for real; a replica killed with SIGKILL is
-# replaced; and every request sent is answered. Bad input exits 2 with a clear message.
+# replaced; and every request sent is answered. --advise recommends without replacing. Bad input
+# exits 2 with a clear message.
 # Usage: supervise_test.sh FATHOM_BINARY
 set -u
 fathom=$1
@@ -99,6 +100,30 @@ check "replacements journaled with their duration" \
 check "the last windows hold both p99 limits" \
   bash -c "grep -E '^ +[0-9]+ ' $tmp/online.out | tail -3 | awk '{ if (\$7 < 0) exit 1 }'"
 sql "SELECT event, after_config, round(replace_s, 2), reason FROM journal WHERE event != 'hold'"
+
+# --advise: the same shift recommends a change, journals it, and replaces nothing.
+"$fathom" online --supervise --advise --deployment "$tmp/deployment.json" --cost-model roofline --time-scale $scale \
+  --initial-batch 8 --initial-tokens 2048 --max-batch 8,64 --max-num-tokens 2048 --ttft-ms 2000 --tpot-ms 100 \
+  --window-s 10 --min-requests 10 --confirm-windows 1 --warmup-s 60 --probe-s 120 --journal "$tmp/advice.db" \
+  --token secret --windows 6 >"$tmp/advise.out" 2>"$tmp/advise.log" &
+supervisor=$!
+gateway=""
+for _ in $(seq 1 300); do
+  gateway=$(grep -o 'gateway listening on http://127.0.0.1:[0-9]*' "$tmp/advise.log" | grep -o 'http://.*')
+  [ -n "$gateway" ] && break
+  sleep 0.1
+done
+load "$tmp/reasoning.csv" 3 60 "$tmp/advised.json"
+wait "$supervisor"
+check "--advise exits 0" test $? -eq 0
+supervisor=""
+check "--advise: every request answered" jq -e '.failed_requests == 0 and .completed_requests == 60' "$tmp/advised.json"
+check "--advise recommends a change" \
+  test "$(sqlite3 "$tmp/advice.db" "SELECT count(*) FROM journal WHERE event = 'advise'")" -ge 1
+check "--advise applies nothing" \
+  test "$(sqlite3 "$tmp/advice.db" "SELECT count(*) FROM journal WHERE event IN ('apply', 'rollback')")" -eq 0
+check "--advise replaces no replica" bash -c "! grep -q 'rolling replacement' $tmp/advise.log"
+check "--advise prints the advice" grep -qE "advise +64 seqs" "$tmp/advise.out"
 
 # Bad input exits 2 and says why.
 expect_fail() {  # expect_fail PATTERN ARGS...

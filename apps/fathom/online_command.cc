@@ -101,14 +101,18 @@ Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Co
     j["dropped"] = w.dropped;
     j["ttft_p99_ms"] = w.ttft_p99_ms;
     j["tpot_p99_ms"] = w.tpot_p99_ms;
+    // Advice names the change it would make.
+    const std::string action = f.advise && dec.action != tuner::Decision::Action::kHold ? "advise"
+                                                                                        : std::string(tuner::Name(dec.action));
     j["decision"] = dec.ToJson();
+    j["decision"]["action"] = action;
     run.windows.push_back(j);
     if (!print) return;
     std::printf("%7.0f %8.2f %6lld %7lld %9s %9s %7s  %-8s %-22s %s\n", w.end_s, w.ArrivalRate(),
                 static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
                 w.completed ? Ms(w.ttft_p99_ms).c_str() : "-", w.completed ? Ms(w.tpot_p99_ms).c_str() : "-",
                 std::isnan(dec.observed_margin) ? "-" : StrFormat("%.2f", dec.observed_margin).c_str(),
-                std::string(tuner::Name(dec.action)).c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
+                action.c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
     std::fflush(stdout);
   };
   if (print) {
