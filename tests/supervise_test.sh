@@ -85,7 +85,7 @@ supervisor=""
 check "the supervisor counts no request dropped" grep -q "requests arrived, [0-9]* finished, 0 dropped" "$tmp/online.out"
 check "the killed replica was detected" grep -q "replica [0-9]* (pid $victim) died" "$tmp/online.log"
 check "and restarted" grep -q "Replicas restarted after dying: 1" "$tmp/online.out"
-sql() { sqlite3 "$tmp/journal.db" "$1"; }
+sql() { sqlite3 "${2:-$tmp/journal.db}" "$1"; }  # sql QUERY [DATABASE]
 check "the injected bad configuration was started" grep -q "injected bad configuration" "$tmp/online.log"
 check "and rolled back after its canary window" test "$(sql "SELECT count(*) FROM journal WHERE event = 'rollback'")" -ge 1
 check "then the better configuration applied for real" \
@@ -119,9 +119,9 @@ check "--advise exits 0" test $? -eq 0
 supervisor=""
 check "--advise: every request answered" jq -e '.failed_requests == 0 and .completed_requests == 60' "$tmp/advised.json"
 check "--advise recommends a change" \
-  test "$(sqlite3 "$tmp/advice.db" "SELECT count(*) FROM journal WHERE event = 'advise'")" -ge 1
+  test "$(sql "SELECT count(*) FROM journal WHERE event = 'advise'" "$tmp/advice.db")" -ge 1
 check "--advise applies nothing" \
-  test "$(sqlite3 "$tmp/advice.db" "SELECT count(*) FROM journal WHERE event IN ('apply', 'rollback')")" -eq 0
+  test "$(sql "SELECT count(*) FROM journal WHERE event IN ('apply', 'rollback')" "$tmp/advice.db")" -eq 0
 check "--advise replaces no replica" bash -c "! grep -q 'rolling replacement' $tmp/advise.log"
 check "--advise prints the advice" grep -qE "advise +64 seqs" "$tmp/advise.out"
 
