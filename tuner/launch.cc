@@ -126,11 +126,13 @@ std::optional<ServedModel> FromHuggingFaceId(const std::string& id) {
   return std::nullopt;
 }
 
+int Instances(const sim::DeploymentConfig& d) { return d.gpus / (d.tp * d.pp); }
+
 LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d) {
   const std::string id = HuggingFaceId(d.model, d.weights);
   LaunchCommands c;
   if (!d.disaggregated) {
-    const Pool p{d.tp, d.pp, d.ep, d.attn_dp, d.gpus / (d.tp * d.pp), d.engine.max_batch};
+    const Pool p{d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch};
     const std::string replicas = p.instances > 1 ? StrFormat("  # one per replica, %d replicas", p.instances) : "";
     c.vllm = Vllm(id, d, p, nullptr) + replicas;
     c.sglang = Sglang(id, d, p, nullptr) + replicas;

@@ -19,6 +19,9 @@ struct LaunchCommands {
 // trtllm-serve options and LlmArgs). Disaggregated deployments get one command per pool.
 LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d);
 
+// Engine instances (replicas) of an aggregated deployment: one per tp x pp GPUs.
+int Instances(const sim::DeploymentConfig& d);
+
 // The Hugging Face repository a built-in model is served from (the name itself otherwise).
 std::string HuggingFaceId(const std::string& model, const std::string& weights);
 

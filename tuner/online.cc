@@ -158,7 +158,8 @@ Result<double> Controller::PredictMargin(const BatchLimits& limits, double qps) 
 Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action, const Window& w) {
   if (action == Decision::Action::kApply) {
     const double tpot = w.completed > 0 ? 1 - w.tpot_p99_ms / options_.tpot_limit_ms : 0;
-    guard_ = Guard{limits_, tpot, last_queue_growth_, 0};
+    const bool held = w.completed > 0 && Margin(w.ttft_p99_ms, w.tpot_p99_ms) >= 0;
+    guard_ = Guard{limits_, tpot, last_queue_growth_, 0, held};
   } else {
     guard_.reset();
   }
@@ -171,11 +172,16 @@ Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action,
   return d;
 }
 
-// TPOT follows the batches formed at once, so it is judged directly. TTFT also carries the wait of
+// A change made while both limits held must keep them (its window is a canary). Otherwise: TPOT
+// follows the batches formed at once, so it is judged directly; TTFT also carries the wait of
 // requests queued before the change, so a broken TTFT counts against the change only when the
 // queue grows faster than it did before it.
 std::string Controller::Worse(const Window& w) const {
   if (w.dropped > 0) return std::to_string(w.dropped) + " requests dropped";
+  if (guard_->held && w.completed > 0 && Margin(w.ttft_p99_ms, w.tpot_p99_ms) < 0) {
+    return "the canary window broke the p99 limits that held before (TTFT " + StrFormat("%.0f", w.ttft_p99_ms) +
+           " ms, TPOT " + StrFormat("%.0f", w.tpot_p99_ms) + " ms)";
+  }
   const double tpot = 1 - w.tpot_p99_ms / options_.tpot_limit_ms;
   if (w.completed > 0 && tpot < 0 && tpot < guard_->tpot_margin - options_.min_gain) {
     return "p99 TPOT " + StrFormat("%.0f", w.tpot_p99_ms) + " ms broke the limit (margin " +
@@ -186,6 +192,11 @@ std::string Controller::Worse(const Window& w) const {
            std::to_string(last_queue_growth_) + " (" + std::to_string(guard_->queue_growth) + " the window before)";
   }
   return "";
+}
+
+void Controller::Withdraw(const BatchLimits& in_force) {
+  limits_ = in_force;
+  guard_.reset();
 }
 
 Result<Decision> Controller::Step(const Window& w) {
@@ -301,13 +312,16 @@ Result<Decision> Controller::Step(const Window& w) {
 }
 
 Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller, int64_t max_windows,
-                                const std::function<void(const Window&, const Decision&)>& on_step) {
+                                const std::function<void(const Window&, const Decision&)>& on_step, bool advise) {
   OnlineSummary s;
   while (max_windows <= 0 || s.windows < max_windows) {
     FATHOM_ASSIGN_OR_RETURN(std::optional<Window> w, runtime.Observe());
     if (!w) break;
+    const BatchLimits in_force = controller.limits();
     FATHOM_ASSIGN_OR_RETURN(Decision d, controller.Step(*w));
-    if (d.action != Decision::Action::kHold) {
+    if (advise && d.action != Decision::Action::kHold) {
+      controller.Withdraw(in_force);
+    } else if (d.action != Decision::Action::kHold) {
       FATHOM_RETURN_IF_ERROR(runtime.Apply(d.limits));
       ++(d.action == Decision::Action::kApply ? s.changes : s.rollbacks);
     }

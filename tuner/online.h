@@ -103,6 +103,8 @@ class Controller {
 
   Result<Decision> Step(const Window& window);
   const BatchLimits& limits() const { return limits_; }
+  // The change Step just decided was not applied (advice only): `in_force` stay, nothing is judged.
+  void Withdraw(const BatchLimits& in_force);
 
   // The predicted p99 margin of `limits` at `qps` on the workload sample so far.
   Result<double> PredictMargin(const BatchLimits& limits, double qps) const;
@@ -136,6 +138,7 @@ class Controller {
     double tpot_margin = 0;   // 1 - p99 TPOT / limit
     int64_t queue_growth = 0; // change of the waiting queue over the window
     int windows = 0;          // windows waited for enough evidence
+    bool held = false;        // it kept both p99 limits: the window after (the canary) must too
   };
   std::optional<Guard> guard_;
   std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
@@ -150,9 +153,11 @@ struct OnlineSummary {
 };
 
 // Observe, decide, apply, until the runtime has no more windows or `max_windows` (0: no cap) are
-// done. `on_step` sees every window and its decision (a log line, a JSON record).
+// done. `on_step` sees every window and its decision (a log line, a JSON record). With `advise`,
+// decisions are only reported: nothing is applied.
 Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller, int64_t max_windows,
-                                const std::function<void(const Window&, const Decision&)>& on_step);
+                                const std::function<void(const Window&, const Decision&)>& on_step,
+                                bool advise = false);
 
 // A live runtime emulated by the simulator, the way Dynamo's mocker stands in for engines: the
 // deployment serves a timed request stream and reports a window every `window_s` of simulated

@@ -204,4 +204,30 @@ TEST_CASE("RunOnline: on an emulated runtime every request finishes, and tuning 
   }
 }
 
+TEST_CASE("RunOnline --advise: recommendations are reported, nothing is applied", "[online]") {
+  const auto data = MlperfSet();
+  traces::SynthSpec load;
+  load.arrivals.schedule = {{600, 3.0}};
+  load.lengths.kind = traces::LengthModel::kEmpirical;
+  for (const auto& r : data) load.lengths.samples.emplace_back(r.input_tokens, r.output_tokens);
+  load.requests = 1 << 30;
+  auto reader = traces::Synthesize(load);
+  REQUIRE(reader.ok());
+  const BatchLimits initial{32, 8192};
+  auto runtime = SimulatedRuntime::Create(sim::DeploymentConfig{}, initial, sim::ReplaySource(std::move(*reader)), 60,
+                                          Catalog(), Calibrated());
+  REQUIRE(runtime.ok());
+  auto controller = Controller::Create(sim::DeploymentConfig{}, initial, Options(), Catalog(), Calibrated());
+  REQUIRE(controller.ok());
+  int64_t advised = 0;
+  auto s = RunOnline(**runtime, **controller, 0, [&](const Window&, const Decision& d) {
+    if (d.action == Decision::Action::kApply) ++advised;
+  }, true);
+  REQUIRE(s.ok());
+  CHECK(advised >= 1);
+  CHECK(s->changes == 0);
+  CHECK(s->rollbacks == 0);
+  CHECK((*controller)->limits() == initial);
+}
+
 }  // namespace fathom::tuner

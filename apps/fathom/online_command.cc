@@ -1,8 +1,12 @@
 // `fathom online`: the online tuner's control loop against a live runtime (vLLM metrics in, a
-// command to apply limits) or one emulated by the simulator under a load that changes over time,
-// and what holding the starting limits would give there.
+// command to apply limits), replicas it supervises itself behind its gateway (--supervise), or one
+// emulated by the simulator under a load that changes over time, and what holding the starting
+// limits would give there.
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "apps/fathom/commands.h"
@@ -14,8 +18,11 @@
 #include "sim/mlperf.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
+#include "tuner/journal.h"
+#include "tuner/launch.h"
 #include "tuner/live_runtime.h"
 #include "tuner/online.h"
+#include "tuner/supervisor.h"
 
 namespace fathom::cli {
 namespace {
@@ -35,10 +42,20 @@ struct OnlineFlags {
   bool compare_static = false;
   bool json = false;
   std::string metrics_cmd, apply_cmd;  // a live runtime
+  // Replicas fathom starts itself behind its gateway.
+  bool supervise = false, advise = false;
+  tuner::SupervisorOptions supervisor;
+  int replicas = 0;          // 0: the deployment's
+  std::string engine_args;   // appended to the default engine command
+  std::string journal;
+  std::vector<int64_t> inject_limits;
+  std::vector<CLI::Option*> supervise_options;  // only with --supervise
   int64_t windows = 0;                 // 0: until the runtime ends
   std::vector<CLI::Option*> emulation_options;
   uint64_t seed = 1;
 };
+
+std::atomic<bool> stop_requested{false};
 
 std::string Ms(double v) { return StrFormat("%.0f ms", v); }
 
@@ -70,10 +87,11 @@ Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f, co
 // Observe, decide, apply until the runtime ends or --windows are done; prints a line a window
 // under `title` (quiet when it is empty).
 Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Controller& controller,
-                 const std::string& title) {
+                 const std::string& title, const std::function<void(const tuner::Decision&)>& also = nullptr) {
   const bool print = !title.empty();
   Run run;
   auto on_step = [&](const tuner::Window& w, const tuner::Decision& dec) {
+    if (also) also(dec);
     OrderedJson j;
     j["start_s"] = w.start_s;
     j["end_s"] = w.end_s;
@@ -83,14 +101,18 @@ Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Co
     j["dropped"] = w.dropped;
     j["ttft_p99_ms"] = w.ttft_p99_ms;
     j["tpot_p99_ms"] = w.tpot_p99_ms;
+    // Advice names the change it would make.
+    const std::string action = f.advise && dec.action != tuner::Decision::Action::kHold ? "advise"
+                                                                                        : std::string(tuner::Name(dec.action));
     j["decision"] = dec.ToJson();
+    j["decision"]["action"] = action;
     run.windows.push_back(j);
     if (!print) return;
     std::printf("%7.0f %8.2f %6lld %7lld %9s %9s %7s  %-8s %-22s %s\n", w.end_s, w.ArrivalRate(),
                 static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
                 w.completed ? Ms(w.ttft_p99_ms).c_str() : "-", w.completed ? Ms(w.tpot_p99_ms).c_str() : "-",
                 std::isnan(dec.observed_margin) ? "-" : StrFormat("%.2f", dec.observed_margin).c_str(),
-                std::string(tuner::Name(dec.action)).c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
+                action.c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
     std::fflush(stdout);
   };
   if (print) {
@@ -98,7 +120,7 @@ Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Co
     std::printf("%7s %8s %6s %7s %9s %9s %7s  %-8s %-22s %s\n", "t (s)", "arr/s", "done", "in sys", "p99 TTFT",
                 "p99 TPOT", "margin", "action", "limits", "why");
   }
-  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(runtime, controller, f.windows, on_step));
+  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(runtime, controller, f.windows, on_step, f.advise));
   return run;
 }
 
@@ -111,15 +133,56 @@ void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
               static_cast<long long>(s.completed), static_cast<long long>(s.dropped));
 }
 
+// The supervised runtime: replicas of `d` started with `initial`, behind the gateway, journaled.
+Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f, const sim::DeploymentConfig& d,
+                                                      tuner::BatchLimits initial, tuner::Journal* journal) {
+  tuner::SupervisorOptions& o = f.supervisor;
+  o.window_s = f.window_s;
+  o.replicas = f.replicas > 0 ? f.replicas : std::max(1, tuner::Instances(d));
+  if (o.engine_cmd.empty()) {
+    std::error_code error;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+    if (error) return Status::Unavailable("--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
+    o.engine_cmd = tuner::DefaultEngineCommand(d, self, StrFormat("--time-scale %g --cost-model %s", o.time_scale,
+                                                                  f.time_model.cost_model.c_str()) +
+                                                            (f.engine_args.empty() ? "" : " " + f.engine_args));
+  } else if (!f.engine_args.empty()) {
+    return Status::InvalidArgument("--engine-args: for the default engine command; put them in --engine-cmd");
+  }
+  if (!f.inject_limits.empty()) {
+    if (f.inject_limits.size() != 2 || f.inject_limits[0] < 1 || f.inject_limits[1] < 1) {
+      return Status::InvalidArgument("--inject-limits: give SEQS,TOKENS, both >= 1");
+    }
+    o.inject_limits = tuner::BatchLimits{f.inject_limits[0], f.inject_limits[1]};
+  }
+  o.journal = journal;
+  o.stop = &stop_requested;
+  o.log = [](const std::string& line) { std::fprintf(stderr, "fathom online: %s\n", line.c_str()); };
+  std::signal(SIGINT, [](int) { stop_requested = true; });
+  std::signal(SIGTERM, [](int) { stop_requested = true; });
+  std::fprintf(stderr, "fathom online: starting %d replicas: %s\n", o.replicas,
+               tuner::EngineCommand(o.engine_cmd, initial, 0).c_str());
+  FATHOM_ASSIGN_OR_RETURN(auto supervisor, tuner::Supervisor::Start(o, initial));
+  std::fprintf(stderr, "fathom online: gateway listening on http://%s:%d\n", o.gateway.host.c_str(),
+               supervisor->gateway_port());
+  return supervisor;
+}
+
 Status RunOnlineCommand(OnlineFlags f) {
   const bool live = !f.metrics_cmd.empty() || !f.apply_cmd.empty();
-  if (live) {
+  if (f.supervise && live) return Status::InvalidArgument("--supervise: fathom runs the replicas; not with --metrics-cmd");
+  if (f.advise && !f.supervise && !live) return Status::InvalidArgument("--advise: with --supervise or --metrics-cmd");
+  for (const CLI::Option* opt : f.supervise_options) {
+    if (opt->count() > 0 && !f.supervise) return Status::InvalidArgument(opt->get_name() + ": only with --supervise");
+  }
+  if (live || f.supervise) {
+    const std::string flag = f.supervise ? "--supervise" : "--metrics-cmd";
     if (f.deployment_file.empty()) {
-      return Status::InvalidArgument("--metrics-cmd: give --deployment, the deployment the runtime serves (for the "
+      return Status::InvalidArgument(flag + ": give --deployment, the deployment the runtime serves (for the "
                                      "predictions)");
     }
     for (const CLI::Option* opt : f.emulation_options) {
-      if (opt->count() > 0) return Status::InvalidArgument(opt->get_name() + ": for the emulated runtime, not with --metrics-cmd");
+      if (opt->count() > 0) return Status::InvalidArgument(opt->get_name() + ": for the emulated runtime, not with " + flag);
     }
   }
   sim::DeploymentConfig d;
@@ -157,12 +220,22 @@ Status RunOnlineCommand(OnlineFlags f) {
       StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %g s, ", d.model.c_str(),
                 d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(), Ms(o.tpot_limit_ms).c_str(),
                 f.window_s) +
-      (live ? "live runtime (" + f.metrics_cmd + ")" : "emulated load " + f.load + " QPS") + "\nStarting at " +
+      (f.supervise ? "supervised replicas" : live ? "live runtime (" + f.metrics_cmd + ")" : "emulated load " + f.load + " QPS") +
+      (f.advise ? ", advice only" : "") + "\nStarting at " +
       initial.Label() + " (memory planned for " + started.Label() + ")\n\n";
   FATHOM_ASSIGN_OR_RETURN(auto controller, tuner::Controller::Create(d, initial, o, catalog, time_model.factory));
   std::unique_ptr<tuner::ServingRuntime> runtime;
   std::vector<traces::Request> lengths;
-  if (live) {
+  std::unique_ptr<tuner::Journal> journal;
+  if (!f.journal.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(journal, tuner::Journal::Open(f.journal));
+  }
+  tuner::Supervisor* supervisor = nullptr;
+  if (f.supervise) {
+    FATHOM_ASSIGN_OR_RETURN(auto s, Supervised(f, d, initial, journal.get()));
+    supervisor = s.get();
+    runtime = std::move(s);
+  } else if (live) {
     tuner::LiveRuntimeOptions lo;
     lo.metrics_cmd = f.metrics_cmd;
     lo.apply_cmd = f.apply_cmd;
@@ -174,7 +247,18 @@ Status RunOnlineCommand(OnlineFlags f) {
     lengths = std::move(workload.requests);
     FATHOM_ASSIGN_OR_RETURN(runtime, Emulated(f, d, initial, lengths, catalog, time_model.factory));
   }
-  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title));
+  // The journal's row for each decision: the limits before it, and a replacement's duration.
+  tuner::BatchLimits in_force = initial;
+  Status journal_status;
+  auto record = [&](const tuner::Decision& dec) {
+    if (!journal || !journal_status.ok()) return;
+    const bool changed = !f.advise && dec.action != tuner::Decision::Action::kHold;
+    journal_status = journal->RecordDecision(dec, in_force, changed && supervisor ? supervisor->last_replace_s() : std::nullopt,
+                                             f.advise);
+    if (changed) in_force = dec.limits;
+  };
+  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title, record));
+  FATHOM_RETURN_IF_ERROR(journal_status);
   std::optional<Run> held;
   if (f.compare_static) {
     tuner::OnlineOptions fixed = o;
@@ -196,7 +280,8 @@ Status RunOnlineCommand(OnlineFlags f) {
     return Status::Ok();
   }
   std::printf("\n");
-  PrintSummary("Tuned", tuned.summary);
+  PrintSummary(f.advise ? "Advised" : "Tuned", tuned.summary);
+  if (supervisor) std::printf("Replicas restarted after dying: %lld\n", static_cast<long long>(supervisor->restarts()));
   if (held) PrintSummary(("Held at " + initial.Label()).c_str(), held->summary);
   return Status::Ok();
 }
@@ -225,6 +310,32 @@ void RegisterOnline(CLI::App& app, Status* result) {
                   "http://localhost:8000/metrics");
   cmd->add_option("--apply-cmd", f->apply_cmd,
                   "A live runtime: the command that applies new limits ({max_batch} and {max_num_tokens} replaced)");
+  tuner::SupervisorOptions& so = f->supervisor;
+  auto supervised = [&](CLI::Option* opt) { f->supervise_options.push_back(opt); };
+  cmd->add_flag("--supervise", f->supervise,
+                "Start the engine replicas here, front them with fathom's gateway and apply changes by rolling "
+                "replacement (a replica that dies: its requests are retried once on another, and it is restarted)");
+  cmd->add_flag("--advise", f->advise, "Print and journal the recommendations; apply nothing");
+  supervised(cmd->add_option("--replicas", f->replicas, "Supervised replicas (default: the deployment's instances)"));
+  supervised(cmd->add_option("--engine-cmd", so.engine_cmd,
+                             "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} "
+                             "replaced; default: fathom's vLLM launch command run by `fathom serve`)"));
+  supervised(cmd->add_option("--engine-args", f->engine_args, "Extra flags for the default engine command"));
+  supervised(cmd->add_option("--engine-log", so.engine_log, "Append the replicas' output to this file (default: discarded)"));
+  supervised(cmd->add_option("--time-scale", so.time_scale, "The replicas' time scale (fathom serve --time-scale)")->capture_default_str());
+  supervised(cmd->add_option("--health-timeout", so.health_timeout_s, "Seconds a new replica has to answer /health")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")->capture_default_str());
+  supervised(cmd->add_option("--gateway-port", so.gateway.port, "Gateway port (0: any free one, printed on stderr)")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes, "Larger request bodies get 413")->capture_default_str());
+  cmd->add_option("--token", so.gateway.token, "Bearer token for the gateway's control endpoints (/fathom/*)")
+      ->envname("FATHOM_TOKEN");
+  cmd->add_option("--journal", f->journal, "Journal every decision and change to this SQLite file");
+  supervised(cmd->add_option("--inject-limits", f->inject_limits,
+                             "Testing the canary: the first change starts replicas with SEQS,TOKENS instead of its "
+                             "choice")
+                 ->delimiter(','));
   cmd->add_option("--windows", f->windows, "Stop after this many windows (0: when the runtime ends)")->capture_default_str();
   cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
   cmd->add_option("--command-timeout", f->command_timeout_s,

@@ -1,4 +1,8 @@
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <thread>
@@ -6,6 +10,7 @@
 #include "models/hardware.h"
 #include "models/roofline.h"
 #include "sim/deployment_config.h"
+#include "sim/live/gateway.h"
 #include "sim/live/live_engine.h"
 #include "sim/live/loadgen.h"
 #include "sim/live/openai_server.h"
@@ -211,6 +216,175 @@ TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuse
                                 "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama\"} 2"));
   CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:time_to_first_token_seconds_bucket{le=\"0.001\""));
   CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
+}
+
+TEST_CASE("the gateway routes to the replica with the fewest outstanding requests, ties to the lowest id") {
+  CHECK_FALSE(LeastOutstanding({}).has_value());
+  CHECK(LeastOutstanding({{3, 2}, {1, 5}, {2, 2}}) == 2);
+  CHECK(LeastOutstanding({{4, 0}}) == 4);
+  CHECK(LeastOutstanding({{2, 1}, {1, 1}}) == 1);
+}
+
+namespace {
+
+// Streams one completion of `max_tokens` through `url`; returns the events received.
+std::string Stream(const std::string& url, int max_tokens, bool include_usage) {
+  httplib::Client client(url);
+  client.set_read_timeout(std::chrono::seconds(60));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = std::string(R"({"prompt":[1,2,3,4,5,6,7,8],"stream":true,"max_tokens":)") + std::to_string(max_tokens) +
+             (include_usage ? R"(,"stream_options":{"include_usage":true}})" : "}");
+  req.set_header("Content-Type", "application/json");
+  std::string events;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    events.append(d, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  client.send(req, res, err);
+  return events;
+}
+
+int64_t Count(const std::string& s, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the gateway spreads streams over replicas, records each request, and refuses bad ones itself") {
+  Served a(5.0, {}), b(5.0, {});
+  GatewayOptions o;
+  o.token = "control";
+  o.max_body_bytes = 2048;
+  Gateway gateway(o);
+  REQUIRE(gateway.Start().ok());
+  gateway.AddReplica(1, a.server.port());
+  gateway.AddReplica(2, b.server.port());
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port());
+
+  std::vector<std::string> events(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { events[i] = Stream(url, 200, i % 2 == 0); });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(Count(events[i], " tok") == 200);
+    CHECK(Count(events[i], "\"usage\"") == (i % 2 == 0 ? 1 : 0));  // dropped where not asked for
+    CHECK_THAT(events[i], Catch::Matchers::EndsWith("data: [DONE]\n\n"));
+  }
+  CHECK(a.engine.Metrics().finished_length == 2);
+  CHECK(b.engine.Metrics().finished_length == 2);
+  GatewayWindow w = gateway.TakeWindow();
+  CHECK(w.arrived == 4);
+  CHECK(w.failed == 0);
+  CHECK(w.in_flight == 0);
+  REQUIRE(w.finished.size() == 4);
+  for (const GatewayRecord& r : w.finished) {
+    CHECK(r.prompt_tokens == 8);
+    CHECK(r.completion_tokens == 200);
+    CHECK(r.streamed);
+    CHECK(r.arrival_s < r.first_token_s);
+    CHECK(r.first_token_s < r.done_s);
+  }
+
+  httplib::Client client(url);
+  auto malformed = client.Post("/v1/completions", R"({"prompt": [1, 2)", "application/json");
+  REQUIRE(malformed);
+  CHECK(malformed->status == 400);
+  CHECK_THAT(malformed->body, Catch::Matchers::Contains("malformed JSON"));
+  auto huge = client.Post("/v1/completions", std::string(4096, ' '), "application/json");
+  REQUIRE(huge);
+  CHECK(huge->status == 413);
+  CHECK(a.engine.Metrics().finished_length + b.engine.Metrics().finished_length == 4);  // neither reached them
+  CHECK(gateway.TakeWindow().arrived == 0);
+
+  // A client that never finishes its request is dropped after the read timeout.
+  o.read_timeout_s = 0.3;
+  Gateway strict(o);
+  REQUIRE(strict.Start().ok());
+  strict.AddReplica(1, a.server.port());
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(strict.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"";
+  REQUIRE(send(sock, partial.data(), partial.size(), 0) == static_cast<ssize_t>(partial.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string answer;
+  char buffer[512];
+  for (ssize_t n; answer.find("\r\n\r\n") == std::string::npos && (n = recv(sock, buffer, sizeof buffer, 0)) > 0;) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));  // the default would be 10 s
+  INFO(answer);
+  CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+  close(sock);
+  CHECK(strict.TakeWindow().arrived == 0);
+  strict.Stop();
+
+  auto anonymous = client.Get("/fathom/replicas");
+  REQUIRE(anonymous);
+  CHECK(anonymous->status == 401);
+  auto listed = client.Get("/fathom/replicas", {{"Authorization", "Bearer control"}});
+  REQUIRE(listed);
+  CHECK(listed->status == 200);
+  gateway.Stop();
+}
+
+TEST_CASE("the gateway retries a request once on another replica, a cut stream past the text already sent") {
+  Served slow(2.0, {}), other(20.0, {});
+  int dead_port = 0;
+  {
+    Served gone(1.0, {});
+    dead_port = gone.server.port();
+  }
+  Gateway gateway(GatewayOptions{});
+  REQUIRE(gateway.Start().ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port());
+
+  // No replica yet: the request waits for one.
+  std::string waited;
+  std::thread early([&] { waited = Stream(url, 5, false); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  gateway.AddReplica(9, other.server.port());
+  early.join();
+  CHECK(Count(waited, " tok") == 5);
+  gateway.RemoveReplica(9);
+  CHECK(gateway.TakeWindow().finished.size() == 1);
+
+  // Nothing listens on replica 1's port: the request goes to replica 2.
+  gateway.AddReplica(1, dead_port);
+  gateway.AddReplica(2, other.server.port());
+  CHECK(Count(Stream(url, 20, false), " tok") == 20);
+  GatewayWindow w = gateway.TakeWindow();
+  CHECK(w.retried == 1);
+  CHECK(w.failed == 0);
+  gateway.RemoveReplica(1);
+  gateway.RemoveReplica(2);
+
+  // The engine of replica 3 stops mid-stream: the rest comes from replica 4, each token once.
+  gateway.AddReplica(3, slow.server.port());
+  std::string events;
+  std::thread client([&] { events = Stream(url, 300, true); });
+  while (slow.engine.Metrics().generation_tokens < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  gateway.AddReplica(4, other.server.port());
+  slow.engine.Stop();
+  client.join();
+  CHECK(Count(events, " tok") == 300);
+  CHECK(Count(events, "\"completion_tokens\":300") == 1);
+  CHECK_THAT(events, Catch::Matchers::EndsWith("data: [DONE]\n\n"));
+  w = gateway.TakeWindow();
+  CHECK(w.retried == 1);
+  CHECK(w.failed == 0);
+  REQUIRE(w.finished.size() == 1);
+  CHECK(w.finished[0].completion_tokens == 300);
+  gateway.Stop();
 }
 
 }  // namespace fathom::sim

@@ -1,0 +1,116 @@
+// fathom's own gateway in front of engine replicas: routes each OpenAI request to the replica
+// with the fewest outstanding requests (as the simulator's router does), streams the answer
+// through, and records every request's arrival, first token, end and usage, which gives the
+// online controller the exact recent trace. A request whose replica fails is retried once on
+// another replica; a stream cut mid-way continues from the retry, past the text already sent.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace fathom::sim {
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";  // loopback unless the user opens it
+  int port = 0;                    // 0: any free port (see Gateway::port)
+  // Control endpoints (/fathom/*) need "Authorization: Bearer <token>"; empty: they answer 403.
+  std::string token;
+  int64_t max_body_bytes = 1 << 20;  // larger bodies get 413 and never reach a replica
+  double read_timeout_s = 10;        // a client slower than this to send its request is dropped
+  int max_connections = 1100;        // concurrent connections (one thread each)
+  double upstream_timeout_s = 3600;  // a replica silent this long fails the attempt
+  double replica_wait_s = 30;        // a request that finds no replica waits this long for one (a restart)
+  Status Validate() const;
+};
+
+// One request as the gateway saw it; times in seconds since the gateway started.
+struct GatewayRecord {
+  double arrival_s = 0, first_token_s = 0, done_s = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  bool streamed = false;  // only a streamed request has a first-token time of its own
+  bool retried = false;
+};
+
+// What happened since the last TakeWindow.
+struct GatewayWindow {
+  int64_t arrived = 0;
+  int64_t failed = 0;     // requests answered with an error after their retry
+  int64_t retried = 0;    // requests moved to another replica
+  std::string retry_cause;  // why the last of them was
+  int64_t in_flight = 0;  // at the window's end
+  int64_t waiting = 0;    // of those, without a first token yet
+  std::vector<GatewayRecord> finished;
+};
+
+// Routing: the replica with the fewest outstanding requests, ties to the lowest id; none when
+// `loads` is empty.
+struct ReplicaLoad {
+  int id = 0;
+  int64_t outstanding = 0;
+};
+std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads);
+
+class Gateway {
+ public:
+  explicit Gateway(GatewayOptions options);
+  ~Gateway();
+  // Binds (the error names the address) and serves on a thread of its own until Stop.
+  Status Start();
+  void Stop();
+  int port() const { return port_; }
+  double Now() const;  // seconds since the gateway started
+
+  // New requests may go to the replica on `port` from now on.
+  void AddReplica(int id, int port);
+  // No new request goes to the replica; those in flight continue (a drain) or, when it died,
+  // fail there and are retried elsewhere.
+  void RemoveReplica(int id);
+  int64_t Outstanding(int id) const;
+  GatewayWindow TakeWindow();
+  // GET /fathom/replicas answers with what this returns (JSON).
+  void set_replicas_json(std::function<std::string()> f) { replicas_json_ = std::move(f); }
+
+ private:
+  struct Exchange;
+  // Runs one request on a replica, and on another if that one fails before the answer is whole.
+  void Forward(Exchange& x);
+  void FirstToken(Exchange& x);
+  // (id, port) of the replica to use, counted as outstanding; waits for one (replica_wait_s).
+  std::optional<std::pair<int, int>> Pick(int exclude);
+  void Release(int id);
+  void Finish(const Exchange& x);
+
+  GatewayOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::function<std::string()> replicas_json_;
+
+  mutable std::mutex mu_;
+  std::condition_variable routed_cv_;  // a replica was added, or the gateway stops
+  bool stopping_ = false;
+  struct Replica {
+    int port = 0;
+    int64_t outstanding = 0;
+    bool routed = true;
+  };
+  std::map<int, Replica> replicas_;
+  GatewayWindow window_;
+  int64_t in_flight_ = 0, waiting_ = 0;
+};
+
+}  // namespace fathom::sim

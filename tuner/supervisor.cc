@@ -1,0 +1,371 @@
+#include "tuner/supervisor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "base/format.h"
+#include "base/json_fields.h"
+#include "base/stats.h"
+#include "tuner/launch.h"
+
+namespace fathom::tuner {
+namespace {
+
+void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+// A loopback port nothing listens on now (the replica binds it a moment later).
+Result<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::IoError("supervisor: no socket for a replica's port");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!ok) return Status::IoError("supervisor: no free loopback port for a replica");
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+void ReplaceAll(std::string* s, const std::string& key, const std::string& value) {
+  for (size_t at = s->find(key); at != std::string::npos; at = s->find(key, at + value.size())) {
+    s->replace(at, key.size(), value);
+  }
+}
+
+// "--flag 123" in `s` becomes "--flag {placeholder}".
+void Placeholder(std::string* s, const std::string& flag, const std::string& placeholder) {
+  const size_t at = s->find(" " + flag + " ");
+  if (at == std::string::npos) return;
+  const size_t value = at + flag.size() + 2;
+  s->replace(value, s->find(' ', value) == std::string::npos ? std::string::npos : s->find(' ', value) - value,
+             placeholder);
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Whether the process has exited (reaped, its status in `status`).
+bool Exited(pid_t pid, int* status) { return waitpid(pid, status, WNOHANG) == pid; }
+
+std::string ExitText(int status) {
+  return WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                           : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+}  // namespace
+
+Status SupervisorOptions::Validate() const {
+  if (engine_cmd.empty()) return Status::InvalidArgument("--engine-cmd: empty");
+  if (engine_cmd.find("{port}") == std::string::npos) {
+    return Status::InvalidArgument("--engine-cmd = " + engine_cmd.substr(0, 200) +
+                                   ": must contain {port} (each replica listens on its own)");
+  }
+  if (replicas < 1 || replicas > 64) {
+    return Status::InvalidArgument("--replicas = " + std::to_string(replicas) + ": must be 1 to 64");
+  }
+  auto positive = [](double v, const char* flag) -> Status {
+    if (v > 0 && std::isfinite(v)) return Status::Ok();
+    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) + ": must be > 0 and finite");
+  };
+  FATHOM_RETURN_IF_ERROR(positive(window_s, "--window-s"));
+  FATHOM_RETURN_IF_ERROR(positive(time_scale, "--time-scale"));
+  FATHOM_RETURN_IF_ERROR(positive(health_timeout_s, "--health-timeout"));
+  return gateway.Validate();
+}
+
+std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port) {
+  std::string s = engine_cmd;
+  ReplaceAll(&s, "{port}", std::to_string(port));
+  ReplaceAll(&s, "{max_num_seqs}", std::to_string(limits.max_batch));
+  ReplaceAll(&s, "{max_num_batched_tokens}", std::to_string(limits.max_num_tokens));
+  return s;
+}
+
+std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment, const std::string& fathom_path,
+                                 const std::string& extra) {
+  std::string s = MakeLaunchCommands(deployment).vllm;
+  s = s.substr(0, s.find("  #"));  // "# one per replica": each replica is one process here
+  s.replace(0, std::string("vllm").size(), ShellQuote(fathom_path));
+  Placeholder(&s, "--max-num-seqs", "{max_num_seqs}");
+  Placeholder(&s, "--max-num-batched-tokens", "{max_num_batched_tokens}");
+  s += " --hardware " + deployment.hardware + " --port {port}";
+  if (!extra.empty()) s += " " + extra;
+  return s;
+}
+
+Supervisor::Supervisor(SupervisorOptions options)
+    : options_(std::move(options)), gateway_(std::make_unique<sim::Gateway>(options_.gateway)) {}
+
+Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options, BatchLimits initial) {
+  FATHOM_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
+  s->target_ = initial;
+  s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
+  FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
+  for (int i = 0; i < s->options_.replicas; ++i) FATHOM_RETURN_IF_ERROR(s->Launch(initial).status());
+  s->window_start_wall_s_ = s->gateway_->Now();
+  s->monitor_ = std::thread([raw = s.get()] { raw->Monitor(); });
+  return s;
+}
+
+Supervisor::~Supervisor() {
+  stopping_ = true;
+  if (monitor_.joinable()) monitor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, r] : replicas_) {
+    gateway_->RemoveReplica(id);
+    kill(r.pid, SIGTERM);
+  }
+  // Each drains what it has (fathom serve: --shutdown-timeout); one still there after a minute is killed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& [id, r] : replicas_) {
+    int status = 0;
+    while (!Exited(r.pid, &status) && std::chrono::steady_clock::now() < deadline) SleepS(0.02);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(r.pid, SIGKILL);
+      waitpid(r.pid, &status, 0);
+    }
+  }
+  gateway_->Stop();
+}
+
+int Supervisor::gateway_port() const { return gateway_->port(); }
+
+void Supervisor::Log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+Result<int> Supervisor::Launch(const BatchLimits& limits) {
+  FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
+  const std::string command = EngineCommand(options_.engine_cmd, limits, port);
+  const int out = options_.engine_log.empty() ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+                                              : open(options_.engine_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) return Status::IoError("--engine-log = " + options_.engine_log + ": cannot open it for appending");
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(out);
+    return Status::IoError("supervisor: cannot start a replica (fork failed)");
+  }
+  if (pid == 0) {
+    // A replica never outlives its supervisor: SIGTERM when the thread that started it ends (the
+    // main thread or the monitor's, both as long-lived as the supervisor).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    const int in = open("/dev/null", O_RDONLY);
+    dup2(in, STDIN_FILENO);
+    const std::string exec = "exec " + command;  // the shell becomes the engine: signals reach it
+    execl("/bin/sh", "sh", "-c", exec.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out);
+  const double started = gateway_->Now();
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(1));
+  client.set_read_timeout(std::chrono::seconds(2));
+  for (;;) {
+    int status = 0;
+    if (Exited(pid, &status)) {
+      return Status::Unavailable("--engine-cmd = \"" + command + "\": the replica exited before it was healthy (" +
+                                 ExitText(status) + "; its output: --engine-log)");
+    }
+    if (auto r = client.Get("/health"); r && r->status == 200) break;
+    if (gateway_->Now() - started > options_.health_timeout_s || stopping_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Status::Unavailable("--engine-cmd = \"" + command + "\": /health not ok within " +
+                                 StrFormat("%g", options_.health_timeout_s) + " s (--health-timeout); killed");
+    }
+    SleepS(0.05);
+  }
+  int id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    replicas_[id] = Replica{pid, port, limits, false};
+  }
+  gateway_->AddReplica(id, port);
+  Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid), port,
+                gateway_->Now() - started, limits.Label().c_str()));
+  return id;
+}
+
+void Supervisor::Retire(int id) {
+  gateway_->RemoveReplica(id);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = replicas_.find(id);
+  if (it == replicas_.end()) return;
+  it->second.draining = true;
+  kill(it->second.pid, SIGTERM);
+  Log(StrFormat("replica %d (pid %d) out of routing, draining %lld requests", id, static_cast<int>(it->second.pid),
+                static_cast<long long>(gateway_->Outstanding(id))));
+}
+
+void Supervisor::Monitor() {
+  std::vector<std::pair<int, Replica>> died;  // replicas to restart (again, after a failed try)
+  while (!stopping_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = replicas_.begin(); it != replicas_.end();) {
+        int status = 0;
+        if (!Exited(it->second.pid, &status)) {
+          ++it;
+          continue;
+        }
+        if (it->second.draining) {
+          Log(StrFormat("replica %d (pid %d) drained and exited", it->first, static_cast<int>(it->second.pid)));
+        } else {
+          Log(StrFormat("replica %d (pid %d) died (%s): out of routing, its requests retried elsewhere", it->first,
+                        static_cast<int>(it->second.pid), ExitText(status).c_str()));
+          died.emplace_back(*it);
+        }
+        it = replicas_.erase(it);
+      }
+    }
+    std::vector<std::pair<int, Replica>> failed;
+    for (const auto& [id, r] : died) {
+      gateway_->RemoveReplica(id);
+      BatchLimits limits;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        limits = target_;
+      }
+      if (options_.journal && r.pid != 0) {
+        JournalEntry e;
+        e.event = "replica_died";
+        e.reason = StrFormat("replica %d (pid %d) exited unexpectedly", id, static_cast<int>(r.pid));
+        e.before = r.limits;
+        (void)options_.journal->Record(e);  // a journal error must not stop the restart
+      }
+      const double started = gateway_->Now();
+      Result<int> fresh = Launch(limits);
+      if (!fresh.ok()) {
+        Log("restart failed, trying again in 1 s: " + fresh.status().message());
+        failed.emplace_back(id, Replica{});  // pid 0: its death is journaled already
+        continue;
+      }
+      ++restarts_;
+      if (options_.journal) {
+        JournalEntry e;
+        e.event = "replica_restarted";
+        e.reason = StrFormat("replica %d replaces replica %d", *fresh, id);
+        e.after = limits;
+        e.replace_s = gateway_->Now() - started;
+        (void)options_.journal->Record(e);
+      }
+    }
+    died = std::move(failed);
+    SleepS(died.empty() ? 0.05 : 1.0);
+  }
+}
+
+std::string Supervisor::ReplicasJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  OrderedJson list = OrderedJson::array();
+  for (const auto& [id, r] : replicas_) {
+    OrderedJson j;
+    j["id"] = id;
+    j["pid"] = static_cast<int64_t>(r.pid);
+    j["port"] = r.port;
+    j["max_num_seqs"] = r.limits.max_batch;
+    j["max_num_batched_tokens"] = r.limits.max_num_tokens;
+    j["draining"] = r.draining;
+    j["outstanding"] = gateway_->Outstanding(id);
+    list.push_back(j);
+  }
+  return list.dump();
+}
+
+Result<std::optional<Window>> Supervisor::Observe() {
+  const double end_wall = window_start_wall_s_ + options_.window_s / options_.time_scale;
+  while (gateway_->Now() < end_wall) {
+    if (options_.stop && *options_.stop) return std::optional<Window>();
+    SleepS(0.02);
+  }
+  // A window that an Apply made longer ends now.
+  const double now = gateway_->Now();
+  sim::GatewayWindow g = gateway_->TakeWindow();
+  const double k = options_.time_scale;
+  Window w;
+  w.start_s = elapsed_s_;
+  w.end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
+  w.arrived = g.arrived;
+  w.completed = static_cast<int64_t>(g.finished.size());
+  w.dropped = g.failed;
+  w.in_flight = g.in_flight;
+  w.waiting = g.waiting;
+  std::vector<double> ttft_ms, tpot_ms;
+  for (size_t i = 0; i < g.finished.size(); ++i) {
+    const sim::GatewayRecord& r = g.finished[i];
+    traces::Request q;
+    q.id = static_cast<int64_t>(i);
+    q.input_tokens = std::max<int64_t>(1, r.prompt_tokens);
+    q.output_tokens = std::max<int64_t>(1, r.completion_tokens);
+    w.finished.push_back(q);
+    if (!r.streamed) continue;  // a whole answer has no first-token time of its own
+    ttft_ms.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
+    if (r.completion_tokens > 1) {
+      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 / static_cast<double>(r.completion_tokens - 1));
+    }
+  }
+  w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
+  w.tpot_p99_ms = tpot_ms.empty() ? 0 : Percentile(tpot_ms, 0.99);
+  elapsed_s_ = w.end_s;
+  window_start_wall_s_ = now;
+  if (g.retried > 0) {
+    Log(StrFormat("%lld requests retried on another replica this window (the last: %s)", static_cast<long long>(g.retried),
+                  g.retry_cause.c_str()));
+  }
+  return std::optional<Window>(std::move(w));
+}
+
+Status Supervisor::Apply(const BatchLimits& limits) {
+  const double started = gateway_->Now();
+  BatchLimits launch = limits;
+  if (options_.inject_limits && !injected_) {
+    injected_ = true;
+    launch = *options_.inject_limits;
+    Log("injected bad configuration (canary test): starting " + launch.Label() + " instead of " + limits.Label());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = launch;
+  }
+  // One replica at a time: the new one healthy and routed before the old one leaves routing.
+  for (;;) {
+    std::optional<int> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, r] : replicas_) {
+        if (!r.draining && !(r.limits == launch)) {
+          old = id;
+          break;
+        }
+      }
+    }
+    if (!old) break;
+    FATHOM_RETURN_IF_ERROR(Launch(launch).status());
+    Retire(*old);
+  }
+  last_replace_s_ = gateway_->Now() - started;
+  Log(StrFormat("rolling replacement to %s done in %.2f s", launch.Label().c_str(), *last_replace_s_));
+  return Status::Ok();
+}
+
+}  // namespace fathom::tuner
