@@ -311,8 +311,6 @@ OpenAiServer::OpenAiServer(LiveEngine* engine, ServeOptions options)
           out += "data: " + Chunk(c, id, created, model, TokenText(tokens - before), last ? "length" : nullptr,
                                   before == 0, false).dump() + "\n\n";
           *sent = tokens;
-        } else if (done && !aborted) {  // the last token went out before the end was known
-          out += "data: " + Chunk(c, id, created, model, "", "length", before == 0, false).dump() + "\n\n";
         }
         if (done) {
           if (aborted) {
