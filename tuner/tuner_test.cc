@@ -70,8 +70,15 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
       CHECK(pruned->pruned > 0);
       CHECK(pruned->evaluated + pruned->pruned == exhaustive->evaluated);
       const bool server = scenario != sim::Scenario::kOffline;
-      CHECK(pruned->ranked.front().Objective(server) == exhaustive->ranked.front().Objective(server));
-      CHECK(CandidateKey(pruned->ranked.front().config) == CandidateKey(exhaustive->ranked.front().config));
+      const double found = pruned->ranked.front().Objective(server), best = exhaustive->ranked.front().Objective(server);
+      if (server) {
+        // A QPS search stops within 2% of a candidate's capacity, where it starts from the best
+        // found so far, which depends on which thread finished first.
+        CHECK(found >= best / 1.02);
+      } else {
+        CHECK(found == best);
+        CHECK(CandidateKey(pruned->ranked.front().config) == CandidateKey(exhaustive->ranked.front().config));
+      }
       // Every candidate's bound is above what it achieved.
       for (const auto& c : exhaustive->ranked) {
         INFO(CandidateKey(c.config));
