@@ -45,39 +45,11 @@ struct SimulateFlags {
   std::string requests_out, timeline, event_log;
 };
 
-// A file written to `path.tmp` and moved into place only when the run succeeds.
-class PendingFile {
- public:
-  Status Open(const std::string& path) {
-    path_ = path;
-    if (path.empty()) return Status::Ok();
-    f_ = std::fopen((path + ".tmp").c_str(), "wb");
-    if (f_ == nullptr) return Status::IoError(path + ": cannot open for writing");
-    return Status::Ok();
-  }
-  std::FILE* get() const { return f_; }
-  Status Commit() {
-    if (f_ == nullptr) return Status::Ok();
-    const bool ok = std::fflush(f_) == 0 && !std::ferror(f_);
-    std::fclose(f_);
-    f_ = nullptr;
-    if (!ok || std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
-      std::remove((path_ + ".tmp").c_str());
-      return Status::IoError(path_ + ": write failed");
-    }
-    return Status::Ok();
-  }
-  ~PendingFile() {
-    if (f_ != nullptr) {
-      std::fclose(f_);
-      std::remove((path_ + ".tmp").c_str());
-    }
-  }
-
- private:
-  std::string path_;
-  std::FILE* f_ = nullptr;
-};
+// An output file for a flag that may be empty (no output).
+Result<std::unique_ptr<OutputFile>> CreateOutput(const std::string& path) {
+  if (path.empty()) return std::unique_ptr<OutputFile>();
+  return OutputFile::Create(path);
+}
 
 Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   if (!f.deployment_file.empty()) {
@@ -317,12 +289,11 @@ Status Run(SimulateFlags f) {
   }
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> source, make_source(samples));
 
-  PendingFile requests, timeline, log;
-  FATHOM_RETURN_IF_ERROR(requests.Open(f.requests_out));
-  FATHOM_RETURN_IF_ERROR(timeline.Open(f.timeline));
-  FATHOM_RETURN_IF_ERROR(log.Open(f.event_log));
-  if (requests.get()) std::fputs("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n", requests.get());
-  if (timeline.get()) std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", timeline.get());
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> requests, CreateOutput(f.requests_out));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> timeline, CreateOutput(f.timeline));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> log, CreateOutput(f.event_log));
+  if (requests) requests->Append("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n");
+  if (timeline) timeline->Append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
 
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
   simulator.set_requests_csv(requests.get());
@@ -331,10 +302,10 @@ Status Run(SimulateFlags f) {
   const auto start = std::chrono::steady_clock::now();
   FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (timeline.get()) std::fputs("\n]}\n", timeline.get());
-  FATHOM_RETURN_IF_ERROR(requests.Commit());
-  FATHOM_RETURN_IF_ERROR(timeline.Commit());
-  FATHOM_RETURN_IF_ERROR(log.Commit());
+  if (timeline) timeline->Append("\n]}\n");
+  for (OutputFile* out : {requests.get(), timeline.get(), log.get()}) {
+    if (out) FATHOM_RETURN_IF_ERROR(out->Commit());
+  }
 
   // Error bars: rerun with each fitted parameter one standard deviation up and down and add the
   // halves of the differences in quadrature (linear propagation, correlations ignored).
