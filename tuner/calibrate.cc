@@ -14,6 +14,7 @@
 #include "base/stats.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/transforms.h"
@@ -31,14 +32,6 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
-}
-
-// The calibrated cost model with `params`, for every deployment a row runs.
-sim::TimeModelFactory CalibratedTime(const models::CostParams& params) {
-  return [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                  const models::Precision& p, models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
 }
 
 }  // namespace
@@ -192,7 +185,7 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
 Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows, const CalibrationSetup& setup,
                                               const models::HardwareCatalog& catalog,
                                               const models::Calibration& calibration, int64_t max_requests, int jobs) {
-  const sim::TimeModelFactory make_time = CalibratedTime(calibration.params);
+  const sim::TimeModelFactory make_time = sim::CalibratedFactory(calibration.params, nullptr);
   // Rows that would run the same simulation (same deployment, workload, scenario, length and
   // rate) share one run.
   struct Run {
@@ -301,7 +294,7 @@ Status PredictCapacity(std::vector<RowPrediction>* predictions, const Calibratio
     if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
     o.qps_steps = 12;
     o.jobs = 1;
-    o.make_time = CalibratedTime(calibration.params);
+    o.make_time = sim::CalibratedFactory(calibration.params, nullptr);
     auto c = Evaluate(entry->deployment, o, catalog);
     if (!c.ok()) {
       failures[k] = c.status().WithContext("results line " + std::to_string(p.row.line));

@@ -6,6 +6,7 @@
 #include "models/cost_model.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "tuner/launch.h"
 #include "tuner/tuner.h"
@@ -39,11 +40,7 @@ TuneOptions SmallOptions(sim::Scenario scenario, const models::CostParams& param
   o.probe_duration_s = 60;
   o.qps_steps = 5;
   o.jobs = 2;
-  o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                         const models::Precision& p,
-                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
+  o.make_time = sim::CalibratedFactory(params, nullptr);
   return o;
 }
 

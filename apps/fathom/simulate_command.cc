@@ -38,7 +38,7 @@ struct SimulateFlags {
   std::string trace;
   std::string benchmark;
   TraceReadFlags read;
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   // Outputs.
   bool json = false;
   bool error_bars = false;
@@ -130,7 +130,7 @@ std::string AdoptRun(const std::optional<sim::RunRecord>& run, SimulateFlags* f)
 }
 
 void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
-                  const sim::SimulationResult& res, double wall_s, const TimeModel& time_model,
+                  const sim::SimulationResult& res, double wall_s, const sim::TimeModel& time_model,
                   const std::string& run_note) {
   std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n", d.model.c_str(),
               d.TotalGpus(), d.hardware.c_str(),
@@ -192,7 +192,7 @@ Status Run(SimulateFlags f) {
   const sim::DeploymentConfig& d = file.config;
   const std::string run_from_file = AdoptRun(file.run, &f);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
 
@@ -322,7 +322,7 @@ Status Run(SimulateFlags f) {
         v[i] = std::max(v[i], 1e-3);
         if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
         p.SetFitted(v);
-        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(CalibratedFactory(p, time_model.measured), samples));
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(sim::CalibratedFactory(p, time_model.measured), samples));
         metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
       }
       for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);
