@@ -25,13 +25,15 @@ struct PoolLayout {
 };
 
 struct DeploymentConfig {
-  std::string model = "deepseek-r1";
-  std::string hardware = "b200";
-  int gpus = 8;
-  int tp = 8, pp = 1, ep = 8, attn_dp = 8;
-  std::string weights = "fp4";
+  // The built-in default deployment.
+  std::string model{models::kDefaultModel};
+  std::string hardware{models::kDefaultHardware};
+  int gpus = models::kDefaultLayout.gpus;
+  int tp = models::kDefaultLayout.tp, pp = models::kDefaultLayout.pp, ep = models::kDefaultLayout.ep,
+      attn_dp = models::kDefaultLayout.attn_dp;
+  std::string weights{models::kDefaultWeights};
   std::string dense_weights;  // empty: same as weights
-  std::string kv = "fp8";
+  std::string kv{models::kDefaultKv};
   models::Runtime runtime = models::Runtime::kPython;
   EngineConfig engine;
   RouterKind router = RouterKind::kLeastOutstanding;

@@ -18,7 +18,7 @@ struct LoadgenFlags {
   sim::LoadgenOptions options;
   std::string scenario = "server";
   sim::ScenarioConfig sc;
-  std::string model = "deepseek-r1";  // whose benchmark data set and limits
+  std::string model{models::kDefaultModel};  // whose benchmark data set and limits
   std::string benchmark, trace;
   TraceReadFlags read;
   std::string compare_sim;  // deployment file to simulate under the same load

@@ -26,7 +26,7 @@ struct ServeFlags {
   std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.9;
   std::string speculative_config;
-  std::string hardware = "b200";
+  std::string hardware{models::kDefaultHardware};
   std::vector<std::string> hardware_files;
   std::string weights, quantization;
   std::string deployment_file;

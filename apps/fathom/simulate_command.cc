@@ -77,7 +77,7 @@ Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   d.engine.acceptance_dist = f.acceptance_dist;
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
   FATHOM_ASSIGN_OR_RETURN(Deployment resolved, ResolveDeployment(f.deployment));
-  d.model = f.deployment.model.empty() ? "deepseek-r1" : f.deployment.model;
+  d.model = f.deployment.model.empty() ? std::string(models::kDefaultModel) : f.deployment.model;
   d.hardware = resolved.hardware.name;
   d.gpus = resolved.layout.gpus;
   d.tp = resolved.layout.tp;
