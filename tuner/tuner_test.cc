@@ -78,6 +78,21 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
   }
 }
 
+TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  std::vector<TuneProgress> heard;
+  o.progress = [&](const TuneProgress& p) { heard.push_back(p); };  // called one at a time
+  auto r = Tune(o, Catalog());
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(heard.empty());
+  const TuneProgress& last = heard.back();
+  CHECK(last.done == last.total);
+  CHECK(static_cast<int64_t>(heard.size()) == last.total);
+  CHECK(last.simulated + last.pruned == last.total);
+  CHECK(last.simulated == r->evaluated);
+  CHECK(last.best == r->ranked.front().Objective(false));
+}
+
 TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one", "[tuner]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string db = (dir / "fathom_tune_resume.db").string();
