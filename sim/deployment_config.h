@@ -22,6 +22,7 @@ namespace fathom::sim {
 struct PoolLayout {
   int instances = 1;
   int tp = 1, pp = 1, ep = 1, attn_dp = 1;
+  bool operator==(const PoolLayout&) const = default;
 };
 
 struct DeploymentConfig {
@@ -43,6 +44,7 @@ struct DeploymentConfig {
   double kv_link_gb_per_s = 0;   // per GPU; 0: the GPU's scale-out bandwidth
 
   int TotalGpus() const;
+  bool operator==(const DeploymentConfig&) const = default;
 };
 
 // The run a deployment's figures came from, kept beside it in the file the tuner writes (its
@@ -57,6 +59,7 @@ struct RunRecord {
   std::string trace;        // the workload file, where not the benchmark's data set
   std::string stack;        // software stack of the cost model; empty for an explicit calibration
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // given by the user, not the benchmark's
+  bool operator==(const RunRecord&) const = default;
 };
 
 struct DeploymentFile {

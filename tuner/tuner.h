@@ -86,6 +86,7 @@ struct CandidateResult {
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
   OrderedJson ToJson() const;
+  bool operator==(const CandidateResult&) const = default;
 };
 
 // Why a search found nothing valid, and what to relax.
