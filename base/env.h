@@ -51,7 +51,7 @@ class Env {
 };
 
 // An output file written to `path.tmp` and moved into place by Commit(), so a failed run never
-// leaves a half-written file behind: destroyed without a successful Commit(), it removes the
+// leaves a half-written file behind: a failed Commit(), or destruction without one, removes the
 // temporary. Writes do not return errors; the first one is kept and Commit() returns it.
 class OutputFile {
  public:
