@@ -1,38 +1,29 @@
 #include "base/files.h"
 
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace fathom {
 
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open file");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Status::IoError(path + ": read failed");
-  return buf.str();
+Result<std::string> ReadFile(const std::string& path, Env* env) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env->NewSequentialFile(path));
+  std::string content;
+  char buffer[1 << 16];
+  for (;;) {
+    FATHOM_ASSIGN_OR_RETURN(size_t n, file->Read(buffer, sizeof buffer));
+    if (n == 0) break;
+    content.append(buffer, n);
+  }
+  if (file->size().has_value() && content.size() < *file->size()) {
+    return Status::IoError(path + ": short read: got " + std::to_string(content.size()) + " of " +
+                           std::to_string(*file->size()) + " bytes");
+  }
+  return content;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(path + ": cannot open for writing");
-    out << content;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return Status::IoError(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(path + ": cannot move the finished file into place");
-  }
-  return Status::Ok();
+Status WriteFileAtomic(const std::string& path, const std::string& content, Env* env) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Create(path, env));
+  out->Append(content);
+  return out->Commit();
 }
 
 std::string DataDir() {

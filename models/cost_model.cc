@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "base/files.h"
 #include "models/stack.h"
@@ -43,6 +44,24 @@ Status CostParams::Validate() const {
   return Status::Ok();
 }
 
+// Every parameter with its name in a calibration file, for reading and writing it.
+constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
+    {"gemm_efficiency", &CostParams::gemm_efficiency},
+    {"gemm_m_half", &CostParams::gemm_m_half},
+    {"memory_efficiency", &CostParams::memory_efficiency},
+    {"attention_efficiency", &CostParams::attention_efficiency},
+    {"kernel_floor_us", &CostParams::kernel_floor_us},
+    {"link_efficiency", &CostParams::link_efficiency},
+    {"collective_latency_us", &CostParams::collective_latency_us},
+    {"collective_hop_latency_us", &CostParams::collective_hop_latency_us},
+    {"comm_overlap", &CostParams::comm_overlap},
+    {"iteration_overhead_us", &CostParams::iteration_overhead_us},
+    {"per_sequence_overhead_us", &CostParams::per_sequence_overhead_us},
+    {"cpp_iteration_overhead_us", &CostParams::cpp_iteration_overhead_us},
+    {"cpp_per_sequence_overhead_us", &CostParams::cpp_per_sequence_overhead_us},
+    {"moe_skew", &CostParams::moe_skew},
+};
+
 Result<Calibration> LoadCalibration(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
   return CalibrationFromJson(j, path);
@@ -56,20 +75,7 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
     return Status::InvalidArgument(path + ": field 'params': missing (required object)");
   }
   JsonFields pf(j["params"], path + ": params");
-  p.gemm_efficiency = pf.Double("gemm_efficiency", p.gemm_efficiency);
-  p.gemm_m_half = pf.Double("gemm_m_half", p.gemm_m_half);
-  p.memory_efficiency = pf.Double("memory_efficiency", p.memory_efficiency);
-  p.attention_efficiency = pf.Double("attention_efficiency", p.attention_efficiency);
-  p.kernel_floor_us = pf.Double("kernel_floor_us", p.kernel_floor_us);
-  p.link_efficiency = pf.Double("link_efficiency", p.link_efficiency);
-  p.collective_latency_us = pf.Double("collective_latency_us", p.collective_latency_us);
-  p.collective_hop_latency_us = pf.Double("collective_hop_latency_us", p.collective_hop_latency_us);
-  p.comm_overlap = pf.Double("comm_overlap", p.comm_overlap);
-  p.iteration_overhead_us = pf.Double("iteration_overhead_us", p.iteration_overhead_us);
-  p.per_sequence_overhead_us = pf.Double("per_sequence_overhead_us", p.per_sequence_overhead_us);
-  p.cpp_iteration_overhead_us = pf.Double("cpp_iteration_overhead_us", p.cpp_iteration_overhead_us);
-  p.cpp_per_sequence_overhead_us = pf.Double("cpp_per_sequence_overhead_us", p.cpp_per_sequence_overhead_us);
-  p.moe_skew = pf.Double("moe_skew", p.moe_skew);
+  for (const auto& [name, field] : kParamFields) p.*field = pf.Double(name, p.*field);
   FATHOM_RETURN_IF_ERROR(pf.status());
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
   if (j.contains("stddev") && j["stddev"].is_object()) {
@@ -91,20 +97,9 @@ OrderedJson ToJson(const Calibration& c) {
   OrderedJson j;
   j["note"] = c.note;
   j["fitted_hardware"] = c.fitted_hardware;
-  j["params"] = {{"gemm_efficiency", p.gemm_efficiency},
-                 {"gemm_m_half", p.gemm_m_half},
-                 {"memory_efficiency", p.memory_efficiency},
-                 {"attention_efficiency", p.attention_efficiency},
-                 {"kernel_floor_us", p.kernel_floor_us},
-                 {"link_efficiency", p.link_efficiency},
-                 {"collective_latency_us", p.collective_latency_us},
-                 {"collective_hop_latency_us", p.collective_hop_latency_us},
-                 {"comm_overlap", p.comm_overlap},
-                 {"iteration_overhead_us", p.iteration_overhead_us},
-                 {"per_sequence_overhead_us", p.per_sequence_overhead_us},
-                 {"cpp_iteration_overhead_us", p.cpp_iteration_overhead_us},
-                 {"cpp_per_sequence_overhead_us", p.cpp_per_sequence_overhead_us},
-                 {"moe_skew", p.moe_skew}};
+  OrderedJson params;
+  for (const auto& [name, field] : kParamFields) params[name] = p.*field;
+  j["params"] = params;
   OrderedJson sd;
   for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
   j["stddev"] = sd;

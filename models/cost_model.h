@@ -49,6 +49,7 @@ struct CostParams {
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
+  bool operator==(const CostParams&) const = default;
 };
 
 // A calibration file: parameters, their standard deviations (from the fit's covariance), and
@@ -58,6 +59,7 @@ struct Calibration {
   std::array<double, CostParams::kNumFitted> stddev = {};
   std::vector<std::string> fitted_hardware;
   std::string note;
+  bool operator==(const Calibration&) const = default;
 };
 
 Result<Calibration> LoadCalibration(const std::string& path);

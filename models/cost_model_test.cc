@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sqlite3.h>
 
+#include "base/files.h"
 #include "base/random.h"
 #include "models/cost_model.h"
 #include "models/fit.h"
@@ -407,6 +409,21 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   CostParams p;
   p.memory_efficiency = 1.5;
   CHECK(p.Validate().message() == "memory_efficiency = 1.500000: must be in (0, 1]");
+}
+
+TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
+  Calibration c;
+  c.params = {0.61, 70, 0.79, 0.41, 2.5, 0.81, 9, 0.3, 0.2, 260, 0.6, 170, 0.4, 0.15};
+  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06};
+  c.fitted_hardware = {"h200", "b200"};
+  c.note = "fitted on MLPerf v5.1";
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_calibration.json").string();
+  REQUIRE(WriteFileAtomic(path, ToJson(c).dump(2)).ok());
+  auto back = LoadCalibration(path);
+  INFO(back.status().message());
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+  std::filesystem::remove(path);
 }
 
 }  // namespace fathom::models

@@ -37,6 +37,14 @@ struct Precision {
   static constexpr DType kHighPrecision = DType::kBf16;
 };
 
+// The built-in default deployment (see README): MLPerf v5.1 NVIDIA DeepSeek-R1 on 8 B200s, TP8 +
+// EP8 with attention data parallelism, FP4 weights and FP8 KV.
+inline constexpr std::string_view kDefaultModel = "deepseek-r1";
+inline constexpr std::string_view kDefaultHardware = "b200";
+inline constexpr ParallelLayout kDefaultLayout = {8, 8, 1, 8, 8};
+inline constexpr std::string_view kDefaultWeights = "fp4";
+inline constexpr std::string_view kDefaultKv = "fp8";
+
 // The engine's host side, whose per-iteration cost (scheduling, sampling, launches) is fitted
 // separately: Python executors (vLLM, SGLang, TensorRT-LLM's PyTorch flow) and C++ ones
 // (TensorRT-LLM's TensorRT engines).

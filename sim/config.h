@@ -68,6 +68,7 @@ struct EngineConfig {
   int64_t adp_timeout_iters = 50;
 
   Status Validate() const;
+  bool operator==(const EngineConfig&) const = default;
 };
 
 // The KV link of disaggregated serving (pools and their layouts live in SimulationSpec).

@@ -235,6 +235,7 @@ OrderedJson ToJson(const DeploymentConfig& d) {
   j["prefix_caching"] = d.engine.prefix_caching;
   j["mtp"] = d.engine.mtp_depth;
   j["acceptance"] = d.engine.acceptance;
+  if (d.engine.draft_cost != EngineConfig().draft_cost) j["draft_cost"] = d.engine.draft_cost;
   j["router"] = Name(d.router);
   if (d.engine.adp_balance) {
     j["adp_balance"] = {{"batching_wait_iters", d.engine.adp_batching_wait_iters},

@@ -22,16 +22,19 @@ namespace fathom::sim {
 struct PoolLayout {
   int instances = 1;
   int tp = 1, pp = 1, ep = 1, attn_dp = 1;
+  bool operator==(const PoolLayout&) const = default;
 };
 
 struct DeploymentConfig {
-  std::string model = "deepseek-r1";
-  std::string hardware = "b200";
-  int gpus = 8;
-  int tp = 8, pp = 1, ep = 8, attn_dp = 8;
-  std::string weights = "fp4";
+  // The built-in default deployment.
+  std::string model{models::kDefaultModel};
+  std::string hardware{models::kDefaultHardware};
+  int gpus = models::kDefaultLayout.gpus;
+  int tp = models::kDefaultLayout.tp, pp = models::kDefaultLayout.pp, ep = models::kDefaultLayout.ep,
+      attn_dp = models::kDefaultLayout.attn_dp;
+  std::string weights{models::kDefaultWeights};
   std::string dense_weights;  // empty: same as weights
-  std::string kv = "fp8";
+  std::string kv{models::kDefaultKv};
   models::Runtime runtime = models::Runtime::kPython;
   EngineConfig engine;
   RouterKind router = RouterKind::kLeastOutstanding;
@@ -41,6 +44,7 @@ struct DeploymentConfig {
   double kv_link_gb_per_s = 0;   // per GPU; 0: the GPU's scale-out bandwidth
 
   int TotalGpus() const;
+  bool operator==(const DeploymentConfig&) const = default;
 };
 
 // The run a deployment's figures came from, kept beside it in the file the tuner writes (its
@@ -55,6 +59,7 @@ struct RunRecord {
   std::string trace;        // the workload file, where not the benchmark's data set
   std::string stack;        // software stack of the cost model; empty for an explicit calibration
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // given by the user, not the benchmark's
+  bool operator==(const RunRecord&) const = default;
 };
 
 struct DeploymentFile {

@@ -203,9 +203,10 @@ void Simulator::Issue(const traces::Request& r) {
   const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
   engines_[engine]->Enqueue(rank, slot);
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f arrival request=%lld input=%lld output=%lld engine=%d rank=%d\n", ToSeconds(now),
-                 static_cast<long long>(r.id), static_cast<long long>(r.input_tokens),
-                 static_cast<long long>(r.output_tokens), engine, rank);
+    event_log_->Printf("%.9f arrival request=%lld input=%lld output=%lld engine=%d rank=%d\n",
+                       ToSeconds(now), static_cast<long long>(r.id),
+                       static_cast<long long>(r.input_tokens),
+                       static_cast<long long>(r.output_tokens), engine, rank);
   }
   Kick(engine);
 }
@@ -289,8 +290,8 @@ void Simulator::OnFirstToken(int64_t slot, SimTime t) {
     on_first_token_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(t), 0});
   }
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f first_token request=%lld\n", ToSeconds(t),
-                 static_cast<long long>(slots_[slot].request_id));
+    event_log_->Printf("%.9f first_token request=%lld\n", ToSeconds(t),
+                       static_cast<long long>(slots_[slot].request_id));
   }
 }
 
@@ -310,13 +311,15 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
                                ToSeconds(t)});
   }
   if (requests_csv_) {
-    std::fprintf(requests_csv_, "%lld,%.9f,%.9f,%.9f,%lld,%lld,%d\n", static_cast<long long>(s.request_id),
-                 ToSeconds(s.scheduled), ToSeconds(s.first_token), ToSeconds(t), static_cast<long long>(s.input),
-                 static_cast<long long>(s.output), s.preemptions);
+    requests_csv_->Printf("%lld,%.9f,%.9f,%.9f,%lld,%lld,%d\n",
+                          static_cast<long long>(s.request_id), ToSeconds(s.scheduled),
+                          ToSeconds(s.first_token), ToSeconds(t), static_cast<long long>(s.input),
+                          static_cast<long long>(s.output), s.preemptions);
   }
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f complete request=%lld generated=%lld preemptions=%d\n", ToSeconds(t),
-                 static_cast<long long>(s.request_id), static_cast<long long>(s.generated), s.preemptions);
+    event_log_->Printf("%.9f complete request=%lld generated=%lld preemptions=%d\n", ToSeconds(t),
+                       static_cast<long long>(s.request_id), static_cast<long long>(s.generated),
+                       s.preemptions);
   }
   s.prefix.clear();
   free_slots_.push_back(slot);
@@ -335,8 +338,9 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
   const SimTime end = start + FromSeconds(spec_.disagg.kv_link_latency_s + bytes / spec_.disagg.kv_link_bytes_per_s);
   link_free_[engine] = end;
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f kv_transfer request=%lld engine=%d bytes=%.0f arrives=%.9f\n", ToSeconds(t),
-                 static_cast<long long>(s.request_id), engine, bytes, ToSeconds(end));
+    event_log_->Printf("%.9f kv_transfer request=%lld engine=%d bytes=%.0f arrives=%.9f\n",
+                       ToSeconds(t), static_cast<long long>(s.request_id), engine, bytes,
+                       ToSeconds(end));
   }
   queue_.Push(end, EventKind::kKvArrived, slot, engine);
   pending_times_.insert(end);
@@ -345,18 +349,19 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
 void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
                             int64_t sequences) {
   if (timeline_) {
-    std::fprintf(timeline_,
-                 "%s{\"name\":\"%s\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-                 "\"dur\":%.3f,\"args\":{\"steps\":%lld,\"tokens\":%lld,\"sequences\":%lld}}",
-                 first_timeline_event_ ? "" : ",\n", steps > 1 ? "decode steps" : "batch", instance, stage,
-                 start.count() / 1e3, (end - start).count() / 1e3, static_cast<long long>(steps),
-                 static_cast<long long>(tokens), static_cast<long long>(sequences));
+    timeline_->Printf(
+        "%s{\"name\":\"%s\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+        "\"dur\":%.3f,\"args\":{\"steps\":%lld,\"tokens\":%lld,\"sequences\":%lld}}",
+        first_timeline_event_ ? "" : ",\n", steps > 1 ? "decode steps" : "batch", instance, stage,
+        start.count() / 1e3, (end - start).count() / 1e3, static_cast<long long>(steps),
+        static_cast<long long>(tokens), static_cast<long long>(sequences));
     first_timeline_event_ = false;
   }
   if (event_log_) {
-    std::fprintf(event_log_, "%.9f iteration engine=%d stage=%d steps=%lld tokens=%lld sequences=%lld end=%.9f\n",
-                 ToSeconds(start), instance, stage, static_cast<long long>(steps), static_cast<long long>(tokens),
-                 static_cast<long long>(sequences), ToSeconds(end));
+    event_log_->Printf(
+        "%.9f iteration engine=%d stage=%d steps=%lld tokens=%lld sequences=%lld end=%.9f\n",
+        ToSeconds(start), instance, stage, static_cast<long long>(steps),
+        static_cast<long long>(tokens), static_cast<long long>(sequences), ToSeconds(end));
   }
 }
 

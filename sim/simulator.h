@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/env.h"
 #include "base/json_fields.h"
 #include "base/random.h"
 #include "sim/config.h"
@@ -96,11 +96,11 @@ class Simulator : public EngineListener {
   Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source);
   ~Simulator() override;
 
-  // Optional outputs, borrowed streams: per-request CSV rows, Chrome trace events (the caller
+  // Optional outputs, borrowed files: per-request CSV rows, Chrome trace events (the caller
   // writes the surrounding brackets), and the event log (one line per event).
-  void set_requests_csv(std::FILE* f) { requests_csv_ = f; }
-  void set_timeline(std::FILE* f) { timeline_ = f; }
-  void set_event_log(std::FILE* f) { event_log_ = f; }
+  void set_requests_csv(OutputFile* f) { requests_csv_ = f; }
+  void set_timeline(OutputFile* f) { timeline_ = f; }
+  void set_event_log(OutputFile* f) { event_log_ = f; }
 
   // Runs to the end (from wherever Advance stopped) and scores the run.
   Result<SimulationResult> Run();
@@ -188,9 +188,9 @@ class Simulator : public EngineListener {
   SimTime little_last_{0};
   double little_area_ = 0;  // request-seconds
 
-  std::FILE* requests_csv_ = nullptr;
-  std::FILE* timeline_ = nullptr;
-  std::FILE* event_log_ = nullptr;
+  OutputFile* requests_csv_ = nullptr;
+  OutputFile* timeline_ = nullptr;
+  OutputFile* event_log_ = nullptr;
   bool first_timeline_event_ = true;
 };
 

@@ -1,6 +1,5 @@
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -102,7 +101,7 @@ std::vector<traces::Request> MlperfSet() {
   return *traces::ReadAll(**reader);
 }
 
-SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> source, std::FILE* log = nullptr) {
+SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> source, OutputFile* log = nullptr) {
   Simulator sim(std::move(spec), std::move(source));
   sim.set_event_log(log);
   auto r = sim.Run();
@@ -605,13 +604,15 @@ TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[
   spec.decode_engine = spec.engine;
   spec.disagg.kv_link_bytes_per_s = 1e9;  // 100 tokens -> 0.1 s
   spec.disagg.kv_link_latency_s = 0;
-  std::vector<char> log(1 << 16);
-  std::FILE* f = fmemopen(log.data(), log.size(), "w");
-  const SimulationResult r = RunOk(spec, OfflineSource(Dataset(1, 100, 3), 1, 1), f);
-  std::fclose(f);
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_disagg.log").string();
+  auto log = OutputFile::Create(path);
+  REQUIRE(log.ok());
+  const SimulationResult r = RunOk(spec, OfflineSource(Dataset(1, 100, 3), 1, 1), log->get());
+  REQUIRE((*log)->Commit().ok());
   CHECK(r.ttft_mean_ms == Approx(10));                // prefill on the prefill instance
   CHECK(r.e2e_mean_ms == Approx(10 + 100 + 2 * 10));  // transfer, then two decode steps
-  CHECK(std::string(log.data()).find("kv_transfer") != std::string::npos);
+  CHECK(ReadFile(path)->find("kv_transfer") != std::string::npos);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with one sequence", "[sim]") {
@@ -655,9 +656,10 @@ TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]"
   data[2].output_tokens = 2;
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/../golden/small_chunked.expected";
   const std::string actual_path = (std::filesystem::temp_directory_path() / "fathom_golden.log").string();
-  std::FILE* f = std::fopen(actual_path.c_str(), "w");
-  RunOk(spec, PoissonSource(data, 6, 50.0, 7), f);
-  std::fclose(f);
+  auto log = OutputFile::Create(actual_path);
+  REQUIRE(log.ok());
+  RunOk(spec, PoissonSource(data, 6, 50.0, 7), log->get());
+  REQUIRE((*log)->Commit().ok());
   const std::string actual = *ReadFile(actual_path);
   if (std::getenv("FATHOM_UPDATE_GOLDEN") != nullptr) REQUIRE(WriteFileAtomic(path, actual).ok());
   auto expected = ReadFile(path);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "traces/reader.h"
 #include "traces/stats.h"
@@ -208,6 +209,27 @@ TEST_CASE("Writer: a failed read leaves no output file", "[traces]") {
   CHECK_FALSE(std::filesystem::exists(out));
   CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
   std::filesystem::remove(bad);
+}
+
+TEST_CASE("Writer: a full disk or a failed rename is an error naming the file, with no output left", "[traces]") {
+  const std::string out = (std::filesystem::temp_directory_path() / "fathom_full.jsonl").string();
+  std::filesystem::remove(out);
+  FaultInjectionEnv full;
+  full.disk_full_after_bytes = 4096;
+  auto reader = Open(DataPath("mooncake_fast25/conversation_trace.jsonl"));
+  auto written = WriteTrace(*reader, out, TraceFormat::kJsonl, &full);
+  REQUIRE_FALSE(written.ok());
+  CHECK(written.status().message() == out + ".tmp: write failed: No space left on device");
+  CHECK_FALSE(std::filesystem::exists(out));
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+  FaultInjectionEnv no_rename;
+  no_rename.fail_rename = true;
+  reader = Open(DataPath("mooncake_fast25/conversation_trace.jsonl"));
+  written = WriteTrace(*reader, out, TraceFormat::kJsonl, &no_rename);
+  REQUIRE_FALSE(written.ok());
+  CHECK(written.status().message().rfind(out + ": cannot move the finished file into place", 0) == 0);
+  CHECK_FALSE(std::filesystem::exists(out));
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
 }
 
 TEST_CASE("Transforms: filters, head, time scaling, Poisson re-timing", "[traces]") {

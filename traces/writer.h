@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "base/env.h"
 #include "base/status.h"
 #include "traces/reader.h"
 
@@ -11,6 +12,7 @@ namespace fathom::traces {
 
 // `format` must be kLengthsCsv or kJsonl. The file appears only when every request was written.
 // Returns the number of requests written.
-Result<int64_t> WriteTrace(TraceReader& reader, const std::string& path, TraceFormat format);
+Result<int64_t> WriteTrace(TraceReader& reader, const std::string& path, TraceFormat format,
+                           Env* env = Env::Default());
 
 }  // namespace fathom::traces

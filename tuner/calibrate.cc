@@ -17,6 +17,7 @@
 #include "base/stats.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/transforms.h"
@@ -34,14 +35,6 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
-}
-
-// The calibrated cost model with `params`, for every deployment a row runs.
-sim::TimeModelFactory CalibratedTime(const models::CostParams& params) {
-  return [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                  const models::Precision& p, models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
 }
 
 }  // namespace
@@ -341,7 +334,7 @@ namespace {
 Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& calibration,
                          const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests) {
   FATHOM_ASSIGN_OR_RETURN(RowRun run, PlanRun(row, setup, max_requests));
-  auto resolved = sim::Resolve(run.entry->deployment, catalog, CalibratedTime(calibration.params));
+  auto resolved = sim::Resolve(run.entry->deployment, catalog, sim::CalibratedFactory(calibration.params, nullptr));
   if (!resolved.ok()) return resolved.status().WithContext("results line " + std::to_string(row.line));
   sim::ScenarioConfig sc;
   sc.min_duration_s = 0;
@@ -388,7 +381,7 @@ Result<Json> RowCapacity(const PublishedResult& row, const models::Calibration& 
   if (max_requests > 0) o.probe_max_samples = std::min(o.probe_max_samples, max_requests);
   o.qps_steps = 12;
   o.jobs = 1;
-  o.make_time = CalibratedTime(calibration.params);
+  o.make_time = sim::CalibratedFactory(calibration.params, nullptr);
   auto c = Evaluate(entry->deployment, o, catalog);
   if (!c.ok()) return c.status().WithContext("results line " + std::to_string(row.line));
   return Json{{"qps", Exact(c->qps)}};

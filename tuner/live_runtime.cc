@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "base/format.h"
-#include "base/process.h"
 #include "base/random.h"
 
 namespace fathom::tuner {
@@ -93,7 +92,8 @@ Result<std::unique_ptr<LiveRuntime>> LiveRuntime::Create(LiveRuntimeOptions opti
 }
 
 Result<Metrics> LiveRuntime::Scrape() const {
-  FATHOM_ASSIGN_OR_RETURN(std::string text, RunCommand(options_.metrics_cmd, "--metrics-cmd", options_.command_timeout_s));
+  FATHOM_ASSIGN_OR_RETURN(std::string text,
+                          options_.env->RunCommand(options_.metrics_cmd, "--metrics-cmd", options_.command_timeout_s));
   FATHOM_ASSIGN_OR_RETURN(Metrics m, ParsePrometheusText(text, "--metrics-cmd output"));
   if (!m.count("vllm:request_success_total") || !m.count("vllm:num_requests_running")) {
     return Status::InvalidArgument("--metrics-cmd output: no vllm:request_success_total or vllm:num_requests_running "
@@ -185,7 +185,7 @@ Status LiveRuntime::Apply(const BatchLimits& limits) {
   };
   replace("{max_batch}", limits.max_batch);
   replace("{max_num_tokens}", limits.max_num_tokens);
-  return RunCommand(command, "--apply-cmd", options_.command_timeout_s).status();
+  return options_.env->RunCommand(command, "--apply-cmd", options_.command_timeout_s).status();
 }
 
 }  // namespace fathom::tuner

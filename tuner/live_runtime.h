@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/prometheus.h"
 #include "base/status.h"
 #include "tuner/online.h"
@@ -23,6 +24,7 @@ struct LiveRuntimeOptions {
   int64_t max_sample = 2000;  // finished requests' lengths kept per window, at most
   // Waits out a window (seconds); the default sleeps. Tests pass one that returns at once.
   std::function<void(double)> wait;
+  Env* env = Env::Default();  // borrowed: runs the two commands
 };
 
 // Reads vLLM's metrics: vllm:request_success_total (by finished_reason; "abort" counts as

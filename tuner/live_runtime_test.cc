@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/fault_injection_env.h"
 #include "tuner/live_runtime.h"
 
 namespace fathom::tuner {
@@ -105,6 +106,15 @@ TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied
   CHECK((*failing)->Apply({64, 4096}).message() == "--apply-cmd = \"exit 3\": exited with status 3");
   o.metrics_cmd = "echo 'up 1'";
   CHECK(LiveRuntime::Create(o).status().message().find("no vllm:request_success_total") != std::string::npos);
+  // A command that hangs is killed at --command-timeout, and the error names its flag.
+  FaultInjectionEnv hanging;
+  hanging.hang_commands = true;
+  o.env = &hanging;
+  o.metrics_cmd = "cat " + (dir / "0").string();
+  o.command_timeout_s = 0.2;
+  const std::string timed_out = LiveRuntime::Create(o).status().message();
+  CHECK(timed_out.rfind("--metrics-cmd = ", 0) == 0);
+  CHECK(timed_out.find("did not finish within 0.2 s (--command-timeout); killed") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 
 #include "base/files.h"
 #include "models/cost_model.h"
+#include "sim/time_model.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
@@ -15,10 +16,7 @@ using Action = Decision::Action;
 sim::TimeModelFactory Calibrated() {
   // The v5.1 stack, which these decisions were worked out on (a fixed calibration keeps them put).
   const models::CostParams params = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
-  return [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                  const models::Precision& p, models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
+  return sim::CalibratedFactory(params, nullptr);
 }
 
 models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }

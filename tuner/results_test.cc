@@ -176,4 +176,42 @@ TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid 
   }
 }
 
+TEST_CASE("CandidateResult: a stored row reads back equal, whether valid, failed or pruned", "[tuner]") {
+  CandidateResult valid;
+  valid.config.disaggregated = true;
+  valid.config.decode = {1, 4, 1, 4, 4};
+  valid.config.prefill = {1, 4, 1, 1, 1};
+  valid.valid = true;
+  valid.throughput_tokens_per_s = 12345.678;
+  valid.tokens_per_s_per_gpu = 1543.2;
+  valid.loadgen_tokens_per_s = 12000.5;
+  valid.tokens_per_s_per_user = 41.7;
+  valid.qps = 13.143582031768943;
+  valid.ttft_p99_ms = 1800.25;
+  valid.tpot_p99_ms = 61.5;
+  valid.cost_per_million_tokens = 0.42;
+  valid.bound = 15.5;
+  valid.run_samples = 26382;
+  valid.run_s = 660.5;
+  CandidateResult failed = valid;
+  failed.valid = false;
+  failed.failure = "TTFT and TPOT";
+  failed.failed_qps = 2.5;
+  failed.failed_ttft_p99_ms = 9000;
+  failed.failed_tpot_p99_ms = 95;
+  CandidateResult pruned = valid;
+  pruned.valid = false;
+  pruned.below_qps = 11.25;
+  for (CandidateResult r : {valid, failed, pruned}) {
+    const StoredRow row = ToStoredRow(r);
+    auto config = sim::DeploymentFromJson(Json::parse(row.config_json), "config");
+    REQUIRE(config.ok());
+    auto back = CandidateFromJson(*config, Json::parse(row.metrics_json), "metrics");
+    INFO(row.metrics_json);
+    REQUIRE(back.ok());
+    r.reused = true;  // what reading it back marks
+    CHECK(*back == r);
+  }
+}
+
 }  // namespace fathom::tuner

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "models/deployment.h"
 #include "models/hardware.h"
 #include "models/model_arch.h"
 #include "sim/config.h"
@@ -13,9 +14,9 @@
 namespace fathom::tuner {
 
 struct SearchSpace {
-  std::string model = "deepseek-r1";
-  std::string hardware = "b200";
-  int gpus = 8;
+  std::string model{models::kDefaultModel};
+  std::string hardware{models::kDefaultHardware};
+  int gpus = models::kDefaultLayout.gpus;
   sim::Scenario scenario = sim::Scenario::kOffline;
   std::vector<std::string> weights;  // empty: what the GPU runs natively (fp4 and fp8, else fp8)
   std::vector<std::string> kv = {"fp8", "bf16"};

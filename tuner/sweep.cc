@@ -1,12 +1,10 @@
 #include "tuner/sweep.h"
 
 #include <chrono>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>
 
-#include "base/format.h"
 #include "base/parallel.h"
 #include "tuner/results.h"
 #include "tuner/work_pool.h"
@@ -42,7 +40,7 @@ Result<CellSearch> PrepareCell(const SweepPlan& plan, const SweepCell& cell, con
   if (o.ok()) {
     o->jobs = 1;
     o->db_path.clear();
-    o->progress = false;
+    o->progress = nullptr;
     auto prepared = Prepare(*o, catalog);
     if (prepared.ok()) return CellSearch{std::move(*o), std::move(*prepared)};
     failed = prepared.status();
@@ -183,16 +181,11 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
     ++summary.run;
     if (options.progress) {
       const CellRun& run = runs.at(item);
-      std::string best;
-      if (s.contains("best")) {
-        best = StrFormat(", best %.4g %s", s.at("best").get<double>(), run.info.ServerLike() ? "QPS" : "tokens/s");
-      }
-      std::fprintf(stderr, "[%lld/%zu] %s: %lld simulated, %lld reused, %lld pruned, %lld valid%s\n",
-                   static_cast<long long>(summary.run), items.size(), run.cell.Label().c_str(),
-                   static_cast<long long>(s.at("simulated").get<int64_t>()),
-                   static_cast<long long>(s.at("reused").get<int64_t>()),
-                   static_cast<long long>(s.at("pruned").get<int64_t>()),
-                   static_cast<long long>(s.at("valid").get<int64_t>()), best.c_str());
+      CellProgress p{summary.run, static_cast<int64_t>(items.size()), run.cell.Label(),
+                     s.at("simulated").get<int64_t>(), s.at("reused").get<int64_t>(), s.at("pruned").get<int64_t>(),
+                     s.at("valid").get<int64_t>(), std::nullopt, run.info.ServerLike()};
+      if (s.contains("best")) p.best = s.at("best").get<double>();
+      options.progress(p);
     }
     return Status::Ok();
   };

@@ -18,11 +18,20 @@
 
 namespace fathom::tuner {
 
+// A cell just searched, and how far the sweep is.
+struct CellProgress {
+  int64_t done = 0, total = 0;  // cells searched now, of those to search
+  std::string label;            // the cell
+  int64_t simulated = 0, reused = 0, pruned = 0, valid = 0;
+  std::optional<double> best;  // the best objective when one is valid: QPS (server-type) or tokens/s
+  bool server_like = false;
+};
+
 struct SweepOptions {
   std::string db_path;           // the results store (required)
   int jobs = 0;                  // threads where no MPI job runs it; <= 0: one per core
   std::optional<Shard> shard;    // only every count-th distinct cell, from the index-th
-  bool progress = false;         // a line on stderr per finished cell
+  std::function<void(const CellProgress&)> progress;  // called after each cell; empty: none
 };
 
 // A cell's tune options (workload, time model, limits, price), built by the caller, who owns the

@@ -7,6 +7,7 @@
 
 #include "base/files.h"
 #include "models/cost_model.h"
+#include "sim/time_model.h"
 #include "tuner/results.h"
 #include "tuner/sweep.h"
 #include "tuner/work_pool.h"
@@ -58,11 +59,7 @@ Result<TuneOptions> SmallCell(const SweepPlan& plan, const SweepCell& cell) {
   }
   const models::CostParams params =
       models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
-  o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                         const models::Precision& p,
-                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
+  o.make_time = sim::CalibratedFactory(params, nullptr);
   return o;
 }
 

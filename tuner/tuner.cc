@@ -607,16 +607,9 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     const int64_t n = ++done;
     if (o.progress) {
       std::lock_guard<std::mutex> lock(mu);
-      const int width = 30;
-      const int filled = static_cast<int>(width * n / std::max<size_t>(1, items.size()));
-      std::fprintf(stderr, "\r[%s%s] %lld/%zu  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
-                   std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-                   static_cast<long long>(n), items.size(), static_cast<long long>(evaluated.load()),
-                   static_cast<long long>(reused.load()), static_cast<long long>(pruned.load()), best,
-                   server ? "QPS" : "tok/s");
+      o.progress({n, static_cast<int64_t>(items.size()), evaluated.load(), reused.load(), pruned.load(), best});
     }
   });
-  if (o.progress) std::fprintf(stderr, "\n");
   FATHOM_RETURN_IF_ERROR(failure);
 
   for (auto& r : results) {

@@ -18,6 +18,13 @@
 
 namespace fathom::tuner {
 
+// Where a search stands, after each candidate.
+struct TuneProgress {
+  int64_t done = 0, total = 0;  // candidates
+  int64_t simulated = 0, reused = 0, pruned = 0;
+  double best = 0;  // the best valid objective so far: QPS (server-type scenarios) or tokens/s
+};
+
 struct TuneOptions {
   SearchSpace space;
   std::vector<traces::Request> dataset;  // the workload's samples
@@ -40,7 +47,8 @@ struct TuneOptions {
   std::string db_path;                   // results store; empty = none (nothing resumable)
   std::string sweep_id;                  // empty = derived from the sweep's inputs
   double price_per_gpu_hour = 0;         // 0 = the hardware's default
-  bool progress = false;                 // a progress bar on stderr
+  // Called after each candidate, from the worker threads one at a time; empty: none.
+  std::function<void(const TuneProgress&)> progress;
   bool prune = true;
   sim::TimeModelFactory make_time;
   std::string time_model_tag;            // part of the derived sweep id (e.g. calibration file hash)
@@ -78,6 +86,7 @@ struct CandidateResult {
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
   OrderedJson ToJson() const;
+  bool operator==(const CandidateResult&) const = default;
 };
 
 // Why a search found nothing valid, and what to relax.

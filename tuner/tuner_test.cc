@@ -6,6 +6,7 @@
 #include "models/cost_model.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
+#include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "tuner/launch.h"
 #include "tuner/tuner.h"
@@ -39,11 +40,7 @@ TuneOptions SmallOptions(sim::Scenario scenario, const models::CostParams& param
   o.probe_duration_s = 60;
   o.qps_steps = 5;
   o.jobs = 2;
-  o.make_time = [params](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                         const models::Precision& p,
-                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime);
-  };
+  o.make_time = sim::CalibratedFactory(params, nullptr);
   return o;
 }
 
@@ -86,6 +83,21 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
       }
     }
   }
+}
+
+TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  std::vector<TuneProgress> heard;
+  o.progress = [&](const TuneProgress& p) { heard.push_back(p); };  // called one at a time
+  auto r = Tune(o, Catalog());
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(heard.empty());
+  const TuneProgress& last = heard.back();
+  CHECK(last.done == last.total);
+  CHECK(static_cast<int64_t>(heard.size()) == last.total);
+  CHECK(last.simulated + last.pruned == last.total);
+  CHECK(last.simulated == r->evaluated);
+  CHECK(last.best == r->ranked.front().Objective(false));
 }
 
 TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one", "[tuner]") {

@@ -21,6 +21,7 @@
 #include "sim/live/loadgen.h"
 #include "sim/live/openai_server.h"
 #include "sim/simulator.h"
+#include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
@@ -227,10 +228,7 @@ void Tunes(int repeat) {
     const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), sys.model);
     o.benchmark = b->name;
     o.dataset = *traces::BenchmarkDataset(*b);
-    o.make_time = [params](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime runtime) {
-      return std::unique_ptr<models::ExecutionTimeModel>(
-          std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime));
-    };
+    o.make_time = sim::CalibratedFactory(params, nullptr);
     tuner::TuneResult r;
     const double s = Median(repeat, [&] { r = *tuner::Tune(o, *catalog); });
     const bool server = sys.scenario != sim::Scenario::kOffline;

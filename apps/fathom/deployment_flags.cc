@@ -31,15 +31,14 @@ Result<models::HardwareCatalog> LoadCatalog(const std::vector<std::string>& extr
 Result<Deployment> ResolveDeployment(const DeploymentFlags& given) {
   DeploymentFlags f = given;
   if (f.model.empty()) {
-    // MLPerf v5.1 NVIDIA DeepSeek-R1: TP8 + EP8 with attention DP, FP4 weights, FP8 KV.
-    f.model = "deepseek-r1";
-    if (f.gpus == 0 && f.tp == 0) f.gpus = 8;
-    if (f.ep == 0) f.ep = 8;
-    if (f.attn_dp == 0) f.attn_dp = 8;
-    if (f.weights.empty()) f.weights = "fp4";
-    if (f.kv.empty()) f.kv = "fp8";
+    f.model = models::kDefaultModel;
+    if (f.gpus == 0 && f.tp == 0) f.gpus = models::kDefaultLayout.gpus;
+    if (f.ep == 0) f.ep = models::kDefaultLayout.ep;
+    if (f.attn_dp == 0) f.attn_dp = models::kDefaultLayout.attn_dp;
+    if (f.weights.empty()) f.weights = models::kDefaultWeights;
+    if (f.kv.empty()) f.kv = models::kDefaultKv;
   }
-  if (f.hardware.empty()) f.hardware = "b200";
+  if (f.hardware.empty()) f.hardware = models::kDefaultHardware;
   if (f.pp == 0) f.pp = 1;
   if (f.tp == 0) f.tp = f.gpus > 0 ? f.gpus / f.pp : 1;
   if (f.gpus == 0) f.gpus = f.tp * f.pp;

@@ -18,12 +18,12 @@ struct LoadgenFlags {
   sim::LoadgenOptions options;
   std::string scenario = "server";
   sim::ScenarioConfig sc;
-  std::string model = "deepseek-r1";  // whose benchmark data set and limits
+  std::string model{models::kDefaultModel};  // whose benchmark data set and limits
   std::string benchmark, trace;
   TraceReadFlags read;
   std::string compare_sim;  // deployment file to simulate under the same load
   std::vector<std::string> hardware_files;
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   int gpus = 0;  // for tokens/s per GPU; default: the compared deployment's, else 1
   bool json = false;
 };
@@ -89,7 +89,7 @@ Status Run(LoadgenFlags f) {
   if (!f.compare_sim.empty()) {
     FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.compare_sim));
     FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-    FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, file.config.hardware));
+    FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, file.config.hardware));
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(file.config, catalog, time_model.factory));
     resolved->spec.scenario = f.sc;
     resolved->spec.benchmark = limits_model;

@@ -30,7 +30,7 @@ namespace {
 struct OnlineFlags {
   std::string deployment_file;
   std::vector<std::string> hardware_files;
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   std::string trace;  // request lengths of the emulated load
   TraceReadFlags read;
   std::string load = "900:3,900:8,900:2";
@@ -191,7 +191,7 @@ Status RunOnlineCommand(OnlineFlags f) {
     d = file.config;
   }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
 
   // Service levels: the flags, else the model's MLPerf Server limits.
   const auto mlperf = sim::MlperfLimits(d.model, sim::Scenario::kServer);

@@ -26,12 +26,12 @@ struct ServeFlags {
   std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.9;
   std::string speculative_config;
-  std::string hardware = "b200";
+  std::string hardware{models::kDefaultHardware};
   std::vector<std::string> hardware_files;
   std::string weights, quantization;
   std::string deployment_file;
   std::vector<CLI::Option*> vllm_options;  // must not be mixed with --deployment
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   sim::ServeOptions serve;
   double time_scale = 1;
   double shutdown_timeout_s = 30;
@@ -115,7 +115,7 @@ Status Run(const ServeFlags& f) {
   FATHOM_RETURN_IF_ERROR(f.serve.Validate());
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildDeployment(f));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved, sim::Resolve(d, catalog, time_model.factory));
   sim::ServeOptions options = f.serve;
   if (options.served_model_name.empty()) options.served_model_name = f.model.empty() ? tuner::HuggingFaceId(d.model, d.weights) : f.model;

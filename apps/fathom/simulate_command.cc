@@ -38,46 +38,18 @@ struct SimulateFlags {
   std::string trace;
   std::string benchmark;
   TraceReadFlags read;
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   // Outputs.
   bool json = false;
   bool error_bars = false;
   std::string requests_out, timeline, event_log;
 };
 
-// A file written to `path.tmp` and moved into place only when the run succeeds.
-class PendingFile {
- public:
-  Status Open(const std::string& path) {
-    path_ = path;
-    if (path.empty()) return Status::Ok();
-    f_ = std::fopen((path + ".tmp").c_str(), "wb");
-    if (f_ == nullptr) return Status::IoError(path + ": cannot open for writing");
-    return Status::Ok();
-  }
-  std::FILE* get() const { return f_; }
-  Status Commit() {
-    if (f_ == nullptr) return Status::Ok();
-    const bool ok = std::fflush(f_) == 0 && !std::ferror(f_);
-    std::fclose(f_);
-    f_ = nullptr;
-    if (!ok || std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
-      std::remove((path_ + ".tmp").c_str());
-      return Status::IoError(path_ + ": write failed");
-    }
-    return Status::Ok();
-  }
-  ~PendingFile() {
-    if (f_ != nullptr) {
-      std::fclose(f_);
-      std::remove((path_ + ".tmp").c_str());
-    }
-  }
-
- private:
-  std::string path_;
-  std::FILE* f_ = nullptr;
-};
+// An output file for a flag that may be empty (no output).
+Result<std::unique_ptr<OutputFile>> CreateOutput(const std::string& path) {
+  if (path.empty()) return std::unique_ptr<OutputFile>();
+  return OutputFile::Create(path);
+}
 
 Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   if (!f.deployment_file.empty()) {
@@ -105,7 +77,7 @@ Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   d.engine.acceptance_dist = f.acceptance_dist;
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
   FATHOM_ASSIGN_OR_RETURN(Deployment resolved, ResolveDeployment(f.deployment));
-  d.model = f.deployment.model.empty() ? "deepseek-r1" : f.deployment.model;
+  d.model = f.deployment.model.empty() ? std::string(models::kDefaultModel) : f.deployment.model;
   d.hardware = resolved.hardware.name;
   d.gpus = resolved.layout.gpus;
   d.tp = resolved.layout.tp;
@@ -158,7 +130,7 @@ std::string AdoptRun(const std::optional<sim::RunRecord>& run, SimulateFlags* f)
 }
 
 void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
-                  const sim::SimulationResult& res, double wall_s, const TimeModel& time_model,
+                  const sim::SimulationResult& res, double wall_s, const sim::TimeModel& time_model,
                   const std::string& run_note) {
   std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n", d.model.c_str(),
               d.TotalGpus(), d.hardware.c_str(),
@@ -220,7 +192,7 @@ Status Run(SimulateFlags f) {
   const sim::DeploymentConfig& d = file.config;
   const std::string run_from_file = AdoptRun(file.run, &f);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
 
@@ -317,12 +289,11 @@ Status Run(SimulateFlags f) {
   }
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> source, make_source(samples));
 
-  PendingFile requests, timeline, log;
-  FATHOM_RETURN_IF_ERROR(requests.Open(f.requests_out));
-  FATHOM_RETURN_IF_ERROR(timeline.Open(f.timeline));
-  FATHOM_RETURN_IF_ERROR(log.Open(f.event_log));
-  if (requests.get()) std::fputs("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n", requests.get());
-  if (timeline.get()) std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", timeline.get());
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> requests, CreateOutput(f.requests_out));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> timeline, CreateOutput(f.timeline));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> log, CreateOutput(f.event_log));
+  if (requests) requests->Append("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n");
+  if (timeline) timeline->Append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
 
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
   simulator.set_requests_csv(requests.get());
@@ -331,10 +302,10 @@ Status Run(SimulateFlags f) {
   const auto start = std::chrono::steady_clock::now();
   FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (timeline.get()) std::fputs("\n]}\n", timeline.get());
-  FATHOM_RETURN_IF_ERROR(requests.Commit());
-  FATHOM_RETURN_IF_ERROR(timeline.Commit());
-  FATHOM_RETURN_IF_ERROR(log.Commit());
+  if (timeline) timeline->Append("\n]}\n");
+  for (OutputFile* out : {requests.get(), timeline.get(), log.get()}) {
+    if (out) FATHOM_RETURN_IF_ERROR(out->Commit());
+  }
 
   // Error bars: rerun with each fitted parameter one standard deviation up and down and add the
   // halves of the differences in quadrature (linear propagation, correlations ignored).
@@ -351,7 +322,7 @@ Status Run(SimulateFlags f) {
         v[i] = std::max(v[i], 1e-3);
         if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
         p.SetFitted(v);
-        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(CalibratedFactory(p, time_model.measured), samples));
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(sim::CalibratedFactory(p, time_model.measured), samples));
         metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
       }
       for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);

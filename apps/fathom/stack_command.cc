@@ -100,9 +100,9 @@ Status Diff(const StackFlags& f) {
                 "TPOT p99");
   }
   for (int i = 0; i < 2; ++i) {
-    TimeModelFlags tm;
+    sim::TimeModelOptions tm;
     tm.stack = f.diff[i];
-    FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(tm, d.hardware));
+    FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(tm, d.hardware));
     o.make_time = time_model.factory;
     FATHOM_ASSIGN_OR_RETURN(tuner::CandidateResult c, tuner::Evaluate(d, o, catalog));
     figure[i] = server ? c.qps : c.throughput_tokens_per_s;

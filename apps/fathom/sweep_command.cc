@@ -6,6 +6,7 @@
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/tune_setup.h"
+#include "base/format.h"
 #include "tuner/sweep.h"
 
 namespace fathom::cli {
@@ -50,6 +51,16 @@ Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::S
   return std::move(setup.options);
 }
 
+// A line on stderr per cell searched.
+void PrintCellProgress(const tuner::CellProgress& p) {
+  std::string best;
+  if (p.best) best = StrFormat(", best %.4g %s", *p.best, p.server_like ? "QPS" : "tokens/s");
+  std::fprintf(stderr, "[%lld/%lld] %s: %lld simulated, %lld reused, %lld pruned, %lld valid%s\n",
+               static_cast<long long>(p.done), static_cast<long long>(p.total), p.label.c_str(),
+               static_cast<long long>(p.simulated), static_cast<long long>(p.reused),
+               static_cast<long long>(p.pruned), static_cast<long long>(p.valid), best.c_str());
+}
+
 Status Run(const SweepFlags& f) {
   tuner::SweepOptions options;
   options.db_path = f.db;
@@ -58,7 +69,7 @@ Status Run(const SweepFlags& f) {
   if (!f.shard.empty()) {
     FATHOM_ASSIGN_OR_RETURN(options.shard, tuner::ParseShard(f.shard));
   }
-  options.progress = !f.json;
+  if (!f.json) options.progress = PrintCellProgress;
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   WorkloadCache workloads;
   const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan, const tuner::SweepCell& cell) {

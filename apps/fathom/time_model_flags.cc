@@ -1,70 +1,12 @@
 #include "apps/fathom/time_model_flags.h"
 
-#include <filesystem>
-
-#include "models/roofline.h"
-#include "models/stack.h"
-
 namespace fathom::cli {
 
-void AddTimeModelFlags(CLI::App* cmd, TimeModelFlags* f) {
+void AddTimeModelFlags(CLI::App* cmd, sim::TimeModelOptions* f) {
   cmd->add_option("--cost-model", f->cost_model, "calibrated or roofline")->capture_default_str();
   cmd->add_option("--stack", f->stack, "Software stack whose calibration to use (fathom stack list; default: the newest)");
   cmd->add_option("--calibration", f->calibration, "Calibration file (default: the stack's)");
   cmd->add_option("--perf-db", f->perf_db, "Performance database of measured kernels (SQLite)");
-}
-
-Result<TimeModel> MakeTimeModel(const TimeModelFlags& f, const std::string& hardware) {
-  TimeModel out;
-  if (f.cost_model == "roofline") {
-    if (!f.stack.empty() || !f.calibration.empty()) {
-      return Status::InvalidArgument("--stack and --calibration apply to the calibrated cost model, not the roofline");
-    }
-    out.roofline = true;
-    out.factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                     const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-      return std::make_unique<models::RooflineModel>(m, hw, l, p);
-    };
-    return out;
-  }
-  if (f.cost_model != "calibrated") {
-    return Status::InvalidArgument("--cost-model = \"" + f.cost_model + "\": must be calibrated or roofline");
-  }
-  std::string path = f.calibration;
-  if (path.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
-    models::Stack stack = stacks.back();
-    if (!f.stack.empty()) {
-      FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
-    }
-    path = stack.CalibrationPath();
-    out.stack = stack.name;
-  } else if (!f.stack.empty()) {
-    return Status::InvalidArgument("--stack and --calibration: give one");
-  }
-  FATHOM_ASSIGN_OR_RETURN(out.calibration, models::LoadCalibration(path));
-  std::shared_ptr<const models::MeasuredGemms> measured;
-  if (!f.perf_db.empty()) {
-    // Reading only: a mistyped path must not become a new, empty database.
-    if (!std::filesystem::is_regular_file(f.perf_db)) {
-      return Status::InvalidArgument("--perf-db = \"" + f.perf_db + "\": no such file");
-    }
-    FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.perf_db));
-    FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, hardware));
-    measured = std::make_shared<const models::MeasuredGemms>(std::move(gemms));
-  }
-  out.measured = measured;
-  out.factory = CalibratedFactory(out.calibration.params, measured);
-  return out;
-}
-
-sim::TimeModelFactory CalibratedFactory(const models::CostParams& params,
-                                        std::shared_ptr<const models::MeasuredGemms> measured) {
-  return [params, measured](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                            const models::Precision& p,
-                            models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured);
-  };
 }
 
 }  // namespace fathom::cli

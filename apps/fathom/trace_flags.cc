@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "models/deployment.h"
 #include "traces/transforms.h"
 
 namespace fathom::cli {
@@ -62,8 +63,9 @@ Result<Workload> LoadWorkload(const std::string& model, const std::string& bench
   }
   std::string why;
   if (w.benchmark == nullptr) {
-    w.benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1");
-    if (w.benchmark == nullptr) return Status::NotFound(traces::DefaultBenchmarksPath() + ": no deepseek-r1 benchmark");
+    const std::string fallback(models::kDefaultModel);
+    w.benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), fallback);
+    if (w.benchmark == nullptr) return Status::NotFound(traces::DefaultBenchmarksPath() + ": no " + fallback + " benchmark");
     why = ", the default for " + model + ", which no MLPerf benchmark runs (--trace FILE or --benchmark NAME to choose)";
   }
   FATHOM_ASSIGN_OR_RETURN(w.requests, traces::BenchmarkDataset(*w.benchmark));

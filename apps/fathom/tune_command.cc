@@ -133,19 +133,32 @@ Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const st
                                  std::to_string(res.infeasible) + " infeasible): see the reasons above");
 }
 
+// A progress bar on stderr, redrawn after each candidate of a search and ended with its last.
+std::function<void(const tuner::TuneProgress&)> ProgressBar(bool server) {
+  return [server](const tuner::TuneProgress& p) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * p.done / std::max<int64_t>(1, p.total));
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 static_cast<long long>(p.done), static_cast<long long>(p.total), static_cast<long long>(p.simulated),
+                 static_cast<long long>(p.reused), static_cast<long long>(p.pruned), p.best, server ? "QPS" : "tok/s");
+    if (p.done == p.total) std::fprintf(stderr, "\n");
+  };
+}
+
 Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(f.in));
   f.in.options = std::move(setup.options);
   tuner::TuneOptions& o = f.in.options;
-  o.progress = !f.json && isatty(STDERR_FILENO);
+  const bool server = o.space.scenario != sim::Scenario::kOffline;
+  if (!f.json && isatty(STDERR_FILENO)) o.progress = ProgressBar(server);
   const std::string stack = setup.stack;
   const std::string workload_note = setup.workload_note;
   if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload_note.c_str());
 
   if (f.capacity_qps > 0) return Capacity(f, catalog);
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
-  const bool server = o.space.scenario != sim::Scenario::kOffline;
 
   if (!f.frontier_csv.empty()) {
     reports::Table csv({{"tokens_per_s_per_gpu"}, {"tokens_per_s_per_user"}, {"throughput_tokens_per_s"}, {"qps"},

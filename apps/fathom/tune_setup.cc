@@ -28,7 +28,7 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
   if (o.probe_max_samples < o.probe_min_samples) return Status::InvalidArgument("--probe-max-samples must be >= 300");
   o.space.disaggregated = !in.no_disagg;
   o.prune = !in.no_prune;
-  FATHOM_ASSIGN_OR_RETURN(TimeModel time_model, MakeTimeModel(in.time_model, o.space.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(in.time_model, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();

@@ -19,7 +19,7 @@ struct TuneInputs {
   std::string trace;      // empty: the data set of the benchmark
   std::string benchmark;  // empty: the model's MLPerf benchmark
   TraceReadFlags read;
-  TimeModelFlags time_model;
+  sim::TimeModelOptions time_model;
   bool no_disagg = false;
   bool no_prune = false;
   int64_t dataset_samples = 0;  // > 0: draw this many samples from the workload (seeded)

@@ -1,0 +1,37 @@
+// Which execution-time model a simulation uses: the calibrated cost model (default) or the plain
+// roofline, with an optional performance database of measured kernels.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "models/cost_model.h"
+#include "sim/deployment_config.h"
+
+namespace fathom::sim {
+
+// Errors name the flags (--cost-model, --stack, --calibration, --perf-db) that set these.
+struct TimeModelOptions {
+  std::string cost_model = "calibrated";  // or "roofline"
+  std::string calibration;                // empty: the stack's
+  std::string stack;                      // empty: the newest (models/stacks.json)
+  std::string perf_db;                    // measured kernels (SQLite); empty: none
+};
+
+struct TimeModel {
+  TimeModelFactory factory;
+  models::Calibration calibration;
+  std::shared_ptr<const models::MeasuredGemms> measured;
+  bool roofline = false;
+  std::string stack;  // the stack whose calibration it is; empty for a calibration file or roofline
+};
+
+// The calibrated cost model with these parameters (and measured GEMMs, which may be null).
+TimeModelFactory CalibratedFactory(const models::CostParams& params,
+                                   std::shared_ptr<const models::MeasuredGemms> measured);
+
+// `hardware` names the GPU whose measurements are taken from the performance database.
+Result<TimeModel> MakeTimeModel(const TimeModelOptions& options, const std::string& hardware);
+
+}  // namespace fathom::sim
