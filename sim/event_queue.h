@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <queue>
+#include <variant>
 #include <vector>
 
 #include "base/check.h"
@@ -10,21 +11,35 @@
 
 namespace fathom::sim {
 
-// At equal times, finished work frees resources before newcomers are routed.
-enum class EventKind : int {
-  kBatchDone = 0,   // a batch left the last pipeline stage
-  kKvArrived = 1,   // a disaggregated request's KV reached its decode instance
-  kStageFree = 2,   // the first pipeline stage can take another microbatch
-  kArrival = 3,     // a request is issued
-  kKick = 4,        // an engine may start a batch, after every same-time arrival is queued
+// The kinds of event, each with its payload.
+struct BatchDoneEvent {  // a batch left the last pipeline stage
+  int engine;
+  int64_t batch_id;
 };
+struct KvArrivedEvent {  // a disaggregated request's KV reached its decode instance
+  int64_t slot;
+  int engine;
+};
+struct StageFreeEvent {  // the first pipeline stage can take another microbatch
+  int engine;
+};
+struct ArrivalEvent {  // a request is issued
+  int64_t request_key;  // into the simulator's pending arrivals
+};
+struct KickEvent {  // an engine may start a batch, after every same-time arrival is queued
+  int engine;
+};
+
+// The order of the kinds here is the phase: at equal times, finished work frees resources before
+// newcomers are routed.
+using EventPayload = std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent, KickEvent>;
 
 struct Event {
   SimTime time;
-  EventKind kind;
   uint64_t sequence;  // insertion order: the final tie-break
-  int64_t a = 0;      // kind-specific payload (instance, slot, batch id)
-  int64_t b = 0;
+  EventPayload payload;
+
+  size_t phase() const { return payload.index(); }
 };
 
 class EventQueue {
@@ -34,9 +49,11 @@ class EventQueue {
   size_t size() const { return heap_.size(); }
 
   // Schedules at `time` >= now (a handler never schedules into the past).
-  void Push(SimTime time, EventKind kind, int64_t a = 0, int64_t b = 0) {
+  // `Payload` is one of EventPayload's kinds.
+  template <typename Payload>
+  void Push(SimTime time, const Payload& payload) {
     FATHOM_CHECK(time >= now_);
-    heap_.push(Event{time, kind, next_sequence_++, a, b});
+    heap_.push(Event{time, next_sequence_++, EventPayload(std::in_place_type<Payload>, payload)});
   }
   SimTime next_time() const { return heap_.top().time; }
   // Moves the clock on to `t` when no event is due before it (a run paused at a window's end).
@@ -56,7 +73,7 @@ class EventQueue {
   struct Later {
     bool operator()(const Event& x, const Event& y) const {
       if (x.time != y.time) return x.time > y.time;
-      if (x.kind != y.kind) return static_cast<int>(x.kind) > static_cast<int>(y.kind);
+      if (x.phase() != y.phase()) return x.phase() > y.phase();
       return x.sequence > y.sequence;
     }
   };

@@ -152,7 +152,7 @@ std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engin
 void Simulator::Kick(int engine) {
   if (kick_pending_[engine]) return;
   kick_pending_[engine] = true;
-  queue_.Push(queue_.now(), EventKind::kKick, engine);
+  queue_.Push(queue_.now(), KickEvent{engine});
 }
 
 void Simulator::StartIfIdle(int engine) {
@@ -160,8 +160,8 @@ void Simulator::StartIfIdle(int engine) {
   int64_t batch_id = 0;
   const SimTime horizon = pending_times_.empty() ? SimTime::max() : *pending_times_.begin();
   if (engines_[engine]->TryStart(queue_.now(), horizon, &stage_free, &done, &batch_id)) {
-    queue_.Push(done, EventKind::kBatchDone, engine, batch_id);
-    queue_.Push(stage_free, EventKind::kStageFree, engine);
+    queue_.Push(done, BatchDoneEvent{engine, batch_id});
+    queue_.Push(stage_free, StageFreeEvent{engine});
   }
 }
 
@@ -177,7 +177,7 @@ Result<bool> Simulator::ScheduleNext(std::optional<SimTime> issue) {
   }
   const int64_t key = next_arrival_key_++;
   pending_arrivals_.emplace(key, std::move(r));
-  queue_.Push(t, EventKind::kArrival, key);
+  queue_.Push(t, ArrivalEvent{key});
   pending_times_.insert(t);
   return true;
 }
@@ -342,7 +342,7 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
                        ToSeconds(t), static_cast<long long>(s.request_id), engine, bytes,
                        ToSeconds(end));
   }
-  queue_.Push(end, EventKind::kKvArrived, slot, engine);
+  queue_.Push(end, KvArrivedEvent{slot, engine});
   pending_times_.insert(end);
 }
 
@@ -384,43 +384,36 @@ Status Simulator::Advance(SimTime until) {
       CountCertainViolations(e.time);
       if (stopped_) break;
     }
-    if (e.kind == EventKind::kArrival || e.kind == EventKind::kKvArrived) pending_times_.erase(pending_times_.find(e.time));
-    switch (e.kind) {
-      case EventKind::kArrival: {
-        auto it = pending_arrivals_.find(e.a);
-        const traces::Request r = std::move(it->second);
-        pending_arrivals_.erase(it);
-        Issue(r);
-        if (!closed_loop_) {
-          FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
-          (void)more;
-        }
-        break;
+    const EventPayload& p = e.payload;
+    if (const auto* done = std::get_if<BatchDoneEvent>(&p)) {
+      engines_[done->engine]->Finish(done->batch_id, e.time);
+      Kick(done->engine);  // with pipelining, the freed sequences may run again
+    } else if (const auto* free = std::get_if<StageFreeEvent>(&p)) {
+      engines_[free->engine]->StageFreed();
+      StartIfIdle(free->engine);
+    } else if (const auto* kick = std::get_if<KickEvent>(&p)) {
+      kick_pending_[kick->engine] = false;
+      StartIfIdle(kick->engine);
+    } else if (const auto* kv = std::get_if<KvArrivedEvent>(&p)) {
+      pending_times_.erase(pending_times_.find(e.time));
+      Sequence& s = slots_[kv->slot];
+      s.kv_len = s.prefill_target;
+      Engine& engine = *engines_[kv->engine];
+      int best = 0;
+      for (int r = 1; r < engine.num_ranks(); ++r) {
+        if (engine.Outstanding(r) < engine.Outstanding(best)) best = r;
       }
-      case EventKind::kKick:
-        kick_pending_[e.a] = false;
-        StartIfIdle(static_cast<int>(e.a));
-        break;
-      case EventKind::kStageFree:
-        engines_[e.a]->StageFreed();
-        StartIfIdle(static_cast<int>(e.a));
-        break;
-      case EventKind::kBatchDone:
-        engines_[e.a]->Finish(e.b, queue_.now());
-        Kick(static_cast<int>(e.a));  // with pipelining, the freed sequences may run again
-        break;
-      case EventKind::kKvArrived: {
-        const int64_t slot = e.a;
-        Sequence& s = slots_[slot];
-        s.kv_len = s.prefill_target;
-        Engine& engine = *engines_[e.b];
-        int best = 0;
-        for (int r = 1; r < engine.num_ranks(); ++r) {
-          if (engine.Outstanding(r) < engine.Outstanding(best)) best = r;
-        }
-        engine.Enqueue(best, slot);
-        Kick(static_cast<int>(e.b));
-        break;
+      engine.Enqueue(best, kv->slot);
+      Kick(kv->engine);
+    } else {
+      pending_times_.erase(pending_times_.find(e.time));
+      auto it = pending_arrivals_.find(std::get<ArrivalEvent>(p).request_key);
+      const traces::Request r = std::move(it->second);
+      pending_arrivals_.erase(it);
+      Issue(r);
+      if (!closed_loop_) {
+        FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(std::nullopt));
+        (void)more;
       }
     }
   }
