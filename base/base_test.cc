@@ -9,8 +9,8 @@
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "base/process.h"
-#include "base/sqlite.h"
 #include "base/sim_time.h"
+#include "base/sqlite.h"
 #include "base/stats.h"
 
 namespace fathom {
@@ -41,9 +41,11 @@ TEST_CASE("JsonFields: an integer beyond 64 bits is an error, never wrapped or c
     return f.status().message();
   };
   CHECK(message("11111111111111111111113456") ==
-        "cfg.json: field 'n' = 1.111111111111111e+25: must be an integer within 64 bits (magnitude below 2^63)");
+        "cfg.json: field 'n' = 1.111111111111111e+25: must be an integer within 64 bits (magnitude "
+        "below 2^63)");
   CHECK(message("18446744073709551615") ==
-        "cfg.json: field 'n' = 18446744073709551615: must be an integer within 64 bits (magnitude below 2^63)");
+        "cfg.json: field 'n' = 18446744073709551615: must be an integer within 64 bits (magnitude "
+        "below 2^63)");
   CHECK(message("-9.3e18").find("must be an integer within 64 bits") != std::string::npos);
   CHECK(message("2.5") == "cfg.json: field 'n' = 2.5: must be an integer");
   CHECK(message("9223372036854775807").empty());
@@ -78,7 +80,8 @@ TEST_CASE("FormatCount: thousands separators, and no value wider than a table ce
   CHECK(FormatCount(-INFINITY) == "-inf");
 }
 
-TEST_CASE("RunCommand: output, exit status, and a command that hangs killed at its time limit", "[base]") {
+TEST_CASE("RunCommand: output, exit status, and a command that hangs killed at its time limit",
+          "[base]") {
   auto ok = RunCommand("echo hello; echo world", "--cmd", 5);
   REQUIRE(ok.ok());
   CHECK(*ok == "hello\nworld\n");
@@ -87,14 +90,19 @@ TEST_CASE("RunCommand: output, exit status, and a command that hangs killed at i
   const auto start = std::chrono::steady_clock::now();
   // The shell and the sleep it started are both killed: the call returns at the limit.
   auto hung = RunCommand("sleep 30 & sleep 30", "--cmd", 0.3);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(hung.status().message() == "--cmd = \"sleep 30 & sleep 30\": did not finish within 0.3 s (--command-timeout); killed");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(hung.status().message() ==
+        "--cmd = \"sleep 30 & sleep 30\": did not finish within 0.3 s (--command-timeout); killed");
   CHECK(took < 5);
 }
 
-TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both finish, garbage is named", "[base]") {
+TEST_CASE(
+    "sqlite::Database: a reader never stops a writer, two writers both finish, garbage is named",
+    "[base]") {
   using sqlite::Database;
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_sqlite_test.db").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_sqlite_test.db").string();
   std::filesystem::remove(path);
   auto w = Database::Open(path, Database::Mode::kReadWriteCreate, "test database");
   REQUIRE(w.ok());
@@ -131,18 +139,21 @@ TEST_CASE("sqlite::Database: a reader never stops a writer, two writers both fin
   CHECK(count(*w2) == 4);
   // A transaction whose body fails leaves nothing behind and returns the body's error.
   CHECK(w2->Transaction([&] {
-             CHECK(w2->Exec("INSERT INTO t VALUES(5)").ok());
-             return Status::InvalidArgument("bad row");
-           }).message() == "bad row");
+            CHECK(w2->Exec("INSERT INTO t VALUES(5)").ok());
+            return Status::InvalidArgument("bad row");
+          }).message() == "bad row");
   CHECK(count(*w2) == 4);
   CHECK(w2->Transaction([&] { return w2->Exec("INSERT INTO t VALUES(5)"); }).ok());
   CHECK(count(*w2) == 5);
   // Not a database, or no such file: errors naming the path.
   REQUIRE(WriteFileAtomic(path + ".txt", std::string(4096, 'x')).ok());
-  CHECK(Database::Open(path + ".txt", Database::Mode::kReadOnly, "test database").status().message().rfind(
-            path + ".txt: not a test database", 0) == 0);
-  CHECK(Database::Open(path + ".none", Database::Mode::kReadOnly, "test database").status().message() ==
-        path + ".none: no such test database");
+  CHECK(Database::Open(path + ".txt", Database::Mode::kReadOnly, "test database")
+            .status()
+            .message()
+            .rfind(path + ".txt: not a test database", 0) == 0);
+  CHECK(Database::Open(path + ".none", Database::Mode::kReadOnly, "test database")
+            .status()
+            .message() == path + ".none: no such test database");
   std::filesystem::remove(path);
   std::filesystem::remove(path + "-wal");
   std::filesystem::remove(path + "-shm");
@@ -155,7 +166,8 @@ TEST_CASE("FromSeconds: rounds to whole nanoseconds", "[base]") {
   CHECK(ToSeconds(SimTime(2'000'000'000)) == 2.0);
 }
 
-TEST_CASE("Percentile: takes element floor(p * n) of the sorted values, as LoadGen does", "[base]") {
+TEST_CASE("Percentile: takes element floor(p * n) of the sorted values, as LoadGen does",
+          "[base]") {
   std::vector<int> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);
   CHECK(Percentile(v, 0.99) == 100);  // floor(0.99 * 100) = 99 -> 100th smallest

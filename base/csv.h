@@ -15,7 +15,8 @@ std::string_view TrimField(std::string_view s);
 // trimmed. `fields` is reused.
 void SplitCsv(std::string_view line, std::vector<std::string_view>* fields);
 
-bool ParseNonNegativeInt(std::string_view s, int64_t* out);  // "12", and "12.0" as some exporters write
+bool ParseNonNegativeInt(std::string_view s,
+                         int64_t* out);  // "12", and "12.0" as some exporters write
 bool ParseFiniteDouble(std::string_view s, double* out);
 
 }  // namespace fathom

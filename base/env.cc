@@ -90,10 +90,12 @@ class PosixEnv : public Env {
     return Status::Ok();
   }
   Status RemoveFile(const std::string& path) override {
-    if (std::remove(path.c_str()) != 0) return Status::IoError(path + ": cannot remove: " + ErrnoText());
+    if (std::remove(path.c_str()) != 0)
+      return Status::IoError(path + ": cannot remove: " + ErrnoText());
     return Status::Ok();
   }
-  Result<std::string> RunCommand(const std::string& command, const std::string& flag, double timeout_s) override {
+  Result<std::string> RunCommand(const std::string& command, const std::string& flag,
+                                 double timeout_s) override {
     return fathom::RunCommand(command, flag, timeout_s);
   }
 };

@@ -56,7 +56,8 @@ class Env {
 class OutputFile {
  public:
   // Opens `path.tmp` for writing in `env` (borrowed; it must outlive the file).
-  static Result<std::unique_ptr<OutputFile>> Create(const std::string& path, Env* env = Env::Default());
+  static Result<std::unique_ptr<OutputFile>> Create(const std::string& path,
+                                                    Env* env = Env::Default());
   ~OutputFile();
 
   void Append(std::string_view data);

@@ -7,7 +7,9 @@
 namespace fathom {
 namespace {
 
-bool Contains(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+bool Contains(const Status& s, const std::string& text) {
+  return s.message().find(text) != std::string::npos;
+}
 
 // A path in the test folder holding `content`, or nothing when `content` is empty.
 std::string TestPath(const std::string& name, const std::string& content = "") {
@@ -19,7 +21,9 @@ std::string TestPath(const std::string& name, const std::string& content = "") {
 
 }  // namespace
 
-TEST_CASE("WriteFileAtomic: a full disk names the file and the write, and leaves the old file whole", "[base]") {
+TEST_CASE(
+    "WriteFileAtomic: a full disk names the file and the write, and leaves the old file whole",
+    "[base]") {
   FaultInjectionEnv env;
   env.disk_full_after_bytes = 10;
   const std::string path = TestPath("fathom_env_full.json", "old");
@@ -40,7 +44,8 @@ TEST_CASE("Env: a real full disk (/dev/full) fails the write with the system's r
   CHECK(s.message().rfind("/dev/full: write failed: No space left on device", 0) == 0);
 }
 
-TEST_CASE("WriteFileAtomic: a failed rename names the file and the move, and leaves nothing behind", "[base]") {
+TEST_CASE("WriteFileAtomic: a failed rename names the file and the move, and leaves nothing behind",
+          "[base]") {
   FaultInjectionEnv env;
   env.fail_rename = true;
   const std::string path = TestPath("fathom_env_rename.json");
@@ -54,10 +59,12 @@ TEST_CASE("WriteFileAtomic: a failed rename names the file and the move, and lea
 TEST_CASE("WriteFileAtomic: a folder that does not exist names the file and the open", "[base]") {
   const Status s = WriteFileAtomic("/nonexistent/fathom.json", "{}");
   CHECK(s.code() == StatusCode::kIoError);
-  CHECK(Contains(s, "/nonexistent/fathom.json.tmp: cannot open for writing: No such file or directory"));
+  CHECK(Contains(
+      s, "/nonexistent/fathom.json.tmp: cannot open for writing: No such file or directory"));
 }
 
-TEST_CASE("OutputFile: a full disk mid-stream fails the commit; an uncommitted file leaves nothing", "[base]") {
+TEST_CASE("OutputFile: a full disk mid-stream fails the commit; an uncommitted file leaves nothing",
+          "[base]") {
   FaultInjectionEnv env;
   env.disk_full_after_bytes = 1000;
   const std::string path = TestPath("fathom_env_stream.csv");
@@ -97,7 +104,8 @@ TEST_CASE("ReadFile: a short read is an IoError naming the file, never a shorter
   std::filesystem::remove(path);
 }
 
-TEST_CASE("Env::RunCommand: a command that hangs is killed at its time limit, naming the flag", "[base]") {
+TEST_CASE("Env::RunCommand: a command that hangs is killed at its time limit, naming the flag",
+          "[base]") {
   FaultInjectionEnv env;
   env.hang_commands = true;
   auto r = env.RunCommand("echo 1", "--metrics-cmd", 0.2);

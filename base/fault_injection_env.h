@@ -24,7 +24,8 @@ class FaultInjectionEnv : public Env {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status RemoveFile(const std::string& path) override;
-  Result<std::string> RunCommand(const std::string& command, const std::string& flag, double timeout_s) override;
+  Result<std::string> RunCommand(const std::string& command, const std::string& flag,
+                                 double timeout_s) override;
 
  private:
   friend class FaultyWritableFile;

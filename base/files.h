@@ -13,7 +13,8 @@ Result<std::string> ReadFile(const std::string& path, Env* env = Env::Default())
 
 // Writes `content` to a temporary file beside `path` and renames it into place, so a failed
 // run never leaves a half-written file behind.
-Status WriteFileAtomic(const std::string& path, const std::string& content, Env* env = Env::Default());
+Status WriteFileAtomic(const std::string& path, const std::string& content,
+                       Env* env = Env::Default());
 
 // The folder holding fathom's data (models/, traces/data/): $FATHOM_DATA_DIR if set, else the
 // source tree the binary was built from.

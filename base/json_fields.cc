@@ -14,15 +14,19 @@ Result<Json> ParseJson(std::string_view text, const std::string& source) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
-        return Status::InvalidArgument(source + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                                       " levels at byte " + std::to_string(i));
+        return Status::InvalidArgument(source + ": JSON nested deeper than " +
+                                       std::to_string(kMaxJsonDepth) + " levels at byte " +
+                                       std::to_string(i));
       }
     } else if (c == ']' || c == '}') {
       --depth;
@@ -31,7 +35,8 @@ Result<Json> ParseJson(std::string_view text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    return Status::InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return Status::InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) +
+                                   ": " + e.what());
   }
 }
 
@@ -40,7 +45,8 @@ Result<Json> ReadJsonFile(const std::string& path) {
   return ParseJson(text, path);
 }
 
-JsonFields::JsonFields(const Json& obj, std::string source) : obj_(obj), source_(std::move(source)) {
+JsonFields::JsonFields(const Json& obj, std::string source)
+    : obj_(obj), source_(std::move(source)) {
   if (!obj_.is_object()) status_ = Status::InvalidArgument(source_ + ": expected a JSON object");
 }
 
@@ -69,8 +75,9 @@ int64_t JsonFields::Int(std::string_view key) {
   if (v == nullptr) return 0;
   // Beyond int64 a conversion would wrap (2^64 - 1 read as -1) or be undefined (1e25).
   constexpr double kTwoTo63 = 9223372036854775808.0;
-  const bool beyond = v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t{INT64_MAX}
-                                              : v->is_number_float() && !(std::fabs(v->get<double>()) < kTwoTo63);
+  const bool beyond = v->is_number_unsigned()
+                          ? v->get<uint64_t>() > uint64_t{INT64_MAX}
+                          : v->is_number_float() && !(std::fabs(v->get<double>()) < kTwoTo63);
   if (beyond) {
     Fail(key, v->dump(), "must be an integer within 64 bits (magnitude below 2^63)");
     return 0;

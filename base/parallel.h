@@ -13,7 +13,8 @@ namespace fathom {
 template <typename Fn>
 void ParallelFor(size_t n, int jobs, Fn fn) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int workers = static_cast<int>(std::min<size_t>(n, static_cast<size_t>(jobs > 0 ? jobs : cores)));
+  const int workers =
+      static_cast<int>(std::min<size_t>(n, static_cast<size_t>(jobs > 0 ? jobs : cores)));
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);

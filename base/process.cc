@@ -12,7 +12,8 @@
 
 namespace fathom {
 
-Result<std::string> RunCommand(const std::string& command, const std::string& flag, double timeout_s) {
+Result<std::string> RunCommand(const std::string& command, const std::string& flag,
+                               double timeout_s) {
   const std::string what = flag + " = \"" + command + "\"";
   int fds[2];
   if (pipe(fds) != 0) return Status::IoError(what + ": could not start it (no pipe)");
@@ -36,7 +37,8 @@ Result<std::string> RunCommand(const std::string& command, const std::string& fl
   std::string out;
   bool timed_out = false;
   for (;;) {
-    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -63,7 +65,8 @@ Result<std::string> RunCommand(const std::string& command, const std::string& fl
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
-    return Status::Unavailable(what + ": exited with status " + std::to_string(code) + (tail.empty() ? "" : ": " + tail));
+    return Status::Unavailable(what + ": exited with status " + std::to_string(code) +
+                               (tail.empty() ? "" : ": " + tail));
   }
   return out;
 }

@@ -9,7 +9,9 @@
 namespace fathom {
 namespace {
 
-bool NameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool NameStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
 bool NameChar(char c) { return NameStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
 Result<double> ParseValue(std::string_view s) {
@@ -19,7 +21,8 @@ Result<double> ParseValue(std::string_view s) {
   const std::string text(s);
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) return Status::InvalidArgument("expected a number, got '" + text + "'");
+  if (text.empty() || end != text.c_str() + text.size())
+    return Status::InvalidArgument("expected a number, got '" + text + "'");
   return v;
 }
 
@@ -52,7 +55,8 @@ Result<std::pair<std::string, MetricSample>> ParseLine(std::string_view line) {
       i += 2;
       std::string value;
       for (;; ++i) {
-        if (i >= line.size()) return Status::InvalidArgument("label " + key + ": unterminated value");
+        if (i >= line.size())
+          return Status::InvalidArgument("label " + key + ": unterminated value");
         if (line[i] == '"') break;
         if (line[i] == '\\' && i + 1 < line.size()) {
           ++i;
@@ -90,7 +94,8 @@ Result<Metrics> ParsePrometheusText(std::string_view text, const std::string& so
     if (first == std::string_view::npos || line[first] == '#') continue;
     auto parsed = ParseLine(line.substr(first));
     if (!parsed.ok()) {
-      return Status::InvalidArgument(source + " line " + std::to_string(line_no) + ": " + parsed.status().message());
+      return Status::InvalidArgument(source + " line " + std::to_string(line_no) + ": " +
+                                     parsed.status().message());
     }
     m[parsed->first].push_back(std::move(parsed->second));
   }
@@ -114,7 +119,8 @@ std::optional<Histogram> FindHistogram(const Metrics& m, const std::string& name
 }
 
 Histogram Delta(const Histogram& now, const std::optional<Histogram>& before) {
-  if (!before || before->count > now.count || before->buckets.size() != now.buckets.size()) return now;
+  if (!before || before->count > now.count || before->buckets.size() != now.buckets.size())
+    return now;
   Histogram d = now;
   for (size_t i = 0; i < d.buckets.size(); ++i) d.buckets[i].second -= before->buckets[i].second;
   d.count = now.count - before->count;

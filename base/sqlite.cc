@@ -5,7 +5,9 @@
 
 namespace fathom::sqlite {
 
-Statement::Statement(Statement&& other) noexcept : stmt_(other.stmt_), path_(other.path_) { other.stmt_ = nullptr; }
+Statement::Statement(Statement&& other) noexcept : stmt_(other.stmt_), path_(other.path_) {
+  other.stmt_ = nullptr;
+}
 
 Statement::~Statement() { sqlite3_finalize(stmt_); }
 
@@ -16,10 +18,16 @@ Status Statement::Check(int code, const char* what) const {
 }
 
 Status Statement::Bind(int i, const std::string& text) {
-  return Check(sqlite3_bind_text(stmt_, i, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT), "bind");
+  return Check(
+      sqlite3_bind_text(stmt_, i, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT),
+      "bind");
 }
-Status Statement::Bind(int i, double value) { return Check(sqlite3_bind_double(stmt_, i, value), "bind"); }
-Status Statement::Bind(int i, int64_t value) { return Check(sqlite3_bind_int64(stmt_, i, value), "bind"); }
+Status Statement::Bind(int i, double value) {
+  return Check(sqlite3_bind_double(stmt_, i, value), "bind");
+}
+Status Statement::Bind(int i, int64_t value) {
+  return Check(sqlite3_bind_int64(stmt_, i, value), "bind");
+}
 Status Statement::Bind(int i, const std::optional<double>& value) {
   return value ? Bind(i, *value) : Check(sqlite3_bind_null(stmt_, i), "bind");
 }
@@ -43,11 +51,16 @@ std::string Statement::Text(int column) const {
 }
 double Statement::Double(int column) const { return sqlite3_column_double(stmt_, column); }
 int64_t Statement::Int(int column) const { return sqlite3_column_int64(stmt_, column); }
-bool Statement::IsNull(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+bool Statement::IsNull(int column) const {
+  return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
 
-Database::Database(sqlite3* db, std::string path) : db_(db), path_(std::make_unique<std::string>(std::move(path))) {}
+Database::Database(sqlite3* db, std::string path)
+    : db_(db), path_(std::make_unique<std::string>(std::move(path))) {}
 
-Database::Database(Database&& other) noexcept : db_(other.db_), path_(std::move(other.path_)) { other.db_ = nullptr; }
+Database::Database(Database&& other) noexcept : db_(other.db_), path_(std::move(other.path_)) {
+  other.db_ = nullptr;
+}
 
 Database& Database::operator=(Database&& other) noexcept {
   if (this != &other) {
@@ -66,18 +79,21 @@ Result<Database> Database::Open(const std::string& path, Mode mode, const std::s
     return Status::NotFound(path + ": no such " + what);
   }
   sqlite3* raw = nullptr;
-  const int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int flags =
+      mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   const int code = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   Database db(raw, path);
   if (code != SQLITE_OK) {
-    return Status::IoError(path + ": cannot open " + what + ": " + (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(code)));
+    return Status::IoError(path + ": cannot open " + what + ": " +
+                           (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(code)));
   }
   sqlite3_busy_timeout(raw, 30000);  // wait up to 30 s for another writer instead of failing
   // A file that is not a database fails here, not at the first query.
   {
     auto probe = db.Prepare("SELECT count(*) FROM sqlite_master");
     const Status readable = probe.ok() ? probe->Step().status() : probe.status();
-    if (!readable.ok()) return Status::InvalidArgument(path + ": not a " + what + " (" + sqlite3_errmsg(raw) + ")");
+    if (!readable.ok())
+      return Status::InvalidArgument(path + ": not a " + what + " (" + sqlite3_errmsg(raw) + ")");
   }
   if (mode == Mode::kReadWriteCreate) {
     // Write-ahead logging: readers see the last commit while a writer goes on. With WAL, NORMAL
@@ -105,7 +121,8 @@ Status Database::Transaction(const std::function<Status()>& body) const {
   const Status status = body();
   if (status.ok()) return Exec("COMMIT");
   if (Status rolled_back = Exec("ROLLBACK"); !rolled_back.ok()) {
-    return Status::IoError(status.message() + "; rolling back failed too: " + rolled_back.message());
+    return Status::IoError(status.message() +
+                           "; rolling back failed too: " + rolled_back.message());
   }
   return status;
 }

@@ -26,7 +26,7 @@ class Statement {
   Status Bind(int i, double value);
   Status Bind(int i, int64_t value);
   Status Bind(int i, const std::optional<double>& value);  // NULL when empty
-  Status Reset();  // ready to bind and step again
+  Status Reset();                                          // ready to bind and step again
   // True with a row to read, false when done.
   Result<bool> Step();
 

@@ -52,7 +52,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
     FATHOM_CHECK(!std::get<Status>(data_).ok());
   }
@@ -86,9 +86,9 @@ class [[nodiscard]] Result {
 }  // namespace fathom
 
 // Returns early from the enclosing function when `expr` (a Status) is not ok.
-#define FATHOM_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::fathom::Status fathom_status_ = (expr); \
+#define FATHOM_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::fathom::Status fathom_status_ = (expr);        \
     if (!fathom_status_.ok()) return fathom_status_; \
   } while (0)
 
@@ -96,8 +96,8 @@ class [[nodiscard]] Result {
 #define FATHOM_CONCAT(a, b) FATHOM_CONCAT_INNER(a, b)
 
 // `FATHOM_ASSIGN_OR_RETURN(auto x, MakeX());` unwraps a Result or returns its Status.
-#define FATHOM_ASSIGN_OR_RETURN(lhs, expr)                                 \
-  auto FATHOM_CONCAT(fathom_result_, __LINE__) = (expr);                   \
-  if (!FATHOM_CONCAT(fathom_result_, __LINE__).ok())                       \
-    return FATHOM_CONCAT(fathom_result_, __LINE__).status();               \
+#define FATHOM_ASSIGN_OR_RETURN(lhs, expr)                   \
+  auto FATHOM_CONCAT(fathom_result_, __LINE__) = (expr);     \
+  if (!FATHOM_CONCAT(fathom_result_, __LINE__).ok())         \
+    return FATHOM_CONCAT(fathom_result_, __LINE__).status(); \
   lhs = std::move(FATHOM_CONCAT(fathom_result_, __LINE__)).value()

@@ -26,20 +26,27 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
 Status CostParams::Validate() const {
   auto fraction = [](const char* name, double v) -> Status {
     if (v > 0 && v <= 1) return Status::Ok();
-    return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be in (0, 1]");
+    return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) +
+                                   ": must be in (0, 1]");
   };
   FATHOM_RETURN_IF_ERROR(fraction("gemm_efficiency", gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
-  if (comm_overlap < 0 || comm_overlap > 1) return Status::InvalidArgument("comm_overlap must be in [0, 1]");
-  for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half}, {"kernel_floor_us", kernel_floor_us},
+  if (comm_overlap < 0 || comm_overlap > 1)
+    return Status::InvalidArgument("comm_overlap must be in [0, 1]");
+  for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half},
+                         {"kernel_floor_us", kernel_floor_us},
                          {"collective_latency_us", collective_latency_us},
-                         {"collective_hop_latency_us", collective_hop_latency_us}, {"iteration_overhead_us", iteration_overhead_us},
+                         {"collective_hop_latency_us", collective_hop_latency_us},
+                         {"iteration_overhead_us", iteration_overhead_us},
                          {"per_sequence_overhead_us", per_sequence_overhead_us},
                          {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
-                         {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us}, {"moe_skew", moe_skew}}) {
-    if (v < 0) return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be >= 0");
+                         {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us},
+                         {"moe_skew", moe_skew}}) {
+    if (v < 0)
+      return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) +
+                                     ": must be >= 0");
   }
   return Status::Ok();
 }
@@ -80,7 +87,8 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
   if (j.contains("stddev") && j["stddev"].is_object()) {
     JsonFields sf(j["stddev"], path + ": stddev");
-    for (int i = 0; i < CostParams::kNumFitted; ++i) c.stddev[i] = sf.Double(CostParams::kFitted[i], 0.0);
+    for (int i = 0; i < CostParams::kNumFitted; ++i)
+      c.stddev[i] = sf.Double(CostParams::kFitted[i], 0.0);
     FATHOM_RETURN_IF_ERROR(sf.status());
   }
   if (j.contains("fitted_hardware") && j["fitted_hardware"].is_array()) {
@@ -115,7 +123,8 @@ std::string DefaultCalibrationPath() {
 Result<MeasuredGemms> MeasuredGemms::Load(const PerfDb& db, const std::string& hardware) {
   MeasuredGemms out;
   for (DType t : {DType::kBf16, DType::kFp8, DType::kNvfp4, DType::kMxfp4}) {
-    FATHOM_ASSIGN_OR_RETURN(std::vector<OpMeasurement> rows, db.Query(hardware, "gemm", std::string(Name(t))));
+    FATHOM_ASSIGN_OR_RETURN(std::vector<OpMeasurement> rows,
+                            db.Query(hardware, "gemm", std::string(Name(t))));
     for (const auto& r : rows) out.Add(t, r.m, r.n, r.k, r.median_us * 1e-6);
   }
   return out;
@@ -143,14 +152,16 @@ MeasuredGemms::Coverage MeasuredGemms::coverage() const {
   return {counters_->within.load(), counters_->outside.load(), counters_->unmeasured.load()};
 }
 
-CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
-                                 const Precision& precision, const CostParams& params, Runtime runtime,
+CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
+                                 const ParallelLayout& layout, const Precision& precision,
+                                 const CostParams& params, Runtime runtime,
                                  std::shared_ptr<const MeasuredGemms> measured)
     : OperatorTimeModel(m, layout, precision),
       hw_(hw),
       layout_(layout),
       p_(params),
-      host_iteration_us_(runtime == Runtime::kCpp ? params.cpp_iteration_overhead_us : params.iteration_overhead_us),
+      host_iteration_us_(runtime == Runtime::kCpp ? params.cpp_iteration_overhead_us
+                                                  : params.iteration_overhead_us),
       host_per_sequence_us_(runtime == Runtime::kCpp ? params.cpp_per_sequence_overhead_us
                                                      : params.per_sequence_overhead_us),
       measured_(std::move(measured)) {
@@ -176,7 +187,8 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       // pace. Per GPU the count is about Poisson(mean); the expected maximum of ep of them is
       // mean + sqrt(2 mean ln ep), widened by the skew.
       const double mean = static_cast<double>(op.m);
-      const double spread = ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(ep))) : 0.0;
+      const double spread =
+          ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(ep))) : 0.0;
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double per_expert = rows / std::max(1.0, op.active_groups);
       const double eff = p.gemm_efficiency * per_expert / (per_expert + p.gemm_m_half);
@@ -190,7 +202,9 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
     case OpKind::kCommunication:
-      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6, p.collective_hop_latency_us * 1e-6) * (1.0 - p.comm_overlap);
+      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6,
+                               p.collective_hop_latency_us * 1e-6) *
+             (1.0 - p.comm_overlap);
   }
   return 0.0;
 }

@@ -31,9 +31,9 @@ struct CostParams {
   double kernel_floor_us = 2.0;        // shortest kernel (launch and tail, CUDA graphs on)
   double link_efficiency = 0.82;       // fraction of link bandwidth collectives reach (NCCL's
                                        // protocol costs about 20% of NVLink's line rate)
-  double collective_latency_us = 8.0;     // alpha of one collective (launch and setup)
+  double collective_latency_us = 8.0;  // alpha of one collective (launch and setup)
   double collective_hop_latency_us = 0.0;  // and of each step of its algorithm (ring: 2 (n - 1))
-  double comm_overlap = 0.0;           // fraction of communication hidden behind compute
+  double comm_overlap = 0.0;               // fraction of communication hidden behind compute
   // Host work per iteration (scheduler, sampling, launches), and per running sequence in it, for
   // Python runtimes and for C++ ones (see Runtime).
   double iteration_overhead_us = 250;
@@ -44,8 +44,8 @@ struct CostParams {
 
   static constexpr int kNumFitted = 6;
   static constexpr std::array<const char*, kNumFitted> kFitted = {
-      "gemm_efficiency",           "memory_efficiency",         "iteration_overhead_us",
-      "per_sequence_overhead_us",  "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us"};
+      "gemm_efficiency",          "memory_efficiency",         "iteration_overhead_us",
+      "per_sequence_overhead_us", "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -101,8 +101,9 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
 class CalibratedModel : public OperatorTimeModel {
  public:
   // `m` must outlive the model. `measured` may be null.
-  CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout, const Precision& precision,
-                  const CostParams& params, Runtime runtime = Runtime::kPython,
+  CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
+                  const Precision& precision, const CostParams& params,
+                  Runtime runtime = Runtime::kPython,
                   std::shared_ptr<const MeasuredGemms> measured = nullptr);
 
   double OpSeconds(const Operator& op) const override;

@@ -1,12 +1,14 @@
+#include "models/cost_model.h"
+
+#include <sqlite3.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sqlite3.h>
 
 #include "base/files.h"
 #include "base/random.h"
-#include "models/cost_model.h"
 #include "models/fit.h"
 #include "models/hardware.h"
 #include "models/perf_db.h"
@@ -45,8 +47,9 @@ TEST_CASE("CalibratedModel: no operator beats its physical minimum", "[models]")
         CHECK(t >= op.comm_bytes / s.hw.scale_up_bytes_per_s - 1e-12);
         continue;
       }
-      const double peak = op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm ? s.hw.PeakFlops(op.dtype)
-                                                                                      : s.hw.PeakFlops(DType::kFp8);
+      const double peak = op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm
+                              ? s.hw.PeakFlops(op.dtype)
+                              : s.hw.PeakFlops(DType::kFp8);
       CHECK(t >= op.flops / peak);
       CHECK(t >= op.bytes / s.hw.hbm_bytes_per_s);
     }
@@ -76,7 +79,8 @@ TEST_CASE("CalibratedModel: iteration time grows with batch and with context", "
   CHECK(model.StageTime(ranks, 0) > roofline.StageTime(ranks, 0));
 }
 
-TEST_CASE("CalibratedModel: timing only undominated ranks gives the slowest rank's time", "[models]") {
+TEST_CASE("CalibratedModel: timing only undominated ranks gives the slowest rank's time",
+          "[models]") {
   Setup s;
   CalibratedModel fast(s.model, s.hw, s.layout, s.precision, CostParams{});
   CalibratedModel every(s.model, s.hw, s.layout, s.precision, CostParams{});
@@ -87,8 +91,10 @@ TEST_CASE("CalibratedModel: timing only undominated ranks gives the slowest rank
     std::vector<BatchShape> ranks(8);
     for (BatchShape& r : ranks) {
       const int decodes = static_cast<int>(rng.Uniform() * 64);
-      for (int i = 0; i < decodes; ++i) r.Add({1, 1 + static_cast<int64_t>(rng.Uniform() * 8000), true, true}, 0);
-      if (rng.Uniform() < 0.3) r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), 0, false, true}, 0);
+      for (int i = 0; i < decodes; ++i)
+        r.Add({1, 1 + static_cast<int64_t>(rng.Uniform() * 8000), true, true}, 0);
+      if (rng.Uniform() < 0.3)
+        r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), 0, false, true}, 0);
     }
     if (trial % 4 == 0) ranks[1] = ranks[0];  // equal shapes
     CHECK(fast.StageTime(ranks, 0) == every.StageTime(ranks, 0));
@@ -105,8 +111,9 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
     const char* model;
     ParallelLayout layout;
   };
-  for (const Case& c : {Case{"deepseek-r1", {8, 8, 1, 8, 8}}, Case{"deepseek-r1", {8, 4, 2, 4, 2}},
-                        Case{"gpt-oss-120b", {4, 4, 1, 4, 1}}, Case{"llama2-70b", {8, 4, 2, 1, 1}}}) {
+  for (const Case& c :
+       {Case{"deepseek-r1", {8, 8, 1, 8, 8}}, Case{"deepseek-r1", {8, 4, 2, 4, 2}},
+        Case{"gpt-oss-120b", {4, 4, 1, 4, 1}}, Case{"llama2-70b", {8, 4, 2, 1, 1}}}) {
     const ModelArch model = *LoadModel(c.model);
     CostParams params;
     params.iteration_overhead_us = 0;
@@ -122,11 +129,13 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
         const int decodes = static_cast<int>(rng.Uniform() * 8);  // few distinct counts: cache hits
         const int64_t tokens = rng.Uniform() < 0.2 ? 2 : 1;       // MTP drafts in some trials
         for (int i = 0; i < decodes; ++i) {
-          r.Add({tokens, 1 + static_cast<int64_t>(rng.Uniform() * 9000), true, true}, model.sliding_window);
+          r.Add({tokens, 1 + static_cast<int64_t>(rng.Uniform() * 9000), true, true},
+                model.sliding_window);
         }
         if (rng.Uniform() < 0.3) {
           const int64_t cached_tokens = rng.Uniform() < 0.5 ? 0 : 512;
-          r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), cached_tokens, false, rng.Uniform() < 0.5},
+          r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), cached_tokens, false,
+                 rng.Uniform() < 0.5},
                 model.sliding_window);
         }
       }
@@ -137,7 +146,8 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
         for (const BatchShape& r : ranks) {
           reference.builder().Build(r, MoeInput{group}, stage, &ops);
           double t = 0;
-          for (const Operator& op : ops) t += reference.OpSeconds(op) * static_cast<double>(op.count);
+          for (const Operator& op : ops)
+            t += reference.OpSeconds(op) * static_cast<double>(op.count);
           slowest = std::max(slowest, t);
         }
         const SimTime got = cached.StageTime(ranks, stage);
@@ -148,7 +158,8 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
   }
 }
 
-TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pipeline stage", "[models]") {
+TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pipeline stage",
+          "[models]") {
   const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("h200");
   const ModelArch model = *LoadModel("llama2-70b");
   const ParallelLayout layout{4, 2, 2, 1, 1};
@@ -171,7 +182,8 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CHECK(extra0 == Approx((3000 + 40 * 25) * 1e-6).epsilon(1e-6));
   CHECK(with.StageTime(ranks, 1) == without.StageTime(ranks, 1));
   // A C++ runtime pays its own host costs.
-  CHECK(ToSeconds(cpp.StageTime(ranks, 0) - without.StageTime(ranks, 0)) == Approx((500 + 4 * 25) * 1e-6).epsilon(1e-6));
+  CHECK(ToSeconds(cpp.StageTime(ranks, 0) - without.StageTime(ranks, 0)) ==
+        Approx((500 + 4 * 25) * 1e-6).epsilon(1e-6));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -223,21 +235,27 @@ TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
   CHECK((*back)[1].end_ns == 400);
 }
 
-TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the column", "[models]") {
+TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the column",
+          "[models]") {
   const std::string path = "perf_db_dims_test.db";
   std::remove(path.c_str());
   {
     // A database written before the dims column existed.
     sqlite3* raw = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
-    REQUIRE(sqlite3_exec(raw,
-                         "CREATE TABLE op_latency(id INTEGER PRIMARY KEY, hardware TEXT NOT NULL, stack TEXT NOT NULL, "
-                         "op TEXT NOT NULL, dtype TEXT NOT NULL, m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT "
-                         "NULL, extra INTEGER NOT NULL, median_us REAL NOT NULL, p10_us REAL, p90_us REAL, count "
-                         "INTEGER, source TEXT NOT NULL, date TEXT, device_info TEXT);"
-                         "INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, source) "
-                         "VALUES('h100-sxm', 's', 'gemm', 'bf16', 1, 2, 3, 0, 4.5, 'measured');",
-                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    REQUIRE(
+        sqlite3_exec(
+            raw,
+            "CREATE TABLE op_latency(id INTEGER PRIMARY KEY, hardware TEXT NOT NULL, stack TEXT "
+            "NOT NULL, "
+            "op TEXT NOT NULL, dtype TEXT NOT NULL, m INTEGER NOT NULL, n INTEGER NOT NULL, k "
+            "INTEGER NOT "
+            "NULL, extra INTEGER NOT NULL, median_us REAL NOT NULL, p10_us REAL, p90_us REAL, "
+            "count "
+            "INTEGER, source TEXT NOT NULL, date TEXT, device_info TEXT);"
+            "INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, source) "
+            "VALUES('h100-sxm', 's', 'gemm', 'bf16', 1, 2, 3, 0, 4.5, 'measured');",
+            nullptr, nullptr, nullptr) == SQLITE_OK);
     sqlite3_close(raw);
   }
   auto db = PerfDb::Open(path);
@@ -271,7 +289,8 @@ TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the c
   CHECK_FALSE(DimValue("", "heads").has_value());
 }
 
-TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices", "[models]") {
+TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices",
+          "[models]") {
   OpMeasurement r;
   r.op = "attention_prefill";
   r.dtype = "bf16";
@@ -282,14 +301,15 @@ TEST_CASE("MeasuredOperator: attention and collective rows become the operators 
   auto full = MeasuredOperator(r);
   REQUIRE(full.ok());
   CHECK(full->kind == OpKind::kAttention);
-  CHECK(full->flops == 2.0 * 8 * 256 * (2 * 4 * 6));                   // every (query, key) pair
+  CHECK(full->flops == 2.0 * 8 * 256 * (2 * 4 * 6));                    // every (query, key) pair
   CHECK(full->bytes == 2 * 6 * 2 * 256 * 2.0 + 2 * 4 * 8 * 256 * 2.0);  // K/V once, Q and O once
   r.dims += " causal=1";
   auto causal = MeasuredOperator(r);
   REQUIRE(causal.ok());
   CHECK(causal->flops == 2.0 * 8 * 256 * (2 * (3 + 4 + 5 + 6)));  // the i-th query sees 3 + i keys
   r.k = 7;
-  CHECK(MeasuredOperator(r).status().message().find("no more than the K/V length") != std::string::npos);
+  CHECK(MeasuredOperator(r).status().message().find("no more than the K/V length") !=
+        std::string::npos);
 
   // MLA decode: values are part of the latent keys, read once.
   r.op = "attention_decode";
@@ -301,7 +321,8 @@ TEST_CASE("MeasuredOperator: attention and collective rows become the operators 
   CHECK(mla->dtype == DType::kFp8);
   CHECK(mla->bytes == 2 * 6 * 576 * 1.0 + 2 * 128 * 1088 * 2.0);
   r.dims = "heads=128 d_qk=576";
-  CHECK(MeasuredOperator(r).status().message().find("dims must give positive heads, kv_heads") != std::string::npos);
+  CHECK(MeasuredOperator(r).status().message().find("dims must give positive heads, kv_heads") !=
+        std::string::npos);
 
   OpMeasurement c;
   c.op = "all_gather";
@@ -314,7 +335,8 @@ TEST_CASE("MeasuredOperator: attention and collective rows become the operators 
   CHECK(gather->comm_bytes == 1 << 20);
   CHECK(gather->ranks == 8);
   c.extra = 1;
-  CHECK(MeasuredOperator(c).status().message().find("ranks (extra) at least 2") != std::string::npos);
+  CHECK(MeasuredOperator(c).status().message().find("ranks (extra) at least 2") !=
+        std::string::npos);
   c.op = "moe_dispatch";
   CHECK(MeasuredOperator(c).status().code() == StatusCode::kNotFound);
 }
@@ -333,7 +355,8 @@ TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[m
   auto measured = std::make_shared<MeasuredGemms>();
   measured->Add(DType::kNvfp4, 64, 24576, 1536, 40e-6);
   measured->Add(DType::kNvfp4, 256, 24576, 1536, 80e-6);
-  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{}, Runtime::kPython, measured);
+  CalibratedModel model(s.model, s.hw, s.layout, s.precision, CostParams{}, Runtime::kPython,
+                        measured);
   Operator op;
   op.kind = OpKind::kGemm;
   op.dtype = DType::kNvfp4;
@@ -353,7 +376,8 @@ TEST_CASE("CalibratedModel: measured GEMMs replace the analytical estimate", "[m
   CHECK(c.unmeasured == 1);
 }
 
-TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measurements", "[models]") {
+TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measurements",
+          "[models]") {
   Setup s;
   CostParams truth;
   truth.gemm_efficiency = 0.62;
@@ -375,7 +399,8 @@ TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measure
     rows.push_back(r);
   };
   for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{7168, 2048}, {4096, 7168}, {24576, 1536}}) add("gemm", m, n, k, 0);
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{7168, 2048}, {4096, 7168}, {24576, 1536}})
+      add("gemm", m, n, k, 0);
     if (m <= 1024) add("grouped_gemm", m, 4096, 7168, 32);
   }
   CostParams start;  // the physical defaults
@@ -417,7 +442,8 @@ TEST_CASE("Calibration: written and read back, every field is equal", "[models]"
   c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_calibration.json").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_calibration.json").string();
   REQUIRE(WriteFileAtomic(path, ToJson(c).dump(2)).ok());
   auto back = LoadCalibration(path);
   INFO(back.status().message());

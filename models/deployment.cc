@@ -12,7 +12,8 @@ Status Rule(const std::string& degree, int value, const std::string& rule) {
 Result<Runtime> ParseRuntime(std::string_view s) {
   if (s == "python") return Runtime::kPython;
   if (s == "cpp") return Runtime::kCpp;
-  return Status::InvalidArgument("runtime = \"" + std::string(s) + "\": unknown (one of python, cpp)");
+  return Status::InvalidArgument("runtime = \"" + std::string(s) +
+                                 "\": unknown (one of python, cpp)");
 }
 
 std::string_view Name(Runtime r) { return r == Runtime::kCpp ? "cpp" : "python"; }
@@ -30,9 +31,9 @@ Status ValidateLayout(const ModelArch& m, const ParallelLayout& l) {
   if (l.attn_dp < 1) return Rule("attn_dp", l.attn_dp, "must be >= 1");
   const int64_t tp_pp = int64_t{l.tp} * l.pp;  // in int64: each may be as large as an int
   if (l.gpus % tp_pp != 0) {
-    return Rule("gpus", l.gpus,
-                "must be a multiple of tp x pp (" + std::to_string(tp_pp) +
-                    "): GPUs = tp x pp x replicas");
+    return Rule(
+        "gpus", l.gpus,
+        "must be a multiple of tp x pp (" + std::to_string(tp_pp) + "): GPUs = tp x pp x replicas");
   }
   if (l.pp > m.layers) {
     return Rule("pp", l.pp, "must be <= num_hidden_layers (" + std::to_string(m.layers) + ")");
@@ -67,7 +68,8 @@ Status ValidateLayout(const ModelArch& m, const ParallelLayout& l) {
                     "): experts are sharded over GPUs of the tensor-parallel group");
   }
   if (m.experts % l.ep != 0) {
-    return Rule("ep", l.ep, "must divide the number of experts (" + std::to_string(m.experts) + ")");
+    return Rule("ep", l.ep,
+                "must divide the number of experts (" + std::to_string(m.experts) + ")");
   }
   if (m.moe_intermediate % l.moe_tp() != 0) {
     return Rule("expert tp (tp / ep)", l.moe_tp(),

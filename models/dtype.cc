@@ -4,12 +4,17 @@ namespace fathom::models {
 
 double BytesPerElement(DType t) {
   switch (t) {
-    case DType::kFp32: return 4.0;
+    case DType::kFp32:
+      return 4.0;
     case DType::kBf16:
-    case DType::kFp16: return 2.0;
-    case DType::kFp8: return 1.0 + 4.0 / (128.0 * 128.0);
-    case DType::kNvfp4: return 0.5 + 1.0 / 16.0;
-    case DType::kMxfp4: return 0.5 + 1.0 / 32.0;
+    case DType::kFp16:
+      return 2.0;
+    case DType::kFp8:
+      return 1.0 + 4.0 / (128.0 * 128.0);
+    case DType::kNvfp4:
+      return 0.5 + 1.0 / 16.0;
+    case DType::kMxfp4:
+      return 0.5 + 1.0 / 32.0;
   }
   FATHOM_CHECK(false);
   return 0.0;
@@ -21,10 +26,13 @@ std::string_view PeakClass(DType t) {
   switch (t) {
     case DType::kFp32:
     case DType::kBf16:
-    case DType::kFp16: return "bf16";
-    case DType::kFp8: return "fp8";
+    case DType::kFp16:
+      return "bf16";
+    case DType::kFp8:
+      return "fp8";
     case DType::kNvfp4:
-    case DType::kMxfp4: return "fp4";
+    case DType::kMxfp4:
+      return "fp4";
   }
   FATHOM_CHECK(false);
   return "";
@@ -32,12 +40,18 @@ std::string_view PeakClass(DType t) {
 
 std::string_view Name(DType t) {
   switch (t) {
-    case DType::kFp32: return "fp32";
-    case DType::kBf16: return "bf16";
-    case DType::kFp16: return "fp16";
-    case DType::kFp8: return "fp8";
-    case DType::kNvfp4: return "nvfp4";
-    case DType::kMxfp4: return "mxfp4";
+    case DType::kFp32:
+      return "fp32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kFp8:
+      return "fp8";
+    case DType::kNvfp4:
+      return "nvfp4";
+    case DType::kMxfp4:
+      return "mxfp4";
   }
   FATHOM_CHECK(false);
   return "";

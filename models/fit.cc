@@ -50,7 +50,8 @@ struct CollectiveResidual {
 // Standard deviations of the N parameters at `p` from Ceres's covariance, scaled by the residual
 // variance; zeros where the covariance cannot be computed.
 template <int N>
-std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_cost, int measurements) {
+std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_cost,
+                             int measurements) {
   std::array<double, N> out{};
   ceres::Covariance::Options co;
   co.algorithm_type = ceres::DENSE_SVD;
@@ -66,8 +67,8 @@ std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_co
 }
 
 bool IsCollective(const std::string& op) {
-  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll,
-                        CommKind::kSendRecv}) {
+  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter,
+                        CommKind::kAllToAll, CommKind::kSendRecv}) {
     if (op == Name(kind)) return true;
   }
   return false;
@@ -76,8 +77,9 @@ bool IsCollective(const std::string& op) {
 }  // namespace
 
 Result<Operator> MeasuredOperator(const OpMeasurement& row) {
-  const std::string shape = row.op + " " + std::to_string(row.m) + "x" + std::to_string(row.n) + "x" +
-                            std::to_string(row.k) + (row.dims.empty() ? "" : " (" + row.dims + ")");
+  const std::string shape = row.op + " " + std::to_string(row.m) + "x" + std::to_string(row.n) +
+                            "x" + std::to_string(row.k) +
+                            (row.dims.empty() ? "" : " (" + row.dims + ")");
   FATHOM_ASSIGN_OR_RETURN(DType dtype, ParseDType(row.dtype, "dtype"));
   if (row.op == "gemm" || row.op == "grouped_gemm") {
     if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (row.op == "grouped_gemm" && row.extra <= 0)) {
@@ -96,30 +98,34 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
     h.v_in_k = DimValue(row.dims, "v_in_k").value_or(0) != 0;
     const bool causal = DimValue(row.dims, "causal").value_or(0) != 0;
     if (h.heads <= 0 || h.kv_heads <= 0 || h.d_qk <= 0 || h.d_v <= 0) {
-      return Status::InvalidArgument(shape + ": dims must give positive heads, kv_heads, d_qk and d_v");
+      return Status::InvalidArgument(shape +
+                                     ": dims must give positive heads, kv_heads, d_qk and d_v");
     }
     if (row.m <= 0 || row.n <= 0 || row.k <= 0 || (causal && row.k > row.n)) {
-      return Status::InvalidArgument(shape + ": sequences, K/V length and query tokens must be positive" +
+      return Status::InvalidArgument(shape +
+                                     ": sequences, K/V length and query tokens must be positive" +
                                      (causal ? ", the queries no more than the K/V length" : ""));
     }
     // Causal queries are the last k of the n positions: the i-th sees n - k + 1 + i keys.
     const double q = static_cast<double>(row.k), n = static_cast<double>(row.n);
     const double pairs_per_sequence = causal ? q * (n - q) + q * (q + 1) / 2 : q * n;
-    return AttentionKernel("measured.attention", 1, h,
-                           row.m * pairs_per_sequence, row.m * n, row.m * q, dtype);
+    return AttentionKernel("measured.attention", 1, h, row.m * pairs_per_sequence, row.m * n,
+                           row.m * q, dtype);
   }
-  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllToAll,
-                        CommKind::kSendRecv}) {
+  for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter,
+                        CommKind::kAllToAll, CommKind::kSendRecv}) {
     if (row.op != Name(kind)) continue;
     if (row.m <= 0 || row.extra < 2) {
-      return Status::InvalidArgument(shape + ": bytes (m) must be positive and ranks (extra) at least 2");
+      return Status::InvalidArgument(shape +
+                                     ": bytes (m) must be positive and ranks (extra) at least 2");
     }
     const int ranks = static_cast<int>(row.extra);
     // Ranks on more than one node ("nodes=2") cross the scale-out network: a span no scale-up
     // domain holds.
     const int64_t nodes = DimValue(row.dims, "nodes").value_or(1);
     if (nodes < 1) return Status::InvalidArgument(shape + ": nodes must be >= 1");
-    return Comm("measured.collective", 1, kind, static_cast<double>(row.m), ranks, nodes > 1 ? 1 << 30 : ranks);
+    return Comm("measured.collective", 1, kind, static_cast<double>(row.m), ranks,
+                nodes > 1 ? 1 << 30 : ranks);
   }
   return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
 }
@@ -129,7 +135,8 @@ CostParams GemmFit::Applied(const CostParams& base) const {
   return WithCurve(base, p);
 }
 
-Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
+Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                             const CostParams& start) {
   // The price is a max of compute and memory terms, flat in whichever does not bind: a local
   // solver stays wherever the start puts each row. Solve from the start and from the corners of
   // a coarse grid of plausible curves, and keep the best.
@@ -145,15 +152,18 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
     ceres::Problem problem;
     GemmFit fit;
     for (const OpMeasurement& row : rows) {
-      if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0)) continue;  // not a GEMM; no time
+      if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0))
+        continue;  // not a GEMM; no time
       Result<Operator> op = MeasuredOperator(row);
       if (!op.ok()) return op.status();
-      problem.AddResidualBlock(new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
-                                   new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
-                               new ceres::SoftLOneLoss(0.1), p);
+      problem.AddResidualBlock(
+          new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
+              new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
+          new ceres::SoftLOneLoss(0.1), p);
       ++fit.measurements;
     }
-    if (fit.measurements < 5) return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
+    if (fit.measurements < 5)
+      return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
     problem.SetParameterLowerBound(p, 0, 0.01);
     problem.SetParameterUpperBound(p, 0, 1.0);
     problem.SetParameterLowerBound(p, 1, 0.0);
@@ -186,7 +196,8 @@ CostParams OperatorFits::Applied(const CostParams& base) const {
   return p;
 }
 
-Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
+Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                  const CostParams& start) {
   int gemms = 0, collectives = 0;
   for (const OpMeasurement& row : rows) {
     gemms += row.op == "gemm" || row.op == "grouped_gemm";
@@ -200,7 +211,8 @@ Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const 
     FATHOM_ASSIGN_OR_RETURN(out.links, FitCollectives(rows, hw, start));
   }
   if (!out.gemm && !out.links) {
-    return Status::InvalidArgument("nothing to fit: needs at least 5 GEMM or 3 collective measurements");
+    return Status::InvalidArgument(
+        "nothing to fit: needs at least 5 GEMM or 3 collective measurements");
   }
   return out;
 }
@@ -210,20 +222,24 @@ CostParams CollectiveFit::Applied(const CostParams& base) const {
   return WithLinks(base, p);
 }
 
-Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start) {
-  double p[3] = {start.link_efficiency, start.collective_latency_us, start.collective_hop_latency_us};
+Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                     const CostParams& start) {
+  double p[3] = {start.link_efficiency, start.collective_latency_us,
+                 start.collective_hop_latency_us};
   ceres::Problem problem;
   CollectiveFit fit;
   for (const OpMeasurement& row : rows) {
     if (!IsCollective(row.op) || !(row.median_us > 0)) continue;
     Result<Operator> op = MeasuredOperator(row);
     if (!op.ok()) return op.status();
-    problem.AddResidualBlock(new ceres::NumericDiffCostFunction<CollectiveResidual, ceres::CENTRAL, 1, 3>(
-                                 new CollectiveResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
-                             new ceres::SoftLOneLoss(0.1), p);
+    problem.AddResidualBlock(
+        new ceres::NumericDiffCostFunction<CollectiveResidual, ceres::CENTRAL, 1, 3>(
+            new CollectiveResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
+        new ceres::SoftLOneLoss(0.1), p);
     ++fit.measurements;
   }
-  if (fit.measurements < 3) return Status::InvalidArgument("collective fit needs at least 3 measurements");
+  if (fit.measurements < 3)
+    return Status::InvalidArgument("collective fit needs at least 3 measurements");
   problem.SetParameterLowerBound(p, 0, 0.01);
   problem.SetParameterUpperBound(p, 0, 1.0);
   problem.SetParameterLowerBound(p, 1, 0.0);
@@ -232,7 +248,8 @@ Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, con
   options.max_num_iterations = 200;
   ceres::Solver::Summary summary;
   ceres::Solve(options, &problem, &summary);
-  if (!summary.IsSolutionUsable()) return Status::InvalidArgument("collective fit failed: " + summary.message);
+  if (!summary.IsSolutionUsable())
+    return Status::InvalidArgument("collective fit failed: " + summary.message);
   fit.link_efficiency = p[0];
   fit.latency_us = p[1];
   fit.hop_latency_us = p[2];

@@ -31,7 +31,8 @@ struct GemmFit {
 // bytes / (bandwidth x memory efficiency)) + floor, to GEMM and grouped GEMM measurements: the
 // four parameters from `start`, with a robust loss on log time. Small-M rows (streaming weights)
 // set the memory efficiency, large-M rows the GEMM efficiency.
-Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
+Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                             const CostParams& start);
 
 struct CollectiveFit {
   double link_efficiency = 0, latency_us = 0, hop_latency_us = 0;
@@ -42,9 +43,11 @@ struct CollectiveFit {
 };
 
 // Fits the cost model's collective price, latency + steps x hop latency + bytes x factor / (link
-// bandwidth x link efficiency), to the collective rows (all-reduce, all-gather, reduce-scatter, all-to-all,
-// send/recv), robust loss on log time: small messages set the latency, large ones the efficiency.
-Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
+// bandwidth x link efficiency), to the collective rows (all-reduce, all-gather, reduce-scatter,
+// all-to-all, send/recv), robust loss on log time: small messages set the latency, large ones the
+// efficiency.
+Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                     const CostParams& start);
 
 // The operator-level fits a set of measurements supports: the GEMM curve where it has at least 5
 // GEMM rows, the collective price where it has at least 3 collective rows.
@@ -53,6 +56,7 @@ struct OperatorFits {
   std::optional<CollectiveFit> links;
   CostParams Applied(const CostParams& base) const;
 };
-Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw, const CostParams& start);
+Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                  const CostParams& start);
 
 }  // namespace fathom::models

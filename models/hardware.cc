@@ -45,21 +45,25 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   hw.price_per_gpu_hour_usd = f.Double("price_per_gpu_hour_usd", 0.0);
   FATHOM_RETURN_IF_ERROR(f.status());
   if (!doc.contains("dense_tflops") || !doc["dense_tflops"].is_object()) {
-    return Status::InvalidArgument(path + ": field 'dense_tflops': missing (required object with "
-                                          "bf16 and optionally fp8, fp4 in TFLOP/s)");
+    return Status::InvalidArgument(path +
+                                   ": field 'dense_tflops': missing (required object with "
+                                   "bf16 and optionally fp8, fp4 in TFLOP/s)");
   }
   JsonFields peaks(doc["dense_tflops"], path + ": dense_tflops");
-  const double bf16 = peaks.Double("bf16"), fp8 = peaks.Double("fp8", 0.0), fp4 = peaks.Double("fp4", 0.0);
+  const double bf16 = peaks.Double("bf16"), fp8 = peaks.Double("fp8", 0.0),
+               fp4 = peaks.Double("fp4", 0.0);
   FATHOM_RETURN_IF_ERROR(peaks.status());
 
   // Physical ranges, generous enough for any accelerator: a value outside one is a typo or a unit
   // slip (1e-9 TB/s, 1e300 GB) that would otherwise make the simulation meaningless. NaN fails.
   auto in_range = [&](const char* field, double as_typed, double lo, double hi) -> Status {
     if (as_typed >= lo && as_typed <= hi) return Status::Ok();
-    return Status::InvalidArgument(path + ": field '" + field + "' = " + StrFormat("%g", as_typed) + ": must be in [" +
-                                   StrFormat("%g", lo) + ", " + StrFormat("%g", hi) + "]");
+    return Status::InvalidArgument(path + ": field '" + field + "' = " + StrFormat("%g", as_typed) +
+                                   ": must be in [" + StrFormat("%g", lo) + ", " +
+                                   StrFormat("%g", hi) + "]");
   };
-  if (hw.name.empty()) return Status::InvalidArgument(path + ": field 'name' = \"\": must not be empty");
+  if (hw.name.empty())
+    return Status::InvalidArgument(path + ": field 'name' = \"\": must not be empty");
   FATHOM_RETURN_IF_ERROR(in_range("memory_gb", memory_gb, 1, 1e5));
   FATHOM_RETURN_IF_ERROR(in_range("hbm_bandwidth_tb_per_s", hbm_tb_per_s, 0.01, 1000));
   FATHOM_RETURN_IF_ERROR(in_range("dense_tflops.bf16", bf16, 1, 1e6));
@@ -68,7 +72,8 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   FATHOM_RETURN_IF_ERROR(in_range("scale_up_gb_per_s", scale_up_gb_per_s, 0.1, 1e6));
   FATHOM_RETURN_IF_ERROR(in_range("scale_up_domain_gpus", static_cast<double>(domain), 1, 1e5));
   FATHOM_RETURN_IF_ERROR(in_range("scale_out_gbit_per_s", scale_out_gbit_per_s, 0.1, 1e6));
-  if (doc.contains("power_watts")) FATHOM_RETURN_IF_ERROR(in_range("power_watts", hw.power_watts, 1, 1e5));
+  if (doc.contains("power_watts"))
+    FATHOM_RETURN_IF_ERROR(in_range("power_watts", hw.power_watts, 1, 1e5));
   FATHOM_RETURN_IF_ERROR(in_range("price_per_gpu_hour_usd", hw.price_per_gpu_hour_usd, 0, 1e4));
   hw.memory_bytes = memory_gb * 1e9;
   hw.hbm_bytes_per_s = hbm_tb_per_s * 1e12;

@@ -14,14 +14,14 @@ struct Hardware {
   std::string name;
   std::string description;
   std::string vendor;
-  double memory_bytes = 0;              // usable HBM
+  double memory_bytes = 0;  // usable HBM
   double hbm_bytes_per_s = 0;
-  double peak_bf16_flops = 0;           // dense tensor-core peaks
-  double peak_fp8_flops = 0;            // 0 where the format is not supported
+  double peak_bf16_flops = 0;  // dense tensor-core peaks
+  double peak_fp8_flops = 0;   // 0 where the format is not supported
   double peak_fp4_flops = 0;
-  double scale_up_bytes_per_s = 0;      // per GPU, both directions together, as datasheets give it
-  int scale_up_domain_gpus = 0;         // GPUs one scale-up fabric joins (8 for HGX, 72 for NVL72)
-  double scale_out_bytes_per_s = 0;     // per GPU, one direction
+  double scale_up_bytes_per_s = 0;   // per GPU, both directions together, as datasheets give it
+  int scale_up_domain_gpus = 0;      // GPUs one scale-up fabric joins (8 for HGX, 72 for NVL72)
+  double scale_out_bytes_per_s = 0;  // per GPU, one direction
   double power_watts = 0;
   double price_per_gpu_hour_usd = 0;
 

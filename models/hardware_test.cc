@@ -1,16 +1,18 @@
+#include "models/hardware.h"
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "base/files.h"
-#include "models/hardware.h"
 
 namespace fathom::models {
 
-TEST_CASE("HardwareCatalog: ships the ten GPUs of the reference with their datasheet figures", "[models]") {
+TEST_CASE("HardwareCatalog: ships the ten GPUs of the reference with their datasheet figures",
+          "[models]") {
   auto catalog = HardwareCatalog::LoadBuiltin();
   REQUIRE(catalog.ok());
-  for (const char* name : {"h100-sxm", "h200", "h200-nvl", "b200", "b300", "gb200", "gb300", "mi300x",
-                           "mi325x", "mi355x"}) {
+  for (const char* name : {"h100-sxm", "h200", "h200-nvl", "b200", "b300", "gb200", "gb300",
+                           "mi300x", "mi325x", "mi355x"}) {
     INFO(name);
     CHECK(catalog->Find(name).ok());
   }
@@ -33,31 +35,49 @@ TEST_CASE("HardwareCatalog: an unknown GPU lists the known ones", "[models]") {
   CHECK(r.status().message().find("b200") != std::string::npos);
 }
 
-TEST_CASE("LoadHardwareFile: a missing, empty or out-of-range field names the file and the rule", "[models]") {
+TEST_CASE("LoadHardwareFile: a missing, empty or out-of-range field names the file and the rule",
+          "[models]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string path = (dir / "fathom_gpu.json").string();
   REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 0,
     "dense_tflops": {"bf16": 100}, "scale_up_gb_per_s": 100, "scale_up_domain_gpus": 8,
-    "scale_out_gbit_per_s": 400})").ok());
+    "scale_out_gbit_per_s": 400})")
+              .ok());
   auto r = LoadHardwareFile(path);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.status().message() == path + ": field 'hbm_bandwidth_tb_per_s' = 0: must be in [0.01, 1000]");
+  CHECK(r.status().message() ==
+        path + ": field 'hbm_bandwidth_tb_per_s' = 0: must be in [0.01, 1000]");
   REQUIRE(WriteFileAtomic(path, R"({"name": "x"})").ok());
   r = LoadHardwareFile(path);
   CHECK(r.status().message() == path + ": field 'memory_gb': missing (required number)");
   // Absurd values are unit slips, said as typed; NaN breaks every range.
-  const std::string good = R"("dense_tflops": {"bf16": 100}, "scale_up_gb_per_s": 100, "scale_up_domain_gpus": 8,
+  const std::string good =
+      R"("dense_tflops": {"bf16": 100}, "scale_up_gb_per_s": 100, "scale_up_domain_gpus": 8,
     "scale_out_gbit_per_s": 400)";
-  REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 1e300, "hbm_bandwidth_tb_per_s": 3, )" + good + "}").ok());
-  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'memory_gb' = 1e+300: must be in [1, 100000]");
-  REQUIRE(WriteFileAtomic(path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, "price_per_gpu_hour_usd": -1, )" + good + "}").ok());
-  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'price_per_gpu_hour_usd' = -1: must be in [0, 10000]");
-  REQUIRE(WriteFileAtomic(path, R"({"name": "", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, )" + good + "}").ok());
-  CHECK(LoadHardwareFile(path).status().message() == path + ": field 'name' = \"\": must not be empty");
+  REQUIRE(
+      WriteFileAtomic(
+          path, R"({"name": "x", "memory_gb": 1e300, "hbm_bandwidth_tb_per_s": 3, )" + good + "}")
+          .ok());
+  CHECK(LoadHardwareFile(path).status().message() ==
+        path + ": field 'memory_gb' = 1e+300: must be in [1, 100000]");
+  REQUIRE(
+      WriteFileAtomic(
+          path,
+          R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, "price_per_gpu_hour_usd": -1, )" +
+              good + "}")
+          .ok());
+  CHECK(LoadHardwareFile(path).status().message() ==
+        path + ": field 'price_per_gpu_hour_usd' = -1: must be in [0, 10000]");
+  REQUIRE(WriteFileAtomic(
+              path, R"({"name": "", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, )" + good + "}")
+              .ok());
+  CHECK(LoadHardwareFile(path).status().message() ==
+        path + ": field 'name' = \"\": must not be empty");
   std::filesystem::remove(path);
 }
 
-TEST_CASE("CatalogNameForDevice: CUDA's GPU names to catalogue names, the most specific first", "[models]") {
+TEST_CASE("CatalogNameForDevice: CUDA's GPU names to catalogue names, the most specific first",
+          "[models]") {
   CHECK(*CatalogNameForDevice("NVIDIA H100 80GB HBM3") == "h100-sxm");
   CHECK(*CatalogNameForDevice("NVIDIA H200") == "h200");
   CHECK(*CatalogNameForDevice("NVIDIA H200 NVL") == "h200-nvl");
@@ -66,8 +86,8 @@ TEST_CASE("CatalogNameForDevice: CUDA's GPU names to catalogue names, the most s
   CHECK(*CatalogNameForDevice("AMD Instinct MI300X") == "mi300x");
   // Every name it gives is in the catalogue.
   const auto catalog = *HardwareCatalog::LoadBuiltin();
-  for (const char* device : {"H100 SXM", "H200", "H200 NVL", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X",
-                             "MI355X"}) {
+  for (const char* device : {"H100 SXM", "H200", "H200 NVL", "B200", "B300", "GB200", "GB300",
+                             "MI300X", "MI325X", "MI355X"}) {
     INFO(device);
     CHECK(catalog.Find(*CatalogNameForDevice(device)).ok());
   }

@@ -39,9 +39,11 @@ StageWeights WeightsOfStage(const ModelArch& m, const ParallelLayout& l, const P
   const int attn_tp = l.attn_tp();
   const double attn_per_layer =
       (m.LoraDownParams() + static_cast<double>(m.QProjParams() + m.OProjParams()) / attn_tp +
-       m.KvProjParams() * KvProjShare(m, attn_tp)) * dense_b +
+       m.KvProjParams() * KvProjShare(m, attn_tp)) *
+          dense_b +
       (m.AttentionParams() - m.LoraDownParams() - m.QProjParams() - m.OProjParams() -
-       m.KvProjParams()) * high_b;
+       m.KvProjParams()) *
+          high_b;
 
   StageWeights w;
   for (int64_t i = first_layer; i < first_layer + num_layers; ++i) {
@@ -58,7 +60,8 @@ StageWeights WeightsOfStage(const ModelArch& m, const ParallelLayout& l, const P
   if (first) w.embedding = static_cast<double>(m.EmbeddingParams()) / attn_tp * high_b;
   if (last) {
     // A tied head shares the embedding only when both sit on the same stage.
-    if (!m.tie_embeddings || !first) w.lm_head = static_cast<double>(m.LmHeadParams()) / attn_tp * high_b;
+    if (!m.tie_embeddings || !first)
+      w.lm_head = static_cast<double>(m.LmHeadParams()) / attn_tp * high_b;
     w.router_norm += m.hidden * high_b;
   }
   return w;
@@ -69,14 +72,16 @@ double ActivationBytes(const ModelArch& m, const ParallelLayout& l, const Memory
   const double tokens = static_cast<double>(o.max_num_tokens);
   const int attn_tp = l.attn_tp();
   double qkv_width = m.attention == AttentionKind::kMla
-                         ? static_cast<double>(m.heads) * (m.qk_nope_dim + m.qk_rope_dim + m.v_head_dim) / attn_tp +
+                         ? static_cast<double>(m.heads) *
+                                   (m.qk_nope_dim + m.qk_rope_dim + m.v_head_dim) / attn_tp +
                                m.kv_lora_rank + m.qk_rope_dim + m.q_lora_rank
                          : static_cast<double>(m.heads + 2 * m.kv_heads) * m.head_dim / attn_tp;
   double mlp_width = m.NumMoeLayers() < m.layers ? 2.0 * m.intermediate / attn_tp : 0.0;
   if (m.is_moe()) {
     // Tokens of all attention ranks arrive at this GPU's experts, top-k copies each.
     const double routed_share = static_cast<double>(l.attn_dp) * m.experts_per_token / l.ep;
-    mlp_width = std::max(mlp_width, routed_share * (2.0 * m.moe_intermediate / l.moe_tp() + m.hidden));
+    mlp_width =
+        std::max(mlp_width, routed_share * (2.0 * m.moe_intermediate / l.moe_tp() + m.hidden));
   }
   const double per_token = (4.0 * m.hidden + qkv_width + mlp_width) * kActivationBytes;
   const double logits = static_cast<double>(o.max_batch) * m.vocab / attn_tp * kLogitBytes;
@@ -91,8 +96,7 @@ MemoryPlan PlanMemory(const ModelArch& m, const Hardware& hw, const ParallelLayo
   plan.params = CountParams(m);
   const std::vector<int64_t> stage_layers = LayersPerStage(m.layers, l.pp);
   const double kv_b = KvBytesPerElement(p.kv);
-  const double kv_per_layer =
-      m.KvValuesPerTokenPerLayer() * KvHeadShare(m, l.attn_tp()) * kv_b;
+  const double kv_per_layer = m.KvValuesPerTokenPerLayer() * KvHeadShare(m, l.attn_tp()) * kv_b;
 
   double worst_need = -1;
   int64_t first_layer = 0;
@@ -100,11 +104,13 @@ MemoryPlan PlanMemory(const ModelArch& m, const Hardware& hw, const ParallelLayo
     const StageWeights w =
         WeightsOfStage(m, l, p, first_layer, stage_layers[s], s == 0, s == l.pp - 1);
     int64_t sliding = 0;
-    for (int64_t i = first_layer; i < first_layer + stage_layers[s]; ++i) sliding += m.sliding_layer[i];
+    for (int64_t i = first_layer; i < first_layer + stage_layers[s]; ++i)
+      sliding += m.sliding_layer[i];
     const double full_kv = (stage_layers[s] - sliding) * kv_per_layer;
     const double sliding_kv = sliding * kv_per_layer;
     // The stage with the least room for KV decides the capacity.
-    const double need = w.total() + static_cast<double>(o.max_batch) * m.sliding_window * sliding_kv;
+    const double need =
+        w.total() + static_cast<double>(o.max_batch) * m.sliding_window * sliding_kv;
     const double per_token_need = full_kv > 0 ? need / full_kv : need;
     if (per_token_need > worst_need || s == 0) {
       worst_need = per_token_need;
@@ -132,13 +138,15 @@ MemoryPlan PlanMemory(const ModelArch& m, const Hardware& hw, const ParallelLayo
   const double per_token = plan.kv_bytes_per_token_full_layers > 0
                                ? plan.kv_bytes_per_token_full_layers
                                : plan.kv_bytes_per_token;
-  plan.kv_capacity_tokens =
-      plan.kv_budget_bytes > 0 ? static_cast<int64_t>(std::floor(plan.kv_budget_bytes / per_token)) : 0;
+  plan.kv_capacity_tokens = plan.kv_budget_bytes > 0
+                                ? static_cast<int64_t>(std::floor(plan.kv_budget_bytes / per_token))
+                                : 0;
   const int64_t min_kv = o.min_kv_tokens > 0 ? o.min_kv_tokens : o.max_num_tokens;
   plan.fits = plan.kv_capacity_tokens >= min_kv;
   if (!plan.fits) {
-    plan.why_not = "weights (" + std::to_string(plan.weights_bytes / 1e9) + " GB) + activations + " +
-                   "reserve leave room for " + std::to_string(plan.kv_capacity_tokens) +
+    plan.why_not = "weights (" + std::to_string(plan.weights_bytes / 1e9) +
+                   " GB) + activations + " + "reserve leave room for " +
+                   std::to_string(plan.kv_capacity_tokens) +
                    " KV tokens per GPU, fewer than the minimum " + std::to_string(min_kv);
   }
   return plan;

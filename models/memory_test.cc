@@ -1,7 +1,8 @@
+#include "models/memory.h"
+
 #include <catch2/catch.hpp>
 
 #include "models/hardware.h"
-#include "models/memory.h"
 
 namespace fathom::models {
 namespace {
@@ -33,7 +34,8 @@ ParallelLayout Layout(int gpus, int tp, int pp, int ep, int dp) {
 
 }  // namespace
 
-TEST_CASE("PlanMemory: DeepSeek-R1 MLA cache is 576 values per layer, replicated over attention TP", "[models]") {
+TEST_CASE("PlanMemory: DeepSeek-R1 MLA cache is 576 values per layer, replicated over attention TP",
+          "[models]") {
   Setup s = Make("deepseek-r1", "b200");
   Precision p{DType::kNvfp4, DType::kNvfp4, DType::kFp8};
   const MemoryPlan dp8 = PlanMemory(s.model, s.hw, Layout(8, 8, 1, 8, 8), p, {});
@@ -54,7 +56,8 @@ TEST_CASE("PlanMemory: DeepSeek-R1 MLA cache is 576 values per layer, replicated
   CHECK(dp8.kv_capacity_tokens > 1'000'000);
 }
 
-TEST_CASE("PlanMemory: weights of every GPU add up to the whole model under pure TP and PP", "[models]") {
+TEST_CASE("PlanMemory: weights of every GPU add up to the whole model under pure TP and PP",
+          "[models]") {
   Setup s = Make("llama3.1-405b", "h200");
   Precision p{DType::kFp8, DType::kFp8, DType::kFp8};
   const ParamCounts c = CountParams(s.model);
@@ -62,8 +65,9 @@ TEST_CASE("PlanMemory: weights of every GPU add up to the whole model under pure
   // On one GPU, every parameter is stored once: linears in fp8, embedding/head/norms in bf16.
   const double high = 2.0 * (s.model.EmbeddingParams() + s.model.LmHeadParams()) +
                       2.0 * (s.model.layers * s.model.LayerNormParams() + s.model.hidden);
-  const double linear = static_cast<double>(c.total) - s.model.EmbeddingParams() - s.model.LmHeadParams() -
-                        s.model.layers * s.model.LayerNormParams() - s.model.hidden;
+  const double linear = static_cast<double>(c.total) - s.model.EmbeddingParams() -
+                        s.model.LmHeadParams() - s.model.layers * s.model.LayerNormParams() -
+                        s.model.hidden;
   CHECK(one.weights_bytes == Approx(high + linear * BytesPerElement(DType::kFp8)).epsilon(1e-9));
   CHECK_FALSE(one.fits);
   CHECK(one.why_not.find("weights") != std::string::npos);
@@ -95,16 +99,19 @@ TEST_CASE("PlanMemory: sliding-window layers hold at most the window per sequenc
   CHECK(plan.weights_bytes < 66e9);
 }
 
-TEST_CASE("PlanMemory: capacity = what is left after weights, activations, runtime and reserve", "[models]") {
+TEST_CASE("PlanMemory: capacity = what is left after weights, activations, runtime and reserve",
+          "[models]") {
   Setup s = Make("llama2-70b", "h200");
   Precision p{DType::kFp8, DType::kFp8, DType::kFp8};
   const MemoryPlan plan = PlanMemory(s.model, s.hw, Layout(1, 1, 1, 1, 1), p, {});
-  const double left = s.hw.memory_bytes * 0.9 - plan.weights_bytes - plan.activation_bytes - plan.runtime_bytes;
+  const double left =
+      s.hw.memory_bytes * 0.9 - plan.weights_bytes - plan.activation_bytes - plan.runtime_bytes;
   CHECK(plan.kv_budget_bytes == Approx(left));
   CHECK(plan.kv_capacity_tokens == static_cast<int64_t>(left / (80 * 2 * 8 * 128)));
 }
 
-TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the rule", "[models]") {
+TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the rule",
+          "[models]") {
   Setup s = Make("deepseek-r1", "b200");
   CHECK(ValidateLayout(s.model, Layout(8, 8, 1, 8, 8)).ok());
   CHECK(ValidateLayout(s.model, Layout(8, 3, 1, 1, 1)).message() ==
@@ -115,13 +122,16 @@ TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the
   CHECK(ValidateLayout(x.model, Layout(16, 16, 1, 16, 1)).message() ==
         "ep = 16: must divide the number of experts (8)");
   CHECK(ValidateLayout(s.model, Layout(8, 8, 1, 8, 3)).message() ==
-        "attn_dp = 3: must divide tp (8): attention data parallelism splits the tensor-parallel group");
+        "attn_dp = 3: must divide tp (8): attention data parallelism splits the tensor-parallel "
+        "group");
   CHECK(ValidateLayout(s.model, Layout(64, 1, 64, 1, 1)).message() ==
         "pp = 64: must be <= num_hidden_layers (61)");
   Setup l = Make("llama2-70b", "h200");
-  CHECK(ValidateLayout(l.model, Layout(8, 8, 1, 2, 1)).message() == "ep = 2: must be 1: llama2-70b has no experts");
-  CHECK(ValidateLayout(l.model, Layout(6, 6, 1, 1, 1)).message().find("must divide num_attention_heads (64)") !=
-        std::string::npos);
+  CHECK(ValidateLayout(l.model, Layout(8, 8, 1, 2, 1)).message() ==
+        "ep = 2: must be 1: llama2-70b has no experts");
+  CHECK(ValidateLayout(l.model, Layout(6, 6, 1, 1, 1))
+            .message()
+            .find("must divide num_attention_heads (64)") != std::string::npos);
 }
 
 }  // namespace fathom::models

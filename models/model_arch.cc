@@ -14,7 +14,8 @@ std::filesystem::path ConfigDir() {
 
 // Reads the weight formats a checkpoint ships in from its quantization_config.
 Status ReadNativePrecision(const Json& config, const std::string& source, ModelArch* m) {
-  if (!config.contains("quantization_config") || !config["quantization_config"].is_object()) return Status::Ok();
+  if (!config.contains("quantization_config") || !config["quantization_config"].is_object())
+    return Status::Ok();
   const Json& q = config["quantization_config"];
   JsonFields f(q, source + ": quantization_config");
   const std::string method = f.String("quant_method", "");
@@ -67,7 +68,7 @@ int64_t ModelArch::OProjParams() const {
 int64_t ModelArch::LoraDownParams() const {
   if (attention != AttentionKind::kMla) return 0;
   int64_t p = hidden * (kv_lora_rank + qk_rope_dim) + kv_lora_rank;  // kv_a_proj + kv_a_layernorm
-  if (q_lora_rank > 0) p += hidden * q_lora_rank + q_lora_rank;       // q_a_proj + q_a_layernorm
+  if (q_lora_rank > 0) p += hidden * q_lora_rank + q_lora_rank;      // q_a_proj + q_a_layernorm
   return p;
 }
 
@@ -114,10 +115,9 @@ ParamCounts CountParams(const ModelArch& m) {
   if (m.mtp_layers > 0) {
     // Each DeepSeek MTP layer: two norms, a 2h -> h projection, one full MoE decoder layer and a
     // final norm; the embedding and head are shared with the main model.
-    const int64_t one = 2 * m.hidden + 2 * m.hidden * m.hidden + per_layer_common +
-                        (m.is_moe() ? m.experts * m.ExpertParams() + moe_shared
-                                    : m.DenseMlpParams()) +
-                        m.hidden;
+    const int64_t one =
+        2 * m.hidden + 2 * m.hidden * m.hidden + per_layer_common +
+        (m.is_moe() ? m.experts * m.ExpertParams() + moe_shared : m.DenseMlpParams()) + m.hidden;
     c.mtp = m.mtp_layers * one;
   }
   return c;
@@ -142,10 +142,12 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
   // and memory counts stay within int64 and a per-layer table fits in memory.
   auto require_in = [&](const char* field, int64_t v, int64_t min, int64_t max) {
     if (v < min || v > max) {
-      f.Fail(field, std::to_string(v), "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+      f.Fail(field, std::to_string(v),
+             "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
     }
   };
-  constexpr int64_t kMaxWidth = int64_t{1} << 17, kMaxMlpWidth = int64_t{1} << 19, kMaxCount = int64_t{1} << 12;
+  constexpr int64_t kMaxWidth = int64_t{1} << 17, kMaxMlpWidth = int64_t{1} << 19,
+                    kMaxCount = int64_t{1} << 12;
   require_in("vocab_size", m.vocab, 1, int64_t{1} << 22);
   require_in("hidden_size", m.hidden, 1, kMaxWidth);
   require_in("num_hidden_layers", m.layers, 1, kMaxCount);
@@ -226,8 +228,8 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
     // Mixtral's experts are full-width MLPs; the others name the expert width separately.
     m.moe_intermediate = f.Has("moe_intermediate_size") ? f.Int("moe_intermediate_size")
                                                         : f.Int("intermediate_size");
-    require_in(f.Has("moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size", m.moe_intermediate,
-               1, kMaxMlpWidth);
+    require_in(f.Has("moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size",
+               m.moe_intermediate, 1, kMaxMlpWidth);
     if (m.experts_per_token <= 0 || m.experts_per_token > m.experts) {
       f.Fail("num_experts_per_tok", std::to_string(m.experts_per_token),
              "must be between 1 and the number of experts (" + std::to_string(m.experts) + ")");

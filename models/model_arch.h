@@ -56,8 +56,8 @@ struct ModelArch {
   int64_t NumSlidingLayers() const;
 
   // Per-layer parameter counts of each part.
-  int64_t QProjParams() const;      // MLA: q_b (or q_proj); GQA: q_proj (+bias)
-  int64_t KvProjParams() const;     // MLA: kv_b; GQA: k_proj + v_proj (+bias)
+  int64_t QProjParams() const;   // MLA: q_b (or q_proj); GQA: q_proj (+bias)
+  int64_t KvProjParams() const;  // MLA: kv_b; GQA: k_proj + v_proj (+bias)
   int64_t OProjParams() const;
   int64_t LoraDownParams() const;   // MLA q_a + kv_a projections and their norms (unsharded)
   int64_t AttentionParams() const;  // all of the above, plus sinks and q/k norms

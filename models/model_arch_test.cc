@@ -1,8 +1,9 @@
+#include "models/model_arch.h"
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "base/files.h"
-#include "models/model_arch.h"
 
 namespace fathom::models {
 namespace {
@@ -38,7 +39,8 @@ TEST_CASE("CountParams: matches the published totals and active counts", "[model
   }
 }
 
-TEST_CASE("ParseModelConfig: DeepSeek-R1 reads MLA, shared experts, dense first layers and MTP", "[models]") {
+TEST_CASE("ParseModelConfig: DeepSeek-R1 reads MLA, shared experts, dense first layers and MTP",
+          "[models]") {
   const ModelArch m = Load("deepseek-r1");
   CHECK(m.attention == AttentionKind::kMla);
   CHECK(m.NumMoeLayers() == 58);
@@ -48,7 +50,8 @@ TEST_CASE("ParseModelConfig: DeepSeek-R1 reads MLA, shared experts, dense first 
   CHECK(m.mtp_layers == 1);
   CHECK(m.KvValuesPerTokenPerLayer() == 576);
   CHECK(m.native_moe_weights == DType::kFp8);
-  // The MTP layer: a full MoE decoder layer plus its projection (685B - 671B in DeepSeek's count, which also stores a copy of the embedding and head).
+  // The MTP layer: a full MoE decoder layer plus its projection (685B - 671B in DeepSeek's count,
+  // which also stores a copy of the embedding and head).
   CHECK(CountParams(m).mtp == Approx(11.61e9).epsilon(0.01));
 }
 
@@ -66,7 +69,8 @@ TEST_CASE("ParseModelConfig: a missing field names the file and the field", "[mo
                              "num_attention_heads": 32, "intermediate_size": 11008})");
   auto r = ParseModelConfig(cfg, "my/config.json");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.status().message() == "my/config.json: field 'num_hidden_layers': missing (required integer)");
+  CHECK(r.status().message() ==
+        "my/config.json: field 'num_hidden_layers': missing (required integer)");
 }
 
 TEST_CASE("ParseModelConfig: an unsupported model_type and bad values name the rule", "[models]") {
@@ -84,7 +88,8 @@ TEST_CASE("ParseModelConfig: an unsupported model_type and bad values name the r
         "c.json: field 'num_key_value_heads' = 5: must divide num_attention_heads (32)");
 }
 
-TEST_CASE("ParseModelConfig: sizes beyond any model are refused before they overflow a count", "[models]") {
+TEST_CASE("ParseModelConfig: sizes beyond any model are refused before they overflow a count",
+          "[models]") {
   // Found by probing fuzz_model_config: vocab_size 2^62 overflowed the LM head's parameter count,
   // num_hidden_layers 2^62 asked for a per-layer table of that length.
   auto message = [](const std::string& field, const std::string& value) {
@@ -97,13 +102,15 @@ TEST_CASE("ParseModelConfig: sizes beyond any model are refused before they over
         "c.json: field 'vocab_size' = 4611686018427387904: must be an integer in [1, 4194304]");
   CHECK(message("num_hidden_layers", "4611686018427387904") ==
         "c.json: field 'num_hidden_layers' = 4611686018427387904: must be an integer in [1, 4096]");
-  CHECK(message("hidden_size", "0") == "c.json: field 'hidden_size' = 0: must be an integer in [1, 131072]");
+  CHECK(message("hidden_size", "0") ==
+        "c.json: field 'hidden_size' = 0: must be an integer in [1, 131072]");
   CHECK(message("head_dim", "1099511627776") ==
         "c.json: field 'head_dim' = 1099511627776: must be an integer in [1, 4096]");
   CHECK(message("intermediate_size", "131072").empty());
 }
 
-TEST_CASE("LoadModel: a malformed config.json names the file; an unknown name lists built-ins", "[models]") {
+TEST_CASE("LoadModel: a malformed config.json names the file; an unknown name lists built-ins",
+          "[models]") {
   const std::string path = (std::filesystem::temp_directory_path() / "fathom_cfg.json").string();
   REQUIRE(WriteFileAtomic(path, "{\"model_type\": \"llama\",").ok());
   auto r = LoadModel(path);

@@ -4,13 +4,15 @@
 
 namespace fathom::models {
 
-OperatorTimeModel::OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout, const Precision& precision)
+OperatorTimeModel::OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout,
+                                     const Precision& precision)
     : builder_(m, layout, precision) {}
 
 bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
-  return a.tokens <= b.tokens && a.sequences <= b.sequences && a.sampled_tokens <= b.sampled_tokens &&
-         a.prefill_tokens <= b.prefill_tokens && a.prefill_pairs <= b.prefill_pairs &&
-         a.prefill_pairs_window <= b.prefill_pairs_window && a.prefill_cached <= b.prefill_cached &&
+  return a.tokens <= b.tokens && a.sequences <= b.sequences &&
+         a.sampled_tokens <= b.sampled_tokens && a.prefill_tokens <= b.prefill_tokens &&
+         a.prefill_pairs <= b.prefill_pairs && a.prefill_pairs_window <= b.prefill_pairs_window &&
+         a.prefill_cached <= b.prefill_cached &&
          a.prefill_cached_window <= b.prefill_cached_window && a.decode_tokens <= b.decode_tokens &&
          a.decode_sequences <= b.decode_sequences && a.decode_pairs <= b.decode_pairs &&
          a.decode_pairs_window <= b.decode_pairs_window && a.decode_kv <= b.decode_kv &&
@@ -82,19 +84,24 @@ double OperatorTimeModel::Cached(std::vector<std::vector<double>>& cache, int64_
   return t;
 }
 
-double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s, double hop_s) {
-  const double link =
-      (op.span <= hw.scale_up_domain_gpus ? hw.scale_up_bytes_per_s / 2.0 : hw.scale_out_bytes_per_s) * link_efficiency;
+double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency,
+                         double alpha_s, double hop_s) {
+  const double link = (op.span <= hw.scale_up_domain_gpus ? hw.scale_up_bytes_per_s / 2.0
+                                                          : hw.scale_out_bytes_per_s) *
+                      link_efficiency;
   const double n = op.ranks;
   double factor = 1.0;
   if (op.comm == CommKind::kAllReduce) factor = 2.0 * (n - 1) / n;
-  if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter) factor = n - 1;  // bytes: one shard
+  if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter)
+    factor = n - 1;  // bytes: one shard
   // A ring all-reduce takes 2 (n - 1) steps, all-gather, reduce-scatter and all-to-all n - 1, a
   // send one: each adds a hop's latency (the alpha-beta model of Thakur, Rabenseifner and Gropp,
   // "Optimization of collective communication operations in MPICH", 2005).
   double steps = 1;
   if (op.comm == CommKind::kAllReduce) steps = 2 * (n - 1);
-  if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter || op.comm == CommKind::kAllToAll) steps = n - 1;
+  if (op.comm == CommKind::kAllGather || op.comm == CommKind::kReduceScatter ||
+      op.comm == CommKind::kAllToAll)
+    steps = n - 1;
   return alpha_s + steps * hop_s + op.comm_bytes * factor / link;
 }
 

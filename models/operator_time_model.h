@@ -38,7 +38,8 @@ class OperatorTimeModel : public ExecutionTimeModel {
  private:
   double Priced() const;  // seconds of scratch_'s operators
   double RankSeconds(const BatchShape& rank, int stage) const;
-  double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage, bool experts) const;
+  double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,
+                bool experts) const;
 
   OperatorBuilder builder_;
   mutable std::vector<Operator> scratch_;
@@ -54,6 +55,7 @@ bool NoMoreWork(const BatchShape& a, const BatchShape& b);
 // A collective: alpha + a hop's latency per step of the ring algorithm + bytes x its factor / link
 // bandwidth, over the scale-up link when the group fits in one scale-up domain (datasheets give
 // that for both directions together, so one direction gets half), else over the scale-out network.
-double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency, double alpha_s, double hop_s);
+double CollectiveSeconds(const Operator& op, const Hardware& hw, double link_efficiency,
+                         double alpha_s, double hop_s);
 
 }  // namespace fathom::models

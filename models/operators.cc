@@ -19,7 +19,8 @@ Operator Elementwise(std::string_view name, int64_t count, double bytes, double 
 
 }  // namespace
 
-Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks, int span) {
+Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks,
+              int span) {
   Operator op;
   op.kind = OpKind::kCommunication;
   op.name = name;
@@ -31,8 +32,8 @@ Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes,
   return op;
 }
 
-Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h, double pairs,
-                         double kv_tokens, double q_tokens, DType kv) {
+Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h,
+                         double pairs, double kv_tokens, double q_tokens, DType kv) {
   const double width = static_cast<double>(h.d_qk + h.d_v);
   Operator op;
   op.kind = OpKind::kAttention;
@@ -55,40 +56,54 @@ Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_
   op.n = n;
   op.k = k;
   op.flops = 2.0 * m * n * k;
-  op.bytes = static_cast<double>(n) * k * BytesPerElement(dt) + (static_cast<double>(m) * k + static_cast<double>(m) * n) * kAct;
+  op.bytes = static_cast<double>(n) * k * BytesPerElement(dt) +
+             (static_cast<double>(m) * k + static_cast<double>(m) * n) * kAct;
   return op;
 }
 
-Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k, int64_t groups,
-                     double active_groups, DType dt) {
+Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k,
+                     int64_t groups, double active_groups, DType dt) {
   Operator op = Gemm(name, count, rows, n, k, dt);
   op.kind = OpKind::kGroupedGemm;
   op.groups = groups;
   op.active_groups = active_groups;
-  op.bytes = active_groups * n * k * BytesPerElement(dt) + static_cast<double>(rows) * (n + k) * kAct;
+  op.bytes =
+      active_groups * n * k * BytesPerElement(dt) + static_cast<double>(rows) * (n + k) * kAct;
   return op;
 }
 
 std::string_view Name(OpKind k) {
   switch (k) {
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kGroupedGemm: return "grouped_gemm";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kElementwise: return "elementwise";
-    case OpKind::kCommunication: return "communication";
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kGroupedGemm:
+      return "grouped_gemm";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kCommunication:
+      return "communication";
   }
   return "";
 }
 
 std::string_view Name(CommKind k) {
   switch (k) {
-    case CommKind::kNone: return "none";
-    case CommKind::kAllReduce: return "all_reduce";
-    case CommKind::kAllGather: return "all_gather";
-    case CommKind::kReduceScatter: return "reduce_scatter";
-    case CommKind::kAllToAll: return "all_to_all";
-    case CommKind::kSendRecv: return "send_recv";
-    case CommKind::kKvTransfer: return "kv_transfer";
+    case CommKind::kNone:
+      return "none";
+    case CommKind::kAllReduce:
+      return "all_reduce";
+    case CommKind::kAllGather:
+      return "all_gather";
+    case CommKind::kReduceScatter:
+      return "reduce_scatter";
+    case CommKind::kAllToAll:
+      return "all_to_all";
+    case CommKind::kSendRecv:
+      return "send_recv";
+    case CommKind::kKvTransfer:
+      return "kv_transfer";
   }
   return "";
 }
@@ -137,11 +152,13 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
     if (b.decode_tokens > 0) {
       // Decode absorbs W_UK into the query and W_UV into the output (weight absorption), so
       // attention runs over the compressed latent cache.
-      out->push_back(Gemm("attn.absorb_uk", layers, b.decode_tokens, heads * m_.kv_lora_rank, m_.qk_nope_dim, dt));
+      out->push_back(Gemm("attn.absorb_uk", layers, b.decode_tokens, heads * m_.kv_lora_rank,
+                          m_.qk_nope_dim, dt));
     }
     AddAttentionKernels(b, layers, sliding, out);
     if (b.decode_tokens > 0) {
-      out->push_back(Gemm("attn.absorb_uv", layers, b.decode_tokens, heads * m_.v_head_dim, m_.kv_lora_rank, dt));
+      out->push_back(Gemm("attn.absorb_uv", layers, b.decode_tokens, heads * m_.v_head_dim,
+                          m_.kv_lora_rank, dt));
     }
     out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * m_.v_head_dim, dt));
   } else {
@@ -152,7 +169,8 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
     out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * hd, dt));
   }
   if (a > 1) {
-    out->push_back(Comm("attn.all_reduce", layers, CommKind::kAllReduce, T * m_.hidden * kAct, a, a));
+    out->push_back(
+        Comm("attn.all_reduce", layers, CommKind::kAllReduce, T * m_.hidden * kAct, a, a));
   }
 }
 
@@ -166,7 +184,8 @@ AttentionHeads OperatorBuilder::PrefillHeads() const {
 
 AttentionHeads OperatorBuilder::DecodeHeads() const {
   if (m_.attention == AttentionKind::kMla) {
-    return {m_.heads / layout_.attn_tp(), 1, m_.kv_lora_rank + m_.qk_rope_dim, m_.kv_lora_rank, true};
+    return {m_.heads / layout_.attn_tp(), 1, m_.kv_lora_rank + m_.qk_rope_dim, m_.kv_lora_rank,
+            true};
   }
   return PrefillHeads();
 }
@@ -179,44 +198,48 @@ void OperatorBuilder::AddAttentionKernels(const BatchShape& b, int64_t layers, i
       // Keys and values expanded per head from the latent (activations), plus the latent of
       // the cached tokens read from the cache.
       const double rows = b.prefill_tokens + b.prefill_cached;
-      Operator op = AttentionKernel("attn.prefill", layers, PrefillHeads(), b.prefill_pairs, rows, b.prefill_tokens,
-                                    DType::kBf16);
+      Operator op = AttentionKernel("attn.prefill", layers, PrefillHeads(), b.prefill_pairs, rows,
+                                    b.prefill_tokens, DType::kBf16);
       op.bytes += b.prefill_cached * (m_.kv_lora_rank + m_.qk_rope_dim) * KvBytesPerElement(kv);
       op.dtype = kv;
       out->push_back(op);
     }
     if (b.decode_tokens > 0) {
-      out->push_back(AttentionKernel("attn.decode", layers, DecodeHeads(), b.decode_pairs, b.decode_kv,
-                                     b.decode_tokens, kv));
+      out->push_back(AttentionKernel("attn.decode", layers, DecodeHeads(), b.decode_pairs,
+                                     b.decode_kv, b.decode_tokens, kv));
     }
     return;
   }
   const AttentionHeads h = PrefillHeads();
   const int64_t full = layers - sliding;
-  auto add = [&](std::string_view name, int64_t count, double pairs, double kv_tokens, double q_tokens) {
+  auto add = [&](std::string_view name, int64_t count, double pairs, double kv_tokens,
+                 double q_tokens) {
     if (count <= 0 || q_tokens <= 0) return;
     out->push_back(AttentionKernel(name, count, h, pairs, kv_tokens, q_tokens, kv));
   };
   add("attn.prefill", full, b.prefill_pairs, b.prefill_cached + b.prefill_tokens, b.prefill_tokens);
-  add("attn.prefill_window", sliding, b.prefill_pairs_window, b.prefill_cached_window + b.prefill_tokens,
-      b.prefill_tokens);
+  add("attn.prefill_window", sliding, b.prefill_pairs_window,
+      b.prefill_cached_window + b.prefill_tokens, b.prefill_tokens);
   add("attn.decode", full, b.decode_pairs, b.decode_kv, b.decode_tokens);
   add("attn.decode_window", sliding, b.decode_pairs_window, b.decode_kv_window, b.decode_tokens);
 }
 
-void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
-                             bool experts, std::vector<Operator>* out) const {
+void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers,
+                             int64_t moe_layers, bool experts, std::vector<Operator>* out) const {
   const int a = layout_.attn_tp();
   const int64_t T = b.tokens;
   const int64_t h = m_.hidden;
   const DType dt = precision_.dense_weights;
-  out->push_back(Elementwise("mlp.norm", dense_layers + moe_layers, 2.0 * T * h * kAct, 4.0 * T * h));
+  out->push_back(
+      Elementwise("mlp.norm", dense_layers + moe_layers, 2.0 * T * h * kAct, 4.0 * T * h));
   if (dense_layers > 0) {
     const int64_t inter = m_.intermediate / a;
     out->push_back(Gemm("mlp.gate_up", dense_layers, T, 2 * inter, h, dt));
     out->push_back(Elementwise("mlp.act", dense_layers, 3.0 * T * inter * kAct, 4.0 * T * inter));
     out->push_back(Gemm("mlp.down", dense_layers, T, h, inter, dt));
-    if (a > 1) out->push_back(Comm("mlp.all_reduce", dense_layers, CommKind::kAllReduce, T * h * kAct, a, a));
+    if (a > 1)
+      out->push_back(
+          Comm("mlp.all_reduce", dense_layers, CommKind::kAllReduce, T * h * kAct, a, a));
   }
   if (moe_layers == 0) return;
 
@@ -244,7 +267,8 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
   }
 }
 
-void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers, std::vector<Operator>* out) const {
+void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers,
+                                 std::vector<Operator>* out) const {
   const int ep = layout_.ep;
   const int64_t h = m_.hidden;
   const int64_t local_experts = m_.experts / ep;
@@ -255,15 +279,17 @@ void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers, std::
                                  static_cast<double>(group_tokens));
   const double active = local_experts * (1.0 - p_idle);
   auto grouped = [&](std::string_view name, int64_t n, int64_t k) {
-    return GroupedGemm(name, moe_layers, routed, n, k, local_experts, active, precision_.moe_weights);
+    return GroupedGemm(name, moe_layers, routed, n, k, local_experts, active,
+                       precision_.moe_weights);
   };
   out->push_back(grouped("moe.experts_gate_up", 2 * inter, h));
-  out->push_back(Elementwise("moe.act", moe_layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));
+  out->push_back(
+      Elementwise("moe.act", moe_layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));
   out->push_back(grouped("moe.experts_down", h, inter));
 }
 
-void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage, std::vector<Operator>* out,
-                            OpScope scope) const {
+void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage,
+                            std::vector<Operator>* out, OpScope scope) const {
   out->clear();
   const StageInfo& s = stages_[stage];
   const int a = layout_.attn_tp();
@@ -273,14 +299,17 @@ void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage, std::v
   if (experts && T == 0 && moe.group_tokens == 0) return;
   if (stage == 0) {
     out->push_back(Elementwise("embedding", 1, 2.0 * T * h * kAct, 0.0));
-    if (a > 1) out->push_back(Comm("embedding.all_reduce", 1, CommKind::kAllReduce, T * h * kAct, a, a));
+    if (a > 1)
+      out->push_back(Comm("embedding.all_reduce", 1, CommKind::kAllReduce, T * h * kAct, a, a));
   }
   AddAttention(b, s.layers, s.sliding, out);
   AddMlp(b, moe, s.layers - s.moe, s.moe, experts, out);
   if (stage == layout_.pp - 1) {
-    out->push_back(Elementwise("final_norm", 1, 2.0 * b.sampled_tokens * h * kAct, 4.0 * b.sampled_tokens * h));
+    out->push_back(Elementwise("final_norm", 1, 2.0 * b.sampled_tokens * h * kAct,
+                               4.0 * b.sampled_tokens * h));
     if (b.sampled_tokens > 0) {
-      out->push_back(Gemm("lm_head", 1, b.sampled_tokens, m_.vocab / a, h, Precision::kHighPrecision));
+      out->push_back(
+          Gemm("lm_head", 1, b.sampled_tokens, m_.vocab / a, h, Precision::kHighPrecision));
       if (a > 1) {
         out->push_back(Comm("lm_head.all_gather", 1, CommKind::kAllGather,
                             b.sampled_tokens * static_cast<double>(m_.vocab) / a * 4.0, a, a));
@@ -291,12 +320,14 @@ void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage, std::v
   }
 }
 
-void OperatorBuilder::BuildAttention(const BatchShape& b, int stage, std::vector<Operator>* out) const {
+void OperatorBuilder::BuildAttention(const BatchShape& b, int stage,
+                                     std::vector<Operator>* out) const {
   out->clear();
   AddAttentionKernels(b, stages_[stage].layers, stages_[stage].sliding, out);
 }
 
-void OperatorBuilder::BuildExperts(int64_t moe_tokens, int stage, std::vector<Operator>* out) const {
+void OperatorBuilder::BuildExperts(int64_t moe_tokens, int stage,
+                                   std::vector<Operator>* out) const {
   out->clear();
   if (stages_[stage].moe > 0) AddExperts(moe_tokens, stages_[stage].moe, out);
 }

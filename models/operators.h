@@ -14,15 +14,23 @@
 namespace fathom::models {
 
 enum class OpKind { kGemm, kGroupedGemm, kAttention, kElementwise, kCommunication };
-enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv, kKvTransfer };
+enum class CommKind {
+  kNone,
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv,
+  kKvTransfer
+};
 
 std::string_view Name(OpKind k);
 std::string_view Name(CommKind k);
 
 struct Operator {
   OpKind kind = OpKind::kElementwise;
-  std::string_view name;  // static string, e.g. "attn.q_b_proj"
-  int64_t count = 1;      // identical instances per iteration (layers of the stage)
+  std::string_view name;       // static string, e.g. "attn.q_b_proj"
+  int64_t count = 1;           // identical instances per iteration (layers of the stage)
   DType dtype = DType::kBf16;  // weight / math format
   // GEMM: (m x k) x (k x n). Grouped GEMM: m rows spread over `groups` experts.
   int64_t m = 0, n = 0, k = 0;
@@ -44,11 +52,12 @@ struct Operator {
 Operator Gemm(std::string_view name, int64_t count, int64_t m, int64_t n, int64_t k, DType dt);
 // A grouped GEMM: `rows` rows spread over `groups` experts, `active_groups` of which get any
 // (only their weights are read).
-Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k, int64_t groups,
-                     double active_groups, DType dt);
+Operator GroupedGemm(std::string_view name, int64_t count, int64_t rows, int64_t n, int64_t k,
+                     int64_t groups, double active_groups, DType dt);
 
 // A collective of `kind` over `ranks` GPUs spanning `span`, `bytes` as Operator::comm_bytes.
-Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks, int span);
+Operator Comm(std::string_view name, int64_t count, CommKind kind, double bytes, int ranks,
+              int span);
 
 // One GPU's attention heads: query heads, the K/V heads they share, and the widths of a query /
 // key head and of a value head. `v_in_k`: values are the first d_v elements of the keys (MLA's
@@ -62,8 +71,8 @@ struct AttentionHeads {
 // An attention kernel over `pairs` (query, key) pairs of `q_tokens` queries and `kv_tokens`
 // cached keys / values, K/V in `kv`: the FLOPs of QK^T and PV and the bytes of reading K, V and
 // Q and writing O once.
-Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h, double pairs,
-                         double kv_tokens, double q_tokens, DType kv);
+Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHeads& h,
+                         double pairs, double kv_tokens, double q_tokens, DType kv);
 
 // Tokens that reach this GPU's MoE layers: the batch of every attention rank of the group when
 // attention is data parallel, else the rank's own.
@@ -97,10 +106,12 @@ class OperatorBuilder {
   AttentionHeads DecodeHeads() const;
 
  private:
-  void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;
-  void AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding, std::vector<Operator>* out) const;
-  void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers, bool experts,
-              std::vector<Operator>* out) const;
+  void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding,
+                    std::vector<Operator>* out) const;
+  void AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding,
+                           std::vector<Operator>* out) const;
+  void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
+              bool experts, std::vector<Operator>* out) const;
   void AddExperts(int64_t group_tokens, int64_t moe_layers, std::vector<Operator>* out) const;
 
   const ModelArch& m_;

@@ -1,7 +1,8 @@
+#include "models/operators.h"
+
 #include <catch2/catch.hpp>
 
 #include "models/hardware.h"
-#include "models/operators.h"
 #include "models/roofline.h"
 
 namespace fathom::models {
@@ -38,7 +39,8 @@ const Operator* Find(const std::vector<Operator>& ops, std::string_view name) {
 }  // namespace
 
 TEST_CASE("Operators: GEMM FLOPs of a prefill are 2 x active parameters per token", "[models]") {
-  for (const char* name : {"deepseek-r1", "llama3.1-405b", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"}) {
+  for (const char* name :
+       {"deepseek-r1", "llama3.1-405b", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"}) {
     INFO(name);
     const ModelArch m = Load(name);
     OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
@@ -52,7 +54,8 @@ TEST_CASE("Operators: GEMM FLOPs of a prefill are 2 x active parameters per toke
   }
 }
 
-TEST_CASE("Operators: causal attention FLOPs are 4 x heads x head_dim per query-key pair", "[models]") {
+TEST_CASE("Operators: causal attention FLOPs are 4 x heads x head_dim per query-key pair",
+          "[models]") {
   const ModelArch m = Load("llama3.1-405b");
   OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
   std::vector<Operator> ops;
@@ -87,7 +90,8 @@ TEST_CASE("Operators: sliding-window layers attend to at most the window", "[mod
 
 TEST_CASE("Operators: DeepSeek-R1 with TP8/EP8 and attention DP", "[models]") {
   const ModelArch m = Load("deepseek-r1");
-  OperatorBuilder builder(m, Layout(8, 8, 8, 8), Precision{DType::kNvfp4, DType::kNvfp4, DType::kFp8});
+  OperatorBuilder builder(m, Layout(8, 8, 8, 8),
+                          Precision{DType::kNvfp4, DType::kNvfp4, DType::kFp8});
   std::vector<Operator> ops;
   BatchShape b;
   for (int i = 0; i < 64; ++i) b.Add({1, 2000, true, true}, 0);
@@ -140,7 +144,8 @@ TEST_CASE("Operators: Llama 3.1 405B with TP8", "[models]") {
   CHECK(Find(ops, "pp.send") == nullptr);
 }
 
-TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, monotone in batch", "[models]") {
+TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, monotone in batch",
+          "[models]") {
   const ModelArch m = Load("llama2-70b");
   auto catalog = HardwareCatalog::LoadBuiltin();
   const Hardware hw = *catalog->Find("h200");
@@ -166,7 +171,8 @@ TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, m
   // Decode at batch 1 reads every weight once: about 70 GB / 4.8 TB/s.
   BatchShape one;
   one.Add({1, 100, true, true}, 0);
-  CHECK(ToSeconds(roofline.StageTime(std::span<const BatchShape>(&one, 1), 0)) == Approx(69e9 / 4.8e12).epsilon(0.03));
+  CHECK(ToSeconds(roofline.StageTime(std::span<const BatchShape>(&one, 1), 0)) ==
+        Approx(69e9 / 4.8e12).epsilon(0.03));
 }
 
 }  // namespace fathom::models

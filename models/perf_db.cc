@@ -27,11 +27,13 @@ CREATE TABLE IF NOT EXISTS kernel_activity(
 
 Result<PerfDb> PerfDb::Open(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(sqlite::Database db,
-                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate, "performance database"));
+                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate,
+                                                 "performance database"));
   FATHOM_RETURN_IF_ERROR(db.Exec(kSchema));
   // Databases written before the dims column get it, empty for their rows.
   if (!db.Prepare("SELECT dims FROM op_latency LIMIT 0").ok()) {
-    FATHOM_RETURN_IF_ERROR(db.Exec("ALTER TABLE op_latency ADD COLUMN dims TEXT NOT NULL DEFAULT ''"));
+    FATHOM_RETURN_IF_ERROR(
+        db.Exec("ALTER TABLE op_latency ADD COLUMN dims TEXT NOT NULL DEFAULT ''"));
   }
   return PerfDb(std::move(db));
 }
@@ -47,37 +49,43 @@ Status PerfDb::Insert(const std::vector<OpMeasurement>& rows) {
 
 Status PerfDb::InsertOne(const OpMeasurement& m) {
   if (!(m.median_us > 0)) {
-    return Status::InvalidArgument(db_.path() + ": " + m.op + " median_us = " + std::to_string(m.median_us) + ": must be > 0");
+    return Status::InvalidArgument(db_.path() + ": " + m.op +
+                                   " median_us = " + std::to_string(m.median_us) + ": must be > 0");
   }
   if (m.source != "measured" && m.source != "imported" && m.source != "published") {
-    return Status::InvalidArgument(db_.path() + ": source = \"" + m.source + "\": must be measured, imported or published");
+    return Status::InvalidArgument(db_.path() + ": source = \"" + m.source +
+                                   "\": must be measured, imported or published");
   }
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
-      db_.Prepare("INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, count, "
+      db_.Prepare("INSERT INTO op_latency(hardware, stack, op, dtype, m, n, k, extra, median_us, "
+                  "p10_us, p90_us, count, "
                   "source, date, device_info, dims) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
   int i = 0;
-  for (const std::string* text : {&m.hardware, &m.stack, &m.op, &m.dtype}) FATHOM_RETURN_IF_ERROR(st.Bind(++i, *text));
+  for (const std::string* text : {&m.hardware, &m.stack, &m.op, &m.dtype})
+    FATHOM_RETURN_IF_ERROR(st.Bind(++i, *text));
   for (int64_t v : {m.m, m.n, m.k, m.extra}) FATHOM_RETURN_IF_ERROR(st.Bind(++i, v));
   for (double v : {m.median_us, m.p10_us, m.p90_us}) FATHOM_RETURN_IF_ERROR(st.Bind(++i, v));
   FATHOM_RETURN_IF_ERROR(st.Bind(++i, m.count));
-  for (const std::string* text : {&m.source, &m.date, &m.device_info, &m.dims}) FATHOM_RETURN_IF_ERROR(st.Bind(++i, *text));
+  for (const std::string* text : {&m.source, &m.date, &m.device_info, &m.dims})
+    FATHOM_RETURN_IF_ERROR(st.Bind(++i, *text));
   return st.Step().status();
 }
 
 Status PerfDb::InsertKernels(const std::vector<KernelRecord>& kernels) {
-  FATHOM_ASSIGN_OR_RETURN(
-      sqlite::Statement st,
-      db_.Prepare("INSERT INTO kernel_activity(name, kind, start_ns, end_ns, device, stream, correlation, grid_x, grid_y, "
-                  "grid_z, block_x, block_y, block_z, nvtx_range, source) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                          db_.Prepare("INSERT INTO kernel_activity(name, kind, start_ns, end_ns, "
+                                      "device, stream, correlation, grid_x, grid_y, "
+                                      "grid_z, block_x, block_y, block_z, nvtx_range, source) "
+                                      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
   auto insert = [&](const KernelRecord& k) -> Status {
     FATHOM_RETURN_IF_ERROR(st.Reset());
     int i = 0;
     FATHOM_RETURN_IF_ERROR(st.Bind(++i, k.name));
     FATHOM_RETURN_IF_ERROR(st.Bind(++i, k.kind));
-    for (int64_t v : {k.start_ns, k.end_ns, int64_t{k.device}, int64_t{k.stream}, k.correlation, int64_t{k.grid[0]},
-                      int64_t{k.grid[1]}, int64_t{k.grid[2]}, int64_t{k.block[0]}, int64_t{k.block[1]},
-                      int64_t{k.block[2]}}) {
+    for (int64_t v : {k.start_ns, k.end_ns, int64_t{k.device}, int64_t{k.stream}, k.correlation,
+                      int64_t{k.grid[0]}, int64_t{k.grid[1]}, int64_t{k.grid[2]},
+                      int64_t{k.block[0]}, int64_t{k.block[1]}, int64_t{k.block[2]}}) {
       FATHOM_RETURN_IF_ERROR(st.Bind(++i, v));
     }
     FATHOM_RETURN_IF_ERROR(st.Bind(++i, k.nvtx_range));
@@ -91,7 +99,9 @@ Status PerfDb::InsertKernels(const std::vector<KernelRecord>& kernels) {
 }
 
 Result<std::vector<std::string>> PerfDb::HardwareNames() const {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("SELECT DISTINCT hardware FROM op_latency ORDER BY hardware"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Statement st,
+      db_.Prepare("SELECT DISTINCT hardware FROM op_latency ORDER BY hardware"));
   std::vector<std::string> out;
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -101,11 +111,14 @@ Result<std::vector<std::string>> PerfDb::HardwareNames() const {
 }
 
 Result<std::vector<OpMeasurement>> PerfDb::Query(const std::string& hardware, const std::string& op,
-                                                 const std::string& dtype, const std::string& stack) const {
+                                                 const std::string& dtype,
+                                                 const std::string& stack) const {
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
-      db_.Prepare("SELECT hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, count, source, date, "
-                  "device_info, dims FROM op_latency WHERE hardware = ?1 AND (?2 = '' OR op = ?2) AND (?3 = '' OR dtype = ?3) "
+      db_.Prepare("SELECT hardware, stack, op, dtype, m, n, k, extra, median_us, p10_us, p90_us, "
+                  "count, source, date, "
+                  "device_info, dims FROM op_latency WHERE hardware = ?1 AND (?2 = '' OR op = ?2) "
+                  "AND (?3 = '' OR dtype = ?3) "
                   "AND (?4 = '' OR stack = ?4) ORDER BY op, dtype, n, k, extra, m"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, hardware));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, op));
@@ -139,8 +152,10 @@ Result<std::vector<OpMeasurement>> PerfDb::Query(const std::string& hardware, co
 Result<std::vector<KernelRecord>> PerfDb::Kernels() const {
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
-      db_.Prepare("SELECT name, kind, start_ns, end_ns, device, stream, correlation, grid_x, grid_y, grid_z, block_x, "
-                  "block_y, block_z, nvtx_range, source FROM kernel_activity ORDER BY start_ns, id"));
+      db_.Prepare(
+          "SELECT name, kind, start_ns, end_ns, device, stream, correlation, grid_x, grid_y, "
+          "grid_z, block_x, "
+          "block_y, block_z, nvtx_range, source FROM kernel_activity ORDER BY start_ns, id"));
   std::vector<KernelRecord> out;
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -169,7 +184,9 @@ std::optional<std::string_view> DimText(std::string_view dims, std::string_view 
     const size_t end = std::min(dims.find(' ', pos), dims.size());
     const std::string_view token = dims.substr(pos, end - pos);
     pos = end + 1;
-    if (token.size() <= key.size() || token.substr(0, key.size()) != key || token[key.size()] != '=') continue;
+    if (token.size() <= key.size() || token.substr(0, key.size()) != key ||
+        token[key.size()] != '=')
+      continue;
     return token.substr(key.size() + 1);
   }
   return std::nullopt;
@@ -184,13 +201,16 @@ std::optional<int64_t> DimValue(std::string_view dims, std::string_view key) {
   return v;
 }
 
-std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points, double x) {
+std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points,
+                                        double x) {
   if (points.empty()) return std::nullopt;
   // Below the smallest measured shape a kernel gets no faster (launch and tail floor).
   if (x <= points.front().first) return points.front().second;
-  if (points.size() == 1) return points[0].second * (x / points[0].first);  // linear above one point
-  auto it = std::lower_bound(points.begin(), points.end(), x,
-                             [](const std::pair<double, double>& p, double v) { return p.first < v; });
+  if (points.size() == 1)
+    return points[0].second * (x / points[0].first);  // linear above one point
+  auto it =
+      std::lower_bound(points.begin(), points.end(), x,
+                       [](const std::pair<double, double>& p, double v) { return p.first < v; });
   if (it != points.end() && it->first == x) return it->second;
   size_t hi = static_cast<size_t>(it - points.begin());
   hi = std::clamp<size_t>(hi, 1, points.size() - 1);

@@ -12,7 +12,6 @@
 #include "base/sqlite.h"
 #include "base/status.h"
 
-
 namespace fathom::models {
 
 struct OpMeasurement {
@@ -54,13 +53,14 @@ class PerfDb {
   static Result<PerfDb> Open(const std::string& path);
 
   Status Insert(const OpMeasurement& m);
-  Status Insert(const std::vector<OpMeasurement>& rows);  // all or nothing
+  Status Insert(const std::vector<OpMeasurement>& rows);           // all or nothing
   Status InsertKernels(const std::vector<KernelRecord>& kernels);  // one transaction
 
   // Rows for one GPU, operator kind, data type and stack; an empty one of the last three matches
   // every value.
   Result<std::vector<OpMeasurement>> Query(const std::string& hardware, const std::string& op,
-                                           const std::string& dtype, const std::string& stack = "") const;
+                                           const std::string& dtype,
+                                           const std::string& stack = "") const;
   Result<std::vector<KernelRecord>> Kernels() const;
   Result<std::vector<std::string>> HardwareNames() const;  // GPUs with operator rows
 
@@ -79,6 +79,7 @@ std::optional<std::string_view> DimText(std::string_view dims, std::string_view 
 // Latency at `x` from points (x_i, y_i) sorted by x: piecewise linear in (log x, log y), exact
 // at the points; below the first point the first latency (a kernel's floor), above the last the
 // last segment extended. Empty input gives nullopt.
-std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points, double x);
+std::optional<double> InterpolateLogLog(const std::vector<std::pair<double, double>>& points,
+                                        double x);
 
 }  // namespace fathom::models

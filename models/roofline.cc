@@ -10,8 +10,9 @@ RooflineModel::RooflineModel(const ModelArch& m, const Hardware& hw, const Paral
 
 double RooflineModel::OpSeconds(const Operator& op) const {
   if (op.kind == OpKind::kCommunication) return CollectiveSeconds(op, hw_, 1.0, 0.0, 0.0);
-  const double peak = op.kind == OpKind::kAttention || op.kind == OpKind::kElementwise ? hw_.peak_bf16_flops
-                                                                                        : hw_.PeakFlops(op.dtype);
+  const double peak = op.kind == OpKind::kAttention || op.kind == OpKind::kElementwise
+                          ? hw_.peak_bf16_flops
+                          : hw_.PeakFlops(op.dtype);
   return std::max(op.flops / peak, op.bytes / hw_.hbm_bytes_per_s);
 }
 

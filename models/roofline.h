@@ -9,7 +9,8 @@ namespace fathom::models {
 
 class RooflineModel : public OperatorTimeModel {
  public:
-  RooflineModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout, const Precision& precision);
+  RooflineModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
+                const Precision& precision);
   double OpSeconds(const Operator& op) const override;
 
  private:

@@ -41,18 +41,22 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path) {
     FATHOM_RETURN_IF_ERROR(f.status());
     if (s.name.empty()) return Status::InvalidArgument(where + ": field 'name': must not be empty");
     if (!e.contains("calibrated_on") || !e["calibrated_on"].is_array()) {
-      return Status::InvalidArgument(where + ": field 'calibrated_on': missing (required array of MLPerf rounds)");
+      return Status::InvalidArgument(
+          where + ": field 'calibrated_on': missing (required array of MLPerf rounds)");
     }
     for (const Json& r : e["calibrated_on"]) {
-      if (!r.is_string()) return Status::InvalidArgument(where + ": field 'calibrated_on': must hold strings");
+      if (!r.is_string())
+        return Status::InvalidArgument(where + ": field 'calibrated_on': must hold strings");
       s.calibrated_on.push_back(r.get<std::string>());
     }
     if (e.contains("features")) {
-      if (!e["features"].is_object()) return Status::InvalidArgument(where + ": field 'features': must be an object");
+      if (!e["features"].is_object())
+        return Status::InvalidArgument(where + ": field 'features': must be an object");
       s.features = OrderedJson::parse(e["features"].dump());
     }
     for (const Stack& earlier : out) {
-      if (earlier.name == s.name) return Status::InvalidArgument(where + ": field 'name': \"" + s.name + "\" twice");
+      if (earlier.name == s.name)
+        return Status::InvalidArgument(where + ": field 'name': \"" + s.name + "\" twice");
     }
     out.push_back(std::move(s));
   }
@@ -71,15 +75,17 @@ Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& nam
   for (const Stack& s : stacks) {
     if (s.name == name) return s;
   }
-  return Status::InvalidArgument("--stack = \"" + name + "\": not a known stack (" + Names(stacks) + ")");
+  return Status::InvalidArgument("--stack = \"" + name + "\": not a known stack (" + Names(stacks) +
+                                 ")");
 }
 
 Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round) {
   for (const Stack& s : stacks) {
-    if (std::find(s.calibrated_on.begin(), s.calibrated_on.end(), round) != s.calibrated_on.end()) return s;
+    if (std::find(s.calibrated_on.begin(), s.calibrated_on.end(), round) != s.calibrated_on.end())
+      return s;
   }
-  return Status::InvalidArgument("no stack is calibrated on MLPerf " + round + " (" + Names(stacks) +
-                                 "): give --stack or --calibration");
+  return Status::InvalidArgument("no stack is calibrated on MLPerf " + round + " (" +
+                                 Names(stacks) + "): give --stack or --calibration");
 }
 
 }  // namespace fathom::models

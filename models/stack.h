@@ -12,9 +12,9 @@
 namespace fathom::models {
 
 struct Stack {
-  std::string name;     // "trtllm-1.2"
-  std::string engine;   // "TensorRT-LLM"
-  std::string version;  // release and toolchain
+  std::string name;                        // "trtllm-1.2"
+  std::string engine;                      // "TensorRT-LLM"
+  std::string version;                     // release and toolchain
   std::vector<std::string> calibrated_on;  // MLPerf rounds whose rows fitted it ("v6.0")
   std::string calibration;                 // calibration file, relative to the data directory
   OrderedJson features;                    // what the release offers, from its harness configs

@@ -22,7 +22,8 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
   CHECK(DefaultCalibrationPath() == stacks->back().CalibrationPath());
   CHECK(StackForRound(*stacks, "v5.1")->name == "trtllm-1.0");
   CHECK(StackForRound(*stacks, "v6.0")->name == "trtllm-1.2");
-  CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(), Catch::Contains("no stack is calibrated on MLPerf v4.0"));
+  CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(),
+             Catch::Contains("no stack is calibrated on MLPerf v4.0"));
   CHECK_THAT(FindStack(*stacks, "vllm-9").status().message(),
              Catch::Contains("--stack = \"vllm-9\": not a known stack (trtllm-1.0, trtllm-1.2"));
   // Each stack is its own calibration: v6.0's engine is not v5.1's.
@@ -31,12 +32,16 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
 }
 
 TEST_CASE("Stacks: a broken stacks file names the entry and the field", "[stack]") {
-  const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_stacks.json";
-  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json"}]})";
+  const std::string path =
+      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_stacks.json";
+  std::ofstream(path)
+      << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json"}]})";
   auto bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.status().message(), Catch::Contains("stacks[0]") && Catch::Contains("'calibrated_on'"));
-  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json",
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("stacks[0]") && Catch::Contains("'calibrated_on'"));
+  std::ofstream(path)
+      << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json",
                               "calibrated_on": ["v1"]}, {"name": "a", "engine": "e", "version": "2",
                               "calibration": "c.json", "calibrated_on": ["v2"]}]})";
   bad = LoadStacks(path);

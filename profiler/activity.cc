@@ -82,7 +82,8 @@ std::string ActivityLog::RangeOf(int64_t thread, int64_t t) const {
   }
   const OpenRangeInfo* open = nullptr;
   for (const auto& [id, r] : open_) {
-    if (r.thread == thread && r.start_ns <= t && (open == nullptr || r.start_ns > open->start_ns)) open = &r;
+    if (r.thread == thread && r.start_ns <= t && (open == nullptr || r.start_ns > open->start_ns))
+      open = &r;
   }
   if (open != nullptr && (best == nullptr || open->start_ns >= best->start)) return open->name;
   return best ? best->name : "";

@@ -39,7 +39,8 @@ class ActivityLog {
   void AddLaunch(int64_t correlation, int64_t thread, int64_t start_ns);
   void OpenRange(int64_t id, int64_t thread, int64_t start_ns, std::string name);
   void CloseRange(int64_t id, int64_t end_ns);
-  void AddRange(int64_t thread, int64_t start_ns, int64_t end_ns, std::string name);  // a complete one
+  void AddRange(int64_t thread, int64_t start_ns, int64_t end_ns,
+                std::string name);  // a complete one
 
   // Hands over the records whose launch call is known, with their range; records whose launch
   // call is still unknown wait, until `final` or until they ended a horizon ago (then with no
@@ -65,13 +66,14 @@ class ActivityLog {
   int64_t latest_ns_ = 0;
   std::vector<models::KernelRecord> records_;
   std::unordered_map<int64_t, Launch> launches_;
-  std::deque<std::pair<int64_t, int64_t>> launch_order_;  // (start, correlation), to forget old calls
+  std::deque<std::pair<int64_t, int64_t>>
+      launch_order_;  // (start, correlation), to forget old calls
   struct ClosedRange {
     NamedRange range;
     int64_t max_end = 0;  // latest end of this range and every one before it in the list
   };
-  std::unordered_map<int64_t, OpenRangeInfo> open_;       // by range id
-  std::map<int64_t, std::deque<ClosedRange>> closed_;     // by thread, sorted by start
+  std::unordered_map<int64_t, OpenRangeInfo> open_;    // by range id
+  std::map<int64_t, std::deque<ClosedRange>> closed_;  // by thread, sorted by start
 };
 
 }  // namespace fathom::profiler

@@ -35,7 +35,8 @@ void Feed(const Json& e, ActivityLog* log) {
 
 }  // namespace
 
-TEST_CASE("ActivityLog: each record gets the innermost NVTX range open on its launching thread", "[profiler]") {
+TEST_CASE("ActivityLog: each record gets the innermost NVTX range open on its launching thread",
+          "[profiler]") {
   const Json fixture = ActivityFixture();
   ActivityLog log;
   for (const auto& e : fixture["activity"]) Feed(e, &log);
@@ -46,7 +47,8 @@ TEST_CASE("ActivityLog: each record gets the innermost NVTX range open on its la
   CHECK(log.pending_records() == 0);
 }
 
-TEST_CASE("ActivityLog: records taken as activity arrives match those taken at the end", "[profiler]") {
+TEST_CASE("ActivityLog: records taken as activity arrives match those taken at the end",
+          "[profiler]") {
   const Json fixture = ActivityFixture();
   ActivityLog log;
   std::vector<models::KernelRecord> streamed;
@@ -55,15 +57,18 @@ TEST_CASE("ActivityLog: records taken as activity arrives match those taken at t
     Feed(e, &log);
     for (auto& r : log.Take(/*final=*/false)) streamed.push_back(std::move(r));
     // The attention kernel arrives before its launch call: it waits for it.
-    if (e["kind"] == "CONCURRENT_KERNEL" && e["correlationId"] == 21) attention_waited = log.pending_records() == 1;
+    if (e["kind"] == "CONCURRENT_KERNEL" && e["correlationId"] == 21)
+      attention_waited = log.pending_records() == 1;
   }
   CHECK(attention_waited);
   CHECK(log.Take(/*final=*/true).empty());
-  std::stable_sort(streamed.begin(), streamed.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  std::stable_sort(streamed.begin(), streamed.end(),
+                   [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   CheckExpected(streamed, fixture["expected"]);
 }
 
-TEST_CASE("ActivityLog: a long trace taken as it goes keeps memory bounded and every range right", "[profiler]") {
+TEST_CASE("ActivityLog: a long trace taken as it goes keeps memory bounded and every range right",
+          "[profiler]") {
   // 20,000 iterations of 1 ms on one thread: a range per iteration, four layer ranges inside
   // with three launches each; each kernel's record arrives 5 ms after its launch. 20 s of
   // activity with a 1 s horizon.

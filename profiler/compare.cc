@@ -12,7 +12,8 @@ namespace {
 // stream weights, large ones compute), the K/V length of attention, a collective's bytes
 // (small ones are latency, large ones bandwidth).
 std::pair<int, std::string> SizeBucket(const models::OpMeasurement& row) {
-  auto bucket = [](int64_t x, const std::vector<int64_t>& bounds, const std::vector<const char*>& labels) {
+  auto bucket = [](int64_t x, const std::vector<int64_t>& bounds,
+                   const std::vector<const char*>& labels) {
     int i = 0;
     while (i < static_cast<int>(bounds.size()) && x > bounds[i]) ++i;
     return std::pair<int, std::string>{i, labels[i]};
@@ -77,7 +78,8 @@ OrderedJson GroupsJson(const std::vector<ComparisonGroup>& groups) {
 
 }  // namespace
 
-Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw,
+Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows,
+                                         const models::Hardware& hw,
                                          const models::CostParams& params) {
   ModelComparison out;
   // A measured collective is its kernel's whole time, not the share that overlap leaves.

@@ -21,7 +21,9 @@ struct OpComparison {
   double model_us = 0;
   double error_pct() const { return 100.0 * (model_us - row.median_us) / row.median_us; }
   bool has_spread() const { return row.p90_us > 0; }  // imported tables may give only the median
-  bool within_spread() const { return has_spread() && model_us >= row.p10_us && model_us <= row.p90_us; }
+  bool within_spread() const {
+    return has_spread() && model_us >= row.p10_us && model_us <= row.p90_us;
+  }
 };
 
 struct ComparisonGroup {
@@ -36,14 +38,15 @@ struct ComparisonGroup {
 
 struct ModelComparison {
   std::vector<OpComparison> rows;
-  std::vector<ComparisonGroup> by_kind;  // operator kind and data type
-  std::vector<ComparisonGroup> by_size;  // and size class
+  std::vector<ComparisonGroup> by_kind;     // operator kind and data type
+  std::vector<ComparisonGroup> by_size;     // and size class
   std::map<std::string, int> not_compared;  // kinds the model does not price from a shape
   OrderedJson ToJson(bool with_rows) const;
 };
 
 // Prices every row's operator with `params` (analytically: no measured tables) on `hw`.
-Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw,
+Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement>& rows,
+                                         const models::Hardware& hw,
                                          const models::CostParams& params);
 
 }  // namespace fathom::profiler

@@ -36,7 +36,8 @@ std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
   }
   for (int64_t context : {512, 16384}) {
     add("attention_decode", 64, context, 1, 0, "heads=16 kv_heads=1 d_qk=576 d_v=512 v_in_k=1");
-    add("attention_prefill", 1, context, context, 0, "heads=16 kv_heads=16 d_qk=192 d_v=128 causal=1");
+    add("attention_prefill", 1, context, context, 0,
+        "heads=16 kv_heads=16 d_qk=192 d_v=128 causal=1");
   }
   for (int64_t bytes : {16 << 10, 1 << 20, 256 << 20}) add("all_reduce", bytes, 0, 0, 8, "");
   models::OpMeasurement unknown;
@@ -50,7 +51,8 @@ std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
 
 }  // namespace
 
-TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GPU shows as a bias", "[profiler]") {
+TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GPU shows as a bias",
+          "[profiler]") {
   const models::CostParams params;
   auto same = CompareWithModel(Rows(params), H100(), params);
   REQUIRE(same.ok());
@@ -71,13 +73,14 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   }
   std::vector<std::string> sizes;
   for (const auto& g : same->by_size) sizes.push_back(g.key);
-  CHECK(sizes == std::vector<std::string>{"all_reduce bf16, <=64 KiB", "all_reduce bf16, 64 KiB-4 MiB",
-                                          "all_reduce bf16, >4 MiB", "attention_decode bf16, K/V 1-1024",
-                                          "attention_decode bf16, K/V >8192", "attention_prefill bf16, K/V 1-1024",
-                                          "attention_prefill bf16, K/V >8192", "gemm bf16, M 1-16",
-                                          "gemm bf16, M 17-128", "gemm bf16, M 129-1024", "gemm bf16, M >1024",
-                                          "grouped_gemm bf16, M 1-16", "grouped_gemm bf16, M 17-128",
-                                          "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024"});
+  CHECK(sizes == std::vector<std::string>{
+                     "all_reduce bf16, <=64 KiB", "all_reduce bf16, 64 KiB-4 MiB",
+                     "all_reduce bf16, >4 MiB", "attention_decode bf16, K/V 1-1024",
+                     "attention_decode bf16, K/V >8192", "attention_prefill bf16, K/V 1-1024",
+                     "attention_prefill bf16, K/V >8192", "gemm bf16, M 1-16",
+                     "gemm bf16, M 17-128", "gemm bf16, M 129-1024", "gemm bf16, M >1024",
+                     "grouped_gemm bf16, M 1-16", "grouped_gemm bf16, M 17-128",
+                     "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024"});
 
   // Measured on a GPU whose large GEMMs reach half the efficiency the model assumes: large-M
   // rows come out 50% fast in the model (their time halves), small-M rows (streaming weights)
@@ -90,15 +93,18 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   for (const auto& g : biased->by_size) by_size[g.key] = g;
   CHECK(by_size["gemm bf16, M >1024"].median_pct == Approx(-50).margin(1));
   CHECK(by_size["gemm bf16, M 1-16"].median_abs_pct < 1);
-  CHECK(by_size["attention_decode bf16, K/V >8192"].median_abs_pct < 1e-9);  // attention is not a GEMM
+  CHECK(by_size["attention_decode bf16, K/V >8192"].median_abs_pct <
+        1e-9);  // attention is not a GEMM
   CHECK(biased->by_kind[3].worst_pct < -40);
   const auto json = biased->ToJson(true);
   CHECK(json["rows"].size() == 17);
   CHECK(json["not_compared"]["moe_dispatch"] == 1);
 }
 
-TEST_CASE("CompareWithModel: a row without a positive latency or with a bad shape is refused with its shape",
-          "[profiler]") {
+TEST_CASE(
+    "CompareWithModel: a row without a positive latency or with a bad shape is refused with its "
+    "shape",
+    "[profiler]") {
   auto rows = Rows(models::CostParams{});
   rows[0].median_us = 0;
   auto c = CompareWithModel(rows, H100(), models::CostParams{});
@@ -110,7 +116,8 @@ TEST_CASE("CompareWithModel: a row without a positive latency or with a bad shap
   c = CompareWithModel(rows, H100(), models::CostParams{});
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().message() ==
-        "attention_decode 64x512x1 (heads=16 d_qk=576 d_v=512): dims must give positive heads, kv_heads, d_qk and d_v");
+        "attention_decode 64x512x1 (heads=16 d_qk=576 d_v=512): dims must give positive heads, "
+        "kv_heads, d_qk and d_v");
 }
 
 }  // namespace fathom::profiler

@@ -25,29 +25,38 @@ Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
   const std::string start(head, static_cast<size_t>(in.gcount()));
   if (start.rfind("SQLite format 3", 0) == 0) return ProfileFormat::kNsysSqlite;
   const size_t brace = start.find_first_not_of(" \t\r\n");
-  if (brace != std::string::npos && (start[brace] == '{' || start[brace] == '[')) return ProfileFormat::kPytorchJson;
+  if (brace != std::string::npos && (start[brace] == '{' || start[brace] == '['))
+    return ProfileFormat::kPytorchJson;
   const std::string first_line = start.substr(0, start.find('\n'));
-  if (first_line.find("op_name") != std::string::npos && first_line.find("latency") != std::string::npos) {
+  if (first_line.find("op_name") != std::string::npos &&
+      first_line.find("latency") != std::string::npos) {
     return ProfileFormat::kGemmTableCsv;
   }
   if (first_line.find("time_stats.") != std::string::npos) return ProfileFormat::kVidurCsv;
-  return Status::InvalidArgument(path + ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a "
-                                        "GEMM table (CSV with op_name and latency columns) nor a Vidur profile "
-                                        "(CSV with time_stats columns)");
+  return Status::InvalidArgument(
+      path +
+      ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a "
+      "GEMM table (CSV with op_name and latency columns) nor a Vidur profile "
+      "(CSV with time_stats columns)");
 }
 
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path) {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Database db, sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly,
-                                                                      "Nsight Systems SQLite export"));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Database db,
+                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly,
+                                                 "Nsight Systems SQLite export"));
   if (!db.HasTable("CUPTI_ACTIVITY_KIND_KERNEL") || !db.HasTable("StringIds")) {
-    return Status::InvalidArgument(path + ": table CUPTI_ACTIVITY_KIND_KERNEL or StringIds missing (export with "
-                                          "`nsys export --type sqlite`)");
+    return Status::InvalidArgument(
+        path +
+        ": table CUPTI_ACTIVITY_KIND_KERNEL or StringIds missing (export with "
+        "`nsys export --type sqlite`)");
   }
   // Runs `sql` and hands each row to `row`; a table whose layout is not the one expected is an
   // error naming the file.
-  auto each_row = [&](const std::string& sql, const std::function<Status(const sqlite::Statement&)>& row) -> Status {
+  auto each_row = [&](const std::string& sql,
+                      const std::function<Status(const sqlite::Statement&)>& row) -> Status {
     auto st = db.Prepare(sql);
-    if (!st.ok()) return Status::InvalidArgument(path + ": unexpected table layout: " + st.status().message());
+    if (!st.ok())
+      return Status::InvalidArgument(path + ": unexpected table layout: " + st.status().message());
     for (;;) {
       FATHOM_ASSIGN_OR_RETURN(bool more, st->Step());
       if (!more) return Status::Ok();
@@ -55,30 +64,34 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
     }
   };
   // A record's start and end (columns 0 and 1) with 0 <= start <= end, so its duration is defined.
-  auto interval = [&](const std::string& table, const sqlite::Statement& st, models::KernelRecord* k) -> Status {
+  auto interval = [&](const std::string& table, const sqlite::Statement& st,
+                      models::KernelRecord* k) -> Status {
     k->start_ns = st.Int(0);
     k->end_ns = st.Int(1);
     if (k->start_ns >= 0 && k->end_ns >= k->start_ns) return Status::Ok();
-    return Status::InvalidArgument(path + ": " + table + ": a record with start " + std::to_string(k->start_ns) +
-                                   " and end " + std::to_string(k->end_ns) + ": must have 0 <= start <= end");
+    return Status::InvalidArgument(path + ": " + table + ": a record with start " +
+                                   std::to_string(k->start_ns) + " and end " +
+                                   std::to_string(k->end_ns) + ": must have 0 <= start <= end");
   };
   // The NVTX ranges per thread and the API calls that launched work, then the records, each
   // matched to its launch call by correlation id.
   ActivityLog log;
   if (db.HasTable("NVTX_EVENTS")) {
-    FATHOM_RETURN_IF_ERROR(each_row("SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
-                                    "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
-                                    [&](const sqlite::Statement& st) {
-                                      log.AddRange(st.Int(2), st.Int(0), st.Int(1), st.Text(3));
-                                      return Status::Ok();
-                                    }));
+    FATHOM_RETURN_IF_ERROR(
+        each_row("SELECT e.start, e.end, e.globalTid, COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
+                 "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.end IS NOT NULL",
+                 [&](const sqlite::Statement& st) {
+                   log.AddRange(st.Int(2), st.Int(0), st.Int(1), st.Text(3));
+                   return Status::Ok();
+                 }));
   }
   if (db.HasTable("CUPTI_ACTIVITY_KIND_RUNTIME")) {
-    FATHOM_RETURN_IF_ERROR(each_row("SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME",
-                                    [&](const sqlite::Statement& st) {
-                                      log.AddLaunch(st.Int(0), st.Int(1), st.Int(2));
-                                      return Status::Ok();
-                                    }));
+    FATHOM_RETURN_IF_ERROR(
+        each_row("SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+                 [&](const sqlite::Statement& st) {
+                   log.AddLaunch(st.Int(0), st.Int(1), st.Int(2));
+                   return Status::Ok();
+                 }));
   }
   FATHOM_RETURN_IF_ERROR(each_row(
       "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, s.value, k.gridX, k.gridY, "
@@ -102,19 +115,20 @@ Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path
   for (const std::string table : {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
     if (!db.HasTable(table)) continue;
     const std::string kind = table.find("MEMCPY") != std::string::npos ? "memcpy" : "memset";
-    FATHOM_RETURN_IF_ERROR(each_row("SELECT start, end, deviceId, streamId, correlationId FROM " + table,
-                                    [&](const sqlite::Statement& st) {
-                                      models::KernelRecord k;
-                                      k.kind = kind;
-                                      k.name = kind;
-                                      FATHOM_RETURN_IF_ERROR(interval(table, st, &k));
-                                      k.device = static_cast<int32_t>(st.Int(2));
-                                      k.stream = static_cast<int32_t>(st.Int(3));
-                                      k.correlation = st.Int(4);
-                                      k.source = path;
-                                      log.AddRecord(std::move(k));
-                                      return Status::Ok();
-                                    }));
+    FATHOM_RETURN_IF_ERROR(
+        each_row("SELECT start, end, deviceId, streamId, correlationId FROM " + table,
+                 [&](const sqlite::Statement& st) {
+                   models::KernelRecord k;
+                   k.kind = kind;
+                   k.name = kind;
+                   FATHOM_RETURN_IF_ERROR(interval(table, st, &k));
+                   k.device = static_cast<int32_t>(st.Int(2));
+                   k.stream = static_cast<int32_t>(st.Int(3));
+                   k.correlation = st.Int(4);
+                   k.source = path;
+                   log.AddRecord(std::move(k));
+                   return Status::Ok();
+                 }));
   }
   return log.Take(/*final=*/true);
 }
@@ -127,7 +141,8 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   } else if (doc.is_array()) {
     events = &doc;
   } else {
-    return Status::InvalidArgument(path + ": field 'traceEvents': missing (a PyTorch profiler Chrome trace has it)");
+    return Status::InvalidArgument(
+        path + ": field 'traceEvents': missing (a PyTorch profiler Chrome trace has it)");
   }
   // GPU-side annotation ranges (PyTorch's gpu_user_annotation) per device and stream.
   std::map<std::pair<int64_t, int64_t>, std::vector<NamedRange>> annotations;
@@ -137,7 +152,8 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   auto us_to_ns = [](JsonFields& f, const char* key) -> int64_t {
     constexpr double kMaxUs = 4.6e15;
     const double us = f.Double(key);
-    if (!(us >= 0 && us <= kMaxUs)) f.Fail(key, StrFormat("%g", us), "must be in [0, 4.6e15] microseconds");
+    if (!(us >= 0 && us <= kMaxUs))
+      f.Fail(key, StrFormat("%g", us), "must be in [0, 4.6e15] microseconds");
     return f.status().ok() ? static_cast<int64_t>(std::llround(us * 1000.0)) : 0;
   };
   // Kineto writes a GPU stream's tid as "stream 7": its number; other ids as integers.
@@ -151,23 +167,29 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   };
   for (size_t i = 0; i < events->size(); ++i) {
     const Json& e = (*events)[i];
-    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X" || !e.contains("ts") || !e.contains("dur") ||
-        !e["ts"].is_number() || !e["dur"].is_number()) {
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X" || !e.contains("ts") ||
+        !e.contains("dur") || !e["ts"].is_number() || !e["dur"].is_number()) {
       continue;
     }
     JsonFields f(e, path + ": traceEvents[" + std::to_string(i) + "]");
     const std::string cat = f.String("cat", "");
     const std::string name = f.String("name", "");
     FATHOM_RETURN_IF_ERROR(f.status());
-    if (cat != "gpu_user_annotation" && cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") continue;
+    if (cat != "gpu_user_annotation" && cat != "kernel" && cat != "gpu_memcpy" &&
+        cat != "gpu_memset")
+      continue;
     const int64_t start = us_to_ns(f, "ts");
     const int64_t end = start + us_to_ns(f, "dur");
     FATHOM_RETURN_IF_ERROR(f.status());
     static const Json kNone = Json::object();
     const Json& args = e.contains("args") && e["args"].is_object() ? e["args"] : kNone;
     JsonFields a(args, f.source() + ": args");
-    const int64_t device = args.contains("device") ? id(args["device"]) : e.contains("pid") ? id(e["pid"]) : 0;
-    const int64_t stream = args.contains("stream") ? id(args["stream"]) : e.contains("tid") ? id(e["tid"]) : 0;
+    const int64_t device = args.contains("device") ? id(args["device"])
+                           : e.contains("pid")     ? id(e["pid"])
+                                                   : 0;
+    const int64_t stream = args.contains("stream") ? id(args["stream"])
+                           : e.contains("tid")     ? id(e["tid"])
+                                                   : 0;
     if (cat == "gpu_user_annotation") {
       annotations[{device, stream}].push_back({start, end, name});
       continue;
@@ -185,7 +207,8 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
       if (!args.contains(key) || !args[key].is_array() || args[key].size() != 3) continue;
       for (int d = 0; d < 3; ++d) {
         const Json& v = args[key][d];
-        if (!v.is_number_integer()) return Status::InvalidArgument(a.source() + ": field '" + key + "': not three integers");
+        if (!v.is_number_integer())
+          return Status::InvalidArgument(a.source() + ": field '" + key + "': not three integers");
         (std::string(key) == "grid" ? k.grid : k.block)[d] = v.get<int>();
       }
     }
@@ -193,13 +216,15 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
     out.push_back(std::move(k));
   }
   for (auto& [key, list] : annotations) {
-    std::sort(list.begin(), list.end(), [](const NamedRange& a, const NamedRange& b) { return a.start < b.start; });
+    std::sort(list.begin(), list.end(),
+              [](const NamedRange& a, const NamedRange& b) { return a.start < b.start; });
   }
   for (auto& k : out) {
     auto it = annotations.find({k.device, k.stream});
     if (it != annotations.end()) k.nvtx_range = InnermostRange(it->second, k.start_ns);
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   return out;
 }
 
@@ -209,8 +234,9 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
   LineReader lines(file);
   std::string_view line;
   auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::string(field) +
-                                   " = \"" + std::string(value) + "\": " + rule);
+    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+                                   std::string(field) + " = \"" + std::string(value) +
+                                   "\": " + rule);
   };
   std::vector<std::string_view> fields;
   if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
@@ -221,12 +247,15 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
   const char* dtype_column = column.count("gemm_dtype") ? "gemm_dtype" : "dtype";
   for (const char* name : {"op_name", "m", "n", "k", "latency", dtype_column}) {
     if (!column.count(name)) {
-      return Status::InvalidArgument(path + ":1: column '" + name + "' missing (a GEMM table has framework, version, "
-                                     "device, op_name, kernel_source, gemm_dtype, m, n, k, latency)");
+      return Status::InvalidArgument(
+          path + ":1: column '" + name +
+          "' missing (a GEMM table has framework, version, "
+          "device, op_name, kernel_source, gemm_dtype, m, n, k, latency)");
     }
   }
   if (hardware.empty() && !column.count("device")) {
-    return Status::InvalidArgument(path + ":1: column 'device' missing: give the GPU with --hardware");
+    return Status::InvalidArgument(path +
+                                   ":1: column 'device' missing: give the GPU with --hardware");
   }
   const size_t columns = fields.size();
   auto field = [&](const char* name) -> std::string_view {
@@ -236,15 +265,19 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
 
   OperatorTable out;
   // Per GPU, stack, data type and shape: the fastest kernel source.
-  std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>, models::OpMeasurement> best;
+  std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>,
+           models::OpMeasurement>
+      best;
   while (lines.Next(&line)) {
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     SplitCsv(line, &fields);
     if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::to_string(fields.size()) +
-                                     " fields, the header has " + std::to_string(columns));
+      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+                                     std::to_string(fields.size()) + " fields, the header has " +
+                                     std::to_string(columns));
     }
-    if (field("op_name") != "gemm") return bad("op_name", field("op_name"), "only gemm rows are read");
+    if (field("op_name") != "gemm")
+      return bad("op_name", field("op_name"), "only gemm rows are read");
     models::OpMeasurement row;
     int64_t* dims[] = {&row.m, &row.n, &row.k};
     const char* dim_names[] = {"m", "n", "k"};
@@ -267,12 +300,15 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
     row.hardware = hardware;
     if (row.hardware.empty()) {
       auto name = models::CatalogNameForDevice(field("device"));
-      if (!name.ok()) return bad("device", field("device"), "not a GPU of the built-in catalogue; give --hardware");
+      if (!name.ok())
+        return bad("device", field("device"),
+                   "not a GPU of the built-in catalogue; give --hardware");
       row.hardware = *name;
     }
     std::string stack(field("framework"));
     if (!field("version").empty()) stack += "-" + std::string(field("version"));
-    std::transform(stack.begin(), stack.end(), stack.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(stack.begin(), stack.end(), stack.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     row.stack = stack.empty() ? "imported" : stack;
     row.op = "gemm";
     row.dtype = std::string(models::Name(*dtype));
@@ -292,12 +328,14 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
   return out;
 }
 
-Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db, const std::string& hardware) {
+Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db,
+                                   const std::string& hardware) {
   FATHOM_ASSIGN_OR_RETURN(ProfileFormat format, DetectProfileFormat(path));
   ImportResult result;
   if (format == ProfileFormat::kGemmTableCsv || format == ProfileFormat::kVidurCsv) {
-    FATHOM_ASSIGN_OR_RETURN(OperatorTable table, format == ProfileFormat::kVidurCsv ? ReadVidurCsv(path, hardware)
-                                                                                     : ReadGemmTableCsv(path, hardware));
+    FATHOM_ASSIGN_OR_RETURN(OperatorTable table, format == ProfileFormat::kVidurCsv
+                                                     ? ReadVidurCsv(path, hardware)
+                                                     : ReadGemmTableCsv(path, hardware));
     FATHOM_RETURN_IF_ERROR(db.Insert(table.rows));
     result.records = static_cast<int64_t>(table.rows.size());
     result.skipped = std::move(table.skipped);

@@ -49,6 +49,7 @@ struct ImportResult {
 
 // Detects the format, reads the file and stores it in `db`, all or nothing. `hardware` files
 // operator tables under a catalogue GPU (default: from the table's device column).
-Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db, const std::string& hardware = "");
+Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db,
+                                   const std::string& hardware = "");
 
 }  // namespace fathom::profiler

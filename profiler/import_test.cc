@@ -1,10 +1,11 @@
+#include "profiler/import.h"
+
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "base/files.h"
-#include "profiler/import.h"
 #include "profiler/summary.h"
 
 namespace fathom::profiler {
@@ -13,7 +14,8 @@ namespace {
 // Builds the Nsight Systems export fixture from its SQL text (tests/data/nsys_export.sql) under a
 // name of the caller's (tests run in parallel processes).
 std::string NsysFixture(const std::string& name) {
-  const std::string path = (std::filesystem::temp_directory_path() / ("fathom_" + name + ".sqlite")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("fathom_" + name + ".sqlite")).string();
   std::filesystem::remove(path);
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -25,7 +27,8 @@ std::string NsysFixture(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX range", "[profiler]") {
+TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX range",
+          "[profiler]") {
   const std::string path = NsysFixture("nsys_read");
   CHECK(*DetectProfileFormat(path) == ProfileFormat::kNsysSqlite);
   auto records = ReadNsysSqlite(path);
@@ -46,23 +49,29 @@ TEST_CASE("ReadNsysSqlite: kernels with names, grids and their innermost NVTX ra
   std::filesystem::remove(path);
   // A file that looks like SQLite but is not, and an export without the kernel table.
   const std::string garbage = path + ".garbage";
-  REQUIRE(WriteFileAtomic(garbage, std::string("SQLite format 3") + std::string(4000, '\x7f')).ok());
-  CHECK(ReadNsysSqlite(garbage).status().message().rfind(garbage + ": not a Nsight Systems SQLite export", 0) == 0);
+  REQUIRE(
+      WriteFileAtomic(garbage, std::string("SQLite format 3") + std::string(4000, '\x7f')).ok());
+  CHECK(ReadNsysSqlite(garbage).status().message().rfind(
+            garbage + ": not a Nsight Systems SQLite export", 0) == 0);
   std::filesystem::remove(garbage);
 }
 
-TEST_CASE("ReadNsysSqlite: a record ending before it starts is an error naming the file and table", "[profiler]") {
+TEST_CASE("ReadNsysSqlite: a record ending before it starts is an error naming the file and table",
+          "[profiler]") {
   // A corrupt row made a kernel's end - start overflow where the summary takes its duration.
   const std::string path = NsysFixture("nsys_interval");
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9000000000000000000, "
-                           "end = -9000000000000000000 WHERE correlationId = 12",
+  REQUIRE(sqlite3_exec(db,
+                       "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9000000000000000000, "
+                       "end = -9000000000000000000 WHERE correlationId = 12",
                        nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
   CHECK(ReadNsysSqlite(path).status().message() ==
-        path + ": CUPTI_ACTIVITY_KIND_KERNEL: a record with start 9000000000000000000 and end -9000000000000000000: "
-               "must have 0 <= start <= end");
+        path +
+            ": CUPTI_ACTIVITY_KIND_KERNEL: a record with start 9000000000000000000 and end "
+            "-9000000000000000000: "
+            "must have 0 <= start <= end");
   std::filesystem::remove(path);
 }
 
@@ -81,18 +90,25 @@ TEST_CASE("ReadPytorchTrace: kernels, copies and GPU user annotations", "[profil
   CHECK((*records)[2].nvtx_range.empty());
 }
 
-TEST_CASE("ReadPytorchTrace: a kernel's time out of range is an error naming the event and field", "[profiler]") {
-  // Found by fuzz_pytorch_trace: ts + dur overflowed int64 nanoseconds; a negative duration was taken.
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_pytorch_times.json").string();
+TEST_CASE("ReadPytorchTrace: a kernel's time out of range is an error naming the event and field",
+          "[profiler]") {
+  // Found by fuzz_pytorch_trace: ts + dur overflowed int64 nanoseconds; a negative duration was
+  // taken.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_pytorch_times.json").string();
   auto read = [&](const std::string& ts, const std::string& dur) {
-    REQUIRE(WriteFileAtomic(path, R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": )" + ts +
-                                      R"(, "dur": )" + dur + "}]}")
+    REQUIRE(WriteFileAtomic(
+                path, R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": )" + ts +
+                          R"(, "dur": )" + dur + "}]}")
                 .ok());
     return ReadPytorchTrace(path).status().message();
   };
-  CHECK(read("9.2e15", "9.2e15") == path + ": traceEvents[0]: field 'ts' = 9.2e+15: must be in [0, 4.6e15] microseconds");
-  CHECK(read("1e300", "1") == path + ": traceEvents[0]: field 'ts' = 1e+300: must be in [0, 4.6e15] microseconds");
-  CHECK(read("10", "-5") == path + ": traceEvents[0]: field 'dur' = -5: must be in [0, 4.6e15] microseconds");
+  CHECK(read("9.2e15", "9.2e15") ==
+        path + ": traceEvents[0]: field 'ts' = 9.2e+15: must be in [0, 4.6e15] microseconds");
+  CHECK(read("1e300", "1") ==
+        path + ": traceEvents[0]: field 'ts' = 1e+300: must be in [0, 4.6e15] microseconds");
+  CHECK(read("10", "-5") ==
+        path + ": traceEvents[0]: field 'dur' = -5: must be in [0, 4.6e15] microseconds");
   CHECK(read("1.7e15", "20").empty());  // Kineto's epoch microseconds
   std::filesystem::remove(path);
 }
@@ -102,7 +118,8 @@ TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind
   auto db = models::PerfDb::Open(":memory:");
   REQUIRE(db.ok());
   CHECK(ImportProfile(nsys, *db)->records == 7);
-  CHECK(ImportProfile(std::string(FATHOM_TEST_DATA_DIR) + "/pytorch_trace.json", *db)->records == 3);
+  CHECK(ImportProfile(std::string(FATHOM_TEST_DATA_DIR) + "/pytorch_trace.json", *db)->records ==
+        3);
   const ProfileSummary s = Summarize(*db->Kernels());
   CHECK(s.records == 10);
   CHECK(s.total_us == Approx((40 + 20 + 30 + 40 + 20 + 30 + 20) / 1e3 + 20.5 + 4.0 + 2.0));
@@ -123,7 +140,8 @@ TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind
   std::filesystem::remove(nsys);
 }
 
-TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source per shape", "[profiler]") {
+TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source per shape",
+          "[profiler]") {
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/gemm_table.csv";
   CHECK(*DetectProfileFormat(path) == ProfileFormat::kGemmTableCsv);
   auto table = ReadGemmTableCsv(path, "");
@@ -137,24 +155,29 @@ TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source
     CHECK(r.stack == "trtllm-1.2.0");
     CHECK(r.source == "imported");
     fp8 += r.dtype == "fp8";
-    if (r.dtype == "bf16" && r.m == 128 && r.n == 4096 && r.k == 4096) CHECK(r.median_us == Approx(15.52));
+    if (r.dtype == "bf16" && r.m == 128 && r.n == 4096 && r.k == 4096)
+      CHECK(r.median_us == Approx(15.52));
   }
   CHECK(fp8 == 7);
   CHECK(ReadGemmTableCsv(path, "h200")->rows.front().hardware == "h200");
 }
 
 TEST_CASE("ReadGemmTableCsv: bad lines are refused with file, line, field and rule", "[profiler]") {
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_bad_gemm_table.csv").string();
-  const std::string header = "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_bad_gemm_table.csv").string();
+  const std::string header =
+      "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n";
   auto error = [&](const std::string& body, const std::string& hardware = "") {
     REQUIRE(WriteFileAtomic(path, header + body).ok());
     auto t = ReadGemmTableCsv(path, hardware);
     return t.ok() ? std::string("ok") : t.status().message();
   };
-  const std::string good = "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,8,16,32,0.01\n";
+  const std::string good =
+      "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,8,16,32,0.01\n";
   CHECK(error(good) == "ok");
-  CHECK(error(good + "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,-8,16,32,0.01\n") ==
-        path + ":3: m = \"-8\": must be a positive integer");
+  CHECK(
+      error(good + "TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,-8,16,32,0.01\n") ==
+      path + ":3: m = \"-8\": must be a positive integer");
   CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,torch_flow,bfloat16,8,16,32,fast\n") ==
         path + ":2: latency = \"fast\": must be a positive number of milliseconds");
   CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,gemm,bfloat16,8,16,32,0.01\n") ==
@@ -162,17 +185,22 @@ TEST_CASE("ReadGemmTableCsv: bad lines are refused with file, line, field and ru
   CHECK(error("TRTLLM,1.2.0,NVIDIA H100 80GB HBM3,moe,torch_flow,bfloat16,8,16,32,0.01\n") ==
         path + ":2: op_name = \"moe\": only gemm rows are read");
   CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n") ==
-        path + ":2: device = \"NVIDIA A10G\": not a GPU of the built-in catalogue; give --hardware");
-  CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n", "h100-sxm") == "ok");
+        path +
+            ":2: device = \"NVIDIA A10G\": not a GPU of the built-in catalogue; give --hardware");
+  CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n", "h100-sxm") ==
+        "ok");
   REQUIRE(WriteFileAtomic(path, "op_name,m,n,k,latency\n").ok());
   CHECK(ReadGemmTableCsv(path, "").status().message() ==
-        path + ":1: column 'dtype' missing (a GEMM table has framework, version, device, op_name, kernel_source, "
-               "gemm_dtype, m, n, k, latency)");
+        path +
+            ":1: column 'dtype' missing (a GEMM table has framework, version, device, op_name, "
+            "kernel_source, "
+            "gemm_dtype, m, n, k, latency)");
   std::filesystem::remove(path);
 }
 
 TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[profiler]") {
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_not_a_profile.txt").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_not_a_profile.txt").string();
   REQUIRE(WriteFileAtomic(path, "hello").ok());
   auto f = DetectProfileFormat(path);
   REQUIRE_FALSE(f.ok());

@@ -17,7 +17,8 @@ bool Contains(const std::string& haystack, std::initializer_list<const char*> ne
 std::vector<TimeShare> Sorted(const std::map<std::string, TimeShare>& m) {
   std::vector<TimeShare> out;
   for (const auto& [k, v] : m) out.push_back(v);
-  std::stable_sort(out.begin(), out.end(), [](const TimeShare& a, const TimeShare& b) { return a.total_us > b.total_us; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TimeShare& a, const TimeShare& b) { return a.total_us > b.total_us; });
   return out;
 }
 
@@ -28,14 +29,17 @@ std::string ClassifyKernel(const models::KernelRecord& k) {
   std::string n = k.name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
   // Attention first: FlashAttention's split-KV "combine" kernel is not an MoE combine.
-  if (Contains(n, {"flash", "fmha", "attention", "attn", "mla", "paged", "xqa"})) return "attention";
-  if (Contains(n, {"nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "alltoall",
-                   "all_to_all", "deepep", "dispatch", "combine"}))
+  if (Contains(n, {"flash", "fmha", "attention", "attn", "mla", "paged", "xqa"}))
+    return "attention";
+  if (Contains(n, {"nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter",
+                   "alltoall", "all_to_all", "deepep", "dispatch", "combine"}))
     return "communication";
   if (Contains(n, {"moe", "expert", "grouped", "topk_gating", "router"})) return "moe";
-  if (Contains(n, {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "sm90_", "sm100_"})) return "gemm";
-  if (Contains(n, {"elementwise", "norm", "silu", "gelu", "act_and_mul", "softmax", "rotary", "rope", "reduce",
-                   "vectorized", "copy", "cat", "fill"}))
+  if (Contains(n,
+               {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "sm90_", "sm100_"}))
+    return "gemm";
+  if (Contains(n, {"elementwise", "norm", "silu", "gelu", "act_and_mul", "softmax", "rotary",
+                   "rope", "reduce", "vectorized", "copy", "cat", "fill"}))
     return "elementwise";
   return "other";
 }

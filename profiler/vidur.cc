@@ -17,7 +17,8 @@ Result<std::string> HardwareFromPath(const std::string& path) {
     const std::string p = part.string();
     if (p == "h100" || p.rfind("h100_", 0) == 0) return std::string("h100-sxm");
   }
-  return Status::InvalidArgument(path + ": the file names no GPU and no path component names one: give --hardware");
+  return Status::InvalidArgument(
+      path + ": the file names no GPU and no path component names one: give --hardware");
 }
 
 }  // namespace
@@ -41,21 +42,29 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
   const bool network = column.count("num_workers") > 0;
   const std::vector<std::string> needed =
       network ? std::vector<std::string>{"size", "num_workers", "devices_per_node", "collective"}
-              : std::vector<std::string>{"n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp",
-                                         "num_tokens", "num_tensor_parallel_workers"};
+              : std::vector<std::string>{"n_head",
+                                         "n_kv_head",
+                                         "n_embd",
+                                         "n_expanded_embd",
+                                         "use_gated_mlp",
+                                         "num_tokens",
+                                         "num_tensor_parallel_workers"};
   for (const std::string& name : needed) {
-    if (!column.count(name)) return Status::InvalidArgument(path + ":1: column '" + name + "' missing (a Vidur profile)");
+    if (!column.count(name))
+      return Status::InvalidArgument(path + ":1: column '" + name + "' missing (a Vidur profile)");
   }
   auto field = [&](const std::string& name) -> std::string_view {
     auto it = column.find(name);
     return it == column.end() ? std::string_view() : fields[it->second];
   };
   auto bad = [&](std::string_view name, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::string(name) + " = \"" +
-                                   std::string(value.substr(0, 64)) + "\": " + rule);
+    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+                                   std::string(name) + " = \"" + std::string(value.substr(0, 64)) +
+                                   "\": " + rule);
   };
   auto positive = [&](const std::string& name, int64_t* out) -> Status {
-    if (!ParseNonNegativeInt(field(name), out) || *out == 0) return bad(name, field(name), "must be a positive integer");
+    if (!ParseNonNegativeInt(field(name), out) || *out == 0)
+      return bad(name, field(name), "must be a positive integer");
     return Status::Ok();
   };
   // The median time of operator `op`, if the file has it.
@@ -63,14 +72,17 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     const std::string name = "time_stats." + op + ".median";
     if (!column.count(name)) return false;
     double ms = 0;
-    if (!ParseFiniteDouble(field(name), &ms) || ms <= 0) return bad(name, field(name), "must be a positive number of ms");
+    if (!ParseFiniteDouble(field(name), &ms) || ms <= 0)
+      return bad(name, field(name), "must be a positive number of ms");
     *us = ms * 1e3;
     return true;
   };
   const std::string model = std::filesystem::path(path).parent_path().filename().string();
 
   OperatorTable out;
-  std::map<std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, std::string>, models::OpMeasurement> rows;
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, std::string>,
+           models::OpMeasurement>
+      rows;
   auto add = [&](models::OpMeasurement row) {
     row.hardware = hardware;
     row.stack = "vidur";
@@ -82,8 +94,9 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     SplitCsv(line, &fields);
     if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " + std::to_string(fields.size()) +
-                                     " fields, the header has " + std::to_string(columns));
+      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+                                     std::to_string(fields.size()) + " fields, the header has " +
+                                     std::to_string(columns));
     }
     if (network) {
       models::OpMeasurement row;
@@ -92,7 +105,8 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
       FATHOM_RETURN_IF_ERROR(positive("num_workers", &workers));
       FATHOM_RETURN_IF_ERROR(positive("devices_per_node", &per_node));
       if (workers < 2 || workers % std::min(per_node, workers) != 0) {
-        return bad("num_workers", field("num_workers"), "must be at least 2 and whole nodes of devices_per_node");
+        return bad("num_workers", field("num_workers"),
+                   "must be at least 2 and whole nodes of devices_per_node");
       }
       row.op = std::string(field("collective"));
       if (row.op != "all_reduce" && row.op != "send_recv") {
@@ -100,7 +114,9 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
         continue;
       }
       FATHOM_ASSIGN_OR_RETURN(bool has, median_us(row.op, &row.median_us));
-      if (!has) return Status::InvalidArgument(path + ":1: column 'time_stats." + row.op + ".median' missing");
+      if (!has)
+        return Status::InvalidArgument(path + ":1: column 'time_stats." + row.op +
+                                       ".median' missing");
       row.dtype = "bf16";
       row.extra = workers;
       row.dims = "nodes=" + std::to_string(workers / std::min(per_node, workers));
@@ -115,9 +131,11 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     FATHOM_RETURN_IF_ERROR(positive("num_tokens", &tokens));
     FATHOM_RETURN_IF_ERROR(positive("num_tensor_parallel_workers", &tp));
     const std::string_view gated = field("use_gated_mlp");
-    if (gated != "True" && gated != "False") return bad("use_gated_mlp", gated, "must be True or False");
+    if (gated != "True" && gated != "False")
+      return bad("use_gated_mlp", gated, "must be True or False");
     if (hidden % heads != 0 || heads % tp != 0 || expanded % tp != 0) {
-      return bad("n_embd", field("n_embd"), "heads must divide it, and tensor parallelism the heads and n_expanded_embd");
+      return bad("n_embd", field("n_embd"),
+                 "heads must divide it, and tensor parallelism the heads and n_expanded_embd");
     }
     const int64_t head_dim = hidden / heads;
     const int64_t kv_per_gpu = std::max<int64_t>(1, kv_heads / tp);
@@ -144,9 +162,12 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
       add(std::move(row));
     }
     for (const auto& [name, index] : column) {
-      if (name.rfind("time_stats.", 0) != 0 || name.size() < 7 || name.compare(name.size() - 7, 7, ".median") != 0) continue;
+      if (name.rfind("time_stats.", 0) != 0 || name.size() < 7 ||
+          name.compare(name.size() - 7, 7, ".median") != 0)
+        continue;
       const std::string op = name.substr(11, name.size() - 18);
-      if (op != "attn_pre_proj" && op != "attn_post_proj" && op != "mlp_up_proj" && op != "mlp_down_proj") {
+      if (op != "attn_pre_proj" && op != "attn_post_proj" && op != "mlp_up_proj" &&
+          op != "mlp_down_proj") {
         ++out.skipped[op];
       }
     }

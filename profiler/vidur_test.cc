@@ -42,7 +42,8 @@ models::Hardware H100() { return *(*models::HardwareCatalog::LoadBuiltin()).Find
 
 }  // namespace
 
-TEST_CASE("Vidur profiles: every GEMM and collective row of the shipped H100 files, with its shape", "[vidur]") {
+TEST_CASE("Vidur profiles: every GEMM and collective row of the shipped H100 files, with its shape",
+          "[vidur]") {
   const auto rows = VidurRows();
   int gemms = 0, all_reduce = 0, send_recv = 0;
   for (const auto& r : rows) {
@@ -70,8 +71,10 @@ TEST_CASE("Vidur profiles: every GEMM and collective row of the shipped H100 fil
 // The cost model against kernels measured on real H100s: the GEMM curve and the collective price
 // fitted to them reproduce them (GEMMs within 10% in the median, collectives within 15%), and a
 // GEMM curve fitted on two models' shapes prices the third's within 10%.
-TEST_CASE("Vidur profiles: the fitted operator model within 10% (GEMMs) and 15% (collectives), across models",
-          "[vidur]") {
+TEST_CASE(
+    "Vidur profiles: the fitted operator model within 10% (GEMMs) and 15% (collectives), across "
+    "models",
+    "[vidur]") {
   const auto rows = VidurRows();
   const models::CostParams start;
   auto fit = models::FitOperators(rows, H100(), start);
@@ -86,7 +89,9 @@ TEST_CASE("Vidur profiles: the fitted operator model within 10% (GEMMs) and 15% 
   for (const std::string& held : kModels) {
     INFO(held);
     std::vector<models::OpMeasurement> train, test;
-    for (const auto& r : rows) (models::DimText(r.dims, "model") == std::optional<std::string_view>(held) ? test : train).push_back(r);
+    for (const auto& r : rows)
+      (models::DimText(r.dims, "model") == std::optional<std::string_view>(held) ? test : train)
+          .push_back(r);
     auto fold = models::FitOperators(train, H100(), start);
     REQUIRE(fold.ok());
     auto priced = CompareWithModel(test, H100(), fold->Applied(start));
@@ -95,13 +100,18 @@ TEST_CASE("Vidur profiles: the fitted operator model within 10% (GEMMs) and 15% 
   }
 }
 
-TEST_CASE("Vidur profiles: a file that names no GPU needs --hardware; bad rows name line and column", "[vidur]") {
+TEST_CASE(
+    "Vidur profiles: a file that names no GPU needs --hardware; bad rows name line and column",
+    "[vidur]") {
   const std::string dir = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   const std::string path = dir + "/mlp.csv";
   {
     std::FILE* f = std::fopen(path.c_str(), "w");
-    std::fputs("time_stats.mlp_up_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,use_gated_mlp,num_tokens,"
-               "num_tensor_parallel_workers\n0.5,32,32,4096,11008,True,128,3\n", f);
+    std::fputs(
+        "time_stats.mlp_up_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,use_gated_mlp,num_"
+        "tokens,"
+        "num_tensor_parallel_workers\n0.5,32,32,4096,11008,True,128,3\n",
+        f);
     std::fclose(f);
   }
   auto none = ReadVidurCsv(path, "");

@@ -17,7 +17,8 @@ int Count(const std::string& s, const std::string& what) {
   return n;
 }
 
-tuner::CandidateResult Candidate(int max_batch, double per_gpu, double per_user, bool valid = true) {
+tuner::CandidateResult Candidate(int max_batch, double per_gpu, double per_user,
+                                 bool valid = true) {
   tuner::CandidateResult c;
   c.config.model = "llama2-70b";
   c.config.hardware = "h200";
@@ -44,7 +45,8 @@ tuner::StoredSweep Sweep(std::string id, std::string hardware, sim::Scenario sce
   s.info.gpus = 8;
   s.info.scenario = scenario;
   s.info.price_per_gpu_hour = 3.8;
-  s.results = {Candidate(64, 900, 30), Candidate(256, 1800, 18), Candidate(128, 1000, 15), Candidate(512, 5000, 40, false)};
+  s.results = {Candidate(64, 900, 30), Candidate(256, 1800, 18), Candidate(128, 1000, 15),
+               Candidate(512, 5000, 40, false)};
   s.info.candidates = 6;
   return s;
 }
@@ -68,17 +70,22 @@ std::vector<std::string> CsvCells(const std::string& csv, int line) {
 
 }  // namespace
 
-TEST_CASE("Table: text aligns numbers right and words left, and CSV, Markdown and HTML escape what they must", "[reports]") {
+TEST_CASE(
+    "Table: text aligns numbers right and words left, and CSV, Markdown and HTML escape what they "
+    "must",
+    "[reports]") {
   Table t({{"name", false}, {"tok/s"}});
   t.AddRow({"a, \"b\"", "12"});
   t.AddRow({"x|y <z>", "1234"});
   CHECK(t.Text() == "name     tok/s\na, \"b\"      12\nx|y <z>   1234\n");
   CHECK(t.Csv() == "name,tok/s\n\"a, \"\"b\"\"\",12\nx|y <z>,1234\n");
-  CHECK(t.Markdown() == "| name | tok/s |\n| --- | ---: |\n| a, \"b\" | 12 |\n| x\\|y <z> | 1234 |\n");
+  CHECK(t.Markdown() ==
+        "| name | tok/s |\n| --- | ---: |\n| a, \"b\" | 12 |\n| x\\|y <z> | 1234 |\n");
   CHECK(t.Html().find("<td>x|y &lt;z&gt;</td><td class=\"n\">1234</td>") != std::string::npos);
 }
 
-TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few characters", "[reports]") {
+TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few characters",
+          "[reports]") {
   CHECK(FormatFixed(1234.56, 1) == "1234.6");
   CHECK(FormatFixed(2164352, 0) == "2164352");
   CHECK(FormatFixed(1e300, 0) == "1.0e+300");
@@ -87,7 +94,8 @@ TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few ch
   CHECK(FormatFixed(-std::numeric_limits<double>::infinity(), 1) == "-inf");
 }
 
-TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keeps its cell narrow", "[reports]") {
+TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keeps its cell narrow",
+          "[reports]") {
   tuner::CandidateResult server = Candidate(64, 900, 30);
   server.ttft_p99_ms = 850;
   // Offline: no QPS, and a p99 TTFT that is the wait behind the whole data set.
@@ -110,7 +118,8 @@ TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keep
 }
 
 TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[reports]") {
-  for (auto [lo, hi] : {std::pair{0.0, 19.0}, {0.13, 0.87}, {-40.0, 2500.0}, {1e6, 1.7e6}, {3.0, 3.001}}) {
+  for (auto [lo, hi] :
+       {std::pair{0.0, 19.0}, {0.13, 0.87}, {-40.0, 2500.0}, {1e6, 1.7e6}, {3.0, 3.001}}) {
     INFO(lo << " " << hi);
     const auto ticks = LinearTicks(lo, hi, 6);
     REQUIRE(ticks.size() >= 2);
@@ -119,7 +128,8 @@ TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[report
     CHECK(ticks.back() >= hi);
     const double step = ticks[1] - ticks[0];
     const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
-    CHECK((std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 || std::abs(mantissa - 5) < 1e-6));
+    CHECK((std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 ||
+           std::abs(mantissa - 5) < 1e-6));
     for (size_t i = 1; i < ticks.size(); ++i) CHECK(ticks[i] - ticks[i - 1] == Approx(step));
   }
   CHECK(LinearTicks(0, 19, 6) == std::vector<double>{0, 5, 10, 15, 20});
@@ -138,7 +148,9 @@ TEST_CASE("LogTicks: powers of ten, with 2 and 5 between them over few decades",
   CHECK(TickLabel(-1e-17) == "0");
 }
 
-TEST_CASE("RenderSvg: every point lands inside the plot area, and bad values are errors naming them", "[reports]") {
+TEST_CASE(
+    "RenderSvg: every point lands inside the plot area, and bad values are errors naming them",
+    "[reports]") {
   Plot p;
   p.title = "a < b & c";
   p.x = {"x", false};
@@ -152,7 +164,8 @@ TEST_CASE("RenderSvg: every point lands inside the plot area, and bad values are
   CHECK(Count(*svg, "<circle") == 5);
   CHECK(Count(*svg, "fill-opacity=\"0.25\"") == 2);
   const std::regex circle("cx=\"([0-9.]+)\" cy=\"([0-9.]+)\"");
-  for (auto it = std::sregex_iterator(svg->begin(), svg->end(), circle); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(svg->begin(), svg->end(), circle);
+       it != std::sregex_iterator(); ++it) {
     const double cx = std::stod((*it)[1]), cy = std::stod((*it)[2]);
     CHECK(cx >= 74);
     CHECK(cx <= p.width - 240);
@@ -168,13 +181,15 @@ TEST_CASE("RenderSvg: every point lands inside the plot area, and bad values are
   p.series[0].y[1] = 0;
   auto zero = RenderSvg(p);
   REQUIRE_FALSE(zero.ok());
-  CHECK(zero.status().message() == "plot 'a < b & c': series 'line' point 1: y = 0: must be finite and > 0 on a log axis");
+  CHECK(zero.status().message() ==
+        "plot 'a < b & c': series 'line' point 1: y = 0: must be finite and > 0 on a log axis");
   p.series[0].y[1] = std::numeric_limits<double>::quiet_NaN();
   CHECK_FALSE(RenderSvg(p).ok());
   CHECK(RenderSvg(Plot{}).status().message() == "plot '': no points to plot");
 }
 
-TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-if prices", "[reports]") {
+TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-if prices",
+          "[reports]") {
   const auto catalog = Catalog();
   std::vector<tuner::StoredSweep> sweeps = {Sweep("111", "h200", sim::Scenario::kServer),
                                             Sweep("222", "h200", sim::Scenario::kServer)};
@@ -193,7 +208,7 @@ TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-
   SweepReport what_if(sweeps, catalog, {10, {{"h200", 7.2}, {"b200", 1.0}}});
   const std::string csv = what_if.CandidatesCsv();
   CHECK(Count(csv, "\n") == 1 + 8);
-  CHECK(csv.find(",7.2,1.11111,") != std::string::npos);   // 7.2 / (1800 x 3600) x 1e6
+  CHECK(csv.find(",7.2,1.11111,") != std::string::npos);  // 7.2 / (1800 x 3600) x 1e6
   CHECK(what_if.Text().find("(what-if; swept at $3.80)") != std::string::npos);
   // Frontier: 256 (1800/GPU at 18/user) and 64 (900 at 30); 128 (1000 at 15) is dominated.
   const auto html = what_if.Html();
@@ -205,7 +220,8 @@ TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-
   CHECK(what_if.Text().find("  " + StrFormat("%.2f", kwh) + "\n") != std::string::npos);
 }
 
-TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots nothing", "[reports]") {
+TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots nothing",
+          "[reports]") {
   tuner::StoredSweep s = Sweep("333", "h200", sim::Scenario::kOffline);
   for (auto& r : s.results) r.valid = false;
   SweepReport report({s}, Catalog(), {});
@@ -220,10 +236,12 @@ TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots no
 std::vector<std::string> LegendEntries(const std::string& svg) {
   std::vector<std::string> entries;
   const std::regex entry("<g class=\"legend\">(.*?)</g>"), line("<tspan[^>]*>([^<]*)</tspan>");
-  for (auto e = std::sregex_iterator(svg.begin(), svg.end(), entry); e != std::sregex_iterator(); ++e) {
+  for (auto e = std::sregex_iterator(svg.begin(), svg.end(), entry); e != std::sregex_iterator();
+       ++e) {
     const std::string body = (*e)[1];
     std::string text;
-    for (auto l = std::sregex_iterator(body.begin(), body.end(), line); l != std::sregex_iterator(); ++l) {
+    for (auto l = std::sregex_iterator(body.begin(), body.end(), line); l != std::sregex_iterator();
+         ++l) {
       text += (text.empty() ? "" : " ") + std::string((*l)[1]);
     }
     entries.push_back(text);
@@ -231,7 +249,8 @@ std::vector<std::string> LegendEntries(const std::string& svg) {
   return entries;
 }
 
-TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold its legend", "[reports]") {
+TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold its legend",
+          "[reports]") {
   Plot p;
   p.x = {"x", false};
   p.y = {"y", false};
@@ -241,7 +260,8 @@ TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold
   REQUIRE(svg.ok());
   const std::regex line("<tspan[^>]*>([^<]*)</tspan>");
   std::string joined;
-  for (auto l = std::sregex_iterator(svg->begin(), svg->end(), line); l != std::sregex_iterator(); ++l) {
+  for (auto l = std::sregex_iterator(svg->begin(), svg->end(), line); l != std::sregex_iterator();
+       ++l) {
     CHECK((*l)[1].length() <= 24);
     joined += (*l)[1];
   }
@@ -249,7 +269,8 @@ TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold
   CHECK(Count(*svg, "class=\"x-label\"") == 1);
   CHECK(Count(*svg, "class=\"y-label\"") == 1);
 
-  for (int i = 0; i < 40; ++i) p.series.push_back({"series " + std::to_string(i), {1}, {1}, false, true, false, -1});
+  for (int i = 0; i < 40; ++i)
+    p.series.push_back({"series " + std::to_string(i), {1}, {1}, false, true, false, -1});
   svg = RenderSvg(p);
   REQUIRE(svg.ok());
   std::smatch m;
@@ -257,23 +278,27 @@ TEST_CASE("RenderSvg: a long legend name wraps whole, and the plot grows to hold
   CHECK(std::stoi(m[1]) > 40 * 18 + 40);
 }
 
-TEST_CASE("SweepReport: legends name every sweep, distinctly, with or without a valid candidate", "[reports]") {
+TEST_CASE("SweepReport: legends name every sweep, distinctly, with or without a valid candidate",
+          "[reports]") {
   // Two sweeps of the same model, GPUs and scenario whose ids share a long prefix, and one where
   // nothing is valid.
-  std::vector<tuner::StoredSweep> sweeps = {Sweep("interactive-sweep-001", "h200", sim::Scenario::kServer),
-                                            Sweep("interactive-sweep-002", "h200", sim::Scenario::kServer),
-                                            Sweep("333", "b200", sim::Scenario::kServer)};
+  std::vector<tuner::StoredSweep> sweeps = {
+      Sweep("interactive-sweep-001", "h200", sim::Scenario::kServer),
+      Sweep("interactive-sweep-002", "h200", sim::Scenario::kServer),
+      Sweep("333", "b200", sim::Scenario::kServer)};
   for (auto& r : sweeps[2].results) r.valid = false;
   const SweepReport report(sweeps, Catalog(), {});
   for (const auto& svg : {report.FrontierSvg(), report.CostSvg()}) {
     REQUIRE(svg.ok());
-    CHECK(LegendEntries(*svg) == std::vector<std::string>{"llama2-70b 8xh200 server #interactive-sweep-001",
-                                                          "llama2-70b 8xh200 server #interactive-sweep-002",
-                                                          "llama2-70b 8xb200 server (no valid candidate)"});
+    CHECK(LegendEntries(*svg) ==
+          std::vector<std::string>{"llama2-70b 8xh200 server #interactive-sweep-001",
+                                   "llama2-70b 8xh200 server #interactive-sweep-002",
+                                   "llama2-70b 8xb200 server (no valid candidate)"});
   }
 }
 
-TEST_CASE("SweepReport: the CSV leaves figures an invalid or Offline candidate lacks empty, not 0", "[reports]") {
+TEST_CASE("SweepReport: the CSV leaves figures an invalid or Offline candidate lacks empty, not 0",
+          "[reports]") {
   tuner::StoredSweep offline = Sweep("444", "h200", sim::Scenario::kOffline);
   for (auto& r : offline.results) r.qps = 0;
   const std::string csv = SweepReport({offline}, Catalog(), {}).CandidatesCsv();
@@ -301,7 +326,8 @@ TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
   s.results.push_back(Candidate(96, 900, 30));
   s.results.push_back(Candidate(1024, 1800, 18));
   const SweepReport report({s}, Catalog(), {});
-  CHECK(report.Text().find("Pareto frontier (tokens/s per GPU against tokens/s per user): 2 points") !=
+  CHECK(report.Text().find(
+            "Pareto frontier (tokens/s per GPU against tokens/s per user): 2 points") !=
         std::string::npos);
   CHECK(Count(report.CandidatesCsv(), ",1,1,TP8") == 2);  // valid and on the frontier
   auto svg = report.FrontierSvg();
@@ -313,7 +339,8 @@ TEST_CASE("SweepReport: a frontier lists each point once", "[reports]") {
   CHECK(tuner::ParetoFrontier(s.results).size() == 2);
 }
 
-TEST_CASE("SweepReport: the best's launch commands, with TensorRT-LLM's extra.yaml in a fence", "[reports]") {
+TEST_CASE("SweepReport: the best's launch commands, with TensorRT-LLM's extra.yaml in a fence",
+          "[reports]") {
   const SweepReport report({Sweep("666", "h200", sim::Scenario::kServer)}, Catalog(), {});
   for (const std::string& out : {report.Text(), report.Markdown()}) {
     const size_t yaml = out.find("```yaml\ntensor_parallel_size: 8\n");
@@ -330,26 +357,34 @@ TEST_CASE("SweepReport: the best's launch commands, with TensorRT-LLM's extra.ya
   CHECK(html->find("--extra_llm_api_options extra.yaml\n</pre>") != std::string::npos);
 }
 
-TEST_CASE("SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the sweeps", "[reports]") {
+TEST_CASE(
+    "SelectSweeps: ids by unique prefix, and unknown or ambiguous ones are errors listing the "
+    "sweeps",
+    "[reports]") {
   std::vector<tuner::StoredSweep> all = {Sweep("12345", "h200", sim::Scenario::kServer),
                                          Sweep("12399", "b200", sim::Scenario::kServer)};
   auto one = SelectSweeps(all, {"123"}, "x.db");
   REQUIRE_FALSE(one.ok());
-  CHECK(one.status().message() == "x.db: --sweep = \"123\": matches several sweeps (sweeps: 12345 12399)");
+  CHECK(one.status().message() ==
+        "x.db: --sweep = \"123\": matches several sweeps (sweeps: 12345 12399)");
   auto picked = SelectSweeps(all, {"1239"}, "x.db");
   REQUIRE(picked.ok());
   REQUIRE(picked->size() == 1);
   CHECK(picked->front().info.hardware == "b200");
-  CHECK(SelectSweeps(all, {"9"}, "x.db").status().message().find("matches no sweep") != std::string::npos);
-  CHECK(SelectSweeps({}, {}, "x.db").status().message() == "x.db: holds no sweeps (`fathom tune --db FILE` writes them)");
+  CHECK(SelectSweeps(all, {"9"}, "x.db").status().message().find("matches no sweep") !=
+        std::string::npos);
+  CHECK(SelectSweeps({}, {}, "x.db").status().message() ==
+        "x.db: holds no sweeps (`fathom tune --db FILE` writes them)");
 }
 
 }  // namespace fathom::reports
 
 namespace fathom::reports {
 
-TEST_CASE("SweepReport: the cheapest deployment per model and scenario across the GPUs swept", "[reports]") {
-  // The same model and scenario on H200 and B200; B200 at a what-if price that makes it the cheaper.
+TEST_CASE("SweepReport: the cheapest deployment per model and scenario across the GPUs swept",
+          "[reports]") {
+  // The same model and scenario on H200 and B200; B200 at a what-if price that makes it the
+  // cheaper.
   tuner::StoredSweep h200 = Sweep("a", "h200", sim::Scenario::kServer);
   tuner::StoredSweep b200 = Sweep("b", "b200", sim::Scenario::kServer);
   tuner::StoredSweep offline = Sweep("c", "h200", sim::Scenario::kOffline);
@@ -358,7 +393,9 @@ TEST_CASE("SweepReport: the cheapest deployment per model and scenario across th
   INFO(text);
   REQUIRE(Count(text, "Cheapest deployment per model across GPUs") == 1);
   // Its row: the B200 sweep's candidate with the most tokens/s per GPU, at $1 per GPU-hour.
-  CHECK(std::regex_search(text, std::regex("llama2-70b +server .*  2 GPU setups +8xb200 +TP8 .* 1800 +1\\.00 +0\\.154")));
+  CHECK(std::regex_search(
+      text,
+      std::regex("llama2-70b +server .*  2 GPU setups +8xb200 +TP8 .* 1800 +1\\.00 +0\\.154")));
   // Offline was swept on one GPU kind only: no row.
   CHECK_FALSE(std::regex_search(text, std::regex("llama2-70b +offline +")));
   CHECK(Count(cheaper_b200.Markdown(), "## Cheapest deployment per model across GPUs") == 1);

@@ -24,12 +24,13 @@ constexpr double kLegendRow = 18, kLegendLine = 14;
 // Maps data values on one axis to pixels.
 struct Scale {
   bool log = false;
-  double lo = 0, hi = 1;         // data range shown
-  double from = 0, to = 1;       // pixel range
+  double lo = 0, hi = 1;    // data range shown
+  double from = 0, to = 1;  // pixel range
   std::vector<double> ticks;
 
   double operator()(double v) const {
-    const double t = log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
+    const double t = log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo))
+                         : (v - lo) / (hi - lo);
     return from + t * (to - from);
   }
 };
@@ -69,7 +70,8 @@ std::vector<std::string> LegendLines(const std::string& name) {
     from = end + 1;
     while (!word.empty()) {
       std::string& line = lines.back();
-      const size_t room = line.empty() ? kLegendChars : kLegendChars - std::min(kLegendChars, line.size() + 1);
+      const size_t room =
+          line.empty() ? kLegendChars : kLegendChars - std::min(kLegendChars, line.size() + 1);
       if (word.size() <= room) {
         line += (line.empty() ? "" : " ") + word;
         break;
@@ -130,17 +132,18 @@ Result<std::string> RenderSvg(const Plot& plot) {
   for (const Series& s : plot.series) {
     if (s.x.size() != s.y.size()) {
       return Status::InvalidArgument("plot '" + plot.title + "': series '" + s.name + "' has " +
-                                     std::to_string(s.x.size()) + " x values and " + std::to_string(s.y.size()) +
-                                     " y values");
+                                     std::to_string(s.x.size()) + " x values and " +
+                                     std::to_string(s.y.size()) + " y values");
     }
     for (size_t i = 0; i < s.x.size(); ++i) {
       for (const bool is_x : {true, false}) {
         const double v = is_x ? s.x[i] : s.y[i];
         const bool log = is_x ? plot.x.log : plot.y.log;
         if (!std::isfinite(v) || (log && v <= 0)) {
-          return Status::InvalidArgument("plot '" + plot.title + "': series '" + s.name + "' point " +
-                                         std::to_string(i) + ": " + (is_x ? "x" : "y") + " = " + StrFormat("%g", v) +
-                                         ": " + (log ? "must be finite and > 0 on a log axis" : "must be finite"));
+          return Status::InvalidArgument(
+              "plot '" + plot.title + "': series '" + s.name + "' point " + std::to_string(i) +
+              ": " + (is_x ? "x" : "y") + " = " + StrFormat("%g", v) + ": " +
+              (log ? "must be finite and > 0 on a log axis" : "must be finite"));
         }
       }
       xlo = std::min(xlo, s.x[i]);
@@ -149,8 +152,10 @@ Result<std::string> RenderSvg(const Plot& plot) {
       yhi = std::max(yhi, s.y[i]);
     }
   }
-  if (!std::isfinite(xlo)) return Status::InvalidArgument("plot '" + plot.title + "': no points to plot");
-  if (!plot.y.log && ylo > 0 && ylo < 0.5 * yhi) ylo = 0;  // start at zero unless that squashes the data
+  if (!std::isfinite(xlo))
+    return Status::InvalidArgument("plot '" + plot.title + "': no points to plot");
+  if (!plot.y.log && ylo > 0 && ylo < 0.5 * yhi)
+    ylo = 0;  // start at zero unless that squashes the data
   if (!plot.x.log && xlo > 0 && xlo < 0.5 * xhi) xlo = 0;
 
   // The plot grows taller where the legend needs it.
@@ -171,26 +176,28 @@ Result<std::string> RenderSvg(const Plot& plot) {
       "font-family=\"sans-serif\" font-size=\"12\">\n",
       plot.width, height, plot.width, height);
   svg += StrFormat("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", plot.width, height);
-  svg += "<text x=\"" + Num(kLeft) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" + EscapeXml(plot.title) +
-         "</text>\n";
+  svg += "<text x=\"" + Num(kLeft) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" +
+         EscapeXml(plot.title) + "</text>\n";
   // Grid, ticks and axes.
   for (double t : sx.ticks) {
-    svg += "<line x1=\"" + Num(sx(t)) + "\" y1=\"" + Num(kTop) + "\" x2=\"" + Num(sx(t)) + "\" y2=\"" + Num(bottom) +
-           "\" stroke=\"#e5e5e5\"/>\n";
+    svg += "<line x1=\"" + Num(sx(t)) + "\" y1=\"" + Num(kTop) + "\" x2=\"" + Num(sx(t)) +
+           "\" y2=\"" + Num(bottom) + "\" stroke=\"#e5e5e5\"/>\n";
     svg += "<text x=\"" + Num(sx(t)) + "\" y=\"" + Num(bottom + 16) + "\" text-anchor=\"middle\">" +
            EscapeXml(TickLabel(t)) + "</text>\n";
   }
   for (double t : sy.ticks) {
-    svg += "<line x1=\"" + Num(kLeft) + "\" y1=\"" + Num(sy(t)) + "\" x2=\"" + Num(right) + "\" y2=\"" + Num(sy(t)) +
-           "\" stroke=\"#e5e5e5\"/>\n";
+    svg += "<line x1=\"" + Num(kLeft) + "\" y1=\"" + Num(sy(t)) + "\" x2=\"" + Num(right) +
+           "\" y2=\"" + Num(sy(t)) + "\" stroke=\"#e5e5e5\"/>\n";
     svg += "<text x=\"" + Num(kLeft - 6) + "\" y=\"" + Num(sy(t) + 4) + "\" text-anchor=\"end\">" +
            EscapeXml(TickLabel(t)) + "</text>\n";
   }
-  svg += "<rect x=\"" + Num(kLeft) + "\" y=\"" + Num(kTop) + "\" width=\"" + Num(right - kLeft) + "\" height=\"" +
-         Num(bottom - kTop) + "\" fill=\"none\" stroke=\"#444\"/>\n";
-  svg += "<text class=\"x-label\" x=\"" + Num((kLeft + right) / 2) + "\" y=\"" + Num(height - 12.0) +
-         "\" text-anchor=\"middle\">" + EscapeXml(plot.x.label + (plot.x.log ? " (log)" : "")) + "</text>\n";
-  svg += "<text class=\"y-label\" transform=\"translate(16 " + Num((kTop + bottom) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
+  svg += "<rect x=\"" + Num(kLeft) + "\" y=\"" + Num(kTop) + "\" width=\"" + Num(right - kLeft) +
+         "\" height=\"" + Num(bottom - kTop) + "\" fill=\"none\" stroke=\"#444\"/>\n";
+  svg += "<text class=\"x-label\" x=\"" + Num((kLeft + right) / 2) + "\" y=\"" +
+         Num(height - 12.0) + "\" text-anchor=\"middle\">" +
+         EscapeXml(plot.x.label + (plot.x.log ? " (log)" : "")) + "</text>\n";
+  svg += "<text class=\"y-label\" transform=\"translate(16 " + Num((kTop + bottom) / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\">" +
          EscapeXml(plot.y.label + (plot.y.log ? " (log)" : "")) + "</text>\n";
 
   // Series, then the legend.
@@ -201,25 +208,29 @@ Result<std::string> RenderSvg(const Plot& plot) {
     svg += "<g>";
     if (!s.name.empty()) svg += "<title>" + EscapeXml(s.name) + "</title>";
     if (s.line && s.x.size() > 1) {
-      svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\" points=\"";
-      for (size_t p = 0; p < s.x.size(); ++p) svg += (p > 0 ? " " : "") + Num(sx(s.x[p])) + "," + Num(sy(s.y[p]));
+      svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) +
+             "\" stroke-width=\"2\" points=\"";
+      for (size_t p = 0; p < s.x.size(); ++p)
+        svg += (p > 0 ? " " : "") + Num(sx(s.x[p])) + "," + Num(sy(s.y[p]));
       svg += "\"/>";
     }
     if (s.points) {
       for (size_t p = 0; p < s.x.size(); ++p) {
-        svg += "<circle cx=\"" + Num(sx(s.x[p])) + "\" cy=\"" + Num(sy(s.y[p])) + "\" r=\"" + (s.faint ? "2.5" : "3.5") +
-               "\" fill=\"" + color + "\"" + (s.faint ? " fill-opacity=\"0.25\"" : "") + "/>";
+        svg += "<circle cx=\"" + Num(sx(s.x[p])) + "\" cy=\"" + Num(sy(s.y[p])) + "\" r=\"" +
+               (s.faint ? "2.5" : "3.5") + "\" fill=\"" + color + "\"" +
+               (s.faint ? " fill-opacity=\"0.25\"" : "") + "/>";
       }
     }
     svg += "</g>\n";
     if (s.name.empty()) continue;
     svg += "<g class=\"legend\"><rect x=\"" + Num(right + 14) + "\" y=\"" + Num(ly - 5) +
            "\" width=\"14\" height=\"" + (s.faint ? "4" : "10") + "\" fill=\"" + color + "\"" +
-           (s.faint ? " fill-opacity=\"0.35\"" : "") + "/><text x=\"" + Num(right + 34) + "\" y=\"" + Num(ly + 4) +
-           "\">";
+           (s.faint ? " fill-opacity=\"0.35\"" : "") + "/><text x=\"" + Num(right + 34) +
+           "\" y=\"" + Num(ly + 4) + "\">";
     for (size_t l = 0; l < legend[i].size(); ++l) {
-      svg += "<tspan x=\"" + Num(right + 34) + "\"" + (l > 0 ? " dy=\"" + Num(kLegendLine) + "\"" : "") + ">" +
-             EscapeXml(legend[i][l]) + "</tspan>";
+      svg += "<tspan x=\"" + Num(right + 34) + "\"" +
+             (l > 0 ? " dy=\"" + Num(kLegendLine) + "\"" : "") + ">" + EscapeXml(legend[i][l]) +
+             "</tspan>";
     }
     svg += "</text></g>\n";
     ly += kLegendRow + kLegendLine * static_cast<double>(legend[i].size() - 1);

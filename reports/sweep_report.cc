@@ -12,14 +12,20 @@ namespace {
 
 // Offline candidates have no QPS (every query arrives at once): there QPS is not a measured figure
 // and TTFT is no limit (it counts the wait behind the whole data set), so neither is shown.
-std::string QpsCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.qps, 2) : "-"; }
-std::string TtftCell(const tuner::CandidateResult& c) { return c.qps > 0 ? FormatFixed(c.ttft_p99_ms, 0) : "-"; }
+std::string QpsCell(const tuner::CandidateResult& c) {
+  return c.qps > 0 ? FormatFixed(c.qps, 2) : "-";
+}
+std::string TtftCell(const tuner::CandidateResult& c) {
+  return c.qps > 0 ? FormatFixed(c.ttft_p99_ms, 0) : "-";
+}
 
 std::string Gpus(const tuner::SweepInfo& s) { return std::to_string(s.gpus) + "x" + s.hardware; }
 
 std::string Limits(const tuner::SweepInfo& s) {
   if (!s.ServerLike()) return "";
-  auto ms = [](const std::optional<double>& v) { return v ? FormatFixed(*v, 0) + " ms" : std::string("?"); };
+  auto ms = [](const std::optional<double>& v) {
+    return v ? FormatFixed(*v, 0) + " ms" : std::string("?");
+  };
   return "p99 limits TTFT " + ms(s.ttft_limit_ms) + " / TPOT " + ms(s.tpot_limit_ms);
 }
 
@@ -27,7 +33,9 @@ std::string Objective(const tuner::SweepInfo& s) {
   return s.ServerLike() ? "the highest QPS within the p99 limits" : "the most tokens/s";
 }
 
-std::string Commands(const tuner::LaunchCommands& l) { return l.vllm + "\n\n" + l.sglang + "\n\n" + l.trtllm + "\n"; }
+std::string Commands(const tuner::LaunchCommands& l) {
+  return l.vllm + "\n\n" + l.sglang + "\n\n" + l.trtllm + "\n";
+}
 
 constexpr const char* kTrtllmOptions = "TensorRT-LLM's --extra_llm_api_options file:";
 
@@ -36,54 +44,79 @@ constexpr const char* kTrtllmOptions = "TensorRT-LLM's --extra_llm_api_options f
 std::string LayoutLabel(const sim::DeploymentConfig& d) {
   std::string layout =
       d.disaggregated
-          ? "P " + std::to_string(d.prefill.instances) + "xTP" + std::to_string(d.prefill.tp) + " / D " +
-                std::to_string(d.decode.instances) + "xTP" + std::to_string(d.decode.tp) + "DP" +
-                std::to_string(d.decode.attn_dp)
-          : "TP" + std::to_string(d.tp) + " PP" + std::to_string(d.pp) + " EP" + std::to_string(d.ep) + " DP" +
-                std::to_string(d.attn_dp) + " x" + std::to_string(d.gpus / (d.tp * d.pp));
-  layout += " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
+          ? "P " + std::to_string(d.prefill.instances) + "xTP" + std::to_string(d.prefill.tp) +
+                " / D " + std::to_string(d.decode.instances) + "xTP" + std::to_string(d.decode.tp) +
+                "DP" + std::to_string(d.decode.attn_dp)
+          : "TP" + std::to_string(d.tp) + " PP" + std::to_string(d.pp) + " EP" +
+                std::to_string(d.ep) + " DP" + std::to_string(d.attn_dp) + " x" +
+                std::to_string(d.gpus / (d.tp * d.pp));
+  layout +=
+      " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
   return layout;
 }
 
 std::string LaunchMarkdown(const sim::DeploymentConfig& d) {
   const tuner::LaunchCommands l = tuner::MakeLaunchCommands(d);
-  return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml + "```\n";
+  return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml +
+         "```\n";
 }
 
-Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour) {
-  Table t({{"rank"}, {"layout", false}, {"batch"}, {"tokens"}, {"tok/s"}, {"tok/s/GPU"}, {"tok/s/user"}, {"QPS"},
-           {"TTFT p99"}, {"TPOT p99"}, {"$/Mtok"}});
+Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top,
+                   double usd_per_gpu_hour) {
+  Table t({{"rank"},
+           {"layout", false},
+           {"batch"},
+           {"tokens"},
+           {"tok/s"},
+           {"tok/s/GPU"},
+           {"tok/s/user"},
+           {"QPS"},
+           {"TTFT p99"},
+           {"TPOT p99"},
+           {"$/Mtok"}});
   for (int i = 0; i < top && i < static_cast<int>(ranked.size()); ++i) {
     const tuner::CandidateResult& c = ranked[i];
-    const double cost = usd_per_gpu_hour > 0 ? models::CostPerMillionTokens(usd_per_gpu_hour, c.tokens_per_s_per_gpu)
-                                             : c.cost_per_million_tokens;
-    t.AddRow({std::to_string(i + 1), LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
-              std::to_string(c.config.engine.max_num_tokens), FormatFixed(c.throughput_tokens_per_s, 0),
-              FormatFixed(c.tokens_per_s_per_gpu, 0), FormatFixed(c.tokens_per_s_per_user, 1), QpsCell(c),
-              TtftCell(c), FormatFixed(c.tpot_p99_ms, 1), FormatFixed(cost, 3)});
+    const double cost = usd_per_gpu_hour > 0
+                            ? models::CostPerMillionTokens(usd_per_gpu_hour, c.tokens_per_s_per_gpu)
+                            : c.cost_per_million_tokens;
+    t.AddRow(
+        {std::to_string(i + 1), LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
+         std::to_string(c.config.engine.max_num_tokens), FormatFixed(c.throughput_tokens_per_s, 0),
+         FormatFixed(c.tokens_per_s_per_gpu, 0), FormatFixed(c.tokens_per_s_per_user, 1),
+         QpsCell(c), TtftCell(c), FormatFixed(c.tpot_p99_ms, 1), FormatFixed(cost, 3)});
   }
   return t;
 }
 
 Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
-  Table t({{"sweep", false}, {"model", false}, {"GPUs", false}, {"scenario", false}, {"simulated"}, {"valid"},
+  Table t({{"sweep", false},
+           {"model", false},
+           {"GPUs", false},
+           {"scenario", false},
+           {"simulated"},
+           {"valid"},
            {"best", false}});
   for (const auto& s : sweeps) {
     const auto ranked = tuner::RankValid(s.results, s.info.ServerLike());
     std::string best = "-";
     if (!ranked.empty()) {
-      best = s.info.ServerLike() ? FormatFixed(ranked.front().qps, 2) + " QPS"
-                                 : FormatFixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
+      best = s.info.ServerLike()
+                 ? FormatFixed(ranked.front().qps, 2) + " QPS"
+                 : FormatFixed(ranked.front().throughput_tokens_per_s, 0) + " tok/s";
     }
-    t.AddRow({s.info.id, s.info.model, Gpus(s.info), std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
+    t.AddRow({s.info.id, s.info.model, Gpus(s.info),
+              std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
               std::to_string(s.results.size()), std::to_string(ranked.size()), best});
   }
   return t;
 }
 
 Result<std::vector<tuner::StoredSweep>> SelectSweeps(std::vector<tuner::StoredSweep> all,
-                                                     const std::vector<std::string>& ids, const std::string& source) {
-  if (all.empty()) return Status::InvalidArgument(source + ": holds no sweeps (`fathom tune --db FILE` writes them)");
+                                                     const std::vector<std::string>& ids,
+                                                     const std::string& source) {
+  if (all.empty())
+    return Status::InvalidArgument(source +
+                                   ": holds no sweeps (`fathom tune --db FILE` writes them)");
   if (ids.empty()) return all;
   std::string known;
   for (const auto& s : all) known += " " + s.info.id;
@@ -94,17 +127,18 @@ Result<std::vector<tuner::StoredSweep>> SelectSweeps(std::vector<tuner::StoredSw
       if (s.info.id.rfind(id, 0) == 0) matches.push_back(&s);
     }
     if (matches.size() != 1) {
-      return Status::InvalidArgument(source + ": --sweep = \"" + id + "\": " +
-                                     (matches.empty() ? "matches no sweep" : "matches several sweeps") +
-                                     " (sweeps:" + known + ")");
+      return Status::InvalidArgument(
+          source + ": --sweep = \"" + id +
+          "\": " + (matches.empty() ? "matches no sweep" : "matches several sweeps") +
+          " (sweeps:" + known + ")");
     }
     out.push_back(*matches.front());
   }
   return out;
 }
 
-SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const models::HardwareCatalog& catalog,
-                         ReportOptions options)
+SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps,
+                         const models::HardwareCatalog& catalog, ReportOptions options)
     : options_(std::move(options)) {
   std::map<std::string, int> label_uses;
   for (const auto& s : sweeps) {
@@ -127,25 +161,39 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps, const mo
 }
 
 double SweepReport::Cost(const View& v, const tuner::CandidateResult& c) const {
-  return v.price > 0 ? models::CostPerMillionTokens(v.price, c.tokens_per_s_per_gpu) : c.cost_per_million_tokens;
+  return v.price > 0 ? models::CostPerMillionTokens(v.price, c.tokens_per_s_per_gpu)
+                     : c.cost_per_million_tokens;
 }
 
 Table SweepReport::Overview() const {
-  Table t({{"sweep", false}, {"simulated"}, {"best layout", false}, {"QPS"}, {"tok/s"}, {"tok/s/GPU"}, {"tok/s/user"},
-           {"TTFT p99"}, {"TPOT p99"}, {"$/GPU-h"}, {"$/Mtok"}, {"kWh/Mtok"}});
+  Table t({{"sweep", false},
+           {"simulated"},
+           {"best layout", false},
+           {"QPS"},
+           {"tok/s"},
+           {"tok/s/GPU"},
+           {"tok/s/user"},
+           {"TTFT p99"},
+           {"TPOT p99"},
+           {"$/GPU-h"},
+           {"$/Mtok"},
+           {"kWh/Mtok"}});
   for (const View& v : views_) {
-    const std::string simulated = std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
+    const std::string simulated =
+        std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
     const std::string price = v.price > 0 ? FormatFixed(v.price, 2) : "?";
     if (v.ranked.empty()) {
       t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
       continue;
     }
     const tuner::CandidateResult& b = v.ranked.front();
-    const std::string energy =
-        v.power_watts > 0 && b.tokens_per_s_per_gpu > 0 ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
-                                                        : "?";
-    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b), FormatFixed(b.throughput_tokens_per_s, 0),
-              FormatFixed(b.tokens_per_s_per_gpu, 0), FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1), price, FormatFixed(Cost(v, b), 3), energy});
+    const std::string energy = v.power_watts > 0 && b.tokens_per_s_per_gpu > 0
+                                   ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
+                                   : "?";
+    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b),
+              FormatFixed(b.throughput_tokens_per_s, 0), FormatFixed(b.tokens_per_s_per_gpu, 0),
+              FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1),
+              price, FormatFixed(Cost(v, b), 3), energy});
   }
   return t;
 }
@@ -160,7 +208,13 @@ Table SweepReport::Cheapest() const {
   };
   std::vector<Group> groups;
   for (const View& v : views_) {
-    Group key{v.info.model, std::string(sim::Name(v.info.scenario)), Limits(v.info), {}, nullptr, nullptr, 0};
+    Group key{v.info.model,
+              std::string(sim::Name(v.info.scenario)),
+              Limits(v.info),
+              {},
+              nullptr,
+              nullptr,
+              0};
     auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& o) {
       return o.model == key.model && o.scenario == key.scenario && o.limits == key.limits;
     });
@@ -175,8 +229,15 @@ Table SweepReport::Cheapest() const {
       }
     }
   }
-  Table t({{"model", false}, {"scenario", false}, {"tried", false}, {"cheapest on", false}, {"layout", false},
-           {"QPS"}, {"tok/s/GPU"}, {"$/GPU-h"}, {"$/Mtok"}});
+  Table t({{"model", false},
+           {"scenario", false},
+           {"tried", false},
+           {"cheapest on", false},
+           {"layout", false},
+           {"QPS"},
+           {"tok/s/GPU"},
+           {"$/GPU-h"},
+           {"$/Mtok"}});
   for (const Group& g : groups) {
     if (g.tried.size() < 2) continue;
     const std::string scenario = g.scenario + (g.limits.empty() ? "" : " (" + g.limits + ")");
@@ -185,46 +246,61 @@ Table SweepReport::Cheapest() const {
       t.AddRow({g.model, scenario, tried, "none valid (or priced)", "-", "-", "-", "-", "-"});
       continue;
     }
-    t.AddRow({g.model, scenario, tried, Gpus(g.view->info), LayoutLabel(g.best->config), QpsCell(*g.best),
-              FormatFixed(g.best->tokens_per_s_per_gpu, 0), FormatFixed(g.view->price, 2), FormatFixed(g.cost, 3)});
+    t.AddRow({g.model, scenario, tried, Gpus(g.view->info), LayoutLabel(g.best->config),
+              QpsCell(*g.best), FormatFixed(g.best->tokens_per_s_per_gpu, 0),
+              FormatFixed(g.view->price, 2), FormatFixed(g.cost, 3)});
   }
   return t;
 }
 
 Table SweepReport::FrontierTable(const View& v) const {
-  Table t({{"tok/s/user"}, {"tok/s/GPU"}, {"layout", false}, {"batch"}, {"tokens"}, {"QPS"}, {"$/Mtok"}});
+  Table t({{"tok/s/user"},
+           {"tok/s/GPU"},
+           {"layout", false},
+           {"batch"},
+           {"tokens"},
+           {"QPS"},
+           {"$/Mtok"}});
   for (const auto& c : v.frontier) {
-    t.AddRow({FormatFixed(c.tokens_per_s_per_user, 1), FormatFixed(c.tokens_per_s_per_gpu, 0), LayoutLabel(c.config),
-              std::to_string(c.config.engine.max_batch), std::to_string(c.config.engine.max_num_tokens),
-              QpsCell(c), FormatFixed(Cost(v, c), 3)});
+    t.AddRow({FormatFixed(c.tokens_per_s_per_user, 1), FormatFixed(c.tokens_per_s_per_gpu, 0),
+              LayoutLabel(c.config), std::to_string(c.config.engine.max_batch),
+              std::to_string(c.config.engine.max_num_tokens), QpsCell(c),
+              FormatFixed(Cost(v, c), 3)});
   }
   return t;
 }
 
 std::string SweepReport::Description(const View& v) const {
   const tuner::SweepInfo& s = v.info;
-  std::string d = "Sweep " + s.id + ": " + s.model + " on " + Gpus(s) + ", " + std::string(sim::Name(s.scenario)) +
-                  " scenario";
+  std::string d = "Sweep " + s.id + ": " + s.model + " on " + Gpus(s) + ", " +
+                  std::string(sim::Name(s.scenario)) + " scenario";
   if (s.ServerLike()) d += ", " + Limits(s);
   d += "; objective " + Objective(s) + ". ";
   const int64_t invalid = static_cast<int64_t>(v.simulated.size() - v.ranked.size());
   if (s.recorded) {
-    const int64_t unsimulated = std::max<int64_t>(0, s.candidates - static_cast<int64_t>(v.simulated.size()));
-    d += std::to_string(s.candidates) + " feasible candidates (" + std::to_string(s.infeasible) + " infeasible): " +
-         std::to_string(v.simulated.size()) + " simulated, " + std::to_string(invalid) + " of them not valid.";
+    const int64_t unsimulated =
+        std::max<int64_t>(0, s.candidates - static_cast<int64_t>(v.simulated.size()));
+    d += std::to_string(s.candidates) + " feasible candidates (" + std::to_string(s.infeasible) +
+         " infeasible): " + std::to_string(v.simulated.size()) + " simulated, " +
+         std::to_string(invalid) + " of them not valid.";
     if (unsimulated > 0) {
       d += " The other " + std::to_string(unsimulated) +
-           " were pruned by their bound or not yet simulated (`fathom tune --no-prune` simulates every one).";
+           " were pruned by their bound or not yet simulated (`fathom tune --no-prune` simulates "
+           "every one).";
     }
   } else {
     d += std::to_string(v.simulated.size()) + " simulated candidates (" + std::to_string(invalid) +
-         " not valid); stored by a fathom that kept no record of the sweep, so its limits and price are unknown "
+         " not valid); stored by a fathom that kept no record of the sweep, so its limits and "
+         "price are unknown "
          "and its scenario is inferred.";
   }
   if (v.price > 0) {
     const bool what_if = v.price != s.price_per_gpu_hour;
     d += " Costs at $" + FormatFixed(v.price, 2) + " per GPU-hour" +
-         (what_if && s.price_per_gpu_hour > 0 ? " (what-if; swept at $" + FormatFixed(s.price_per_gpu_hour, 2) + ")" : "") + ".";
+         (what_if && s.price_per_gpu_hour > 0
+              ? " (what-if; swept at $" + FormatFixed(s.price_per_gpu_hour, 2) + ")"
+              : "") +
+         ".";
   }
   return d;
 }
@@ -242,17 +318,18 @@ std::string SweepReport::Text() const {
       out += RankingTable(v.ranked, options_.top, v.price).Text();
       out += "\nLaunch the best:\n\n" + LaunchMarkdown(v.ranked.front().config);
     }
-    out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " + std::to_string(v.frontier.size()) +
-           " points\n";
+    out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " +
+           std::to_string(v.frontier.size()) + " points\n";
     if (!v.frontier.empty()) out += FrontierTable(v).Text();
   }
   return out;
 }
 
 std::string SweepReport::Markdown() const {
-  std::string out = "# fathom tuning report\n\nPlots: `fathom report --out FILE.html`, or `--out FILE.svg` with "
-                    "`--plot frontier` or `--plot cost`.\n\n## Best deployment of each sweep\n\n" +
-                    Overview().Markdown();
+  std::string out =
+      "# fathom tuning report\n\nPlots: `fathom report --out FILE.html`, or `--out FILE.svg` with "
+      "`--plot frontier` or `--plot cost`.\n\n## Best deployment of each sweep\n\n" +
+      Overview().Markdown();
   if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
     out += "\n## Cheapest deployment per model across GPUs\n\n" + cheapest.Markdown();
   }
@@ -282,7 +359,12 @@ Result<std::string> SweepReport::FrontierSvg() const {
       cloud.x.push_back(c.tokens_per_s_per_user);
       cloud.y.push_back(c.tokens_per_s_per_gpu);
     }
-    Series front{v.label + (v.frontier.empty() ? " (no valid candidate)" : ""), {}, {}, true, true, false,
+    Series front{v.label + (v.frontier.empty() ? " (no valid candidate)" : ""),
+                 {},
+                 {},
+                 true,
+                 true,
+                 false,
                  static_cast<int>(i)};
     for (const auto& c : v.frontier) {
       front.x.push_back(c.tokens_per_s_per_user);
@@ -315,23 +397,33 @@ Result<std::string> SweepReport::CostSvg() const {
 
 Result<std::string> SweepReport::Html() const {
   std::string out =
-      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning report</title>\n<style>"
-      "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
-      "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
-      "pre{background:#f6f6f6;padding:6px 8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
-      "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each sweep</h2>\n";
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning "
+      "report</title>\n<style>"
+      "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+      "margin:0.5em 0 1.5em}"
+      "th,td{border:1px solid #ccc;padding:3px "
+      "8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
+      "pre{background:#f6f6f6;padding:6px "
+      "8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
+      "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each "
+      "sweep</h2>\n";
   out += Overview().Html();
   if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
     out += "<h2>Cheapest deployment per model across GPUs</h2>\n" + cheapest.Html();
   }
-  const bool any_valid = std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
+  const bool any_valid =
+      std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
   if (any_valid) {
     FATHOM_ASSIGN_OR_RETURN(std::string frontier, FrontierSvg());
-    out += "<h2>Pareto frontiers</h2>\n<p>Faint points: every valid candidate simulated; lines: each sweep's "
-           "frontier (no other candidate serves both more tokens/s per GPU and more tokens/s per user).</p>\n" +
-           frontier;
+    out +=
+        "<h2>Pareto frontiers</h2>\n<p>Faint points: every valid candidate simulated; lines: each "
+        "sweep's "
+        "frontier (no other candidate serves both more tokens/s per GPU and more tokens/s per "
+        "user).</p>\n" +
+        frontier;
     const bool priced = std::any_of(views_.begin(), views_.end(), [&](const View& v) {
-      return std::any_of(v.frontier.begin(), v.frontier.end(), [&](const auto& c) { return Cost(v, c) > 0; });
+      return std::any_of(v.frontier.begin(), v.frontier.end(),
+                         [&](const auto& c) { return Cost(v, c) > 0; });
     });
     if (priced) {
       FATHOM_ASSIGN_OR_RETURN(std::string cost, CostSvg());
@@ -339,33 +431,54 @@ Result<std::string> SweepReport::Html() const {
     }
   }
   for (const View& v : views_) {
-    out += "<h2>" + EscapeXml(v.label) + "</h2>\n<p>" + EscapeXml(Description(v)) + "</p>\n<h3>Ranking</h3>\n";
+    out += "<h2>" + EscapeXml(v.label) + "</h2>\n<p>" + EscapeXml(Description(v)) +
+           "</p>\n<h3>Ranking</h3>\n";
     if (v.ranked.empty()) {
       out += "<p>No valid candidate.</p>\n";
     } else {
       const tuner::LaunchCommands l = tuner::MakeLaunchCommands(v.ranked.front().config);
       out += RankingTable(v.ranked, options_.top, v.price).Html();
-      out += "<h3>Launch the best</h3>\n<pre>" + EscapeXml(Commands(l)) + "</pre>\n<p>" + EscapeXml(kTrtllmOptions) +
-             "</p>\n<pre>" + EscapeXml(l.trtllm_yaml) + "</pre>\n";
+      out += "<h3>Launch the best</h3>\n<pre>" + EscapeXml(Commands(l)) + "</pre>\n<p>" +
+             EscapeXml(kTrtllmOptions) + "</p>\n<pre>" + EscapeXml(l.trtllm_yaml) + "</pre>\n";
     }
     out += "<h3>Pareto frontier</h3>\n";
     out += v.frontier.empty() ? "<p>No valid candidate.</p>\n" : FrontierTable(v).Html();
   }
-  out += "<h2>Definitions</h2>\n<ul>\n"
-         "<li>tok/s: output tokens per second over the run, as MLPerf LoadGen counts them; tok/s/user: 1000 / mean "
-         "TPOT in ms.</li>\n"
-         "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>.</li>\n"
-         "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that leaves out "
-         "hosts, network and cooling.</li>\n"
-         "<li>Figures are the simulator's predictions; pruned candidates were never simulated.</li>\n</ul>\n";
+  out +=
+      "<h2>Definitions</h2>\n<ul>\n"
+      "<li>tok/s: output tokens per second over the run, as MLPerf LoadGen counts them; "
+      "tok/s/user: 1000 / mean "
+      "TPOT in ms.</li>\n"
+      "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>.</li>\n"
+      "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that "
+      "leaves out "
+      "hosts, network and cooling.</li>\n"
+      "<li>Figures are the simulator's predictions; pruned candidates were never "
+      "simulated.</li>\n</ul>\n";
   return out + "</body></html>\n";
 }
 
 std::string SweepReport::CandidatesCsv() const {
-  Table t({{"sweep", false}, {"model", false}, {"hardware", false}, {"gpus"}, {"scenario", false}, {"valid"},
-           {"frontier"}, {"layout", false}, {"kv", false}, {"max_batch"}, {"max_num_tokens"}, {"qps"}, {"throughput_tokens_per_s"},
-           {"tokens_per_s_per_gpu"}, {"tokens_per_s_per_user"}, {"ttft_p99_ms"}, {"tpot_p99_ms"},
-           {"usd_per_gpu_hour"}, {"cost_per_million_tokens"}, {"config", false}});
+  Table t({{"sweep", false},
+           {"model", false},
+           {"hardware", false},
+           {"gpus"},
+           {"scenario", false},
+           {"valid"},
+           {"frontier"},
+           {"layout", false},
+           {"kv", false},
+           {"max_batch"},
+           {"max_num_tokens"},
+           {"qps"},
+           {"throughput_tokens_per_s"},
+           {"tokens_per_s_per_gpu"},
+           {"tokens_per_s_per_user"},
+           {"ttft_p99_ms"},
+           {"tpot_p99_ms"},
+           {"usd_per_gpu_hour"},
+           {"cost_per_million_tokens"},
+           {"config", false}});
   for (const View& v : views_) {
     std::set<std::string> on_frontier;
     for (const auto& c : v.frontier) on_frontier.insert(tuner::CandidateKey(c.config));
@@ -374,13 +487,26 @@ std::string SweepReport::CandidatesCsv() const {
       // An invalid candidate has no figures (no run served its requests within the limits), and
       // an Offline one no QPS: their cells stay empty rather than read 0.
       auto figure = [&](double value) { return c.valid ? StrFormat("%g", value) : std::string(); };
-      t.AddRow({v.info.id, v.info.model, v.info.hardware, std::to_string(v.info.gpus),
-                std::string(sim::Name(v.info.scenario)), c.valid ? "1" : "0", on_frontier.count(key) ? "1" : "0",
-                LayoutLabel(c.config), c.config.kv, std::to_string(c.config.engine.max_batch),
-                std::to_string(c.config.engine.max_num_tokens), c.qps > 0 ? figure(c.qps) : "",
-                figure(c.throughput_tokens_per_s), figure(c.tokens_per_s_per_gpu), figure(c.tokens_per_s_per_user),
-                figure(c.ttft_p99_ms), figure(c.tpot_p99_ms), v.price > 0 ? StrFormat("%g", v.price) : "",
-                figure(Cost(v, c)), key});
+      t.AddRow({v.info.id,
+                v.info.model,
+                v.info.hardware,
+                std::to_string(v.info.gpus),
+                std::string(sim::Name(v.info.scenario)),
+                c.valid ? "1" : "0",
+                on_frontier.count(key) ? "1" : "0",
+                LayoutLabel(c.config),
+                c.config.kv,
+                std::to_string(c.config.engine.max_batch),
+                std::to_string(c.config.engine.max_num_tokens),
+                c.qps > 0 ? figure(c.qps) : "",
+                figure(c.throughput_tokens_per_s),
+                figure(c.tokens_per_s_per_gpu),
+                figure(c.tokens_per_s_per_user),
+                figure(c.ttft_p99_ms),
+                figure(c.tpot_p99_ms),
+                v.price > 0 ? StrFormat("%g", v.price) : "",
+                figure(Cost(v, c)),
+                key});
     }
   }
   return t.Csv();

@@ -33,7 +33,8 @@ std::string LaunchMarkdown(const sim::DeploymentConfig& d);
 // The first `top` of `ranked` with their layouts, limits and metrics; costs at `usd_per_gpu_hour`
 // where it is > 0, else as stored. Offline candidates (no QPS) show "-" for QPS and TTFT p99: there
 // neither is a measured figure or a limit.
-Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top, double usd_per_gpu_hour = 0);
+Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top,
+                   double usd_per_gpu_hour = 0);
 
 // One row per sweep: id, model, GPUs, scenario ("?" where inferred), candidates simulated and
 // valid, and the best objective.
@@ -42,7 +43,8 @@ Table SweepList(const std::vector<tuner::StoredSweep>& sweeps);
 // The sweeps whose ids start with one of `ids` (all of them when `ids` is empty); an id that
 // matches none or several is an error that lists the sweeps.
 Result<std::vector<tuner::StoredSweep>> SelectSweeps(std::vector<tuner::StoredSweep> all,
-                                                     const std::vector<std::string>& ids, const std::string& source);
+                                                     const std::vector<std::string>& ids,
+                                                     const std::string& source);
 
 class SweepReport {
  public:

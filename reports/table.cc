@@ -78,7 +78,8 @@ std::string Table::Markdown() const {
 
 std::string Table::Csv() const {
   std::string out;
-  for (size_t c = 0; c < columns_.size(); ++c) out += (c > 0 ? "," : "") + CsvField(columns_[c].title);
+  for (size_t c = 0; c < columns_.size(); ++c)
+    out += (c > 0 ? "," : "") + CsvField(columns_[c].title);
   out += "\n";
   for (const auto& row : rows_) {
     for (size_t c = 0; c < row.size(); ++c) out += (c > 0 ? "," : "") + CsvField(row[c]);
@@ -94,7 +95,8 @@ std::string Table::Html() const {
   for (const auto& row : rows_) {
     out += "<tr>";
     for (size_t c = 0; c < row.size(); ++c) {
-      out += std::string(columns_[c].numeric ? "<td class=\"n\">" : "<td>") + EscapeXml(row[c]) + "</td>";
+      out += std::string(columns_[c].numeric ? "<td class=\"n\">" : "<td>") + EscapeXml(row[c]) +
+             "</td>";
     }
     out += "</tr>\n";
   }
@@ -105,12 +107,23 @@ std::string EscapeXml(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -8,68 +8,87 @@ namespace fathom::sim {
 namespace {
 
 template <typename E>
-Result<E> ParseEnum(std::string_view s, const char* flag, std::initializer_list<std::pair<const char*, E>> table) {
+Result<E> ParseEnum(std::string_view s, const char* flag,
+                    std::initializer_list<std::pair<const char*, E>> table) {
   std::string names;
   for (const auto& [name, value] : table) {
     if (s == name) return value;
     names += (names.empty() ? "" : ", ") + std::string(name);
   }
-  return Status::InvalidArgument(std::string(flag) + " = \"" + std::string(s) + "\": unknown (one of " + names + ")");
+  return Status::InvalidArgument(std::string(flag) + " = \"" + std::string(s) +
+                                 "\": unknown (one of " + names + ")");
 }
 
 }  // namespace
 
 Result<SchedulerKind> ParseScheduler(std::string_view s) {
-  return ParseEnum<SchedulerKind>(s, "scheduler", {{"static", SchedulerKind::kStatic},
-                                                   {"prefill-first", SchedulerKind::kPrefillFirst},
-                                                   {"chunked", SchedulerKind::kChunked},
-                                                   {"mixed", SchedulerKind::kMixed},
-                                                   {"decode-first", SchedulerKind::kDecodeFirst}});
+  return ParseEnum<SchedulerKind>(s, "scheduler",
+                                  {{"static", SchedulerKind::kStatic},
+                                   {"prefill-first", SchedulerKind::kPrefillFirst},
+                                   {"chunked", SchedulerKind::kChunked},
+                                   {"mixed", SchedulerKind::kMixed},
+                                   {"decode-first", SchedulerKind::kDecodeFirst}});
 }
 
 Result<RouterKind> ParseRouter(std::string_view s) {
-  return ParseEnum<RouterKind>(s, "router", {{"round-robin", RouterKind::kRoundRobin},
-                                             {"least-outstanding", RouterKind::kLeastOutstanding},
-                                             {"least-kv", RouterKind::kLeastKv},
-                                             {"prefix-aware", RouterKind::kPrefixAware}});
+  return ParseEnum<RouterKind>(s, "router",
+                               {{"round-robin", RouterKind::kRoundRobin},
+                                {"least-outstanding", RouterKind::kLeastOutstanding},
+                                {"least-kv", RouterKind::kLeastKv},
+                                {"prefix-aware", RouterKind::kPrefixAware}});
 }
 
 Result<Scenario> ParseScenario(std::string_view s) {
-  return ParseEnum<Scenario>(s, "scenario", {{"offline", Scenario::kOffline},
-                                             {"server", Scenario::kServer},
-                                             {"interactive", Scenario::kInteractive},
-                                             {"replay", Scenario::kReplay},
-                                             {"closed-loop", Scenario::kClosedLoop}});
+  return ParseEnum<Scenario>(s, "scenario",
+                             {{"offline", Scenario::kOffline},
+                              {"server", Scenario::kServer},
+                              {"interactive", Scenario::kInteractive},
+                              {"replay", Scenario::kReplay},
+                              {"closed-loop", Scenario::kClosedLoop}});
 }
 
 std::string_view Name(SchedulerKind k) {
   switch (k) {
-    case SchedulerKind::kStatic: return "static";
-    case SchedulerKind::kPrefillFirst: return "prefill-first";
-    case SchedulerKind::kChunked: return "chunked";
-    case SchedulerKind::kMixed: return "mixed";
-    case SchedulerKind::kDecodeFirst: return "decode-first";
+    case SchedulerKind::kStatic:
+      return "static";
+    case SchedulerKind::kPrefillFirst:
+      return "prefill-first";
+    case SchedulerKind::kChunked:
+      return "chunked";
+    case SchedulerKind::kMixed:
+      return "mixed";
+    case SchedulerKind::kDecodeFirst:
+      return "decode-first";
   }
   return "";
 }
 
 std::string_view Name(RouterKind k) {
   switch (k) {
-    case RouterKind::kRoundRobin: return "round-robin";
-    case RouterKind::kLeastOutstanding: return "least-outstanding";
-    case RouterKind::kLeastKv: return "least-kv";
-    case RouterKind::kPrefixAware: return "prefix-aware";
+    case RouterKind::kRoundRobin:
+      return "round-robin";
+    case RouterKind::kLeastOutstanding:
+      return "least-outstanding";
+    case RouterKind::kLeastKv:
+      return "least-kv";
+    case RouterKind::kPrefixAware:
+      return "prefix-aware";
   }
   return "";
 }
 
 std::string_view Name(Scenario s) {
   switch (s) {
-    case Scenario::kOffline: return "offline";
-    case Scenario::kServer: return "server";
-    case Scenario::kInteractive: return "interactive";
-    case Scenario::kReplay: return "replay";
-    case Scenario::kClosedLoop: return "closed-loop";
+    case Scenario::kOffline:
+      return "offline";
+    case Scenario::kServer:
+      return "server";
+    case Scenario::kInteractive:
+      return "interactive";
+    case Scenario::kReplay:
+      return "replay";
+    case Scenario::kClosedLoop:
+      return "closed-loop";
   }
   return "";
 }
@@ -84,9 +103,12 @@ Status ScenarioConfig::Validate() const {
     return bad("--min-duration", min_duration_s, "must be >= 0 and finite");
   }
   if (clients < 0) return bad("--clients", clients, "must be >= 0");
-  if (!(think_time_s >= 0 && think_time_s <= 1e9)) return bad("--think-time", think_time_s, "must be in [0, 1e9] s");
-  for (const auto& [flag, limit] : {std::pair{"--ttft-ms", ttft_limit_ms}, {"--tpot-ms", tpot_limit_ms}}) {
-    if (limit && !(*limit > 0 && std::isfinite(*limit))) return bad(flag, *limit, "must be > 0 and finite");
+  if (!(think_time_s >= 0 && think_time_s <= 1e9))
+    return bad("--think-time", think_time_s, "must be in [0, 1e9] s");
+  for (const auto& [flag, limit] :
+       {std::pair{"--ttft-ms", ttft_limit_ms}, {"--tpot-ms", tpot_limit_ms}}) {
+    if (limit && !(*limit > 0 && std::isfinite(*limit)))
+      return bad(flag, *limit, "must be > 0 and finite");
   }
   return Status::Ok();
 }
@@ -97,12 +119,15 @@ Status EngineConfig::Validate() const {
   };
   if (max_batch < 1) return bad("max_batch", max_batch, "must be >= 1");
   if (max_num_tokens < 1) return bad("max_num_tokens", max_num_tokens, "must be >= 1");
-  if (chunk_size < 0) return bad("chunk_size", chunk_size, "must be >= 0 (0: the whole token budget)");
+  if (chunk_size < 0)
+    return bad("chunk_size", chunk_size, "must be >= 0 (0: the whole token budget)");
   if (block_tokens < 1) return bad("block_tokens", block_tokens, "must be >= 1");
   if (prefix_caching && 512 % block_tokens != 0) {
-    return bad("block_tokens", block_tokens, "must divide 512 (the prefix-block size) with prefix caching");
+    return bad("block_tokens", block_tokens,
+               "must divide 512 (the prefix-block size) with prefix caching");
   }
-  if (reserve_fraction < 0 || reserve_fraction >= 1) return bad("reserve", reserve_fraction, "must be in [0, 1)");
+  if (reserve_fraction < 0 || reserve_fraction >= 1)
+    return bad("reserve", reserve_fraction, "must be in [0, 1)");
   if (swap_bytes_per_s <= 0) return bad("swap_bytes_per_s", swap_bytes_per_s, "must be > 0");
   if (mtp_depth < 0 || mtp_depth > 16) return bad("mtp_depth", mtp_depth, "must be in [0, 16]");
   if (acceptance < 0 || acceptance > 1) return bad("acceptance", acceptance, "must be in [0, 1]");
@@ -119,8 +144,10 @@ Status EngineConfig::Validate() const {
     if (std::abs(sum - 1) > 1e-6) return bad("acceptance_dist sum", sum, "must be 1");
   }
   if (draft_cost < 0) return bad("draft_cost", draft_cost, "must be >= 0");
-  if (fast_forward < 1) return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
-  if (adp_batching_wait_iters < 0) return bad("adp_batching_wait_iters", adp_batching_wait_iters, "must be >= 0");
+  if (fast_forward < 1)
+    return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
+  if (adp_batching_wait_iters < 0)
+    return bad("adp_batching_wait_iters", adp_batching_wait_iters, "must be >= 0");
   if (adp_timeout_iters < 1) return bad("adp_timeout_iters", adp_timeout_iters, "must be >= 1");
   return Status::Ok();
 }

@@ -12,10 +12,10 @@
 namespace fathom::sim {
 
 enum class SchedulerKind {
-  kStatic,       // a batch runs to completion before the next is formed
-  kPrefillFirst, // continuous batching, prefill-only iterations first (vLLM v0, Orca)
-  kChunked,      // decodes plus prefill chunks under a token budget (Sarathi, vLLM v1, TRT-LLM)
-  kMixed,        // decodes plus whole prompts under a token budget (TRT-LLM without chunked context)
+  kStatic,        // a batch runs to completion before the next is formed
+  kPrefillFirst,  // continuous batching, prefill-only iterations first (vLLM v0, Orca)
+  kChunked,       // decodes plus prefill chunks under a token budget (Sarathi, vLLM v1, TRT-LLM)
+  kMixed,  // decodes plus whole prompts under a token budget (TRT-LLM without chunked context)
   kDecodeFirst,  // decode iterations first; prefills wait until half the batch slots are free
 };
 enum class PreemptionMode { kRecompute, kSwap };
@@ -80,11 +80,11 @@ struct DisaggConfig {
 
 struct ScenarioConfig {
   Scenario scenario = Scenario::kOffline;
-  double qps = 0;                    // Server / Interactive
-  int64_t samples = 0;               // 0 = dataset size (Offline) or what min_duration needs
-  double min_duration_s = 600;       // MLPerf minimum run length
-  int clients = 0;                   // closed loop
-  double think_time_s = 0;           // closed loop pause between a reply and the next request
+  double qps = 0;               // Server / Interactive
+  int64_t samples = 0;          // 0 = dataset size (Offline) or what min_duration needs
+  double min_duration_s = 600;  // MLPerf minimum run length
+  int clients = 0;              // closed loop
+  double think_time_s = 0;      // closed loop pause between a reply and the next request
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // override the benchmark's limits
   uint64_t seed = 1;
   // > 0: end the run as soon as this many requests have broken the TTFT or the TPOT limit, when

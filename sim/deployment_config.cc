@@ -15,7 +15,8 @@ Status CheckKnown(const Json& j, const std::string& source, const std::set<std::
     if (known.count(it.key()) == 0) {
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      return Status::InvalidArgument(source + ": field '" + it.key() + "': unknown (known: " + list + ")");
+      return Status::InvalidArgument(source + ": field '" + it.key() +
+                                     "': unknown (known: " + list + ")");
     }
   }
   return Status::Ok();
@@ -61,8 +62,12 @@ OrderedJson PoolToJson(const PoolLayout& p) {
   return j;
 }
 
-std::string_view Name(PreemptionMode m) { return m == PreemptionMode::kSwap ? "swap" : "recompute"; }
-std::string_view Name(AdmissionPolicy a) { return a == AdmissionPolicy::kReserve ? "reserve" : "greedy"; }
+std::string_view Name(PreemptionMode m) {
+  return m == PreemptionMode::kSwap ? "swap" : "recompute";
+}
+std::string_view Name(AdmissionPolicy a) {
+  return a == AdmissionPolicy::kReserve ? "reserve" : "greedy";
+}
 
 models::ParallelLayout ToLayout(const PoolLayout& p) {
   return {p.instances * p.tp * p.pp, p.tp, p.pp, p.ep, p.attn_dp};
@@ -77,12 +82,36 @@ int DeploymentConfig::TotalGpus() const {
 
 Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& source) {
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
-  FATHOM_RETURN_IF_ERROR(CheckKnown(
-      j, source,
-      {"model", "hardware", "gpus", "tp", "pp", "ep", "attn_dp", "weights", "dense_weights", "kv", "scheduler",
-       "max_batch", "max_num_tokens", "chunk_size", "block_size", "reserve", "preemption", "admission",
-       "prefix_caching", "mtp", "acceptance", "draft_cost", "router", "disaggregated", "decode_max_batch",
-       "kv_link_gb_per_s", "adp_balance", "runtime", "run"}));
+  FATHOM_RETURN_IF_ERROR(CheckKnown(j, source,
+                                    {"model",
+                                     "hardware",
+                                     "gpus",
+                                     "tp",
+                                     "pp",
+                                     "ep",
+                                     "attn_dp",
+                                     "weights",
+                                     "dense_weights",
+                                     "kv",
+                                     "scheduler",
+                                     "max_batch",
+                                     "max_num_tokens",
+                                     "chunk_size",
+                                     "block_size",
+                                     "reserve",
+                                     "preemption",
+                                     "admission",
+                                     "prefix_caching",
+                                     "mtp",
+                                     "acceptance",
+                                     "draft_cost",
+                                     "router",
+                                     "disaggregated",
+                                     "decode_max_batch",
+                                     "kv_link_gb_per_s",
+                                     "adp_balance",
+                                     "runtime",
+                                     "run"}));
   DeploymentConfig d;
   JsonFields f(j, source);
   d.model = f.String("model", d.model);
@@ -127,16 +156,19 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   if (!route.ok()) return with_source(route.status());
   d.router = *route;
   if (preemption != "recompute" && preemption != "swap") {
-    return Status::InvalidArgument(source + ": field 'preemption' = \"" + preemption + "\": must be recompute or swap");
+    return Status::InvalidArgument(source + ": field 'preemption' = \"" + preemption +
+                                   "\": must be recompute or swap");
   }
   e.preemption = preemption == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
   if (admission != "greedy" && admission != "reserve") {
-    return Status::InvalidArgument(source + ": field 'admission' = \"" + admission + "\": must be greedy or reserve");
+    return Status::InvalidArgument(source + ": field 'admission' = \"" + admission +
+                                   "\": must be greedy or reserve");
   }
   e.admission = admission == "reserve" ? AdmissionPolicy::kReserve : AdmissionPolicy::kGreedy;
   if (j.contains("adp_balance") && !j["adp_balance"].is_null()) {
     const Json& bj = j["adp_balance"];
-    FATHOM_RETURN_IF_ERROR(CheckKnown(bj, source + ": adp_balance", {"batching_wait_iters", "timeout_iters"}));
+    FATHOM_RETURN_IF_ERROR(
+        CheckKnown(bj, source + ": adp_balance", {"batching_wait_iters", "timeout_iters"}));
     JsonFields bf(bj, source + ": adp_balance");
     e.adp_balance = true;
     e.adp_batching_wait_iters = bf.Int("batching_wait_iters", e.adp_batching_wait_iters);
@@ -148,12 +180,15 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   if (j.contains("disaggregated") && !j["disaggregated"].is_null()) {
     const Json& dj = j["disaggregated"];
     if (!dj.is_object() || !dj.contains("prefill") || !dj.contains("decode")) {
-      return Status::InvalidArgument(source + ": field 'disaggregated': needs 'prefill' and 'decode' pools");
+      return Status::InvalidArgument(source +
+                                     ": field 'disaggregated': needs 'prefill' and 'decode' pools");
     }
     FATHOM_RETURN_IF_ERROR(CheckKnown(dj, source + ": disaggregated", {"prefill", "decode"}));
     d.disaggregated = true;
-    FATHOM_ASSIGN_OR_RETURN(d.prefill, PoolFromJson(dj["prefill"], source + ": disaggregated.prefill"));
-    FATHOM_ASSIGN_OR_RETURN(d.decode, PoolFromJson(dj["decode"], source + ": disaggregated.decode"));
+    FATHOM_ASSIGN_OR_RETURN(d.prefill,
+                            PoolFromJson(dj["prefill"], source + ": disaggregated.prefill"));
+    FATHOM_ASSIGN_OR_RETURN(d.decode,
+                            PoolFromJson(dj["decode"], source + ": disaggregated.decode"));
   }
   return d;
 }
@@ -166,8 +201,9 @@ Result<DeploymentFile> LoadDeploymentFile(const std::string& path) {
   const std::string source = path + ": run";
   const Json& rj = j["run"];
   if (!rj.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
-  FATHOM_RETURN_IF_ERROR(CheckKnown(rj, source, {"scenario", "qps", "samples", "seed", "benchmark", "trace", "stack",
-                                                 "ttft_limit_ms", "tpot_limit_ms"}));
+  FATHOM_RETURN_IF_ERROR(CheckKnown(rj, source,
+                                    {"scenario", "qps", "samples", "seed", "benchmark", "trace",
+                                     "stack", "ttft_limit_ms", "tpot_limit_ms"}));
   JsonFields f(rj, source);
   RunRecord run;
   const std::string scenario = f.String("scenario");
@@ -185,10 +221,13 @@ Result<DeploymentFile> LoadDeploymentFile(const std::string& path) {
   run.scenario = *parsed;
   if (run.samples < 1) f.Fail("samples", std::to_string(run.samples), "must be >= 1");
   if (run.scenario == Scenario::kServer || run.scenario == Scenario::kInteractive) {
-    if (!(run.qps > 0) || !std::isfinite(run.qps)) f.Fail("qps", StrFormat("%g", run.qps), "must be > 0 and finite");
+    if (!(run.qps > 0) || !std::isfinite(run.qps))
+      f.Fail("qps", StrFormat("%g", run.qps), "must be > 0 and finite");
   }
-  for (const auto& [name, limit] : {std::pair{"ttft_limit_ms", run.ttft_limit_ms}, {"tpot_limit_ms", run.tpot_limit_ms}}) {
-    if (limit && !(*limit > 0 && std::isfinite(*limit))) f.Fail(name, StrFormat("%g", *limit), "must be > 0 and finite");
+  for (const auto& [name, limit] :
+       {std::pair{"ttft_limit_ms", run.ttft_limit_ms}, {"tpot_limit_ms", run.tpot_limit_ms}}) {
+    if (limit && !(*limit > 0 && std::isfinite(*limit)))
+      f.Fail(name, StrFormat("%g", *limit), "must be > 0 and finite");
   }
   FATHOM_RETURN_IF_ERROR(f.status());
   file.run = run;
@@ -249,7 +288,8 @@ OrderedJson ToJson(const DeploymentConfig& d) {
   return j;
 }
 
-Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, const models::HardwareCatalog& catalog,
+Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
+                                                    const models::HardwareCatalog& catalog,
                                                     const TimeModelFactory& make_time) {
   auto out = std::make_unique<ResolvedDeployment>();
   FATHOM_ASSIGN_OR_RETURN(out->model, models::LoadModel(d.model));
@@ -258,7 +298,8 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
   out->precision.moe_weights = w;
   out->precision.dense_weights = w;
   if (!d.dense_weights.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(out->precision.dense_weights, models::ParseDType(d.dense_weights, "dense_weights"));
+    FATHOM_ASSIGN_OR_RETURN(out->precision.dense_weights,
+                            models::ParseDType(d.dense_weights, "dense_weights"));
   }
   FATHOM_ASSIGN_OR_RETURN(out->precision.kv, models::ParseDType(d.kv, "kv"));
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
@@ -266,13 +307,16 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
   auto pool = [&](const models::ParallelLayout& layout, int instances, const EngineConfig& engine,
                   models::MemoryPlan* plan, std::unique_ptr<models::ExecutionTimeModel>* time,
                   const char* what) -> Result<PoolSpec> {
-    FATHOM_RETURN_IF_ERROR(models::ValidateLayout(out->model, layout).WithContext(std::string(what)));
+    FATHOM_RETURN_IF_ERROR(
+        models::ValidateLayout(out->model, layout).WithContext(std::string(what)));
     models::MemoryOptions mo;
     mo.max_num_tokens = engine.max_num_tokens;
     mo.max_batch = engine.max_batch;
     mo.reserve_fraction = engine.reserve_fraction;
     *plan = models::PlanMemory(out->model, out->hardware, layout, out->precision, mo);
-    if (!plan->fits) return Status::InvalidArgument(std::string(what) + " " + layout.ToString() + ": does not fit: " + plan->why_not);
+    if (!plan->fits)
+      return Status::InvalidArgument(std::string(what) + " " + layout.ToString() +
+                                     ": does not fit: " + plan->why_not);
     *time = make_time(out->model, out->hardware, layout, out->precision, d.runtime);
     PoolSpec p;
     p.time = time->get();
@@ -292,25 +336,29 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, c
   if (!d.disaggregated) {
     out->layout = {d.gpus, d.tp, d.pp, d.ep, d.attn_dp};
     FATHOM_RETURN_IF_ERROR(models::ValidateLayout(out->model, out->layout));
-    FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, out->layout.replicas(), d.engine, &out->plan, &out->time,
-                                            "deployment"));
+    FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, out->layout.replicas(), d.engine,
+                                            &out->plan, &out->time, "deployment"));
     return out;
   }
   out->layout = ToLayout(d.prefill);
   out->decode_layout = ToLayout(d.decode);
-  FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, d.prefill.instances, d.engine, &out->plan, &out->time,
-                                          "prefill pool"));
+  FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, d.prefill.instances, d.engine, &out->plan,
+                                          &out->time, "prefill pool"));
   spec.decode_engine = d.engine;
   if (d.decode_max_batch > 0) spec.decode_engine.max_batch = d.decode_max_batch;
-  FATHOM_ASSIGN_OR_RETURN(PoolSpec decode, pool(out->decode_layout, d.decode.instances, spec.decode_engine,
-                                                &out->decode_plan, &out->decode_time, "decode pool"));
+  FATHOM_ASSIGN_OR_RETURN(PoolSpec decode,
+                          pool(out->decode_layout, d.decode.instances, spec.decode_engine,
+                               &out->decode_plan, &out->decode_time, "decode pool"));
   spec.decode_pool = decode;
-  if (d.kv_link_gb_per_s != 0 && !(d.kv_link_gb_per_s >= 1e-3 && std::isfinite(d.kv_link_gb_per_s))) {
-    return Status::InvalidArgument("kv_link_gb_per_s = " + StrFormat("%g", d.kv_link_gb_per_s) +
-                                   ": must be 0 (the GPU's scale-out bandwidth) or at least 0.001 GB/s, finite");
+  if (d.kv_link_gb_per_s != 0 &&
+      !(d.kv_link_gb_per_s >= 1e-3 && std::isfinite(d.kv_link_gb_per_s))) {
+    return Status::InvalidArgument(
+        "kv_link_gb_per_s = " + StrFormat("%g", d.kv_link_gb_per_s) +
+        ": must be 0 (the GPU's scale-out bandwidth) or at least 0.001 GB/s, finite");
   }
   // Each GPU of the prefill instance sends its share of the KV over its own NIC.
-  const double per_gpu = d.kv_link_gb_per_s > 0 ? d.kv_link_gb_per_s * 1e9 : out->hardware.scale_out_bytes_per_s;
+  const double per_gpu =
+      d.kv_link_gb_per_s > 0 ? d.kv_link_gb_per_s * 1e9 : out->hardware.scale_out_bytes_per_s;
   spec.disagg.kv_link_bytes_per_s = per_gpu;
   return out;
 }

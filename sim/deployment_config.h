@@ -30,8 +30,8 @@ struct DeploymentConfig {
   std::string model{models::kDefaultModel};
   std::string hardware{models::kDefaultHardware};
   int gpus = models::kDefaultLayout.gpus;
-  int tp = models::kDefaultLayout.tp, pp = models::kDefaultLayout.pp, ep = models::kDefaultLayout.ep,
-      attn_dp = models::kDefaultLayout.attn_dp;
+  int tp = models::kDefaultLayout.tp, pp = models::kDefaultLayout.pp,
+      ep = models::kDefaultLayout.ep, attn_dp = models::kDefaultLayout.attn_dp;
   std::string weights{models::kDefaultWeights};
   std::string dense_weights;  // empty: same as weights
   std::string kv{models::kDefaultKv};
@@ -52,12 +52,12 @@ struct DeploymentConfig {
 // figures: scenario, arrival rate, samples issued, seed, and the workload, limits and stack.
 struct RunRecord {
   Scenario scenario = Scenario::kOffline;
-  double qps = 0;           // Server and Interactive
-  int64_t samples = 0;      // issued over the whole deployment
+  double qps = 0;       // Server and Interactive
+  int64_t samples = 0;  // issued over the whole deployment
   uint64_t seed = 1;
-  std::string benchmark;    // whose data set and limits; empty for none
-  std::string trace;        // the workload file, where not the benchmark's data set
-  std::string stack;        // software stack of the cost model; empty for an explicit calibration
+  std::string benchmark;  // whose data set and limits; empty for none
+  std::string trace;      // the workload file, where not the benchmark's data set
+  std::string stack;      // software stack of the cost model; empty for an explicit calibration
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // given by the user, not the benchmark's
   bool operator==(const RunRecord&) const = default;
 };
@@ -75,8 +75,8 @@ OrderedJson ToJson(const DeploymentConfig& d);
 OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run);
 
 using TimeModelFactory = std::function<std::unique_ptr<models::ExecutionTimeModel>(
-    const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&, const models::Precision&,
-    models::Runtime)>;
+    const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&,
+    const models::Precision&, models::Runtime)>;
 
 // Everything a simulation of one deployment needs, owned in one place.
 struct ResolvedDeployment {
@@ -91,7 +91,8 @@ struct ResolvedDeployment {
 };
 
 // Loads model and GPU, validates layouts and memory, and builds the simulation's pools.
-Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d, const models::HardwareCatalog& catalog,
+Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
+                                                    const models::HardwareCatalog& catalog,
                                                     const TimeModelFactory& make_time);
 
 }  // namespace fathom::sim

@@ -1,8 +1,9 @@
+#include "sim/deployment_config.h"
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "base/files.h"
-#include "sim/deployment_config.h"
 
 namespace fathom::sim {
 namespace {
@@ -57,7 +58,8 @@ TEST_CASE("DeploymentConfig: written and read back, every field is equal", "[sim
   }
 }
 
-TEST_CASE("RunRecord: a deployment file written and read back has the same deployment and run", "[sim]") {
+TEST_CASE("RunRecord: a deployment file written and read back has the same deployment and run",
+          "[sim]") {
   RunRecord run;
   run.scenario = Scenario::kInteractive;
   run.qps = 13.143582031768943;
@@ -68,7 +70,8 @@ TEST_CASE("RunRecord: a deployment file written and read back has the same deplo
   run.stack = "trtllm-1.2";
   run.ttft_limit_ms = 450;
   run.tpot_limit_ms = 60;
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_run_round_trip.json").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_run_round_trip.json").string();
   REQUIRE(WriteFileAtomic(path, ToJson(EveryField(), run).dump(2)).ok());
   auto file = LoadDeploymentFile(path);
   INFO(file.status().message());

@@ -14,8 +14,8 @@ std::vector<double> AcceptancePmf(const EngineConfig& config) {
   std::vector<double> pmf(config.mtp_depth + 1);
   for (int a = 0; a <= config.mtp_depth; ++a) {
     pmf[a] = !config.acceptance_dist.empty() ? config.acceptance_dist[a]
-             : a < config.mtp_depth        ? std::pow(config.acceptance, a) * (1 - config.acceptance)
-                                           : std::pow(config.acceptance, a);
+             : a < config.mtp_depth ? std::pow(config.acceptance, a) * (1 - config.acceptance)
+                                    : std::pow(config.acceptance, a);
   }
   return pmf;
 }
@@ -44,14 +44,23 @@ std::vector<std::vector<double>> SumCdfs(const std::vector<double>& pmf, int64_t
 
 Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
                std::vector<Sequence>* slots, EngineListener* listener, Rng* rng)
-    : id_(id), role_(role), pool_(pool), config_(config), slots_(slots), listener_(listener), rng_(rng),
-      ranks_(pool.ranks), shapes_(pool.ranks) {
+    : id_(id),
+      role_(role),
+      pool_(pool),
+      config_(config),
+      slots_(slots),
+      listener_(listener),
+      rng_(rng),
+      ranks_(pool.ranks),
+      shapes_(pool.ranks) {
   for (Rank& r : ranks_) {
-    r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens, config.prefix_caching);
+    r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens,
+                                            config.prefix_caching);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
   implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0;
-  if (config.mtp_depth > 0) accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
+  if (config.mtp_depth > 0)
+    accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
   mean_step_tokens_ = MeanStepTokens();
 }
 
@@ -61,7 +70,8 @@ int64_t Engine::Outstanding(int rank) const {
 
 double Engine::KvUtilization(int rank) const {
   const KvCacheManager& kv = *ranks_[rank].kv;
-  return kv.capacity_blocks() > 0 ? static_cast<double>(kv.used_blocks()) / kv.capacity_blocks() : 1.0;
+  return kv.capacity_blocks() > 0 ? static_cast<double>(kv.used_blocks()) / kv.capacity_blocks()
+                                  : 1.0;
 }
 
 int64_t Engine::PrefixHits(int rank, const std::vector<uint64_t>& prefix) const {
@@ -232,8 +242,9 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
     done.push_back(slot);
   }
   PruneCompletions(cohort, c);
-  std::sort(done.begin(), done.end(),
-            [&](int64_t a, int64_t b) { return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order; });
+  std::sort(done.begin(), done.end(), [&](int64_t a, int64_t b) {
+    return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order;
+  });
   // A member preempted and back at once can be due at the same step as its stale entry.
   done.erase(std::unique(done.begin(), done.end()), done.end());
   for (int64_t slot : done) {
@@ -253,7 +264,8 @@ bool Engine::Completes(int cohort, int64_t due, int64_t slot) const {
 }
 
 void Engine::PruneCompletions(int cohort, Cohort& c) const {
-  while (!c.completions.empty() && !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
+  while (!c.completions.empty() &&
+         !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
     c.completions.pop();
   }
 }
@@ -285,7 +297,8 @@ void Engine::ReleaseAll(Rank& rank, Sequence& s) {
 }
 
 bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
-  if (tokens_after <= HeldTokens(s)) return true;  // the common decode step: room left in the last block
+  if (tokens_after <= HeldTokens(s))
+    return true;  // the common decode step: room left in the last block
   const int64_t need = OwnedBlocksFor(rank, s, tokens_after) - s.owned_blocks;
   if (need <= 0) return true;
   if (!rank.kv->Allocate(need)) return false;
@@ -322,16 +335,18 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   const int64_t kv_after = std::max(s.kv_len, match * block);
   const bool ready = kv_after >= s.prefill_target;
   const int64_t first_step = ready ? DecodeStepTokens(s) : 1;
-  const int64_t tokens = config_.admission == AdmissionPolicy::kReserve ? s.input + s.output
-                                                                        : kv_after + first_step;
+  const int64_t tokens =
+      config_.admission == AdmissionPolicy::kReserve ? s.input + s.output : kv_after + first_step;
   const int64_t need = kv.BlocksFor(tokens - match * block);
   if (need + match * kv.prefix_block_kv_blocks() > kv.Available()) return false;
 
   if (match > 0) {
     const int64_t pinned = kv.MatchAndPin(s.prefix);
-    kv.Unpin(std::vector<uint64_t>(s.prefix.begin() + match, s.prefix.begin() + pinned), pinned - match);
+    kv.Unpin(std::vector<uint64_t>(s.prefix.begin() + match, s.prefix.begin() + pinned),
+             pinned - match);
     s.pinned_prefix = match;
-    counters_.cached_tokens += std::max<int64_t>(0, std::min(match * block, s.input) - std::max(s.kv_len, s.kv_high));
+    counters_.cached_tokens +=
+        std::max<int64_t>(0, std::min(match * block, s.input) - std::max(s.kv_len, s.kv_high));
     s.kv_len = kv_after;
     s.kv_high = std::max(s.kv_high, s.kv_len);
   }
@@ -435,8 +450,8 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
   return any;
 }
 
-void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
-                         double* swap_bytes) {
+void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget,
+                         bool whole_prompts, double* swap_bytes) {
   const int64_t chunk_cap = config_.chunk_size > 0 ? config_.chunk_size : config_.max_num_tokens;
   auto plan = [&](const Sequence& s) -> int64_t {
     const int64_t remaining = s.prefill_target - s.kv_len;
@@ -461,7 +476,8 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
     if (!Admit(rank, slot, swap_bytes)) return;
     const bool decode = !s.prefilling();
     const int64_t tokens = decode ? DecodeStepTokens(s) : plan(s);
-    if (tokens <= 0 || tokens > *budget || !Grow(rank, s, s.kv_len + tokens)) continue;  // admitted, runs next time
+    if (tokens <= 0 || tokens > *budget || !Grow(rank, s, s.kv_len + tokens))
+      continue;                                             // admitted, runs next time
     if (decode && implicit_decode_) rank.loose.pop_back();  // runs now, explicitly
     entries->push_back({slot, tokens, decode});
     *budget -= tokens;
@@ -560,7 +576,8 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
     case SchedulerKind::kStatic:
       // A new batch forms only when the previous one has drained.
       if (rank.running.empty()) {
-        while (!rank.waiting.empty() && static_cast<int64_t>(rank.running.size()) < config_.max_batch &&
+        while (!rank.waiting.empty() &&
+               static_cast<int64_t>(rank.running.size()) < config_.max_batch &&
                Admit(rank, rank.waiting.front(), swap_bytes)) {
         }
       }
@@ -612,10 +629,12 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   }
   steps = std::max<int64_t>(steps, 1);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    int64_t blocks = batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
+    int64_t blocks =
+        batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
-      blocks += std::max<int64_t>(0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s)) - s.owned_blocks);
+      blocks += std::max<int64_t>(
+          0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s)) - s.owned_blocks);
     }
     if (blocks > ranks_[r].kv->Available()) return 1;
   }
@@ -632,7 +651,8 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
-      const int64_t grown = e.decode ? std::llround(static_cast<double>(step) * mean_step_tokens_) : step;
+      const int64_t grown =
+          e.decode ? std::llround(static_cast<double>(step) * mean_step_tokens_) : step;
       shapes_[r].Add({e.tokens, s.kv_len + grown, e.decode, samples}, pool_.sliding_window);
     }
   }
@@ -649,12 +669,14 @@ bool Engine::HasIdleWork() const {
     for (int64_t slot : rank.prefilling) {
       if (!(*slots_)[slot].in_flight) return true;
     }
-    if (rank.running.size() > rank.prefilling.size() + in_cohorts) return true;  // per-sequence decoders
+    if (rank.running.size() > rank.prefilling.size() + in_cohorts)
+      return true;  // per-sequence decoders
   }
   return false;
 }
 
-bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done, int64_t* batch_id) {
+bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
+                      int64_t* batch_id) {
   if (stage0_busy_ || !HasIdleWork()) return false;
   Batch batch;
   if (!spare_batches_.empty()) {
@@ -708,11 +730,13 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     ff_slope_.resize(stages);
     ff_end_.resize(stages);
     for (size_t st = 0; st < stages; ++st) {
-      ff_first_[st] = static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+      ff_first_[st] =
+          static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
     }
     ShapeBatch(batch, steps - 1);
     for (size_t st = 0; st < stages; ++st) {
-      const double last = static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+      const double last =
+          static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
       ff_slope_[st] = (last - ff_first_[st]) / static_cast<double>(steps - 1);
     }
     double total = 0, stage0 = 0;
@@ -732,7 +756,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     counters_.busy += SimTime(static_cast<int64_t>(std::llround(stage0)));
     for (size_t st = 0; st < stages; ++st) {
       stage_free_at_[st] = now + SimTime(static_cast<int64_t>(std::llround(ff_end_[st])));
-      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], steps, tokens * steps, sequences);
+      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], steps,
+                             tokens * steps, sequences);
     }
     *stage_free = stage_free_at_[0];
   } else {
@@ -754,7 +779,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (steps > 1) {
       if (batch.cohort[r] >= 0) {
-        FATHOM_CHECK(ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
+        FATHOM_CHECK(
+            ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
       }
       for (Entry& e : batch.ranks[r]) {
         const Sequence& s = (*slots_)[e.slot];
@@ -775,7 +801,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
 }
 
 void Engine::Finish(int64_t batch_id, SimTime now) {
-  auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const Batch& b) { return b.id == batch_id; });
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [&](const Batch& b) { return b.id == batch_id; });
   FATHOM_CHECK(it != in_flight_.end());
   Batch batch = std::move(*it);
   in_flight_.erase(it);
@@ -791,7 +818,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
       if (!e.decode) {
         counters_.prefill_tokens += e.tokens;
         // Prompt tokens computed for the first time; the rest recomputes what a preemption lost.
-        const int64_t fresh = std::max<int64_t>(0, std::min(s.kv_len + e.tokens, s.input) - std::max(s.kv_len, s.kv_high));
+        const int64_t fresh = std::max<int64_t>(
+            0, std::min(s.kv_len + e.tokens, s.input) - std::max(s.kv_len, s.kv_high));
         counters_.recomputed_tokens += e.tokens - fresh;
         s.kv_len += e.tokens;
         s.kv_high = std::max(s.kv_high, s.kv_len);
@@ -801,7 +829,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
           ++counters_.generated_tokens;
           sampled = true;
           if (config_.prefix_caching && !s.prefix.empty()) {
-            const int64_t full = std::min<int64_t>(s.prefix.size(), s.kv_len / traces::kPrefixBlockTokens);
+            const int64_t full =
+                std::min<int64_t>(s.prefix.size(), s.kv_len / traces::kPrefixBlockTokens);
             if (full > s.pinned_prefix) {
               s.owned_blocks -= rank.kv->Insert(s.prefix, s.pinned_prefix, full);
               s.pinned_prefix = full;
@@ -810,7 +839,8 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         }
       } else {
         counters_.decode_tokens += e.tokens * batch.steps;
-        const int64_t produced = std::min<int64_t>(batch.steps + AcceptedDrafts(batch.steps), s.output - s.generated);
+        const int64_t produced =
+            std::min<int64_t>(batch.steps + AcceptedDrafts(batch.steps), s.output - s.generated);
         s.generated += produced;
         s.kv_len += produced;
         s.kv_high = std::max(s.kv_high, s.kv_len);

@@ -29,28 +29,30 @@ class EngineListener {
   virtual void OnComplete(int64_t slot, SimTime t) = 0;
   virtual void OnPrefillDone(int64_t slot, SimTime t) = 0;  // disaggregated prefill instances
   // Tokens a sequence stepped explicitly produced (every token when implicit_decode is off).
-  virtual void OnTokens(int64_t slot, int64_t count, SimTime t) { (void)slot, (void)count, (void)t; }
+  virtual void OnTokens(int64_t slot, int64_t count, SimTime t) {
+    (void)slot, (void)count, (void)t;
+  }
   // `steps` identical decode iterations back to back (merged into one call), `tokens` over all.
-  virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
-                           int64_t sequences) = 0;
+  virtual void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps,
+                           int64_t tokens, int64_t sequences) = 0;
 };
 
 struct PoolSpec {
   const models::ExecutionTimeModel* time = nullptr;  // borrowed; outlives the simulation
   int instances = 1;
-  int ranks = 1;                    // attention DP ranks per instance
+  int ranks = 1;  // attention DP ranks per instance
   int64_t kv_blocks_per_rank = 0;
   int64_t sliding_window = 0;
-  double kv_bytes_per_token = 0;    // KV of one token on one GPU (transfers, swaps)
+  double kv_bytes_per_token = 0;  // KV of one token on one GPU (transfers, swaps)
 };
 
 struct EngineCounters {
   int64_t iterations = 0;
-  int64_t prefill_tokens = 0;   // prompt tokens computed (prefix-cache hits excluded)
-  int64_t cached_tokens = 0;    // prompt tokens served by the prefix cache
+  int64_t prefill_tokens = 0;     // prompt tokens computed (prefix-cache hits excluded)
+  int64_t cached_tokens = 0;      // prompt tokens served by the prefix cache
   int64_t recomputed_tokens = 0;  // tokens prefilled again after a recompute preemption
-  int64_t decode_tokens = 0;    // query tokens of decode steps (drafts included)
-  int64_t generated_tokens = 0; // tokens sampled
+  int64_t decode_tokens = 0;      // query tokens of decode steps (drafts included)
+  int64_t generated_tokens = 0;   // tokens sampled
   int64_t preemptions = 0;
   int64_t swapped_bytes = 0;
   SimTime busy{0};
@@ -82,7 +84,8 @@ class Engine {
   // stage frees up again and, via *done, when the batch leaves the last stage; false when
   // nothing started. Nothing outside this engine changes its state before `horizon` (the next
   // arrival), which lets a run of pure decode steps be taken as one batch (see fast_forward).
-  bool TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done, int64_t* batch_id);
+  bool TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
+                int64_t* batch_id);
   void StageFreed() { stage0_busy_ = false; }
   void Finish(int64_t batch_id, SimTime now);
 
@@ -105,7 +108,8 @@ class Engine {
     int64_t clock = 0;
     int64_t base = 0;  // sum of (kv_len - cohort_mark): summed context = base + size * clock
     std::vector<int64_t> phase_count;  // members per phase
-    using Due = std::pair<int64_t, int64_t>;  // (clock at completion, slot); stale once it left early
+    using Due =
+        std::pair<int64_t, int64_t>;  // (clock at completion, slot); stale once it left early
     std::priority_queue<Due, std::vector<Due>, std::greater<Due>> completions;
     // Members that joined at step `ahead_clock` with a block allocated ahead: their phase is
     // registered but they need no block at that step.
@@ -126,7 +130,7 @@ class Engine {
   };
   struct Batch {
     int64_t id = 0;
-    int64_t steps = 1;  // decode steps taken together (fast-forward)
+    int64_t steps = 1;                      // decode steps taken together (fast-forward)
     std::vector<std::vector<Entry>> ranks;  // explicit entries
     std::vector<int> cohort;                // each rank's cohort taking part, or -1
   };
@@ -175,7 +179,7 @@ class Engine {
   void Leave(const Rank& rank, Cohort& c, Sequence& s) const;
   void ShedForCohort(Rank& rank, int cohort);
   bool Completes(int cohort, int64_t due, int64_t slot) const;
-  void PruneCompletions(int cohort, Cohort& c) const;  // drops stale entries off the top
+  void PruneCompletions(int cohort, Cohort& c) const;    // drops stale entries off the top
   bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
 
   int id_;
@@ -194,7 +198,7 @@ class Engine {
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
   std::vector<std::vector<double>> accept_cdfs_;  // [k - 1]: P(drafts accepted over k steps <= a)
-  double mean_step_tokens_ = 1;     // MeanStepTokens(), for the contexts of fast-forwarded steps
+  double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;
   int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters

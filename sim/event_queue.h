@@ -23,7 +23,7 @@ struct KvArrivedEvent {  // a disaggregated request's KV reached its decode inst
 struct StageFreeEvent {  // the first pipeline stage can take another microbatch
   int engine;
 };
-struct ArrivalEvent {  // a request is issued
+struct ArrivalEvent {   // a request is issued
   int64_t request_key;  // into the simulator's pending arrivals
 };
 struct KickEvent {  // an engine may start a batch, after every same-time arrival is queued
@@ -32,7 +32,8 @@ struct KickEvent {  // an engine may start a batch, after every same-time arriva
 
 // The order of the kinds here is the phase: at equal times, finished work frees resources before
 // newcomers are routed.
-using EventPayload = std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent, KickEvent>;
+using EventPayload =
+    std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent, KickEvent>;
 
 struct Event {
   SimTime time;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "sim/kv_cache.h"
+
+#include <catch2/catch.hpp>
 
 namespace fathom::sim {
 
@@ -23,7 +23,7 @@ TEST_CASE("KvCacheManager: prefix blocks are shared, pinned while used, evicted 
   const std::vector<uint64_t> a = {1, 2, 3};
   const std::vector<uint64_t> b = {1, 2, 9};
   CHECK(kv.MatchAndPin(a) == 0);
-  REQUIRE(kv.Allocate(48));  // request a's prompt: 3 prefix blocks
+  REQUIRE(kv.Allocate(48));         // request a's prompt: 3 prefix blocks
   CHECK(kv.Insert(a, 0, 3) == 48);  // handed to the cache, pinned by a
   CHECK(kv.free_blocks() == 16);
   CHECK(kv.Peek(b) == 2);

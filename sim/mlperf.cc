@@ -15,12 +15,14 @@ std::optional<LatencyLimits> MlperfLimits(const std::string& model, Scenario sce
   return std::nullopt;
 }
 
-int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_s, double min_duration_s) {
-  return traces::EqualIssueCount(dataset_size,
-                                 static_cast<int64_t>(std::ceil(1.1 * min_duration_s * expected_samples_per_s)));
+int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_s,
+                              double min_duration_s) {
+  return traces::EqualIssueCount(
+      dataset_size, static_cast<int64_t>(std::ceil(1.1 * min_duration_s * expected_samples_per_s)));
 }
 
-int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s, int64_t min_query_count) {
+int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s,
+                             int64_t min_query_count) {
   const int64_t arrivals = static_cast<int64_t>(std::min(std::ceil(min_duration_s * qps), 1e15));
   return traces::EqualIssueCount(dataset_size, std::max(arrivals, min_query_count));
 }
@@ -29,15 +31,19 @@ double OfflineRunTargetS(const traces::Benchmark* benchmark, double min_duration
   return std::max(1.1 * min_duration_s, benchmark != nullptr ? benchmark->offline_run_s : 0.0);
 }
 
-Result<int64_t> OfflineRunSamples(int64_t dataset_size, double target_s,
-                                  const std::function<Result<std::optional<double>>(int64_t samples)>& lasted) {
+Result<int64_t> OfflineRunSamples(
+    int64_t dataset_size, double target_s,
+    const std::function<Result<std::optional<double>>(int64_t samples)>& lasted) {
   constexpr int kMaxRounds = 6;
   constexpr int64_t kMaxPasses = 1000;
   int64_t passes = 1;
   for (int round = 0; round < kMaxRounds; ++round) {
     FATHOM_ASSIGN_OR_RETURN(std::optional<double> seconds, lasted(passes * dataset_size));
     if (!seconds || *seconds >= target_s || passes >= kMaxPasses || round + 1 == kMaxRounds) break;
-    passes = std::min(kMaxPasses, std::max(passes + 1, static_cast<int64_t>(std::ceil(passes * target_s / std::max(*seconds, 1e-9)))));
+    passes = std::min(
+        kMaxPasses,
+        std::max(passes + 1,
+                 static_cast<int64_t>(std::ceil(passes * target_s / std::max(*seconds, 1e-9)))));
   }
   return passes * dataset_size;
 }

@@ -22,7 +22,8 @@ std::optional<LatencyLimits> MlperfLimits(const std::string& model, Scenario sce
 // Samples LoadGen issues (equal issue pads both to whole data sets): Offline pre-generates
 // 1.1 x min_duration x the expected rate; Server issues min_duration of arrivals at `qps`, and at
 // least the benchmark's minimum query count.
-int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_s, double min_duration_s = 600);
+int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_s,
+                              double min_duration_s = 600);
 int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s = 600,
                              int64_t min_query_count = 0);
 
@@ -35,7 +36,8 @@ double OfflineRunTargetS(const traces::Benchmark* benchmark, double min_duration
 // round simulates `lasted(samples)` (the run's measured seconds, or nullopt when the deployment
 // cannot serve it, which ends the search) and extrapolates from it. `fathom tune` and `fathom
 // simulate` both size their Offline runs this way, so they agree.
-Result<int64_t> OfflineRunSamples(int64_t dataset_size, double target_s,
-                                  const std::function<Result<std::optional<double>>(int64_t samples)>& lasted);
+Result<int64_t> OfflineRunSamples(
+    int64_t dataset_size, double target_s,
+    const std::function<Result<std::optional<double>>(int64_t samples)>& lasted);
 
 }  // namespace fathom::sim

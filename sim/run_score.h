@@ -18,7 +18,8 @@ class RunScore {
   // Every request when it is issued, in issue order (seconds from the run's start).
   void Issued(double at_s);
   // A finished request: its issue index, TTFT and end-to-end latency, when it ended.
-  void Completed(int64_t issue_index, double ttft_ms, double e2e_ms, double done_s, int64_t input, int64_t output);
+  void Completed(int64_t issue_index, double ttft_ms, double e2e_ms, double done_s, int64_t input,
+                 int64_t output);
 
   int64_t issued() const { return issued_; }
   int64_t completed() const { return static_cast<int64_t>(e2e_ms_.size()); }
@@ -27,8 +28,8 @@ class RunScore {
   // Fills the counts, LoadGen's duration and throughput, latency statistics, the p99 limits' check,
   // the run length against the minimum and MLPerf validity; `stopped`: the run ended early.
   // Reorders the latency samples (percentiles are taken in place).
-  void Fill(const ScenarioConfig& scenario, const std::optional<LatencyLimits>& limits, int total_gpus, bool stopped,
-            SimulationResult* res);
+  void Fill(const ScenarioConfig& scenario, const std::optional<LatencyLimits>& limits,
+            int total_gpus, bool stopped, SimulationResult* res);
 
  private:
   std::vector<float> ttft_ms_, tpot_ms_, e2e_ms_;

@@ -11,7 +11,7 @@ namespace fathom::sim {
 struct Sequence {
   int64_t request_id = 0;
   int64_t issue_index = 0;  // order of issue, from 0
-  SimTime scheduled{0};  // LoadGen's scheduled issue time: latencies count from here
+  SimTime scheduled{0};     // LoadGen's scheduled issue time: latencies count from here
   SimTime first_token{0};
   bool has_first_token = false;
   int64_t input = 0;
@@ -21,7 +21,7 @@ struct Sequence {
   int64_t kv_len = 0;
   int64_t prefill_target = 0;
   int64_t generated = 0;
-  int64_t kv_high = 0;  // longest KV ever held: prompt tokens below it were computed before
+  int64_t kv_high = 0;        // longest KV ever held: prompt tokens below it were computed before
   int64_t owned_blocks = 0;   // KV blocks held outside the prefix cache
   int64_t pinned_prefix = 0;  // leading prefix-cache blocks pinned by this request
   int32_t preemptions = 0;
@@ -35,7 +35,7 @@ struct Sequence {
   // that cohort's step `cohort_mark` (Engine::Sync brings them up to date).
   int cohort = -1;
   int64_t cohort_mark = 0;
-  int64_t cohort_index = 0;  // position in the cohort's member list
+  int64_t cohort_index = 0;      // position in the cohort's member list
   std::vector<uint64_t> prefix;  // prompt prefix-block ids (Mooncake hash_ids)
 
   bool prefilling() const { return kv_len < prefill_target; }

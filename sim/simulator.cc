@@ -9,12 +9,14 @@ std::vector<std::string> SimulationResult::InvalidReasons() const {
   std::vector<std::string> why;
   if (stopped_early) why.push_back("stopped once over 1% of requests broke a limit");
   if (limits && ttft_p99_ms > limits->ttft_ms) {
-    why.push_back(StrFormat("p99 TTFT %s ms over the %s ms limit (%lld requests over)", FormatCount(ttft_p99_ms).c_str(),
-                            FormatCount(limits->ttft_ms).c_str(), static_cast<long long>(ttft_violations)));
+    why.push_back(StrFormat("p99 TTFT %s ms over the %s ms limit (%lld requests over)",
+                            FormatCount(ttft_p99_ms).c_str(), FormatCount(limits->ttft_ms).c_str(),
+                            static_cast<long long>(ttft_violations)));
   }
   if (limits && tpot_p99_ms > limits->tpot_ms) {
-    why.push_back(StrFormat("p99 TPOT %.1f ms over the %s ms limit (%lld requests over)", tpot_p99_ms,
-                            FormatCount(limits->tpot_ms).c_str(), static_cast<long long>(tpot_violations)));
+    why.push_back(StrFormat("p99 TPOT %.1f ms over the %s ms limit (%lld requests over)",
+                            tpot_p99_ms, FormatCount(limits->tpot_ms).c_str(),
+                            static_cast<long long>(tpot_violations)));
   }
   if (!min_duration_met) {
     why.push_back(StrFormat("run %s s below the %s s minimum", FormatCount(run_length_s).c_str(),
@@ -76,16 +78,20 @@ OrderedJson SimulationResult::ToJson() const {
 }
 
 Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
-    : spec_(std::move(spec)), source_(std::move(source)), rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
+    : spec_(std::move(spec)),
+      source_(std::move(source)),
+      rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
   const bool disagg = spec_.decode_pool.has_value();
-  auto add = [&](const PoolSpec& pool, const EngineConfig& config, EngineRole role, std::vector<int>* ids) {
+  auto add = [&](const PoolSpec& pool, const EngineConfig& config, EngineRole role,
+                 std::vector<int>* ids) {
     for (int i = 0; i < pool.instances; ++i) {
       const int id = static_cast<int>(engines_.size());
       engines_.push_back(std::make_unique<Engine>(id, role, pool, config, &slots_, this, &rng_));
       ids->push_back(id);
     }
   };
-  add(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated, &main_engines_);
+  add(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
+      &main_engines_);
   if (disagg) add(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
   kick_pending_.assign(engines_.size(), false);
   link_free_.assign(engines_.size(), SimTime(0));
@@ -117,7 +123,8 @@ void Simulator::AdvanceLittle(SimTime now) {
   little_last_ = now;
 }
 
-std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engines, RouterKind policy) {
+std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engines,
+                                     RouterKind policy) {
   const Sequence& s = slots_[slot];
   int best_e = engines[0], best_r = 0;
   double best_key = 0;
@@ -137,7 +144,8 @@ std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engin
       const double outstanding = static_cast<double>(engine.Outstanding(r));
       double key = outstanding;
       if (policy == RouterKind::kLeastKv) key = engine.KvUtilization(r) * 1e9 + outstanding;
-      if (policy == RouterKind::kPrefixAware) key = -static_cast<double>(engine.PrefixHits(r, s.prefix)) * 1e9 + outstanding;
+      if (policy == RouterKind::kPrefixAware)
+        key = -static_cast<double>(engine.PrefixHits(r, s.prefix)) * 1e9 + outstanding;
       if (first || key < best_key) {
         best_key = key;
         best_e = e;
@@ -173,7 +181,8 @@ Result<bool> Simulator::ScheduleNext(std::optional<SimTime> issue) {
   const SimTime t = issue.value_or(source_time);
   if (t < queue_.now()) {
     return Status::InvalidArgument("request " + std::to_string(r.id) + ": arrival at " +
-                                   std::to_string(ToSeconds(t)) + " s is earlier than the previous one");
+                                   std::to_string(ToSeconds(t)) +
+                                   " s is earlier than the previous one");
   }
   const int64_t key = next_arrival_key_++;
   pending_arrivals_.emplace(key, std::move(r));
@@ -199,7 +208,8 @@ void Simulator::Issue(const traces::Request& r) {
   score_.Issued(ToSeconds(now));
   peak_in_system_ = std::max(peak_in_system_, in_system_);
   waiting_at_last_issue_ = ++awaiting_first_token_;
-  if (Watching()) deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
+  if (Watching())
+    deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
   engines_[engine]->Enqueue(rank, slot);
   if (event_log_) {
@@ -265,7 +275,8 @@ void Simulator::CountCertainViolations(SimTime now) {
     const Deadline d = deadlines_.top();
     deadlines_.pop();
     Sequence& s = slots_[d.slot];
-    if (s.issue_index != d.issue_index || s.generated >= s.output) continue;  // slot reused, or done
+    if (s.issue_index != d.issue_index || s.generated >= s.output)
+      continue;  // slot reused, or done
     if (!d.tpot && !s.has_first_token) {
       s.ttft_violation_counted = true;
       CountViolation(&ttft_violations_);
@@ -283,11 +294,12 @@ void Simulator::OnFirstToken(int64_t slot, SimTime t) {
     CountViolation(&ttft_violations_);
   }
   if (Watching() && s.output > 1) {
-    deadlines_.push({t + FromSeconds(limits_->tpot_ms * 1e-3 * static_cast<double>(s.output - 1)), s.issue_index,
-                     slot, true});
+    deadlines_.push({t + FromSeconds(limits_->tpot_ms * 1e-3 * static_cast<double>(s.output - 1)),
+                     s.issue_index, slot, true});
   }
   if (on_first_token_) {
-    on_first_token_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(t), 0});
+    on_first_token_(
+        RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(t), 0});
   }
   if (event_log_) {
     event_log_->Printf("%.9f first_token request=%lld\n", ToSeconds(t),
@@ -307,8 +319,8 @@ void Simulator::OnComplete(int64_t slot, SimTime t) {
   AdvanceLittle(t);
   --in_system_;
   if (on_complete_) {
-    on_complete_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled), ToSeconds(s.first_token),
-                               ToSeconds(t)});
+    on_complete_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled),
+                               ToSeconds(s.first_token), ToSeconds(t)});
   }
   if (requests_csv_) {
     requests_csv_->Printf("%lld,%.9f,%.9f,%.9f,%lld,%lld,%d\n",
@@ -335,7 +347,8 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
   (void)rank;
   const double bytes = static_cast<double>(s.kv_len) * spec_.pool.kv_bytes_per_token;
   const SimTime start = std::max(t, link_free_[engine]);
-  const SimTime end = start + FromSeconds(spec_.disagg.kv_link_latency_s + bytes / spec_.disagg.kv_link_bytes_per_s);
+  const SimTime end = start + FromSeconds(spec_.disagg.kv_link_latency_s +
+                                          bytes / spec_.disagg.kv_link_bytes_per_s);
   link_free_[engine] = end;
   if (event_log_) {
     event_log_->Printf("%.9f kv_transfer request=%lld engine=%d bytes=%.0f arrives=%.9f\n",
@@ -346,8 +359,8 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
   pending_times_.insert(end);
 }
 
-void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
-                            int64_t sequences) {
+void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps,
+                            int64_t tokens, int64_t sequences) {
   if (timeline_) {
     timeline_->Printf(
         "%s{\"name\":\"%s\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
@@ -422,7 +435,8 @@ Status Simulator::Advance(SimTime until) {
 }
 
 Status Simulator::SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
-  if (spec_.decode_pool) return Status::InvalidArgument("batch limits change only on aggregated deployments");
+  if (spec_.decode_pool)
+    return Status::InvalidArgument("batch limits change only on aggregated deployments");
   if (max_batch < 1 || max_num_tokens < 1) {
     return Status::InvalidArgument("batch limits " + std::to_string(max_batch) + " sequences, " +
                                    std::to_string(max_num_tokens) + " tokens: each must be >= 1");
@@ -457,7 +471,8 @@ Result<SimulationResult> Simulator::Run() {
   if (scenario != Scenario::kOffline && scenario != Scenario::kClosedLoop) {
     res.last_arrival_s = score_.last_issue_s();
     res.waiting_at_last_arrival = waiting_at_last_issue_;
-    const double minute_of_arrivals = res.last_arrival_s > 0 ? 60.0 * issued / res.last_arrival_s : 0;
+    const double minute_of_arrivals =
+        res.last_arrival_s > 0 ? 60.0 * issued / res.last_arrival_s : 0;
     res.overloaded = res.waiting_at_last_arrival > std::max(1.0, minute_of_arrivals);
   }
 

@@ -24,10 +24,10 @@
 namespace fathom::sim {
 
 struct SimulationSpec {
-  PoolSpec pool;                      // aggregated instances, or the prefill pool
+  PoolSpec pool;                        // aggregated instances, or the prefill pool
   std::optional<PoolSpec> decode_pool;  // set when disaggregated
   EngineConfig engine;
-  EngineConfig decode_engine;         // used by the decode pool
+  EngineConfig decode_engine;  // used by the decode pool
   DisaggConfig disagg;
   RouterKind router = RouterKind::kLeastOutstanding;
   ScenarioConfig scenario;
@@ -67,7 +67,8 @@ struct SimulationResult {
   int64_t ttft_violations = 0, tpot_violations = 0;  // requests over each p99 limit
   // Arrivals over time (Server, Interactive, replay): when the last request arrived, and how many
   // were then still waiting for their first token. A queue holding more than a minute of arrivals
-  // at the end is overload: the deployment falls behind the trace and latencies grow with its length.
+  // at the end is overload: the deployment falls behind the trace and latencies grow with its
+  // length.
   double last_arrival_s = 0;
   int64_t waiting_at_last_arrival = 0;
   bool overloaded = false;
@@ -111,15 +112,19 @@ class Simulator : public EngineListener {
   // from the next batch they form (aggregated deployments).
   Status Advance(SimTime until);
   Status SetBatchLimits(int64_t max_batch, int64_t max_num_tokens);
-  void set_on_first_token(std::function<void(const RequestRecord&)> f) { on_first_token_ = std::move(f); }
+  void set_on_first_token(std::function<void(const RequestRecord&)> f) {
+    on_first_token_ = std::move(f);
+  }
   void set_on_complete(std::function<void(const RequestRecord&)> f) { on_complete_ = std::move(f); }
   // Live serving: a request issued now (the source may have none of its own), tokens as each
   // iteration produces them (needs EngineConfig::implicit_decode off), and what is due next.
   void Inject(const traces::Request& r);
-  void set_on_tokens(std::function<void(int64_t request_id, int64_t count, SimTime t)> f) { on_tokens_ = std::move(f); }
+  void set_on_tokens(std::function<void(int64_t request_id, int64_t count, SimTime t)> f) {
+    on_tokens_ = std::move(f);
+  }
   std::optional<SimTime> NextEventTime() const;
   int64_t awaiting_first_token() const { return awaiting_first_token_; }
-  double KvUtilization() const;  // mean over attention ranks of every engine, now
+  double KvUtilization() const;     // mean over attention ranks of every engine, now
   EngineCounters Counters() const;  // summed over engines, so far
   SimTime now() const { return queue_.now(); }
   int64_t issued() const { return score_.issued(); }
@@ -132,11 +137,10 @@ class Simulator : public EngineListener {
   void OnComplete(int64_t slot, SimTime t) override;
   void OnPrefillDone(int64_t slot, SimTime t) override;
   void OnTokens(int64_t slot, int64_t count, SimTime t) override;
-  void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps, int64_t tokens,
-                   int64_t sequences) override;
+  void OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps,
+                   int64_t tokens, int64_t sequences) override;
 
  private:
-
   void Issue(const traces::Request& r);
   // Pulls the next request from the source and schedules its arrival at `issue`, or at the
   // source's own time when `issue` is not given. False when the source is exhausted.

@@ -1,3 +1,5 @@
+#include "sim/simulator.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -9,15 +11,15 @@
 #include "models/hardware.h"
 #include "models/memory.h"
 #include "models/roofline.h"
-#include "sim/simulator.h"
 #include "traces/reader.h"
 #include "traces/transforms.h"
 
 namespace fathom::sim {
 namespace {
 
-constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst, SchedulerKind::kChunked,
-                                         SchedulerKind::kMixed, SchedulerKind::kDecodeFirst};
+constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::kPrefillFirst,
+                                         SchedulerKind::kChunked, SchedulerKind::kMixed,
+                                         SchedulerKind::kDecodeFirst};
 
 // An engine whose every iteration takes a fixed time, or an exponential one.
 class FakeTime : public models::ExecutionTimeModel {
@@ -101,7 +103,8 @@ std::vector<traces::Request> MlperfSet() {
   return *traces::ReadAll(**reader);
 }
 
-SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> source, OutputFile* log = nullptr) {
+SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> source,
+                       OutputFile* log = nullptr) {
   Simulator sim(std::move(spec), std::move(source));
   sim.set_event_log(log);
   auto r = sim.Run();
@@ -113,7 +116,8 @@ SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> sourc
 // Requests at given issue times.
 class ListSource : public RequestSource {
  public:
-  explicit ListSource(std::vector<std::pair<traces::Request, double>> items) : items_(std::move(items)) {}
+  explicit ListSource(std::vector<std::pair<traces::Request, double>> items)
+      : items_(std::move(items)) {}
   Result<bool> Next(traces::Request* request, SimTime* issue) override {
     if (next_ == items_.size()) return false;
     *request = items_[next_].first;
@@ -129,15 +133,18 @@ class ListSource : public RequestSource {
 
 }  // namespace
 
-TEST_CASE("Simulator: Server throughput counts to the last-issued sample's completion (LoadGen)", "[sim]") {
+TEST_CASE("Simulator: Server throughput counts to the last-issued sample's completion (LoadGen)",
+          "[sim]") {
   FakeTime time(0.01, false);
   SimulationSpec spec = SingleSlot(&time);
   spec.engine.max_batch = 2;
-  traces::Request long_one{.id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
-  traces::Request short_one{.id = 1, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
+  traces::Request long_one{
+      .id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
+  traces::Request short_one{
+      .id = 1, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
   const SimulationResult r =
-      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
-                                                                                                 {short_one, 0.105}}));
+      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{
+                      {long_one, 0.0}, {short_one, 0.105}}));
   // The short request, issued last, joins at the next step boundary (0.11) and finishes after its
   // prefill and one decode step; the long one (50 steps from t = 0) finishes later and only
   // extends the drain.
@@ -148,8 +155,8 @@ TEST_CASE("Simulator: Server throughput counts to the last-issued sample's compl
   // Offline is one query: its time is the last completion.
   spec.scenario.scenario = Scenario::kOffline;
   const SimulationResult off =
-      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
-                                                                                                   {short_one, 0.0}}));
+      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{
+                      {long_one, 0.0}, {short_one, 0.0}}));
   CHECK(off.duration_s == off.drain_end_s);
 }
 
@@ -161,21 +168,24 @@ TEST_CASE("Simulator: attention-DP balancing holds prefills until every rank has
   spec.engine.adp_balance = true;
   spec.engine.adp_batching_wait_iters = 3;
   spec.engine.adp_timeout_iters = 1000;
-  traces::Request long_one{.id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
-  traces::Request short_one{.id = 2, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
+  traces::Request long_one{
+      .id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 50, .prefix_blocks = {}};
+  traces::Request short_one{
+      .id = 2, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
   using Items = std::vector<std::pair<traces::Request, double>>;
   // One long request per rank from t = 0, then new ones on both ranks at 0.105: they wait for
   // three more iterations (0.11 to 0.14), prefill together, and their first token is at 0.15.
-  SimulationResult both = RunOk(spec, std::make_unique<ListSource>(Items{
-                                          {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}, {short_one, 0.105}}));
+  SimulationResult both =
+      RunOk(spec, std::make_unique<ListSource>(Items{
+                      {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}, {short_one, 0.105}}));
   CHECK(both.ttft_p99_ms == Approx(45).epsilon(1e-6));
   // A new request on one rank only waits until the other rank has nothing left to decode.
-  SimulationResult one =
-      RunOk(spec, std::make_unique<ListSource>(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  SimulationResult one = RunOk(spec, std::make_unique<ListSource>(Items{
+                                         {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
   CHECK(one.ttft_p99_ms > 350);
   spec.engine.adp_balance = false;
-  SimulationResult off =
-      RunOk(spec, std::make_unique<ListSource>(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  SimulationResult off = RunOk(spec, std::make_unique<ListSource>(Items{
+                                         {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
   CHECK(off.ttft_p99_ms == Approx(15).epsilon(1e-6));
 }
 
@@ -200,7 +210,8 @@ TEST_CASE("Simulator: a run stops once its p99 limits cannot be met, and only th
   CHECK(under.ToJson().dump() == plain.ToJson().dump());
 }
 
-TEST_CASE("Simulator: a violation counts as soon as it is certain, before the request ends", "[sim]") {
+TEST_CASE("Simulator: a violation counts as soon as it is certain, before the request ends",
+          "[sim]") {
   FakeTime time(0.01, false);  // 10 ms per token
   SimulationSpec spec = SingleSlot(&time);
   spec.scenario.ttft_limit_ms = 1e6;
@@ -219,7 +230,8 @@ TEST_CASE("Simulator: a violation counts as soon as it is certain, before the re
   CHECK(waits.completed_requests == 0);
 }
 
-TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)", "[sim]") {
+TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Pollaczek-Khinchine)",
+          "[sim]") {
   const double service = 0.01, lambda = 70.0;  // rho = 0.7
   FakeTime time(service, false);
   SimulationSpec spec = SingleSlot(&time);
@@ -234,7 +246,8 @@ TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Poll
 TEST_CASE("Simulator: exponential service gives M/M/1 waiting times", "[sim]") {
   const double service = 0.01, lambda = 60.0;  // rho = 0.6
   FakeTime time(service, true);
-  const SimulationResult r = RunOk(SingleSlot(&time), PoissonSource(Dataset(1, 10, 1), 300000, lambda, 8));
+  const SimulationResult r =
+      RunOk(SingleSlot(&time), PoissonSource(Dataset(1, 10, 1), 300000, lambda, 8));
   const double mu = 1 / service;
   const double wait = lambda / (mu * (mu - lambda));
   CHECK((r.e2e_mean_ms / 1e3 - service) == Approx(wait).epsilon(0.03));
@@ -266,7 +279,8 @@ TEST_CASE("Simulator: Little's law and token conservation on DeepSeek-R1 Server"
   CHECK(r.mean_in_system == Approx(r.arrival_rate_per_s * r.e2e_mean_ms / 1e3).epsilon(1e-6));
   CHECK(r.counters.generated_tokens == output);
   CHECK(r.output_tokens == output);
-  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens == input + r.counters.recomputed_tokens);
+  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens ==
+        input + r.counters.recomputed_tokens);
   CHECK(r.counters.decode_tokens == steps);
   CHECK(r.preemptions == 0);
   CHECK(r.ttft_p99_ms > 0);
@@ -299,7 +313,8 @@ TEST_CASE("Simulator: a run advanced window by window is the run taken in one go
   CHECK(stepped->ToJson().dump() == whole.ToJson().dump());
 }
 
-TEST_CASE("Simulator: batch limits changed mid-run keep every request and apply to later batches", "[sim]") {
+TEST_CASE("Simulator: batch limits changed mid-run keep every request and apply to later batches",
+          "[sim]") {
   DeepSeek ds;
   for (bool implicit : {true, false}) {
     SimulationSpec spec = ds.Spec(Scenario::kServer);
@@ -393,8 +408,9 @@ TEST_CASE("Simulator: fast-forwarded decode runs match step-by-step simulation",
     int64_t requests;
     double qps;
   };
-  for (const Case& c : {Case{{8, 8, 1, 8, 8}, 500, 4.0}, Case{{8, 4, 2, 4, 1}, 120, 0.1}, Case{{8, 4, 2, 4, 1}, 120, 2.0},
-                        Case{{8, 2, 4, 2, 1}, 120, 0.1}, Case{{8, 2, 4, 2, 1}, 120, 2.0}}) {
+  for (const Case& c : {Case{{8, 8, 1, 8, 8}, 500, 4.0}, Case{{8, 4, 2, 4, 1}, 120, 0.1},
+                        Case{{8, 4, 2, 4, 1}, 120, 2.0}, Case{{8, 2, 4, 2, 1}, 120, 0.1},
+                        Case{{8, 2, 4, 2, 1}, 120, 2.0}}) {
     INFO(c.layout.ToString() << " at " << c.qps << " QPS");
     const DeepSeek ds(c.layout);
     SimulationSpec spec = ds.Spec(Scenario::kServer);
@@ -513,7 +529,8 @@ TEST_CASE("Simulator: static batching waits for the batch to drain", "[sim]") {
   CHECK(r.iterations < 2 * 10);
 }
 
-TEST_CASE("Simulator: mixed batching runs prompts whole, in what the decodes leave of the budget", "[sim]") {
+TEST_CASE("Simulator: mixed batching runs prompts whole, in what the decodes leave of the budget",
+          "[sim]") {
   FakeTime time(0.001, false);
   SimulationSpec spec = SingleSlot(&time);
   spec.engine.max_batch = 4;
@@ -551,7 +568,8 @@ TEST_CASE("Simulator: MTP speculative decoding produces several tokens per step"
   CHECK(none.iterations == 401);
 }
 
-TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-step runs", "[sim]") {
+TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-step runs",
+          "[sim]") {
   // A run of k steps draws its accepted drafts from the k-fold convolution of one step's, so the
   // tokens per step keep their mean 1 + p + p^2 + p^3 and the latencies their distribution.
   DeepSeek ds;
@@ -565,7 +583,8 @@ TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-
   const SimulationResult exact = RunOk(spec, PoissonSource(data, 400, 1.0, 5));
   CHECK(fast.counters.generated_tokens == exact.counters.generated_tokens);
   const double mean_step = 1 + 0.7 + 0.49 + 0.343;
-  const double steps = static_cast<double>(exact.counters.decode_tokens) / 4;  // each step verifies 4 tokens
+  const double steps =
+      static_cast<double>(exact.counters.decode_tokens) / 4;  // each step verifies 4 tokens
   CHECK(static_cast<double>(exact.counters.generated_tokens - exact.completed_requests) / steps ==
         Approx(mean_step).epsilon(0.01));
   CHECK(fast.counters.decode_tokens == Approx(exact.counters.decode_tokens).epsilon(0.01));
@@ -577,7 +596,8 @@ TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-
 TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]") {
   DeepSeek ds;
   auto run = [&](bool implicit_decode) {
-    auto reader = traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
+    auto reader =
+        traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
     REQUIRE(reader.ok());
     traces::TransformOptions head;
     head.head = 2000;
@@ -591,7 +611,8 @@ TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]"
   CHECK(r.completed_requests == 2000);
   CHECK(r.prefix_hit_rate > 0.2);
   CHECK(r.counters.cached_tokens > 0);
-  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens == r.input_tokens + r.counters.recomputed_tokens);
+  CHECK(r.counters.prefill_tokens + r.counters.cached_tokens ==
+        r.input_tokens + r.counters.recomputed_tokens);
   CHECK(r.ToJson().dump() == run(false).ToJson().dump());  // shared prefix blocks in the cohort
 }
 
@@ -615,7 +636,8 @@ TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[
   std::filesystem::remove(path);
 }
 
-TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with one sequence", "[sim]") {
+TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with one sequence",
+          "[sim]") {
   FakeTime time(0.01, false, /*stages=*/2);
   SimulationSpec spec = SingleSlot(&time);
   spec.scenario.scenario = Scenario::kOffline;
@@ -642,7 +664,8 @@ TEST_CASE("Simulator: attention DP ranks step together at the slowest rank's pac
   const SimTime all_busy = ds.time->StageTime(ranks, 0);
   std::vector<models::BatchShape> alone(1, ranks[0]);
   CHECK(all_busy >= one_busy);
-  CHECK(ToSeconds(all_busy) < 1.2 * ToSeconds(one_busy));  // the light ranks hide behind the heavy one
+  CHECK(ToSeconds(all_busy) <
+        1.2 * ToSeconds(one_busy));  // the light ranks hide behind the heavy one
 }
 
 TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]") {
@@ -655,7 +678,8 @@ TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]"
   data[1].input_tokens = 200;
   data[2].output_tokens = 2;
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/../golden/small_chunked.expected";
-  const std::string actual_path = (std::filesystem::temp_directory_path() / "fathom_golden.log").string();
+  const std::string actual_path =
+      (std::filesystem::temp_directory_path() / "fathom_golden.log").string();
   auto log = OutputFile::Create(actual_path);
   REQUIRE(log.ok());
   RunOk(spec, PoissonSource(data, 6, 50.0, 7), log->get());

@@ -11,21 +11,25 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
   TimeModel out;
   if (f.cost_model == "roofline") {
     if (!f.stack.empty() || !f.calibration.empty()) {
-      return Status::InvalidArgument("--stack and --calibration apply to the calibrated cost model, not the roofline");
+      return Status::InvalidArgument(
+          "--stack and --calibration apply to the calibrated cost model, not the roofline");
     }
     out.roofline = true;
-    out.factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                     const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+    out.factory = [](const models::ModelArch& m, const models::Hardware& hw,
+                     const models::ParallelLayout& l, const models::Precision& p,
+                     models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
       return std::make_unique<models::RooflineModel>(m, hw, l, p);
     };
     return out;
   }
   if (f.cost_model != "calibrated") {
-    return Status::InvalidArgument("--cost-model = \"" + f.cost_model + "\": must be calibrated or roofline");
+    return Status::InvalidArgument("--cost-model = \"" + f.cost_model +
+                                   "\": must be calibrated or roofline");
   }
   std::string path = f.calibration;
   if (path.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
+    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                            models::LoadStacks(models::DefaultStacksPath()));
     models::Stack stack = stacks.back();
     if (!f.stack.empty()) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
@@ -52,12 +56,13 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
 }
 
 TimeModelFactory CalibratedFactory(const models::CostParams& params,
-                                        std::shared_ptr<const models::MeasuredGemms> measured) {
-  return [params, measured](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                            const models::Precision& p,
-                            models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured);
-  };
+                                   std::shared_ptr<const models::MeasuredGemms> measured) {
+  return
+      [params, measured](const models::ModelArch& m, const models::Hardware& hw,
+                         const models::ParallelLayout& l, const models::Precision& p,
+                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+        return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured);
+      };
 }
 
 }  // namespace fathom::sim

@@ -1,10 +1,11 @@
-#include <catch2/catch.hpp>
-
 #include "sim/time_model.h"
+
+#include <catch2/catch.hpp>
 
 namespace fathom::sim {
 
-TEST_CASE("MakeTimeModel: the newest stack's calibration by default; bad choices name the flags", "[sim]") {
+TEST_CASE("MakeTimeModel: the newest stack's calibration by default; bad choices name the flags",
+          "[sim]") {
   auto calibrated = MakeTimeModel({}, "b200");
   INFO(calibrated.status().message());
   REQUIRE(calibrated.ok());
@@ -21,10 +22,12 @@ TEST_CASE("MakeTimeModel: the newest stack's calibration by default; bad choices
         "--stack and --calibration apply to the calibrated cost model, not the roofline");
   o = {};
   o.cost_model = "fitted";
-  CHECK(MakeTimeModel(o, "b200").status().message() == "--cost-model = \"fitted\": must be calibrated or roofline");
+  CHECK(MakeTimeModel(o, "b200").status().message() ==
+        "--cost-model = \"fitted\": must be calibrated or roofline");
   o = {};
   o.perf_db = "/nonexistent/perf.db";
-  CHECK(MakeTimeModel(o, "b200").status().message() == "--perf-db = \"/nonexistent/perf.db\": no such file");
+  CHECK(MakeTimeModel(o, "b200").status().message() ==
+        "--perf-db = \"/nonexistent/perf.db\": no such file");
 }
 
 }  // namespace fathom::sim

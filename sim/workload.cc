@@ -10,7 +10,8 @@ namespace {
 // Cycles through the data set, a new seeded permutation for every pass.
 class Shuffled {
  public:
-  Shuffled(std::vector<traces::Request> dataset, uint64_t seed) : dataset_(std::move(dataset)), rng_(seed) {}
+  Shuffled(std::vector<traces::Request> dataset, uint64_t seed)
+      : dataset_(std::move(dataset)), rng_(seed) {}
   const traces::Request& Next() {
     if (pos_ == order_.size()) {
       order_.resize(dataset_.size());
@@ -72,12 +73,13 @@ class TraceSource : public RequestSource {
 
 }  // namespace
 
-std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> dataset, int64_t count, uint64_t seed) {
+std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> dataset, int64_t count,
+                                             uint64_t seed) {
   return std::make_unique<DatasetSource>(std::move(dataset), count, 0.0, seed);
 }
 
-std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count, double qps,
-                                             uint64_t seed) {
+std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count,
+                                             double qps, uint64_t seed) {
   return std::make_unique<DatasetSource>(std::move(dataset), count, qps, seed);
 }
 
@@ -85,7 +87,8 @@ std::unique_ptr<RequestSource> ReplaySource(std::unique_ptr<traces::TraceReader>
   return std::make_unique<TraceSource>(std::move(reader));
 }
 
-std::unique_ptr<RequestSource> CyclingSource(std::vector<traces::Request> dataset, int64_t count, uint64_t seed) {
+std::unique_ptr<RequestSource> CyclingSource(std::vector<traces::Request> dataset, int64_t count,
+                                             uint64_t seed) {
   return std::make_unique<DatasetSource>(std::move(dataset), count, 0.0, seed);
 }
 

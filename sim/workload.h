@@ -22,12 +22,14 @@ class RequestSource {
 // Offline: `count` samples, all issued at t = 0. Server: `count` samples with Poisson gaps at
 // `qps`. Samples cycle through the data set in a fresh seeded permutation per pass (equal issue:
 // pick `count` as a multiple of the data set's size).
-std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> dataset, int64_t count, uint64_t seed);
-std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count, double qps,
+std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> dataset, int64_t count,
                                              uint64_t seed);
+std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count,
+                                             double qps, uint64_t seed);
 // A trace's own timestamps, streamed (constant memory).
 std::unique_ptr<RequestSource> ReplaySource(std::unique_ptr<traces::TraceReader> reader);
 // Requests without times, for a closed loop: the simulator sets each issue time.
-std::unique_ptr<RequestSource> CyclingSource(std::vector<traces::Request> dataset, int64_t count, uint64_t seed);
+std::unique_ptr<RequestSource> CyclingSource(std::vector<traces::Request> dataset, int64_t count,
+                                             uint64_t seed);
 
 }  // namespace fathom::sim

@@ -2,7 +2,6 @@
 // (FATHOM_TEST_TMPDIR), so that test suites of two builds running at once never share them.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <filesystem>
 

@@ -13,25 +13,31 @@
 namespace fathom::traces {
 namespace {
 
-Result<std::vector<std::string>> Strings(const Json& obj, const char* key, const std::string& where) {
+Result<std::vector<std::string>> Strings(const Json& obj, const char* key,
+                                         const std::string& where) {
   std::vector<std::string> out;
   if (!obj.contains(key)) return out;
   const Json& a = obj[key];
-  if (!a.is_array()) return Status::InvalidArgument(where + ": field '" + key + "': must be an array of strings");
+  if (!a.is_array())
+    return Status::InvalidArgument(where + ": field '" + key + "': must be an array of strings");
   for (const Json& s : a) {
-    if (!s.is_string()) return Status::InvalidArgument(where + ": field '" + key + "': must be an array of strings");
+    if (!s.is_string())
+      return Status::InvalidArgument(where + ": field '" + key + "': must be an array of strings");
     out.push_back(s.get<std::string>());
   }
   return out;
 }
 
-Result<std::optional<LatencyLimits>> Limits(const Json& obj, const char* key, const std::string& where) {
+Result<std::optional<LatencyLimits>> Limits(const Json& obj, const char* key,
+                                            const std::string& where) {
   if (!obj.contains(key)) return std::optional<LatencyLimits>{};
   JsonFields f(obj[key], where + "." + key);
   LatencyLimits l{f.Double("ttft_ms"), f.Double("tpot_ms")};
   FATHOM_RETURN_IF_ERROR(f.status());
-  if (!(l.ttft_ms > 0) || !(l.tpot_ms > 0) || !std::isfinite(l.ttft_ms) || !std::isfinite(l.tpot_ms)) {
-    return Status::InvalidArgument(where + "." + key + ": ttft_ms and tpot_ms must be finite and > 0");
+  if (!(l.ttft_ms > 0) || !(l.tpot_ms > 0) || !std::isfinite(l.ttft_ms) ||
+      !std::isfinite(l.tpot_ms)) {
+    return Status::InvalidArgument(where + "." + key +
+                                   ": ttft_ms and tpot_ms must be finite and > 0");
   }
   return std::optional<LatencyLimits>(l);
 }
@@ -80,11 +86,14 @@ Result<std::vector<Benchmark>> LoadBenchmarks(const std::string& path) {
     FATHOM_ASSIGN_OR_RETURN(b.models, Strings(e, "models", where));
     if (b.samples < 1) return Status::InvalidArgument(where + ": field 'samples': must be >= 1");
     if (!(b.reference_output_tokens >= 1) || !std::isfinite(b.reference_output_tokens)) {
-      return Status::InvalidArgument(where + ": field 'reference_output_tokens': must be finite and >= 1");
+      return Status::InvalidArgument(where +
+                                     ": field 'reference_output_tokens': must be finite and >= 1");
     }
-    if (b.server_min_query_count < 0) return Status::InvalidArgument(where + ": field 'server_min_query_count': must be >= 0");
+    if (b.server_min_query_count < 0)
+      return Status::InvalidArgument(where + ": field 'server_min_query_count': must be >= 0");
     if (!(b.offline_run_s >= 0 && b.offline_run_s <= 1e6)) {
-      return Status::InvalidArgument(where + ": field 'offline_run_s': must be in [0, 1e6] seconds");
+      return Status::InvalidArgument(where +
+                                     ": field 'offline_run_s': must be in [0, 1e6] seconds");
     }
     FATHOM_ASSIGN_OR_RETURN(b.server, Limits(e, "server", where));
     FATHOM_ASSIGN_OR_RETURN(b.interactive, Limits(e, "interactive", where));
@@ -104,15 +113,18 @@ Result<std::vector<Benchmark>> LoadBenchmarks(const std::string& path) {
     }
     FATHOM_RETURN_IF_ERROR(lf.status());
     FATHOM_ASSIGN_OR_RETURN(b.assumed, Strings(l, "assumed", where + ".lengths"));
-    if (b.max_output < 1) return Status::InvalidArgument(where + ".lengths: field 'max_output': must be >= 1");
+    if (b.max_output < 1)
+      return Status::InvalidArgument(where + ".lengths: field 'max_output': must be >= 1");
     if (b.trace.empty()) {
-      const bool ok = b.input_mean >= 1 && std::isfinite(b.input_mean) && b.input_sigma >= 0 && b.input_sigma <= 5 &&
-                      b.output_sigma >= 0 && b.output_sigma <= 5 && b.max_input >= 1 &&
+      const bool ok = b.input_mean >= 1 && std::isfinite(b.input_mean) && b.input_sigma >= 0 &&
+                      b.input_sigma <= 5 && b.output_sigma >= 0 && b.output_sigma <= 5 &&
+                      b.max_input >= 1 &&
                       b.reference_output_tokens < static_cast<double>(b.max_output) &&
                       b.input_mean < static_cast<double>(b.max_input);
       if (!ok) {
-        return Status::InvalidArgument(where + ".lengths: input_mean >= 1 and below max_input, sigmas in [0, 5], " +
-                                       "reference_output_tokens below max_output");
+        return Status::InvalidArgument(
+            where + ".lengths: input_mean >= 1 and below max_input, sigmas in [0, 5], " +
+            "reference_output_tokens below max_output");
       }
     }
     out.push_back(std::move(b));
@@ -134,7 +146,8 @@ const std::vector<Benchmark>& MlperfBenchmarks() {
 
 const Benchmark* FindBenchmark(const std::vector<Benchmark>& benchmarks, const std::string& model) {
   for (const Benchmark& b : benchmarks) {
-    if (b.name == model || std::find(b.models.begin(), b.models.end(), model) != b.models.end()) return &b;
+    if (b.name == model || std::find(b.models.begin(), b.models.end(), model) != b.models.end())
+      return &b;
   }
   return nullptr;
 }

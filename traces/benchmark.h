@@ -1,5 +1,6 @@
 // The MLPerf Inference LLM benchmarks (traces/data/mlperf_benchmarks.json): each one's data set,
-// p99 latency limits and run rules, so that a model is simulated on the workload its benchmark runs.
+// p99 latency limits and run rules, so that a model is simulated on the workload its benchmark
+// runs.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +19,11 @@ struct LatencyLimits {
 };
 
 struct Benchmark {
-  std::string name;                 // "llama2-70b"
-  std::vector<std::string> models;  // model names (and result-table spellings) it runs
-  std::string dataset;              // what the data set is
-  std::string source;               // where the figures come from
-  int64_t samples = 0;              // data-set size (LoadGen's performance sample count)
+  std::string name;                    // "llama2-70b"
+  std::vector<std::string> models;     // model names (and result-table spellings) it runs
+  std::string dataset;                 // what the data set is
+  std::string source;                  // where the figures come from
+  int64_t samples = 0;                 // data-set size (LoadGen's performance sample count)
   double reference_output_tokens = 0;  // mean output tokens a sample of the reference
   // Per-sample lengths from a shipped trace, or a lognormal data set (log-space sigma of each,
   // the input's mean, the output's mean set to the reference after the cap).

@@ -17,7 +17,8 @@ double MeanOutput(const std::vector<Request>& data) {
 
 }  // namespace
 
-TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference output per sample", "[benchmark]") {
+TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference output per sample",
+          "[benchmark]") {
   const auto& all = MlperfBenchmarks();
   REQUIRE(all.size() == 5);
   for (const Benchmark& b : all) {
@@ -25,7 +26,8 @@ TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference outp
     auto data = BenchmarkDataset(b);
     REQUIRE(data.ok());
     CHECK(static_cast<int64_t>(data->size()) == b.samples);
-    // The real set's capped mean is the reference (3886.2274); the lognormal sets are matched to it.
+    // The real set's capped mean is the reference (3886.2274); the lognormal sets are matched to
+    // it.
     CHECK(MeanOutput(*data) == Approx(b.reference_output_tokens).epsilon(0.005));
     for (const Request& r : *data) {
       REQUIRE(r.output_tokens >= 1);
@@ -38,7 +40,8 @@ TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference outp
   }
 }
 
-TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table's spelling", "[benchmark]") {
+TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table's spelling",
+          "[benchmark]") {
   const auto& all = MlperfBenchmarks();
   REQUIRE(FindBenchmark(all, "llama2-70b-99") != nullptr);
   CHECK(FindBenchmark(all, "llama2-70b-99")->name == "llama2-70b");
@@ -48,19 +51,25 @@ TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table'
   CHECK(FindBenchmark(all, "qwen3-235b-a22b") == nullptr);
 }
 
-TEST_CASE("Benchmarks: a broken benchmark file names the entry, the field and the rule", "[benchmark]") {
-  const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_bench.json";
+TEST_CASE("Benchmarks: a broken benchmark file names the entry, the field and the rule",
+          "[benchmark]") {
+  const std::string path =
+      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_bench.json";
   auto write = [&](const std::string& text) { std::ofstream(path) << text; };
-  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 0, "reference_output_tokens": 10,
+  write(
+      R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 0, "reference_output_tokens": 10,
             "lengths": {"input_mean": 5, "input_sigma": 1, "output_sigma": 1, "max_input": 10, "max_output": 100}}]})");
   auto bad = LoadBenchmarks(path);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.status().message(), Catch::Contains("benchmarks[0]") && Catch::Contains("'samples'"));
-  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 10}]})");
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("benchmarks[0]") && Catch::Contains("'samples'"));
+  write(
+      R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 10}]})");
   bad = LoadBenchmarks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("'lengths'"));
-  write(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 200,
+  write(
+      R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5, "reference_output_tokens": 200,
             "lengths": {"input_mean": 5, "input_sigma": 1, "output_sigma": 1, "max_input": 10, "max_output": 100},
             "server": {"ttft_ms": -1, "tpot_ms": 5}}]})");
   bad = LoadBenchmarks(path);

@@ -20,8 +20,8 @@ struct CsvColumns {
   bool absolute_time = false;  // datetimes: arrivals count from the first row
 };
 
-int FindColumn(const std::vector<std::string_view>& header, std::initializer_list<std::string_view> names,
-               std::string* found) {
+int FindColumn(const std::vector<std::string_view>& header,
+               std::initializer_list<std::string_view> names, std::string* found) {
   for (size_t i = 0; i < header.size(); ++i) {
     for (auto n : names) {
       if (header[i] == n) {
@@ -60,7 +60,7 @@ class TextTraceReader : public TraceReader {
     if (json) {
       if (format_ == TraceFormat::kAuto) {
         format_ = first.find("\"input_length\"") != std::string_view::npos ? TraceFormat::kMooncake
-                                                                          : TraceFormat::kJsonl;
+                                                                           : TraceFormat::kJsonl;
       }
       if (format_ != TraceFormat::kMooncake && format_ != TraceFormat::kJsonl) {
         return Status::InvalidArgument(name_ + ":1: a JSON line, but --format " +
@@ -85,8 +85,8 @@ class TextTraceReader : public TraceReader {
       return Status::InvalidArgument(name_ + ":1: expected a JSON object per line for --format " +
                                      std::string(Name(format_)));
     }
-    const bool headerless = format_ == TraceFormat::kLengthsCsv && !fields_.empty() &&
-                            LooksNumeric(fields_[0]);
+    const bool headerless =
+        format_ == TraceFormat::kLengthsCsv && !fields_.empty() && LooksNumeric(fields_[0]);
     if (headerless) {
       cols_.input = 0;
       cols_.output = 1;
@@ -145,11 +145,15 @@ class TextTraceReader : public TraceReader {
     std::string ignored;
     switch (format_) {
       case TraceFormat::kLengthsCsv:
-        cols_.input = FindColumn(fields_, {"input_length", "input_tokens", "prompt_tokens"}, &cols_.input_name);
-        cols_.output = FindColumn(fields_, {"output_length", "output_tokens", "completion_tokens"}, &cols_.output_name);
-        cols_.timestamp = FindColumn(fields_, {"timestamp", "arrival_s", "arrival_time"}, &cols_.timestamp_name);
+        cols_.input = FindColumn(fields_, {"input_length", "input_tokens", "prompt_tokens"},
+                                 &cols_.input_name);
+        cols_.output = FindColumn(fields_, {"output_length", "output_tokens", "completion_tokens"},
+                                  &cols_.output_name);
+        cols_.timestamp =
+            FindColumn(fields_, {"timestamp", "arrival_s", "arrival_time"}, &cols_.timestamp_name);
         if (cols_.input < 0 || cols_.output < 0) {
-          return Status::InvalidArgument(name_ + ":1: header needs input_length and output_length "
+          return Status::InvalidArgument(name_ +
+                                         ":1: header needs input_length and output_length "
                                          "columns (or input_tokens, output_tokens)");
         }
         break;
@@ -159,7 +163,8 @@ class TextTraceReader : public TraceReader {
         cols_.output = FindColumn(fields_, {"GeneratedTokens"}, &cols_.output_name);
         cols_.absolute_time = true;
         if (cols_.timestamp < 0 || cols_.input < 0 || cols_.output < 0) {
-          return Status::InvalidArgument(name_ + ":1: an Azure trace needs the columns TIMESTAMP, "
+          return Status::InvalidArgument(name_ +
+                                         ":1: an Azure trace needs the columns TIMESTAMP, "
                                          "ContextTokens, GeneratedTokens");
         }
         break;
@@ -169,8 +174,10 @@ class TextTraceReader : public TraceReader {
         cols_.output = FindColumn(fields_, {"Response tokens"}, &cols_.output_name);
         cols_.model = FindColumn(fields_, {"Model"}, &ignored);
         cols_.log_type = FindColumn(fields_, {"Log Type"}, &ignored);
-        if (cols_.timestamp < 0 || cols_.input < 0 || cols_.output < 0 || cols_.model < 0 || cols_.log_type < 0) {
-          return Status::InvalidArgument(name_ + ":1: a BurstGPT trace needs the columns Timestamp, "
+        if (cols_.timestamp < 0 || cols_.input < 0 || cols_.output < 0 || cols_.model < 0 ||
+            cols_.log_type < 0) {
+          return Status::InvalidArgument(name_ +
+                                         ":1: a BurstGPT trace needs the columns Timestamp, "
                                          "Model, Request tokens, Response tokens, Log Type");
         }
         break;
@@ -180,12 +187,14 @@ class TextTraceReader : public TraceReader {
     return Status::Ok();
   }
 
-  Status Bad(int64_t line_no, const std::string& column, std::string_view value, const std::string& rule) const {
+  Status Bad(int64_t line_no, const std::string& column, std::string_view value,
+             const std::string& rule) const {
     return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": column " + column +
                                    ": \"" + std::string(value.substr(0, 64)) + "\" " + rule);
   }
 
-  Status CheckTime(int64_t line_no, const std::string& column, std::string_view raw, double t, Request* out) {
+  Status CheckTime(int64_t line_no, const std::string& column, std::string_view raw, double t,
+                   Request* out) {
     if (cols_.absolute_time) {
       if (!origin_) origin_ = t;
       t -= *origin_;
@@ -202,23 +211,27 @@ class TextTraceReader : public TraceReader {
   Status Parse(std::string_view line, int64_t line_no, Request* out, bool* keep) {
     out->prefix_blocks.clear();
     out->arrival_s.reset();
-    if (format_ == TraceFormat::kMooncake || format_ == TraceFormat::kJsonl) return ParseJson(line, line_no, out);
+    if (format_ == TraceFormat::kMooncake || format_ == TraceFormat::kJsonl)
+      return ParseJson(line, line_no, out);
     SplitCsv(line, &fields_);
-    const int needed = std::max({cols_.timestamp, cols_.input, cols_.output, cols_.model, cols_.log_type});
+    const int needed =
+        std::max({cols_.timestamp, cols_.input, cols_.output, cols_.model, cols_.log_type});
     if (static_cast<int>(fields_.size()) <= needed) {
       return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": " +
-                                     std::to_string(fields_.size()) + " columns, expected at least " +
-                                     std::to_string(needed + 1));
+                                     std::to_string(fields_.size()) +
+                                     " columns, expected at least " + std::to_string(needed + 1));
     }
     if (format_ == TraceFormat::kBurstGpt) {
       if ((!options_.model_filter.empty() && fields_[cols_.model] != options_.model_filter) ||
-          (!options_.log_type_filter.empty() && fields_[cols_.log_type] != options_.log_type_filter)) {
+          (!options_.log_type_filter.empty() &&
+           fields_[cols_.log_type] != options_.log_type_filter)) {
         ++counters_.filtered;
         *keep = false;
         return Status::Ok();
       }
     }
-    FATHOM_RETURN_IF_ERROR(Count(line_no, cols_.input_name, fields_[cols_.input], &out->input_tokens));
+    FATHOM_RETURN_IF_ERROR(
+        Count(line_no, cols_.input_name, fields_[cols_.input], &out->input_tokens));
     int64_t output = 0;
     std::string_view raw_out = fields_[cols_.output];
     if (!ParseNonNegativeInt(raw_out, &output)) {
@@ -245,20 +258,25 @@ class TextTraceReader : public TraceReader {
   }
 
   Status Count(int64_t line_no, const std::string& column, std::string_view raw, int64_t* v) const {
-    if (!ParseNonNegativeInt(raw, v)) return Bad(line_no, column, raw, "is not a non-negative integer");
+    if (!ParseNonNegativeInt(raw, v))
+      return Bad(line_no, column, raw, "is not a non-negative integer");
     if (*v < 1) return Bad(line_no, column, raw, "must be >= 1");
     return Status::Ok();
   }
 
   Status ParseJson(std::string_view line, int64_t line_no, Request* out) {
     const bool mooncake = format_ == TraceFormat::kMooncake;
-    static const std::vector<std::string_view> kMooncakeKeys = {"timestamp", "input_length", "output_length"};
-    static const std::vector<std::string_view> kJsonlKeys = {"arrival_s", "input_tokens", "output_tokens"};
+    static const std::vector<std::string_view> kMooncakeKeys = {"timestamp", "input_length",
+                                                                "output_length"};
+    static const std::vector<std::string_view> kJsonlKeys = {"arrival_s", "input_tokens",
+                                                             "output_tokens"};
     const auto& keys = mooncake ? kMooncakeKeys : kJsonlKeys;
     const std::string_view array_key = mooncake ? "hash_ids" : "prefix_blocks";
-    const std::string err = internal::ParseJsonLine(line, keys, &json_values_, array_key, &out->prefix_blocks);
+    const std::string err =
+        internal::ParseJsonLine(line, keys, &json_values_, array_key, &out->prefix_blocks);
     if (!err.empty()) {
-      return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": malformed JSON line: " + err);
+      return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) +
+                                     ": malformed JSON line: " + err);
     }
     for (int k = 1; k <= 2; ++k) {
       const JsonValue& v = json_values_[k];
@@ -266,7 +284,8 @@ class TextTraceReader : public TraceReader {
         return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": field " +
                                        std::string(keys[k]) + ": missing (required integer)");
       }
-      FATHOM_RETURN_IF_ERROR(Count(line_no, std::string(keys[k]), v.text, k == 1 ? &out->input_tokens : &out->output_tokens));
+      FATHOM_RETURN_IF_ERROR(Count(line_no, std::string(keys[k]), v.text,
+                                   k == 1 ? &out->input_tokens : &out->output_tokens));
     }
     const JsonValue& ts = json_values_[0];
     if (ts.kind != JsonValue::kMissing) {
@@ -274,7 +293,8 @@ class TextTraceReader : public TraceReader {
       if (ts.kind != JsonValue::kNumber || !ParseFiniteDouble(ts.text, &t) || t < 0) {
         return Bad(line_no, std::string(keys[0]), ts.text, "is not a non-negative number");
       }
-      FATHOM_RETURN_IF_ERROR(CheckTime(line_no, std::string(keys[0]), ts.text, mooncake ? t / 1000.0 : t, out));
+      FATHOM_RETURN_IF_ERROR(
+          CheckTime(line_no, std::string(keys[0]), ts.text, mooncake ? t / 1000.0 : t, out));
     } else if (mooncake) {
       return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) +
                                      ": field timestamp: missing (required, milliseconds)");
@@ -301,12 +321,18 @@ class TextTraceReader : public TraceReader {
 
 std::string_view Name(TraceFormat f) {
   switch (f) {
-    case TraceFormat::kAuto: return "auto";
-    case TraceFormat::kLengthsCsv: return "csv";
-    case TraceFormat::kAzure: return "azure";
-    case TraceFormat::kMooncake: return "mooncake";
-    case TraceFormat::kBurstGpt: return "burstgpt";
-    case TraceFormat::kJsonl: return "jsonl";
+    case TraceFormat::kAuto:
+      return "auto";
+    case TraceFormat::kLengthsCsv:
+      return "csv";
+    case TraceFormat::kAzure:
+      return "azure";
+    case TraceFormat::kMooncake:
+      return "mooncake";
+    case TraceFormat::kBurstGpt:
+      return "burstgpt";
+    case TraceFormat::kJsonl:
+      return "jsonl";
   }
   return "";
 }
@@ -316,18 +342,21 @@ Result<TraceFormat> ParseTraceFormat(std::string_view text) {
                         TraceFormat::kMooncake, TraceFormat::kBurstGpt, TraceFormat::kJsonl}) {
     if (Name(f) == text) return f;
   }
-  return Status::InvalidArgument("--format = \"" + std::string(text) +
-                                 "\": unknown trace format (auto, csv, azure, mooncake, burstgpt, jsonl)");
+  return Status::InvalidArgument(
+      "--format = \"" + std::string(text) +
+      "\": unknown trace format (auto, csv, azure, mooncake, burstgpt, jsonl)");
 }
 
 Result<std::unique_ptr<TraceReader>> OpenTraceStream(std::FILE* stream, const std::string& name,
                                                      const ReadOptions& options) {
-  auto reader = std::make_unique<TextTraceReader>(std::make_unique<LineReader>(stream), name, options);
+  auto reader =
+      std::make_unique<TextTraceReader>(std::make_unique<LineReader>(stream), name, options);
   FATHOM_RETURN_IF_ERROR(reader->Init());
   return std::unique_ptr<TraceReader>(std::move(reader));
 }
 
-Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path, const ReadOptions& options) {
+Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path,
+                                               const ReadOptions& options) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return Status::NotFound(path + ": cannot open trace");
   return OpenTraceStream(f, path, options);

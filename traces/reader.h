@@ -28,10 +28,10 @@ Result<TraceFormat> ParseTraceFormat(std::string_view text);
 
 struct ReadOptions {
   TraceFormat format = TraceFormat::kAuto;
-  bool skip_bad_lines = false;       // count and skip bad lines instead of failing
+  bool skip_bad_lines = false;        // count and skip bad lines instead of failing
   std::optional<int64_t> max_output;  // cap output tokens (MLPerf DeepSeek-R1: 20,000)
-  std::string model_filter;          // BurstGPT: keep only this Model ("" keeps all)
-  std::string log_type_filter;       // BurstGPT: keep only this Log Type ("" keeps all)
+  std::string model_filter;           // BurstGPT: keep only this Model ("" keeps all)
+  std::string log_type_filter;        // BurstGPT: keep only this Log Type ("" keeps all)
 };
 
 struct ReadCounters {

@@ -1,10 +1,11 @@
+#include "traces/reader.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 
 #include "base/fault_injection_env.h"
 #include "base/files.h"
-#include "traces/reader.h"
 #include "traces/stats.h"
 #include "traces/transforms.h"
 #include "traces/writer.h"
@@ -89,7 +90,8 @@ TEST_CASE("Readers: a bad value names the file, line, column and value", "[trace
   REQUIRE(*reader->Next(&r));
   auto bad = reader->Next(&r);
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message() == path + ":3: column GeneratedTokens: \"abc\" is not a non-negative integer");
+  CHECK(bad.status().message() ==
+        path + ":3: column GeneratedTokens: \"abc\" is not a non-negative integer");
 
   ReadOptions skip;
   skip.skip_bad_lines = true;
@@ -110,7 +112,8 @@ TEST_CASE("Readers: rules on values and order are enforced per line", "[traces]"
       {"input_length,output_length,timestamp\n5,3,2.0\n5,3,1.0\n",
        ":3: column timestamp: \"1.0\" is earlier than the previous request"},
       {"input_length,output_length\n5\n", ":2: 1 columns, expected at least 2"},
-      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 3}\n{\"timestamp\": 1, \"input_length\": 5\n",
+      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 3}\n{\"timestamp\": 1, "
+       "\"input_length\": 5\n",
        ":2: malformed JSON line"},
       {"{\"timestamp\": 0, \"input_length\": 5}\n", ":1: field output_length: missing"},
       {"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-01 00:00:00,5,5\n",
@@ -139,7 +142,8 @@ TEST_CASE("Readers: rules on values and order are enforced per line", "[traces]"
   }
 }
 
-TEST_CASE("Readers: BurstGPT counts failed responses and applies model and log-type filters", "[traces]") {
+TEST_CASE("Readers: BurstGPT counts failed responses and applies model and log-type filters",
+          "[traces]") {
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/burstgpt_sample.csv";
   auto all = Open(path);
   CHECK(all->format() == TraceFormat::kBurstGpt);
@@ -156,7 +160,8 @@ TEST_CASE("Readers: BurstGPT counts failed responses and applies model and log-t
   CHECK(s.duration_s == Approx(245));
 }
 
-TEST_CASE("Readers: Azure 2024 timestamps with a UTC offset, and a headerless lengths CSV", "[traces]") {
+TEST_CASE("Readers: Azure 2024 timestamps with a UTC offset, and a headerless lengths CSV",
+          "[traces]") {
   const std::string azure = TempFile("fathom_az24.csv",
                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                      "2024-05-10 23:59:59.500000+00:00,100,10\n"
@@ -211,7 +216,8 @@ TEST_CASE("Writer: a failed read leaves no output file", "[traces]") {
   std::filesystem::remove(bad);
 }
 
-TEST_CASE("Writer: a full disk or a failed rename is an error naming the file, with no output left", "[traces]") {
+TEST_CASE("Writer: a full disk or a failed rename is an error naming the file, with no output left",
+          "[traces]") {
   const std::string out = (std::filesystem::temp_directory_path() / "fathom_full.jsonl").string();
   std::filesystem::remove(out);
   FaultInjectionEnv full;
@@ -227,7 +233,8 @@ TEST_CASE("Writer: a full disk or a failed rename is an error naming the file, w
   reader = Open(DataPath("mooncake_fast25/conversation_trace.jsonl"));
   written = WriteTrace(*reader, out, TraceFormat::kJsonl, &no_rename);
   REQUIRE_FALSE(written.ok());
-  CHECK(written.status().message().rfind(out + ": cannot move the finished file into place", 0) == 0);
+  CHECK(written.status().message().rfind(out + ": cannot move the finished file into place", 0) ==
+        0);
   CHECK_FALSE(std::filesystem::exists(out));
   CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
 }
@@ -251,7 +258,10 @@ TEST_CASE("Transforms: filters, head, time scaling, Poisson re-timing", "[traces
   auto azure = Transform(Open(DataPath("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")), scale);
   const TraceStats s = StatsOf(*azure);
   CHECK(s.requests == 19366);
-  CHECK(s.duration_s == Approx(StatsOf(*Open(DataPath("azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))).duration_s / 2));
+  CHECK(
+      s.duration_s ==
+      Approx(StatsOf(*Open(DataPath("azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))).duration_s /
+             2));
 
   TransformOptions retime;
   retime.rate = 5.0;
@@ -262,9 +272,12 @@ TEST_CASE("Transforms: filters, head, time scaling, Poisson re-timing", "[traces
   CHECK(p.burstiness_cv == Approx(1.0).epsilon(0.05));
 }
 
-TEST_CASE("Transforms: concatenation, mixing by time, equal-issue repeat, exact sampling", "[traces]") {
-  const std::string a = TempFile("fathom_a.csv", "input_length,output_length,timestamp\n1,1,0\n2,2,10\n");
-  const std::string b = TempFile("fathom_b.csv", "input_length,output_length,timestamp\n3,3,5\n4,4,6\n");
+TEST_CASE("Transforms: concatenation, mixing by time, equal-issue repeat, exact sampling",
+          "[traces]") {
+  const std::string a =
+      TempFile("fathom_a.csv", "input_length,output_length,timestamp\n1,1,0\n2,2,10\n");
+  const std::string b =
+      TempFile("fathom_b.csv", "input_length,output_length,timestamp\n3,3,5\n4,4,6\n");
   std::vector<std::unique_ptr<TraceReader>> in;
   in.push_back(Open(a));
   in.push_back(Open(b));

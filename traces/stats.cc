@@ -7,7 +7,8 @@ namespace fathom::traces {
 
 void IntDistribution::Add(int64_t v) {
   if (v < kDense) {
-    if (v >= static_cast<int64_t>(dense_.size())) dense_.resize(std::min<int64_t>(kDense, 2 * v + 64), 0);
+    if (v >= static_cast<int64_t>(dense_.size()))
+      dense_.resize(std::min<int64_t>(kDense, 2 * v + 64), 0);
     ++dense_[v];
   } else {
     ++sparse_[v];
@@ -66,7 +67,8 @@ TraceStats StatsAccumulator::Finish() const {
     if (gaps_ > 1 && gap_mean_ > 0) s.burstiness_cv = std::sqrt(gap_m2_ / (gaps_ - 1)) / gap_mean_;
   }
   auto summary = [](const IntDistribution& d) {
-    return LengthSummary{d.mean(), d.Percentile(0.5), d.Percentile(0.9), d.Percentile(0.99), d.max()};
+    return LengthSummary{d.mean(), d.Percentile(0.5), d.Percentile(0.9), d.Percentile(0.99),
+                         d.max()};
   };
   s.input = summary(input_);
   s.output = summary(output_);

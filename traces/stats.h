@@ -37,9 +37,9 @@ struct LengthSummary {
 
 struct TraceStats {
   int64_t requests = 0;
-  bool timed = false;      // every request had an arrival time
-  double duration_s = 0;   // last arrival - first arrival
-  double rate_per_s = 0;   // requests / duration
+  bool timed = false;     // every request had an arrival time
+  double duration_s = 0;  // last arrival - first arrival
+  double rate_per_s = 0;  // requests / duration
   LengthSummary input, output;
   double burstiness_cv = 0;       // std / mean of inter-arrival gaps (1 for Poisson)
   double prefix_reuse_ratio = 0;  // prefix blocks whose id appeared earlier / all blocks

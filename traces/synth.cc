@@ -16,7 +16,8 @@ namespace {
 // Unit-mean renewal gaps of the chosen shape.
 double UnitGap(const ArrivalSpec& a, Rng& rng) {
   switch (a.kind) {
-    case ArrivalKind::kPoisson: return rng.Exponential(1.0);
+    case ArrivalKind::kPoisson:
+      return rng.Exponential(1.0);
     case ArrivalKind::kGamma: {
       const double k = 1.0 / (a.cv * a.cv);
       return rng.Gamma(k, 1.0 / k);
@@ -99,7 +100,8 @@ class SyntheticReader : public TraceReader {
     const LengthModel& m = spec_.lengths;
     if (m.kind == LengthModel::kEmpirical) return m.samples[rng_.Below(m.samples.size())];
     const double z1 = rng_.Normal();
-    const double z2 = m.correlation * z1 + std::sqrt(1 - m.correlation * m.correlation) * rng_.Normal();
+    const double z2 =
+        m.correlation * z1 + std::sqrt(1 - m.correlation * m.correlation) * rng_.Normal();
     auto draw = [](const Lognormal& l, double z, int64_t cap) {
       const double v = std::exp(l.mu + l.sigma * z);
       return std::clamp<int64_t>(static_cast<int64_t>(std::llround(std::min(v, 1e15))), 1, cap);
@@ -118,11 +120,13 @@ class SyntheticReader : public TraceReader {
           sessions_done_ = true;
         }
       }
-      if (!pending_.empty() && (!next_session_s_ || pending_.top().next_s <= *next_session_s_)) break;
+      if (!pending_.empty() && (!next_session_s_ || pending_.top().next_s <= *next_session_s_))
+        break;
       if (!next_session_s_) return false;
       Session s;
       s.next_s = *next_session_s_;
-      s.turns_left = 1 + static_cast<int64_t>(std::floor(rng_.Exponential(1.0) * (spec_.conversations.turns_mean - 1)));
+      s.turns_left = 1 + static_cast<int64_t>(std::floor(rng_.Exponential(1.0) *
+                                                         (spec_.conversations.turns_mean - 1)));
       s.context = spec_.conversations.system_prompt_tokens;
       s.blocks = system_blocks_;
       s.order = sessions_started_++;
@@ -165,7 +169,8 @@ class SyntheticReader : public TraceReader {
 // Parameters: mu and log(sigma).
 class CensoredLognormalNll final : public ceres::FirstOrderFunction {
  public:
-  CensoredLognormalNll(std::vector<std::pair<double, double>> logs_and_weights, double log_cap, double censored)
+  CensoredLognormalNll(std::vector<std::pair<double, double>> logs_and_weights, double log_cap,
+                       double censored)
       : data_(std::move(logs_and_weights)), log_cap_(log_cap), censored_(censored) {}
 
   bool Evaluate(const double* p, double* cost, double* gradient) const override {
@@ -214,14 +219,18 @@ Status SynthSpec::Validate() const {
   }
   for (const auto& s : arrivals.schedule) {
     if (!positive(s.duration_s) || !(s.rate_per_s >= 0 && std::isfinite(s.rate_per_s))) {
-      return bad("--schedule segment", s.duration_s, "needs a duration > 0 and a rate >= 0, both finite");
+      return bad("--schedule segment", s.duration_s,
+                 "needs a duration > 0 and a rate >= 0, both finite");
     }
   }
   if (!positive(arrivals.cv)) return bad("--cv", arrivals.cv, "must be > 0 and finite");
-  if (!positive(arrivals.weibull_shape)) return bad("--weibull-shape", arrivals.weibull_shape, "must be > 0 and finite");
-  if (duration_s && !positive(*duration_s)) return bad("--duration", *duration_s, "must be > 0 and finite");
+  if (!positive(arrivals.weibull_shape))
+    return bad("--weibull-shape", arrivals.weibull_shape, "must be > 0 and finite");
+  if (duration_s && !positive(*duration_s))
+    return bad("--duration", *duration_s, "must be > 0 and finite");
   if (!std::isfinite(lengths.input.mu) || !std::isfinite(lengths.output.mu)) {
-    return bad("--input-mu/--output-mu", std::isfinite(lengths.input.mu) ? lengths.output.mu : lengths.input.mu,
+    return bad("--input-mu/--output-mu",
+               std::isfinite(lengths.input.mu) ? lengths.output.mu : lengths.input.mu,
                "must be finite");
   }
   if (requests < 0) return bad("--requests", static_cast<double>(requests), "must be >= 0");
@@ -232,9 +241,11 @@ Status SynthSpec::Validate() const {
     return bad("--correlation", lengths.correlation, "must be in [-1, 1]");
   }
   if (!positive(lengths.input.sigma) || !positive(lengths.output.sigma)) {
-    return bad("--input-sigma/--output-sigma", std::min(lengths.input.sigma, lengths.output.sigma), "must be > 0");
+    return bad("--input-sigma/--output-sigma", std::min(lengths.input.sigma, lengths.output.sigma),
+               "must be > 0");
   }
-  if (conversations.turns_mean != 0 && !(conversations.turns_mean >= 1 && std::isfinite(conversations.turns_mean))) {
+  if (conversations.turns_mean != 0 &&
+      !(conversations.turns_mean >= 1 && std::isfinite(conversations.turns_mean))) {
     return bad("--turns", conversations.turns_mean, "must be >= 1 (or 0 for independent requests)");
   }
   if (conversations.turns_mean >= 1 && !positive(conversations.think_time_s)) {
@@ -248,18 +259,22 @@ Result<std::unique_ptr<TraceReader>> Synthesize(const SynthSpec& spec) {
   return std::unique_ptr<TraceReader>(std::make_unique<SyntheticReader>(spec));
 }
 
-Result<Lognormal> FitLognormal(const std::vector<int64_t>& values, std::optional<int64_t> censor_at) {
+Result<Lognormal> FitLognormal(const std::vector<int64_t>& values,
+                               std::optional<int64_t> censor_at) {
   std::map<int64_t, double> counts;
   double censored = 0;
   for (int64_t v : values) {
-    if (v < 1) return Status::InvalidArgument("lognormal fit: length " + std::to_string(v) + " must be >= 1");
+    if (v < 1)
+      return Status::InvalidArgument("lognormal fit: length " + std::to_string(v) +
+                                     " must be >= 1");
     if (censor_at && v >= *censor_at) {
       censored += 1;
     } else {
       counts[v] += 1;
     }
   }
-  if (counts.size() < 2) return Status::InvalidArgument("lognormal fit: needs at least two distinct uncensored lengths");
+  if (counts.size() < 2)
+    return Status::InvalidArgument("lognormal fit: needs at least two distinct uncensored lengths");
   std::vector<std::pair<double, double>> data;
   double n = 0, sum = 0, sum2 = 0;
   for (const auto& [v, w] : counts) {
@@ -284,7 +299,8 @@ Result<Lognormal> FitLognormal(const std::vector<int64_t>& values, std::optional
   return Lognormal{params[0], std::exp(params[1])};
 }
 
-Result<LengthModel> FitLengthModel(TraceReader& reader, bool parametric, std::optional<int64_t> output_cap) {
+Result<LengthModel> FitLengthModel(TraceReader& reader, bool parametric,
+                                   std::optional<int64_t> output_cap) {
   LengthModel model;
   model.kind = parametric ? LengthModel::kLognormal : LengthModel::kEmpirical;
   std::vector<int64_t> inputs, outputs;

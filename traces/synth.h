@@ -45,7 +45,7 @@ struct LengthModel {
 };
 
 struct ConversationSpec {
-  double turns_mean = 0;  // 0: independent requests; else sessions of 1 + Geometric turns
+  double turns_mean = 0;     // 0: independent requests; else sessions of 1 + Geometric turns
   double think_time_s = 30;  // mean pause between a reply and the next turn
   int64_t system_prompt_tokens = 0;  // shared by every session
 };
@@ -54,8 +54,8 @@ struct SynthSpec {
   ArrivalSpec arrivals;
   LengthModel lengths;
   ConversationSpec conversations;
-  int64_t requests = 1000;               // stop after this many...
-  std::optional<double> duration_s;      // ...or at this time, whichever comes first
+  int64_t requests = 1000;           // stop after this many...
+  std::optional<double> duration_s;  // ...or at this time, whichever comes first
   uint64_t seed = 1;
 
   Status Validate() const;
@@ -65,10 +65,12 @@ Result<std::unique_ptr<TraceReader>> Synthesize(const SynthSpec& spec);
 
 // Maximum-likelihood lognormal of `values` (each >= 1) where values >= censor_at (when given)
 // are right-censored, as outputs cut at a max-tokens cap are. Solved with Ceres.
-Result<Lognormal> FitLognormal(const std::vector<int64_t>& values, std::optional<int64_t> censor_at);
+Result<Lognormal> FitLognormal(const std::vector<int64_t>& values,
+                               std::optional<int64_t> censor_at);
 
 // Reads `reader` to the end and builds a length model: its (input, output) pairs, or a fitted
 // correlated lognormal pair when `parametric`.
-Result<LengthModel> FitLengthModel(TraceReader& reader, bool parametric, std::optional<int64_t> output_cap);
+Result<LengthModel> FitLengthModel(TraceReader& reader, bool parametric,
+                                   std::optional<int64_t> output_cap);
 
 }  // namespace fathom::traces

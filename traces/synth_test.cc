@@ -1,9 +1,10 @@
+#include "traces/synth.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 
 #include "base/random.h"
 #include "traces/stats.h"
-#include "traces/synth.h"
 
 namespace fathom::traces {
 namespace {
@@ -23,7 +24,8 @@ TraceStats Run(const SynthSpec& spec, std::vector<Request>* keep = nullptr) {
 
 }  // namespace
 
-TEST_CASE("Synthesize: Poisson, Gamma and Weibull arrivals have the asked rate and burstiness", "[traces]") {
+TEST_CASE("Synthesize: Poisson, Gamma and Weibull arrivals have the asked rate and burstiness",
+          "[traces]") {
   SynthSpec spec;
   spec.requests = 200000;
   spec.arrivals.rate_per_s = 4.0;
@@ -76,7 +78,8 @@ TEST_CASE("Synthesize: the same seed gives the same trace", "[traces]") {
 TEST_CASE("FitLognormal: recovers known parameters, with and without censoring", "[traces]") {
   Rng rng(11);
   std::vector<int64_t> values;
-  for (int i = 0; i < 50000; ++i) values.push_back(std::max<int64_t>(1, std::llround(std::exp(7.0 + 0.8 * rng.Normal()))));
+  for (int i = 0; i < 50000; ++i)
+    values.push_back(std::max<int64_t>(1, std::llround(std::exp(7.0 + 0.8 * rng.Normal()))));
   auto fit = FitLognormal(values, std::nullopt);
   REQUIRE(fit.ok());
   CHECK(fit->mu == Approx(7.0).epsilon(0.01));
@@ -128,7 +131,8 @@ TEST_CASE("SynthSpec: invalid parameters name the flag and the rule", "[traces]"
   CHECK(spec.Validate().message() == "--duration = -1: must be > 0 and finite");
   spec.duration_s = std::nullopt;
   spec.arrivals.schedule = {{60, INFINITY}};
-  CHECK(spec.Validate().message() == "--schedule segment = 60: needs a duration > 0 and a rate >= 0, both finite");
+  CHECK(spec.Validate().message() ==
+        "--schedule segment = 60: needs a duration > 0 and a rate >= 0, both finite");
 }
 
 }  // namespace fathom::traces

@@ -58,7 +58,10 @@ class TransformedReader : public TraceReader {
 class CombinedReader : public TraceReader {
  public:
   CombinedReader(std::vector<std::unique_ptr<TraceReader>> inputs, CombineMode mode)
-      : inputs_(std::move(inputs)), mode_(mode), heads_(inputs_.size()), has_head_(inputs_.size(), false) {}
+      : inputs_(std::move(inputs)),
+        mode_(mode),
+        heads_(inputs_.size()),
+        has_head_(inputs_.size(), false) {}
 
   Result<bool> Next(Request* out) override {
     if (mode_ == CombineMode::kConcat) {
@@ -85,7 +88,9 @@ class CombinedReader : public TraceReader {
     }
     size_t best = inputs_.size();
     for (size_t i = 0; i < inputs_.size(); ++i) {
-      if (has_head_[i] && (best == inputs_.size() || *heads_[i].arrival_s < *heads_[best].arrival_s)) best = i;
+      if (has_head_[i] &&
+          (best == inputs_.size() || *heads_[i].arrival_s < *heads_[best].arrival_s))
+        best = i;
     }
     if (best == inputs_.size()) return false;
     *out = std::move(heads_[best]);
@@ -107,7 +112,9 @@ class CombinedReader : public TraceReader {
     counters_.requests = emitted_;
     return counters_;
   }
-  TraceFormat format() const override { return inputs_.empty() ? TraceFormat::kJsonl : inputs_[0]->format(); }
+  TraceFormat format() const override {
+    return inputs_.empty() ? TraceFormat::kJsonl : inputs_[0]->format();
+  }
 
  private:
   Status Fill(size_t i) {
@@ -115,8 +122,8 @@ class CombinedReader : public TraceReader {
     if (!more.ok()) return more.status();
     has_head_[i] = *more;
     if (*more && !heads_[i].arrival_s) {
-      return Status::InvalidArgument("mixing traces needs arrival times; input " + std::to_string(i + 1) +
-                                     " has a request without one");
+      return Status::InvalidArgument("mixing traces needs arrival times; input " +
+                                     std::to_string(i + 1) + " has a request without one");
     }
     return Status::Ok();
   }
@@ -134,7 +141,8 @@ class CombinedReader : public TraceReader {
 
 class RepeatReader : public TraceReader {
  public:
-  RepeatReader(std::vector<Request> dataset, int64_t total) : dataset_(std::move(dataset)), total_(total) {}
+  RepeatReader(std::vector<Request> dataset, int64_t total)
+      : dataset_(std::move(dataset)), total_(total) {}
   Result<bool> Next(Request* out) override {
     if (dataset_.empty() || counters_.requests >= total_) return false;
     *out = dataset_[counters_.requests % static_cast<int64_t>(dataset_.size())];
@@ -158,22 +166,29 @@ Status TransformOptions::Validate() const {
   auto bad = [](const char* flag, double v, const char* rule) {
     return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) + ": " + rule);
   };
-  if (!(sample_fraction > 0 && sample_fraction <= 1)) return bad("--sample-fraction", sample_fraction, "must be in (0, 1]");
-  if (!(time_scale > 0 && std::isfinite(time_scale))) return bad("--time-scale", time_scale, "must be > 0 and finite");
-  if (rate && !(*rate > 0 && std::isfinite(*rate))) return bad("--rate", *rate, "must be > 0 and finite");
+  if (!(sample_fraction > 0 && sample_fraction <= 1))
+    return bad("--sample-fraction", sample_fraction, "must be in (0, 1]");
+  if (!(time_scale > 0 && std::isfinite(time_scale)))
+    return bad("--time-scale", time_scale, "must be > 0 and finite");
+  if (rate && !(*rate > 0 && std::isfinite(*rate)))
+    return bad("--rate", *rate, "must be > 0 and finite");
   if (head && *head < 0) return bad("--head", static_cast<double>(*head), "must be >= 0");
-  for (const auto& [flag, bound] : {std::pair{"--min-input", min_input}, {"--max-input", max_input},
-                                    {"--min-output", min_output}, {"--max-output-filter", max_output}}) {
+  for (const auto& [flag, bound] : {std::pair{"--min-input", min_input},
+                                    {"--max-input", max_input},
+                                    {"--min-output", min_output},
+                                    {"--max-output-filter", max_output}}) {
     if (bound && *bound < 0) return bad(flag, static_cast<double>(*bound), "must be >= 0");
   }
   return Status::Ok();
 }
 
-std::unique_ptr<TraceReader> Transform(std::unique_ptr<TraceReader> inner, const TransformOptions& options) {
+std::unique_ptr<TraceReader> Transform(std::unique_ptr<TraceReader> inner,
+                                       const TransformOptions& options) {
   return std::make_unique<TransformedReader>(std::move(inner), options);
 }
 
-std::unique_ptr<TraceReader> Combine(std::vector<std::unique_ptr<TraceReader>> inputs, CombineMode mode) {
+std::unique_ptr<TraceReader> Combine(std::vector<std::unique_ptr<TraceReader>> inputs,
+                                     CombineMode mode) {
   return std::make_unique<CombinedReader>(std::move(inputs), mode);
 }
 
@@ -198,7 +213,8 @@ Result<std::vector<Request>> ReadAll(TraceReader& reader) {
   return out;
 }
 
-Result<std::vector<Request>> SampleWithoutReplacement(TraceReader& reader, int64_t n, uint64_t seed) {
+Result<std::vector<Request>> SampleWithoutReplacement(TraceReader& reader, int64_t n,
+                                                      uint64_t seed) {
   Rng rng(seed);
   std::vector<Request> reservoir;
   Request r;
@@ -214,7 +230,8 @@ Result<std::vector<Request>> SampleWithoutReplacement(TraceReader& reader, int64
     }
     ++seen;
   }
-  std::sort(reservoir.begin(), reservoir.end(), [](const Request& a, const Request& b) { return a.id < b.id; });
+  std::sort(reservoir.begin(), reservoir.end(),
+            [](const Request& a, const Request& b) { return a.id < b.id; });
   for (size_t i = 0; i < reservoir.size(); ++i) reservoir[i].id = static_cast<int64_t>(i);
   return reservoir;
 }

@@ -25,14 +25,16 @@ struct TransformOptions {
 };
 
 // Wraps `inner` (owned). Counters are the inner reader's plus the requests filtered here.
-std::unique_ptr<TraceReader> Transform(std::unique_ptr<TraceReader> inner, const TransformOptions& options);
+std::unique_ptr<TraceReader> Transform(std::unique_ptr<TraceReader> inner,
+                                       const TransformOptions& options);
 
 enum class CombineMode {
   kConcat,  // one after another; each later trace's times shift to follow the previous one
   kMix,     // merged by arrival time (every input needs timestamps)
 };
 // Combines several readers (owned) into one stream; ids are renumbered.
-std::unique_ptr<TraceReader> Combine(std::vector<std::unique_ptr<TraceReader>> inputs, CombineMode mode);
+std::unique_ptr<TraceReader> Combine(std::vector<std::unique_ptr<TraceReader>> inputs,
+                                     CombineMode mode);
 
 // Loops over `dataset` until `total` requests were issued, as LoadGen issues a data set of N
 // samples repeatedly (sample i of the output is dataset[i % N]). Arrival times are dropped.
@@ -44,6 +46,7 @@ int64_t EqualIssueCount(int64_t dataset_size, int64_t min_count);
 Result<std::vector<Request>> ReadAll(TraceReader& reader);
 
 // `n` requests drawn without replacement (reservoir sampling), kept in trace order.
-Result<std::vector<Request>> SampleWithoutReplacement(TraceReader& reader, int64_t n, uint64_t seed);
+Result<std::vector<Request>> SampleWithoutReplacement(TraceReader& reader, int64_t n,
+                                                      uint64_t seed);
 
 }  // namespace fathom::traces

@@ -31,7 +31,8 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
   size_t start = 0;
   while (true) {
     const size_t comma = line.find(',', start);
-    out.push_back(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    out.push_back(
+        line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
@@ -39,9 +40,11 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
 
 }  // namespace
 
-const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row) {
+const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
+                                              const PublishedResult& row) {
   for (const auto& e : setup.deployments) {
-    if (e.model == row.model && e.hardware == row.accelerator && (e.scenario == "*" || e.scenario == row.scenario) &&
+    if (e.model == row.model && e.hardware == row.accelerator &&
+        (e.scenario == "*" || e.scenario == row.scenario) &&
         (e.submitter.empty() || e.submitter == row.submitter))
       return &e;
   }
@@ -69,8 +72,9 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     auto it = std::find(header.begin(), header.end(), name);
     return it == header.end() ? -1 : static_cast<int>(it - header.begin());
   };
-  const char* required[] = {"submitter", "system", "accelerator", "gpus", "model", "scenario", "tokens_per_s",
-                            "ttft_p99_ms", "tpot_p99_ms", "target_qps"};
+  const char* required[] = {"submitter",   "system",    "accelerator",  "gpus",
+                            "model",       "scenario",  "tokens_per_s", "ttft_p99_ms",
+                            "tpot_p99_ms", "target_qps"};
   for (const char* r : required) {
     if (col(r) < 0) return Status::InvalidArgument(path + ":1: missing column " + std::string(r));
   }
@@ -81,8 +85,9 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     if (line.empty()) continue;
     const std::vector<std::string> f = SplitCsvLine(line);
     if (f.size() < header.size()) {
-      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " + std::to_string(f.size()) +
-                                     " columns, expected " + std::to_string(header.size()));
+      return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": " +
+                                     std::to_string(f.size()) + " columns, expected " +
+                                     std::to_string(header.size()));
     }
     PublishedResult r;
     r.line = line_no;
@@ -98,8 +103,8 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
       char* end = nullptr;
       *out = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(*out >= 0) || std::isinf(*out)) {
-        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name + ": \"" + v +
-                                       "\" is not a non-negative number");
+        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name +
+                                       ": \"" + v + "\" is not a non-negative number");
       }
       return Status::Ok();
     };
@@ -111,14 +116,17 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     FATHOM_RETURN_IF_ERROR(number("ttft_p99_ms", &r.ttft_p99_ms, server));
     FATHOM_RETURN_IF_ERROR(number("tpot_p99_ms", &r.tpot_p99_ms, server));
     FATHOM_RETURN_IF_ERROR(number("target_qps", &r.target_qps, server));
-    if (col("samples_per_s") >= 0) FATHOM_RETURN_IF_ERROR(number("samples_per_s", &r.samples_per_s, false));
-    for (auto [name, out] : {std::pair{"samples_per_query", &r.samples_per_query}, {"min_query_count", &r.min_query_count}}) {
+    if (col("samples_per_s") >= 0)
+      FATHOM_RETURN_IF_ERROR(number("samples_per_s", &r.samples_per_s, false));
+    for (auto [name, out] : {std::pair{"samples_per_query", &r.samples_per_query},
+                             {"min_query_count", &r.min_query_count}}) {
       if (col(name) < 0) continue;
       double v = 0;
       FATHOM_RETURN_IF_ERROR(number(name, &v, false));
       if (v > 1e9 || v != std::floor(v)) {
-        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name + ": \"" +
-                                       f[col(name)] + "\" is not a whole number up to 1e9");
+        return Status::InvalidArgument(path + ":" + std::to_string(line_no) + ": column " + name +
+                                       ": \"" + f[col(name)] +
+                                       "\" is not a whole number up to 1e9");
       }
       *out = static_cast<int64_t>(v);
     }
@@ -127,7 +135,8 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
   return rows;
 }
 
-Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed) {
+Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples,
+                                              uint64_t seed) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
   CalibrationSetup setup;
   if (!j.contains("deployments") || !j["deployments"].is_array()) {
@@ -144,15 +153,17 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
     entry.submitter = f.String("submitter", "");
     entry.samples = f.Int("samples", 0);
     FATHOM_RETURN_IF_ERROR(f.status());
-    if (!e.contains("deployment")) return Status::InvalidArgument(where + ": field 'deployment': missing");
+    if (!e.contains("deployment"))
+      return Status::InvalidArgument(where + ": field 'deployment': missing");
     Json dep = e["deployment"];
     dep["hardware"] = entry.hardware;
     FATHOM_ASSIGN_OR_RETURN(entry.deployment, sim::DeploymentFromJson(dep, where + ".deployment"));
     setup.deployments.push_back(std::move(entry));
   }
   if (j.contains("workloads")) {
-    return Status::InvalidArgument(path + ": field 'workloads': no longer read; workloads are the benchmarks' data sets (" +
-                                   traces::DefaultBenchmarksPath() + ")");
+    return Status::InvalidArgument(
+        path + ": field 'workloads': no longer read; workloads are the benchmarks' data sets (" +
+        traces::DefaultBenchmarksPath() + ")");
   }
   // Each benchmark's data set, under every name its rows may use.
   for (const traces::Benchmark& b : traces::MlperfBenchmarks()) {
@@ -166,8 +177,8 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
   return setup;
 }
 
-int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
-                  int64_t max_requests) {
+int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry,
+                  int64_t dataset_size, int64_t max_requests) {
   int64_t n = 0;
   if (entry.samples > 0) {
     n = entry.samples;  // the submitter's published sample count
@@ -178,16 +189,21 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
     // Server run (DeepSeek-R1's 26,382 samples, published for v6.0 runs of the same harness),
     // padded to whole data sets.
     const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
-    const int64_t least = row.min_query_count > 1 ? row.min_query_count : b != nullptr ? b->server_min_query_count : 0;
-    n = row.offline() ? sim::LoadGenOfflineSamples(dataset_size, row.samples_per_s)
-                      : traces::EqualIssueCount(dataset_size, std::max(least, sim::LoadGenServerSamples(dataset_size, row.target_qps)));
+    const int64_t least = row.min_query_count > 1 ? row.min_query_count
+                          : b != nullptr          ? b->server_min_query_count
+                                                  : 0;
+    n = row.offline()
+            ? sim::LoadGenOfflineSamples(dataset_size, row.samples_per_s)
+            : traces::EqualIssueCount(
+                  dataset_size,
+                  std::max(least, sim::LoadGenServerSamples(dataset_size, row.target_qps)));
   }
   return max_requests > 0 ? std::min(n, max_requests) : n;
 }
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PublishedResult, line, round, submitter, system, accelerator, model, scenario, gpus,
-                                   tokens_per_s, ttft_p99_ms, tpot_p99_ms, target_qps, samples_per_s,
-                                   samples_per_query, min_query_count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PublishedResult, line, round, submitter, system, accelerator,
+                                   model, scenario, gpus, tokens_per_s, ttft_p99_ms, tpot_p99_ms,
+                                   target_qps, samples_per_s, samples_per_query, min_query_count)
 
 namespace {
 
@@ -203,18 +219,22 @@ struct RowRun {
   Key key() const { return {entry, offline, n, qps}; }
 };
 
-Result<RowRun> PlanRun(const PublishedResult& row, const CalibrationSetup& setup, int64_t max_requests) {
+Result<RowRun> PlanRun(const PublishedResult& row, const CalibrationSetup& setup,
+                       int64_t max_requests) {
   const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
   if (entry == nullptr) {
-    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment known for " +
-                                   row.model + " on " + row.accelerator + " (" + row.scenario + ")");
+    return Status::InvalidArgument("results line " + std::to_string(row.line) +
+                                   ": no deployment known for " + row.model + " on " +
+                                   row.accelerator + " (" + row.scenario + ")");
   }
   const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
   auto workload = setup.workloads.find(benchmark != nullptr ? benchmark->name : row.model);
   if (workload == setup.workloads.end() || workload->second.empty()) {
-    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no workload for " + row.model);
+    return Status::InvalidArgument("results line " + std::to_string(row.line) +
+                                   ": no workload for " + row.model);
   }
-  const int64_t n = RunLength(row, *entry, static_cast<int64_t>(workload->second.size()), max_requests);
+  const int64_t n =
+      RunLength(row, *entry, static_cast<int64_t>(workload->second.size()), max_requests);
   return RowRun{entry, &workload->second, row.offline(), n, row.offline() ? 0.0 : row.target_qps};
 }
 
@@ -225,25 +245,28 @@ double FromExact(const Json& text) { return std::strtod(text.get<std::string>().
 Json CalibrationJson(const models::Calibration& c) { return Json::parse(models::ToJson(c).dump()); }
 
 // The fitted parameters that `free_params` names (all when empty).
-std::array<bool, models::CostParams::kNumFitted> FreeParams(const std::vector<std::string>& free_params) {
+std::array<bool, models::CostParams::kNumFitted> FreeParams(
+    const std::vector<std::string>& free_params) {
   std::array<bool, models::CostParams::kNumFitted> free{};
   for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
-    free[k] = free_params.empty() || std::find(free_params.begin(), free_params.end(), models::CostParams::kFitted[k]) !=
-                                         free_params.end();
+    free[k] = free_params.empty() || std::find(free_params.begin(), free_params.end(),
+                                               models::CostParams::kFitted[k]) != free_params.end();
   }
   return free;
 }
 
 }  // namespace
 
-Calibrator::Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests,
-                       WorkPool* pool)
+Calibrator::Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
+                       int64_t max_requests, WorkPool* pool)
     : setup_(setup), catalog_(catalog), max_requests_(max_requests), pool_(pool) {}
 
 Status Calibrator::Spread(size_t n, const std::function<std::string(size_t)>& assign,
                           const std::function<Status(size_t, const std::string&)>& finish) const {
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   WorkHandlers h;
   h.assign = [&](int64_t item) -> Result<std::string> {
     const auto start = Clock::now();
@@ -252,7 +275,9 @@ Status Calibrator::Spread(size_t n, const std::function<std::string(size_t)>& as
     coordinator_s_ += since(start);
     return assignment;
   };
-  h.compute = [this](int64_t, const std::string& assignment, const WorkHandlers::Emit&) { return Compute(assignment); };
+  h.compute = [this](int64_t, const std::string& assignment, const WorkHandlers::Emit&) {
+    return Compute(assignment);
+  };
   h.finish = [&](int64_t item, const std::string& result) {
     const auto start = Clock::now();
     Status finished = finish(static_cast<size_t>(item), result);
@@ -266,8 +291,8 @@ Status Calibrator::Spread(size_t n, const std::function<std::string(size_t)>& as
 
 Status Calibrator::Serve() const { return Spread(0, {}, {}); }
 
-Result<std::vector<RowPrediction>> Calibrator::PredictRows(const std::vector<PublishedResult>& rows,
-                                                           const models::Calibration& calibration) const {
+Result<std::vector<RowPrediction>> Calibrator::PredictRows(
+    const std::vector<PublishedResult>& rows, const models::Calibration& calibration) const {
   std::vector<RowRun> runs;
   std::vector<size_t> first_row;  // of each run
   std::map<RowRun::Key, size_t> run_of_key;
@@ -285,7 +310,9 @@ Result<std::vector<RowPrediction>> Calibrator::PredictRows(const std::vector<Pub
   std::vector<Json> results(runs.size());
   FATHOM_RETURN_IF_ERROR(Spread(
       runs.size(),
-      [&](size_t i) { return Json{{"task", "run"}, {"row", rows[first_row[i]]}, {"calibration", params}}.dump(); },
+      [&](size_t i) {
+        return Json{{"task", "run"}, {"row", rows[first_row[i]]}, {"calibration", params}}.dump();
+      },
       [&](size_t i, const std::string& result) {
         results[i] = Json::parse(result);
         return Status::Ok();
@@ -301,8 +328,9 @@ Result<std::vector<RowPrediction>> Calibrator::PredictRows(const std::vector<Pub
     p.tokens_per_s = FromExact(result.at("tokens_per_s"));
     p.ttft_p99_ms = FromExact(result.at("ttft_p99_ms"));
     p.tpot_p99_ms = FromExact(result.at("tpot_p99_ms"));
-    p.extrapolated = std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
-                               rows[r].accelerator) == calibration.fitted_hardware.end();
+    p.extrapolated =
+        std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
+                  rows[r].accelerator) == calibration.fitted_hardware.end();
     out.push_back(p);
   }
   return out;
@@ -318,7 +346,9 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
   return Spread(
       server.size(),
       [&](size_t k) {
-        return Json{{"task", "capacity"}, {"row", (*predictions)[server[k]].row}, {"calibration", params}}.dump();
+        return Json{
+            {"task", "capacity"}, {"row", (*predictions)[server[k]].row}, {"calibration", params}}
+            .dump();
       },
       [&](size_t k, const std::string& result) {
         RowPrediction& p = (*predictions)[server[k]];
@@ -332,10 +362,13 @@ namespace {
 
 // One row's simulation under `calibration`.
 Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& calibration,
-                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests) {
+                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
+                         int64_t max_requests) {
   FATHOM_ASSIGN_OR_RETURN(RowRun run, PlanRun(row, setup, max_requests));
-  auto resolved = sim::Resolve(run.entry->deployment, catalog, sim::CalibratedFactory(calibration.params, nullptr));
-  if (!resolved.ok()) return resolved.status().WithContext("results line " + std::to_string(row.line));
+  auto resolved = sim::Resolve(run.entry->deployment, catalog,
+                               sim::CalibratedFactory(calibration.params, nullptr));
+  if (!resolved.ok())
+    return resolved.status().WithContext("results line " + std::to_string(row.line));
   sim::ScenarioConfig sc;
   sc.min_duration_s = 0;
   std::unique_ptr<sim::RequestSource> source;
@@ -360,12 +393,14 @@ Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& 
 
 // One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits.
 Result<Json> RowCapacity(const PublishedResult& row, const models::Calibration& calibration,
-                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests) {
+                         const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
+                         int64_t max_requests) {
   const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
   const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
   auto scenario = sim::ParseScenario(row.scenario == "Interactive" ? "interactive" : "server");
   if (entry == nullptr || benchmark == nullptr || !scenario.ok()) {
-    return Status::InvalidArgument("results line " + std::to_string(row.line) + ": no deployment or benchmark");
+    return Status::InvalidArgument("results line " + std::to_string(row.line) +
+                                   ": no deployment or benchmark");
   }
   TuneOptions o;
   o.space.model = entry->deployment.model;
@@ -447,7 +482,8 @@ struct RowsResidual {
 };
 
 // Half the sum of squared residuals at `x` (Ceres's cost), or infinity where it cannot be priced.
-double Cost(const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& x, int residuals) {
+double Cost(const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& x,
+            int residuals) {
   std::vector<double> r(residuals);
   const double* block = x.data();
   if (!f(&block, r.data())) return std::numeric_limits<double>::infinity();
@@ -457,18 +493,19 @@ double Cost(const RowsResidual& f, const std::array<double, models::CostParams::
 // Simulated metrics are piecewise constant in the parameters and the cost has several basins,
 // which a local solver does not leave: start it from the best of `start` and a coarse grid of
 // physically plausible points.
-std::array<double, models::CostParams::kNumFitted> BestStart(const RowsResidual& f,
-                                                            const std::array<double, models::CostParams::kNumFitted>& start,
-                                                            double start_cost, int residuals,
-                                                            const std::array<bool, models::CostParams::kNumFitted>& held) {
+std::array<double, models::CostParams::kNumFitted> BestStart(
+    const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& start,
+    double start_cost, int residuals,
+    const std::array<bool, models::CostParams::kNumFitted>& held) {
   auto best = start;
   double best_cost = start_cost;
-  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40 us},
-  // the host costs the same for both runtimes.
+  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40
+  // us}, the host costs the same for both runtimes.
   constexpr double kCorners[4][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
   for (int corner = 0; corner < 16; ++corner) {
     auto axis = [&](int i) { return kCorners[i][(corner >> (3 - i)) & 1]; };
-    std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2), axis(3), axis(2), axis(3)};
+    std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2),
+                                                            axis(3), axis(2), axis(3)};
     for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
       if (held[k]) x[k] = start[k];
     }
@@ -495,7 +532,8 @@ class ProgressCallback : public ceres::IterationCallback {
 }  // namespace
 
 Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>& rows,
-                                              const models::Calibration& start, const FitProgress& progress,
+                                              const models::Calibration& start,
+                                              const FitProgress& progress,
                                               const std::vector<std::string>& free_params) const {
   std::array<bool, models::CostParams::kNumFitted> held{};
   std::vector<int> held_indices;
@@ -503,8 +541,10 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     if (std::find(models::CostParams::kFitted.begin(), models::CostParams::kFitted.end(), name) ==
         models::CostParams::kFitted.end()) {
       std::string names;
-      for (const char* n : models::CostParams::kFitted) names += (names.empty() ? "" : ", ") + std::string(n);
-      return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + names + ")");
+      for (const char* n : models::CostParams::kFitted)
+        names += (names.empty() ? "" : ", ") + std::string(n);
+      return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + names +
+                                     ")");
     }
   }
   const auto free = FreeParams(free_params);
@@ -515,21 +555,24 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   int residuals = 0;
   for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
   if (residuals < models::CostParams::kNumFitted) {
-    return Status::InvalidArgument("calibration needs at least " + std::to_string(models::CostParams::kNumFitted) + " residuals");
+    return Status::InvalidArgument("calibration needs at least " +
+                                   std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
   // Every row must simulate (a clear error now rather than a failed fit later).
   FATHOM_ASSIGN_OR_RETURN(std::vector<RowPrediction> at_start, PredictRows(rows, start));
   ceres::NumericDiffOptions diff;
   diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
   auto* residual = new RowsResidual{&rows, this, start};
-  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(residual, ceres::TAKE_OWNERSHIP, diff);
+  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
+      residual, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
-  std::array<double, models::CostParams::kNumFitted> x =
-      BestStart(*residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals, held);
+  std::array<double, models::CostParams::kNumFitted> x = BestStart(
+      *residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals, held);
   ceres::Problem problem;
   problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
-  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0}, upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
+  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0},
+               upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
   for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
     problem.SetParameterLowerBound(x.data(), i, lower[i]);
     problem.SetParameterUpperBound(x.data(), i, upper[i]);
@@ -537,7 +580,9 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   if (held_indices.size() == static_cast<size_t>(models::CostParams::kNumFitted)) {
     return Status::InvalidArgument("--free: no parameter left to fit");
   }
-  if (!held_indices.empty()) problem.SetManifold(x.data(), new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
+  if (!held_indices.empty())
+    problem.SetManifold(x.data(),
+                        new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
   ceres::Solver::Options options;
   options.max_num_iterations = 25;
   options.function_tolerance = 1e-4;
@@ -545,7 +590,8 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   if (progress) options.callbacks.push_back(&callback);
   ceres::Solver::Summary summary;
   ceres::Solve(options, &problem, &summary);
-  if (!summary.IsSolutionUsable()) return Status::InvalidArgument("calibration fit failed: " + summary.message);
+  if (!summary.IsSolutionUsable())
+    return Status::InvalidArgument("calibration fit failed: " + summary.message);
 
   FitOutcome out;
   out.calibration = start;
@@ -566,7 +612,8 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     const double s2 = 2.0 * summary.final_cost / dof;
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
       out.calibration.stddev[i] =
-          held[i] ? start.stddev[i] : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
+          held[i] ? start.stddev[i]
+                  : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
     }
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
@@ -588,8 +635,8 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   // Held parameters keep the evidence of the rows that fitted them: their hardware stays fitted.
   if (held_indices.empty()) out.calibration.fitted_hardware.clear();
   for (const auto& r : rows) {
-    if (std::find(out.calibration.fitted_hardware.begin(), out.calibration.fitted_hardware.end(), r.accelerator) ==
-        out.calibration.fitted_hardware.end())
+    if (std::find(out.calibration.fitted_hardware.begin(), out.calibration.fitted_hardware.end(),
+                  r.accelerator) == out.calibration.fitted_hardware.end())
       out.calibration.fitted_hardware.push_back(r.accelerator);
   }
   return out;
@@ -597,7 +644,8 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
 
 Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
     const std::vector<PublishedResult>& rows, const models::Calibration& calibration,
-    const std::vector<std::string>& free_params, const std::function<void(int done, int folds)>& fold_done) const {
+    const std::vector<std::string>& free_params,
+    const std::function<void(int done, int folds)>& fold_done) const {
   models::Calibration neutral = calibration;
   {
     auto x = neutral.params.Fitted();
@@ -643,7 +691,11 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
   FATHOM_RETURN_IF_ERROR(Spread(
       splits.size(),
       [&](size_t i) {
-        return Json{{"task", "fold"}, {"train", splits[i].train}, {"calibration", start}, {"free", free_params}}.dump();
+        return Json{{"task", "fold"},
+                    {"train", splits[i].train},
+                    {"calibration", start},
+                    {"free", free_params}}
+            .dump();
       },
       [&](size_t i, const std::string& text) -> Status {
         Fold& fold = *splits[i].fold;
@@ -654,8 +706,9 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
           return Status::Ok();
         }
         FitOutcome fit;
-        FATHOM_ASSIGN_OR_RETURN(fit.calibration,
-                                models::CalibrationFromJson(result.at("calibration"), "fold without " + fold.held_out));
+        FATHOM_ASSIGN_OR_RETURN(
+            fit.calibration,
+            models::CalibrationFromJson(result.at("calibration"), "fold without " + fold.held_out));
         fit.iterations = result.at("iterations").get<int>();
         fit.initial_cost = FromExact(result.at("initial_cost"));
         fit.final_cost = FromExact(result.at("final_cost"));
@@ -674,13 +727,14 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
 Result<std::string> Calibrator::Compute(const std::string& assignment) const {
   const Json a = Json::parse(assignment);
   const std::string task = a.at("task").get<std::string>();
-  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration, models::CalibrationFromJson(a.at("calibration"), task));
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration,
+                          models::CalibrationFromJson(a.at("calibration"), task));
   if (task == "fold") {
     // The fold's fit runs here, on one thread: the folds are the units spread over the workers.
     const std::unique_ptr<WorkPool> here = MakeThreadWorkPool(1);
     const Calibrator local(setup_, catalog_, max_requests_, here.get());
-    auto fit = local.FitToPublished(a.at("train").get<std::vector<PublishedResult>>(), calibration, {},
-                                    a.at("free").get<std::vector<std::string>>());
+    auto fit = local.FitToPublished(a.at("train").get<std::vector<PublishedResult>>(), calibration,
+                                    {}, a.at("free").get<std::vector<std::string>>());
     // Too few rows left to fit (one GPU or submitter holds most of them): said, not fatal.
     if (!fit.ok()) return Json{{"error", fit.status().message()}}.dump();
     return Json{{"calibration", CalibrationJson(fit->calibration)},
@@ -690,8 +744,9 @@ Result<std::string> Calibrator::Compute(const std::string& assignment) const {
         .dump();
   }
   const PublishedResult row = a.at("row").get<PublishedResult>();
-  FATHOM_ASSIGN_OR_RETURN(Json result, task == "run" ? SimulateRow(row, calibration, setup_, catalog_, max_requests_)
-                                                     : RowCapacity(row, calibration, setup_, catalog_, max_requests_));
+  FATHOM_ASSIGN_OR_RETURN(
+      Json result, task == "run" ? SimulateRow(row, calibration, setup_, catalog_, max_requests_)
+                                 : RowCapacity(row, calibration, setup_, catalog_, max_requests_));
   return result.dump();
 }
 
@@ -703,7 +758,8 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
     if (!p.row.offline()) {
       latency.push_back(std::abs(p.TtftErrorPct()));
       latency.push_back(std::abs(p.TpotErrorPct()));
-      if (p.has_capacity && p.row.target_qps > 0) capacity.push_back(std::abs(p.CapacityErrorPct()));
+      if (p.has_capacity && p.row.target_qps > 0)
+        capacity.push_back(std::abs(p.CapacityErrorPct()));
     }
   }
   ErrorSummary s;

@@ -50,11 +50,13 @@ struct CalibrationSetup {
 
 // Workloads are the MLPerf benchmarks' data sets (traces/benchmark.h); `samples` > 0 draws that
 // many of each instead (faster, less faithful).
-Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples, uint64_t seed);
+Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples,
+                                              uint64_t seed);
 // The published deployments of an MLPerf round's rows ("v5.1", "v6.0") shipped with fathom.
 std::string DefaultSetupPath(const std::string& round);
 // The row's deployment: the first entry of its model, GPU, scenario and submitter; null if none.
-const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup, const PublishedResult& row);
+const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
+                                              const PublishedResult& row);
 
 struct RowPrediction {
   PublishedResult row;
@@ -66,18 +68,26 @@ struct RowPrediction {
   // submitter's configuration (0 when not computed, or for Offline), against the published QPS.
   bool has_capacity = false;
   double capacity_qps = 0;
-  double CapacityErrorPct() const { return 100.0 * (capacity_qps - row.target_qps) / row.target_qps; }
-  double TokensErrorPct() const { return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s; }
-  double TtftErrorPct() const { return row.offline() ? 0 : 100.0 * (ttft_p99_ms - row.ttft_p99_ms) / row.ttft_p99_ms; }
-  double TpotErrorPct() const { return row.offline() ? 0 : 100.0 * (tpot_p99_ms - row.tpot_p99_ms) / row.tpot_p99_ms; }
+  double CapacityErrorPct() const {
+    return 100.0 * (capacity_qps - row.target_qps) / row.target_qps;
+  }
+  double TokensErrorPct() const {
+    return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s;
+  }
+  double TtftErrorPct() const {
+    return row.offline() ? 0 : 100.0 * (ttft_p99_ms - row.ttft_p99_ms) / row.ttft_p99_ms;
+  }
+  double TpotErrorPct() const {
+    return row.offline() ? 0 : 100.0 * (tpot_p99_ms - row.tpot_p99_ms) / row.tpot_p99_ms;
+  }
 };
 
 // The samples a row's run issues: the published count where known (the setup's, else the results
 // file's), else LoadGen's rule (Offline 1.1 x 600 s x the published sample rate, Server 600 s x
 // the target QPS and at least the minimum Server run, padded to whole data sets), capped at
 // `max_requests` when > 0.
-int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry, int64_t dataset_size,
-                  int64_t max_requests);
+int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& entry,
+                  int64_t dataset_size, int64_t max_requests);
 
 // The fit's residual for one published figure: log(predicted / published) made robust with a
 // Cauchy loss (scale 0.2) inside the residual, so that each row's error is bounded separately and
@@ -115,8 +125,8 @@ struct CrossValidation {
 class Calibrator {
  public:
   // `max_requests` > 0 caps each row's run.
-  Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog, int64_t max_requests,
-             WorkPool* pool);
+  Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
+             int64_t max_requests, WorkPool* pool);
 
   // Simulates each row as long as its MLPerf run lasted; rows with identical runs share one.
   Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows,
@@ -124,7 +134,8 @@ class Calibrator {
 
   // Fills each Server/Interactive row's capacity_qps: the tuner's QPS search (to within 1%) on the
   // row's deployment and benchmark, each probe as long as the row's run.
-  Status PredictCapacity(std::vector<RowPrediction>* predictions, const models::Calibration& calibration) const;
+  Status PredictCapacity(std::vector<RowPrediction>* predictions,
+                         const models::Calibration& calibration) const;
 
   // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
   // the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
@@ -132,7 +143,8 @@ class Calibrator {
   // unless they are held.
   // `free_params` (names of CostParams::kFitted; empty: all) are fitted and the others held at
   // `start`'s values, as a stack calibrated on few rows keeps what those rows cannot tell.
-  Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows, const models::Calibration& start,
+  Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows,
+                                    const models::Calibration& start,
                                     const FitProgress& progress = {},
                                     const std::vector<std::string>& free_params = {}) const;
 
@@ -141,10 +153,10 @@ class Calibrator {
   // defaults, not from a calibration the held-out rows helped fit: `calibration`'s fitted
   // parameters (`free_params`, else all) restart from them; held ones, such as measured operator
   // parameters, stay. `fold_done` is called as each fold's fit finishes, with the count so far.
-  Result<std::vector<CrossValidation>> CrossValidate(const std::vector<PublishedResult>& rows,
-                                                     const models::Calibration& calibration,
-                                                     const std::vector<std::string>& free_params,
-                                                     const std::function<void(int done, int folds)>& fold_done = {}) const;
+  Result<std::vector<CrossValidation>> CrossValidate(
+      const std::vector<PublishedResult>& rows, const models::Calibration& calibration,
+      const std::vector<std::string>& free_params,
+      const std::function<void(int done, int folds)>& fold_done = {}) const;
 
   // Not the coordinator: computes what the coordinator hands out until it is done.
   Status Serve() const;
@@ -172,7 +184,7 @@ class Calibrator {
 struct ErrorSummary {
   double tokens_median_abs_pct = 0;
   double latency_median_abs_pct = 0;
-  double capacity_median_abs_pct = 0;  // over rows with a capacity
+  double capacity_median_abs_pct = 0;        // over rows with a capacity
   double offline_tokens_median_abs_pct = 0;  // throughput over the Offline rows only
   int rows = 0;
 };

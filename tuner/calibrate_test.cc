@@ -1,3 +1,5 @@
+#include "tuner/calibrate.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -5,7 +7,6 @@
 
 #include "base/files.h"
 #include "sim/mlperf.h"
-#include "tuner/calibrate.h"
 
 namespace fathom::tuner {
 
@@ -22,18 +23,24 @@ TEST_CASE("LoadPublishedResults: reads the shipped MLPerf v5.1 rows", "[tuner]")
 
 TEST_CASE("LoadPublishedResults: a bad value names file, line and column", "[tuner]") {
   const std::string path = (std::filesystem::temp_directory_path() / "fathom_results.csv").string();
-  REQUIRE(WriteFileAtomic(path,
-                          "version,division,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,samples_per_s,"
-                          "ttft_p99_ms,tpot_p99_ms,target_qps,ttft_limit_ms,tpot_limit_ms\n"
-                          "v5.1,closed,X,Y,b200,8,deepseek-r1,Server,fast,3.78,1631.1,64.87,3.8,2000,80\n")
+  REQUIRE(WriteFileAtomic(
+              path,
+              "version,division,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,"
+              "samples_per_s,"
+              "ttft_p99_ms,tpot_p99_ms,target_qps,ttft_limit_ms,tpot_limit_ms\n"
+              "v5.1,closed,X,Y,b200,8,deepseek-r1,Server,fast,3.78,1631.1,64.87,3.8,2000,80\n")
               .ok());
   auto rows = LoadPublishedResults(path);
   REQUIRE_FALSE(rows.ok());
-  CHECK(rows.status().message() == path + ":2: column tokens_per_s: \"fast\" is not a non-negative number");
+  CHECK(rows.status().message() ==
+        path + ":2: column tokens_per_s: \"fast\" is not a non-negative number");
   std::filesystem::remove(path);
 }
 
-TEST_CASE("RunLength: the published count, else LoadGen's run length (and the benchmark's minimum) in whole data sets", "[tuner]") {
+TEST_CASE(
+    "RunLength: the published count, else LoadGen's run length (and the benchmark's minimum) in "
+    "whole data sets",
+    "[tuner]") {
   PublishedResult offline;
   offline.scenario = "Offline";
   offline.samples_per_s = 8.9;
@@ -44,7 +51,7 @@ TEST_CASE("RunLength: the published count, else LoadGen's run length (and the be
   CHECK(RunLength(offline, entry, 4388, 0) == 2 * 4388);  // 1.1 x 600 x 8.9 = 5874
   CHECK(RunLength(server, entry, 4388, 0) == 4388);       // 3000
   CHECK(RunLength(server, entry, 1000, 0) == 3000);
-  CHECK(RunLength(server, entry, 1000, 2500) == 2500);    // the cap
+  CHECK(RunLength(server, entry, 1000, 2500) == 2500);  // the cap
   server.model = "deepseek-r1";  // its benchmark's minimum Server run, 26,382 samples
   CHECK(RunLength(server, entry, 4388, 0) == 7 * 4388);
   entry.samples = 26328;
@@ -53,10 +60,12 @@ TEST_CASE("RunLength: the published count, else LoadGen's run length (and the be
 
 TEST_CASE("LoadPublishedResults: CRLF lines, the round and the published run length", "[tuner]") {
   const std::string path = std::filesystem::temp_directory_path() / "fathom_v60.csv";
-  std::ofstream(path) << "version,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,samples_per_s,ttft_p99_ms,"
-                         "tpot_p99_ms,target_qps,min_query_count,samples_per_query\r\n"
-                         "v6.0,D,S,b200,8,deepseek-r1,Offline,58235.4,15.5349,,,12,1,70208\r\n"
-                         "v6.0,D,S,b200,8,deepseek-r1,Server,40949.45,10.95,877.2,66.82,11,26382,1\r\n";
+  std::ofstream(path)
+      << "version,submitter,system,accelerator,gpus,model,scenario,tokens_per_s,samples_per_s,ttft_"
+         "p99_ms,"
+         "tpot_p99_ms,target_qps,min_query_count,samples_per_query\r\n"
+         "v6.0,D,S,b200,8,deepseek-r1,Offline,58235.4,15.5349,,,12,1,70208\r\n"
+         "v6.0,D,S,b200,8,deepseek-r1,Server,40949.45,10.95,877.2,66.82,11,26382,1\r\n";
   auto rows = LoadPublishedResults(path);
   INFO(rows.status().message());
   REQUIRE(rows.ok());
@@ -76,7 +85,8 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   INFO(setup.status().message());
   REQUIRE(setup.ok());
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
+  auto calibration = models::LoadCalibration(
+      DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(calibration.ok());
   std::vector<PublishedResult> some = {(*rows)[0], (*rows)[1], (*rows)[19]};
   auto pool = MakeThreadWorkPool(0);
@@ -94,12 +104,15 @@ TEST_CASE("PredictRows: simulates every calibration row under its deployment", "
   CHECK(s.tokens_median_abs_pct >= 0);
 }
 
-TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent with the run at the published QPS",
-          "[tuner]") {
+TEST_CASE(
+    "PredictCapacity: the highest QPS within the p99 limits, consistent with the run at the "
+    "published QPS",
+    "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 500, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
+  auto calibration = models::LoadCalibration(
+      DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(rows.ok());
   REQUIRE(setup.ok());
   REQUIRE(calibration.ok());
@@ -115,11 +128,15 @@ TEST_CASE("PredictCapacity: the highest QPS within the p99 limits, consistent wi
     CHECK(p.has_capacity == !p.row.offline());
     if (p.row.offline()) continue;
     CHECK(p.capacity_qps > 0);
-    const auto limits = *sim::MlperfLimits(
-        p.row.model, p.row.scenario == "Interactive" ? sim::Scenario::kInteractive : sim::Scenario::kServer);
-    // Within the limits at the published QPS means a capacity at least that high (to the search's 2%).
-    if (p.ttft_p99_ms <= limits.ttft_ms && p.tpot_p99_ms <= limits.tpot_ms) CHECK(p.capacity_qps >= 0.98 * p.row.target_qps);
-    if (p.ttft_p99_ms > 1.2 * limits.ttft_ms || p.tpot_p99_ms > 1.2 * limits.tpot_ms) CHECK(p.capacity_qps < p.row.target_qps);
+    const auto limits = *sim::MlperfLimits(p.row.model, p.row.scenario == "Interactive"
+                                                            ? sim::Scenario::kInteractive
+                                                            : sim::Scenario::kServer);
+    // Within the limits at the published QPS means a capacity at least that high (to the search's
+    // 2%).
+    if (p.ttft_p99_ms <= limits.ttft_ms && p.tpot_p99_ms <= limits.tpot_ms)
+      CHECK(p.capacity_qps >= 0.98 * p.row.target_qps);
+    if (p.ttft_p99_ms > 1.2 * limits.ttft_ms || p.tpot_p99_ms > 1.2 * limits.tpot_ms)
+      CHECK(p.capacity_qps < p.row.target_qps);
   }
   const ErrorSummary s = Summarize(*preds);
   CHECK(s.capacity_median_abs_pct >= 0);
@@ -138,7 +155,8 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
     REQUIRE(e != nullptr);
     const sim::DeploymentConfig& d = e->deployment;
     // DeepSeek-R1 runs TensorRT-LLM's PyTorch flow; the Llamas, TensorRT engines.
-    CHECK(d.runtime == (row.model == "deepseek-r1" ? models::Runtime::kPython : models::Runtime::kCpp));
+    CHECK(d.runtime ==
+          (row.model == "deepseek-r1" ? models::Runtime::kPython : models::Runtime::kCpp));
     if (row.model != "deepseek-r1") continue;
     const sim::EngineConfig& engine = d.engine;
     CHECK(engine.adp_balance);
@@ -152,7 +170,8 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
       CHECK(engine.adp_timeout_iters == 9);
     }
     // Only GigaComputing's Server run chunks prompts.
-    CHECK((engine.scheduler == sim::SchedulerKind::kChunked) == (row.submitter == "GigaComputing" && !row.offline()));
+    CHECK((engine.scheduler == sim::SchedulerKind::kChunked) ==
+          (row.submitter == "GigaComputing" && !row.offline()));
     ++checked;
   }
   CHECK(checked == 8);
@@ -162,7 +181,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 1000, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto start = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
+  auto start = models::LoadCalibration(
+      DataDir() + "/models/calibration/trtllm-1.0.json");  // the v5.1 rows' stack
   REQUIRE(all.ok());
   REQUIRE(setup.ok());
   REQUIRE(start.ok());
@@ -201,7 +221,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   CHECK(x[2] == Approx(30000).epsilon(0.15));
 
   // Without the python-runtime rows, that runtime takes the cpp runtime's host costs.
-  std::vector<PublishedResult> cpp_rows(rows.begin() + 2, rows.end());  // from line 4 on: Llama rows
+  std::vector<PublishedResult> cpp_rows(rows.begin() + 2,
+                                        rows.end());  // from line 4 on: Llama rows
   auto cpp_fit = calibrator.FitToPublished(cpp_rows, *start);
   REQUIRE(cpp_fit.ok());
   const auto y = cpp_fit->calibration.params.Fitted();
@@ -212,12 +233,14 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
 
 // What a prediction says, to compare runs exactly.
 static auto Figures(const RowPrediction& p) {
-  return std::make_tuple(p.row.line, p.deployment, p.requests, p.tokens_per_s, p.ttft_p99_ms, p.tpot_p99_ms,
-                         p.extrapolated, p.has_capacity, p.capacity_qps);
+  return std::make_tuple(p.row.line, p.deployment, p.requests, p.tokens_per_s, p.ttft_p99_ms,
+                         p.tpot_p99_ms, p.extrapolated, p.has_capacity, p.capacity_qps);
 }
 
-TEST_CASE("Calibrator: rows, capacities and cross-validation folds come out the same on one thread as on three",
-          "[tuner]") {
+TEST_CASE(
+    "Calibrator: rows, capacities and cross-validation folds come out the same on one thread as on "
+    "three",
+    "[tuner]") {
   auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 100, 1);
   auto catalog = models::HardwareCatalog::LoadBuiltin();
@@ -240,7 +263,8 @@ TEST_CASE("Calibrator: rows, capacities and cross-validation folds come out the 
     REQUIRE(preds.ok());
     REQUIRE(calibrator.PredictCapacity(&*preds, *calibration).ok());
     out.predictions = *preds;
-    auto cv = calibrator.CrossValidate(rows, *calibration, {"gemm_efficiency", "cpp_iteration_overhead_us"});
+    auto cv = calibrator.CrossValidate(rows, *calibration,
+                                       {"gemm_efficiency", "cpp_iteration_overhead_us"});
     INFO(cv.status().message());
     REQUIRE(cv.ok());
     out.cross_validation = *cv;
@@ -249,7 +273,8 @@ TEST_CASE("Calibrator: rows, capacities and cross-validation folds come out the 
   const Outcome one = run(1), three = run(3);
   REQUIRE(one.predictions.size() == rows.size());
   REQUIRE(three.predictions.size() == rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) CHECK(Figures(one.predictions[i]) == Figures(three.predictions[i]));
+  for (size_t i = 0; i < rows.size(); ++i)
+    CHECK(Figures(one.predictions[i]) == Figures(three.predictions[i]));
   // Folds by GPU and by submitter (the same split here); one model, so no fold by model.
   REQUIRE(one.cross_validation.size() == 3);
   REQUIRE(three.cross_validation.size() == 3);
@@ -278,7 +303,8 @@ TEST_CASE("Calibrator: rows, capacities and cross-validation folds come out the 
       }
     }
   }
-  CHECK(fitted == 2);  // without the B200s, by GPU and by submitter; the H200s' complement is too small
+  CHECK(fitted ==
+        2);  // without the B200s, by GPU and by submitter; the H200s' complement is too small
 }
 
 TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {

@@ -16,17 +16,22 @@ std::string ConfigJson(const std::optional<BatchLimits>& l) {
   return j.dump();
 }
 
-std::optional<double> Finite(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
+std::optional<double> Finite(double v) {
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
 
 }  // namespace
 
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(sqlite::Database db,
-                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate, "journal (--journal)"));
+                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate,
+                                                 "journal (--journal)"));
   FATHOM_RETURN_IF_ERROR(db.Exec(
-      "CREATE TABLE IF NOT EXISTS journal(id INTEGER PRIMARY KEY, time_unix_s REAL NOT NULL, event TEXT NOT NULL, "
+      "CREATE TABLE IF NOT EXISTS journal(id INTEGER PRIMARY KEY, time_unix_s REAL NOT NULL, event "
+      "TEXT NOT NULL, "
       "reason TEXT NOT NULL, before_config TEXT, after_config TEXT, predicted_current_margin REAL, "
-      "predicted_best_margin REAL, observed_margin REAL, observed_margin_after REAL, replace_s REAL)"));
+      "predicted_best_margin REAL, observed_margin REAL, observed_margin_after REAL, replace_s "
+      "REAL)"));
   return std::unique_ptr<Journal>(new Journal(std::move(db)));
 }
 
@@ -36,7 +41,8 @@ Result<int64_t> Journal::Insert(const JournalEntry& e) {
       db_.Prepare("INSERT INTO journal(time_unix_s, event, reason, before_config, after_config, "
                   "predicted_current_margin, predicted_best_margin, observed_margin, replace_s) "
                   "VALUES(?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?) RETURNING id"));
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   FATHOM_RETURN_IF_ERROR(st.Bind(1, now));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, e.event));
   FATHOM_RETURN_IF_ERROR(st.Bind(3, e.reason));
@@ -61,7 +67,9 @@ Status Journal::RecordDecision(const Decision& d, const BatchLimits& before,
   std::lock_guard<std::mutex> lock(mu_);
   const std::optional<double> observed = Finite(d.observed_margin);
   if (last_change_) {
-    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("UPDATE journal SET observed_margin_after = ? WHERE id = ?"));
+    FATHOM_ASSIGN_OR_RETURN(
+        sqlite::Statement st,
+        db_.Prepare("UPDATE journal SET observed_margin_after = ? WHERE id = ?"));
     FATHOM_RETURN_IF_ERROR(st.Bind(1, observed));
     FATHOM_RETURN_IF_ERROR(st.Bind(2, *last_change_));
     FATHOM_RETURN_IF_ERROR(st.Step().status());

@@ -17,7 +17,7 @@
 namespace fathom::tuner {
 
 struct JournalEntry {
-  std::string event;   // hold, apply, rollback, advise, replica_died, replica_restarted
+  std::string event;  // hold, apply, rollback, advise, replica_died, replica_restarted
   std::string reason;
   std::optional<BatchLimits> before, after;  // the configuration (absent where it does not apply)
   // Predicted p99 margins (1 = no latency, < 0 = a limit broken) of the limits in force and of the
@@ -36,8 +36,8 @@ class Journal {
   Status Record(const JournalEntry& e);
   // One row for a window's decision; an apply or rollback also gets, when the next window ends,
   // that window's margin as its observed effect.
-  Status RecordDecision(const Decision& d, const BatchLimits& before, std::optional<double> replace_s,
-                        bool advise);
+  Status RecordDecision(const Decision& d, const BatchLimits& before,
+                        std::optional<double> replace_s, bool advise);
 
  private:
   explicit Journal(sqlite::Database db) : db_(std::move(db)) {}

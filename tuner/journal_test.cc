@@ -22,16 +22,24 @@ Decision Made(Decision::Action action, BatchLimits limits, double observed) {
 }  // namespace
 
 TEST_CASE("the journal keeps every decision, its configurations and its observed effect") {
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_journal_test.db").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_journal_test.db").string();
   std::filesystem::remove(path);
   {
     auto journal = Journal::Open(path);
     REQUIRE(journal.ok());
     const BatchLimits a{256, 8192}, b{64, 2048};
-    REQUIRE((*journal)->RecordDecision(Made(Decision::Action::kHold, a, 0.5), a, std::nullopt, false).ok());
-    REQUIRE((*journal)->RecordDecision(Made(Decision::Action::kApply, b, -0.2), a, 1.5, false).ok());
-    REQUIRE((*journal)->RecordDecision(Made(Decision::Action::kHold, b, 0.3), b, std::nullopt, false).ok());
-    REQUIRE((*journal)->RecordDecision(Made(Decision::Action::kApply, a, 0.3), b, std::nullopt, true).ok());
+    REQUIRE((*journal)
+                ->RecordDecision(Made(Decision::Action::kHold, a, 0.5), a, std::nullopt, false)
+                .ok());
+    REQUIRE(
+        (*journal)->RecordDecision(Made(Decision::Action::kApply, b, -0.2), a, 1.5, false).ok());
+    REQUIRE((*journal)
+                ->RecordDecision(Made(Decision::Action::kHold, b, 0.3), b, std::nullopt, false)
+                .ok());
+    REQUIRE((*journal)
+                ->RecordDecision(Made(Decision::Action::kApply, a, 0.3), b, std::nullopt, true)
+                .ok());
     JournalEntry died;
     died.event = "replica_died";
     died.reason = "replica 2 exited";
@@ -40,13 +48,15 @@ TEST_CASE("the journal keeps every decision, its configurations and its observed
   }
   auto db = sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly, "journal");
   REQUIRE(db.ok());
-  auto st = db->Prepare("SELECT event, reason, before_config, after_config, predicted_best_margin, observed_margin, "
-                        "observed_margin_after, replace_s FROM journal ORDER BY id");
+  auto st = db->Prepare(
+      "SELECT event, reason, before_config, after_config, predicted_best_margin, observed_margin, "
+      "observed_margin_after, replace_s FROM journal ORDER BY id");
   REQUIRE(st.ok());
   std::vector<std::string> events;
   while (*st->Step()) {
     events.push_back(st->Text(0));
-    if (events.size() == 2) {  // the change: before and after, predicted, observed in the window after it
+    if (events.size() ==
+        2) {  // the change: before and after, predicted, observed in the window after it
       CHECK(st->Text(2) == R"({"max_num_seqs":256,"max_num_batched_tokens":8192})");
       CHECK(st->Text(3) == R"({"max_num_seqs":64,"max_num_batched_tokens":2048})");
       CHECK(st->Double(4) == 0.4);

@@ -10,7 +10,8 @@ struct Pool {
   int64_t max_batch;
 };
 
-std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p, const char* role) {
+std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p,
+                 const char* role) {
   // vLLM counts attention DP as data-parallel ranks of tensor-parallel size tp / dp.
   const int dp = p.attn_dp;
   std::string s = "vllm serve " + id;
@@ -21,35 +22,40 @@ std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Po
   if (p.pp > 1) s += StrFormat(" --pipeline-parallel-size %d", p.pp);
   if (dp > 1) s += StrFormat(" --data-parallel-size %d", dp);
   if (p.ep > 1) s += " --enable-expert-parallel";
-  s += StrFormat(" --max-num-seqs %lld --max-num-batched-tokens %lld", static_cast<long long>(p.max_batch),
+  s += StrFormat(" --max-num-seqs %lld --max-num-batched-tokens %lld",
+                 static_cast<long long>(p.max_batch),
                  static_cast<long long>(d.engine.max_num_tokens));
   if (d.engine.scheduler == sim::SchedulerKind::kChunked) s += " --enable-chunked-prefill";
   if (d.kv == "fp8") s += " --kv-cache-dtype fp8";
   s += StrFormat(" --gpu-memory-utilization %.2f", 1.0 - d.engine.reserve_fraction);
   if (d.engine.prefix_caching) s += " --enable-prefix-caching";
   if (d.engine.mtp_depth > 0) {
-    s += StrFormat(" --speculative-config '{\"method\": \"deepseek_mtp\", \"num_speculative_tokens\": %d}'",
-                   d.engine.mtp_depth);
+    s += StrFormat(
+        " --speculative-config '{\"method\": \"deepseek_mtp\", \"num_speculative_tokens\": %d}'",
+        d.engine.mtp_depth);
   }
   if (role != nullptr) s += std::string("  # ") + role;
   return s;
 }
 
-std::string Sglang(const std::string& id, const sim::DeploymentConfig& d, const Pool& p, const char* role) {
+std::string Sglang(const std::string& id, const sim::DeploymentConfig& d, const Pool& p,
+                   const char* role) {
   std::string s = "python -m sglang.launch_server --model-path " + id;
   s += StrFormat(" --tp %d", p.tp);
   if (p.pp > 1) s += StrFormat(" --pp-size %d", p.pp);
   if (p.attn_dp > 1) s += StrFormat(" --dp %d --enable-dp-attention", p.attn_dp);
   if (p.ep > 1) s += StrFormat(" --ep-size %d", p.ep);
   s += StrFormat(" --max-running-requests %lld --chunked-prefill-size %lld",
-                 static_cast<long long>(p.max_batch * p.attn_dp), static_cast<long long>(d.engine.max_num_tokens));
+                 static_cast<long long>(p.max_batch * p.attn_dp),
+                 static_cast<long long>(d.engine.max_num_tokens));
   if (d.kv == "fp8") s += " --kv-cache-dtype fp8_e4m3";
   s += StrFormat(" --mem-fraction-static %.2f", 1.0 - d.engine.reserve_fraction);
   if (!d.engine.prefix_caching) s += " --disable-radix-cache";
   if (d.engine.mtp_depth > 0) {
-    s += StrFormat(" --speculative-algorithm EAGLE --speculative-num-steps %d --speculative-eagle-topk 1 "
-                   "--speculative-num-draft-tokens %d",
-                   d.engine.mtp_depth, d.engine.mtp_depth + 1);
+    s += StrFormat(
+        " --speculative-algorithm EAGLE --speculative-num-steps %d --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens %d",
+        d.engine.mtp_depth, d.engine.mtp_depth + 1);
   }
   if (role != nullptr) s += StrFormat(" --disaggregation-mode %s", role);
   return s;
@@ -62,13 +68,16 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   y += StrFormat("moe_expert_parallel_size: %d\n", p.ep);
   y += StrFormat("enable_attention_dp: %s\n", p.attn_dp > 1 ? "true" : "false");
   if (p.attn_dp > 1 && d.engine.adp_balance) {
-    y += StrFormat("attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: %lld\n  timeout_iters: %lld\n",
-                   static_cast<long long>(d.engine.adp_batching_wait_iters),
-                   static_cast<long long>(d.engine.adp_timeout_iters));
+    y += StrFormat(
+        "attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: %lld\n  "
+        "timeout_iters: %lld\n",
+        static_cast<long long>(d.engine.adp_batching_wait_iters),
+        static_cast<long long>(d.engine.adp_timeout_iters));
   }
   y += StrFormat("max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
   y += StrFormat("max_num_tokens: %lld\n", static_cast<long long>(d.engine.max_num_tokens));
-  y += StrFormat("enable_chunked_prefill: %s\n", d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");
+  y += StrFormat("enable_chunked_prefill: %s\n",
+                 d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");
   y += "cuda_graph_config:\n  enable_padding: true\n";
   y += StrFormat("  max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
   y += "kv_cache_config:\n";
@@ -76,16 +85,21 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   y += StrFormat("  free_gpu_memory_fraction: %.2f\n", 1.0 - d.engine.reserve_fraction);
   y += StrFormat("  enable_block_reuse: %s\n", d.engine.prefix_caching ? "true" : "false");
   if (d.engine.mtp_depth > 0) {
-    y += StrFormat("speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: %d\n", d.engine.mtp_depth);
+    y += StrFormat("speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: %d\n",
+                   d.engine.mtp_depth);
   }
   return y;
 }
 
-std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p, const std::string& yaml_name) {
-  return StrFormat("trtllm-serve %s --backend pytorch --tp_size %d --pp_size %d --ep_size %d --max_batch_size %lld "
-                   "--max_num_tokens %lld --kv_cache_free_gpu_memory_fraction %.2f --extra_llm_api_options %s",
-                   id.c_str(), p.tp, p.pp, p.ep, static_cast<long long>(p.max_batch),
-                   static_cast<long long>(d.engine.max_num_tokens), 1.0 - d.engine.reserve_fraction, yaml_name.c_str());
+std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p,
+                   const std::string& yaml_name) {
+  return StrFormat(
+      "trtllm-serve %s --backend pytorch --tp_size %d --pp_size %d --ep_size %d --max_batch_size "
+      "%lld "
+      "--max_num_tokens %lld --kv_cache_free_gpu_memory_fraction %.2f --extra_llm_api_options %s",
+      id.c_str(), p.tp, p.pp, p.ep, static_cast<long long>(p.max_batch),
+      static_cast<long long>(d.engine.max_num_tokens), 1.0 - d.engine.reserve_fraction,
+      yaml_name.c_str());
 }
 
 }  // namespace
@@ -101,7 +115,8 @@ struct Repo {
 };
 constexpr Repo kRepos[] = {
     {"deepseek-r1", "nvidia/DeepSeek-R1-FP4", "deepseek-ai/DeepSeek-R1", "fp8"},
-    {"llama3.1-405b", "nvidia/Llama-3.1-405B-Instruct-FP4", "meta-llama/Llama-3.1-405B-Instruct", "bf16"},
+    {"llama3.1-405b", "nvidia/Llama-3.1-405B-Instruct-FP4", "meta-llama/Llama-3.1-405B-Instruct",
+     "bf16"},
     {"llama2-70b", nullptr, "meta-llama/Llama-2-70b-chat-hf", "bf16"},
     {"gpt-oss-120b", nullptr, "openai/gpt-oss-120b", "mxfp4"},
     {"qwen3-235b-a22b", nullptr, "Qwen/Qwen3-235B-A22B", "bf16"},
@@ -133,21 +148,25 @@ LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d) {
   LaunchCommands c;
   if (!d.disaggregated) {
     const Pool p{d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch};
-    const std::string replicas = p.instances > 1 ? StrFormat("  # one per replica, %d replicas", p.instances) : "";
+    const std::string replicas =
+        p.instances > 1 ? StrFormat("  # one per replica, %d replicas", p.instances) : "";
     c.vllm = Vllm(id, d, p, nullptr) + replicas;
     c.sglang = Sglang(id, d, p, nullptr) + replicas;
     c.trtllm = Trtllm(id, d, p, "extra.yaml") + replicas;
     c.trtllm_yaml = TrtllmYaml(d, p);
     return c;
   }
-  const Pool prefill{d.prefill.tp, d.prefill.pp, d.prefill.ep, d.prefill.attn_dp, d.prefill.instances, d.engine.max_batch};
+  const Pool prefill{d.prefill.tp,      d.prefill.pp,        d.prefill.ep,
+                     d.prefill.attn_dp, d.prefill.instances, d.engine.max_batch};
   const int64_t decode_batch = d.decode_max_batch > 0 ? d.decode_max_batch : d.engine.max_batch;
-  const Pool decode{d.decode.tp, d.decode.pp, d.decode.ep, d.decode.attn_dp, d.decode.instances, decode_batch};
-  c.vllm = Vllm(id, d, prefill, "prefill pool (with a KV connector, e.g. --kv-transfer-config)") + "\n" +
-           Vllm(id, d, decode, "decode pool");
+  const Pool decode{d.decode.tp,      d.decode.pp,        d.decode.ep,
+                    d.decode.attn_dp, d.decode.instances, decode_batch};
+  c.vllm = Vllm(id, d, prefill, "prefill pool (with a KV connector, e.g. --kv-transfer-config)") +
+           "\n" + Vllm(id, d, decode, "decode pool");
   c.sglang = Sglang(id, d, prefill, "prefill") + "\n" + Sglang(id, d, decode, "decode");
   c.trtllm = Trtllm(id, d, prefill, "prefill.yaml") + "\n" + Trtllm(id, d, decode, "decode.yaml");
-  c.trtllm_yaml = "# prefill.yaml\n" + TrtllmYaml(d, prefill) + "# decode.yaml\n" + TrtllmYaml(d, decode);
+  c.trtllm_yaml =
+      "# prefill.yaml\n" + TrtllmYaml(d, prefill) + "# decode.yaml\n" + TrtllmYaml(d, decode);
   return c;
 }
 

@@ -9,10 +9,10 @@
 namespace fathom::tuner {
 
 struct LaunchCommands {
-  std::string vllm;          // vllm serve ...
-  std::string sglang;        // python -m sglang.launch_server ...
-  std::string trtllm;        // trtllm-serve ... --extra_llm_api_options extra.yaml
-  std::string trtllm_yaml;   // the extra options file
+  std::string vllm;         // vllm serve ...
+  std::string sglang;       // python -m sglang.launch_server ...
+  std::string trtllm;       // trtllm-serve ... --extra_llm_api_options extra.yaml
+  std::string trtllm_yaml;  // the extra options file
 };
 
 // Flag names follow the engines' documentation (vLLM engine arguments, SGLang server arguments,

@@ -31,8 +31,8 @@ Status CheckCounts(const Metrics& m, const std::string& series) {
   if (it == m.end()) return Status::Ok();
   for (const MetricSample& s : it->second) {
     if (!(s.value >= 0 && s.value <= kMaxCount)) {
-      return Status::InvalidArgument("--metrics-cmd output: " + series + " = " + StrFormat("%g", s.value) +
-                                     ": must be a count in [0, 1e15]");
+      return Status::InvalidArgument("--metrics-cmd output: " + series + " = " +
+                                     StrFormat("%g", s.value) + ": must be a count in [0, 1e15]");
     }
   }
   return Status::Ok();
@@ -74,14 +74,18 @@ std::vector<int64_t> Representatives(const Histogram& h, int64_t limit) {
 }  // namespace
 
 Result<std::unique_ptr<LiveRuntime>> LiveRuntime::Create(LiveRuntimeOptions options) {
-  if (options.metrics_cmd.empty()) return Status::InvalidArgument("--metrics-cmd: give the command that prints the metrics");
-  if (options.apply_cmd.empty()) return Status::InvalidArgument("--apply-cmd: give the command that applies new limits");
+  if (options.metrics_cmd.empty())
+    return Status::InvalidArgument("--metrics-cmd: give the command that prints the metrics");
+  if (options.apply_cmd.empty())
+    return Status::InvalidArgument("--apply-cmd: give the command that applies new limits");
   if (!(options.window_s > 0) || !std::isfinite(options.window_s)) {
-    return Status::InvalidArgument("--window-s = " + StrFormat("%g", options.window_s) + ": must be > 0 and finite");
+    return Status::InvalidArgument("--window-s = " + StrFormat("%g", options.window_s) +
+                                   ": must be > 0 and finite");
   }
   if (!(options.command_timeout_s > 0) || !std::isfinite(options.command_timeout_s)) {
-    return Status::InvalidArgument("--command-timeout = " + StrFormat("%g", options.command_timeout_s) +
-                                   ": must be > 0 and finite");
+    return Status::InvalidArgument(
+        "--command-timeout = " + StrFormat("%g", options.command_timeout_s) +
+        ": must be > 0 and finite");
   }
   if (!options.wait) {
     options.wait = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
@@ -92,12 +96,14 @@ Result<std::unique_ptr<LiveRuntime>> LiveRuntime::Create(LiveRuntimeOptions opti
 }
 
 Result<Metrics> LiveRuntime::Scrape() const {
-  FATHOM_ASSIGN_OR_RETURN(std::string text,
-                          options_.env->RunCommand(options_.metrics_cmd, "--metrics-cmd", options_.command_timeout_s));
+  FATHOM_ASSIGN_OR_RETURN(
+      std::string text,
+      options_.env->RunCommand(options_.metrics_cmd, "--metrics-cmd", options_.command_timeout_s));
   FATHOM_ASSIGN_OR_RETURN(Metrics m, ParsePrometheusText(text, "--metrics-cmd output"));
   if (!m.count("vllm:request_success_total") || !m.count("vllm:num_requests_running")) {
-    return Status::InvalidArgument("--metrics-cmd output: no vllm:request_success_total or vllm:num_requests_running "
-                                   "(is it a vLLM /metrics page?)");
+    return Status::InvalidArgument(
+        "--metrics-cmd output: no vllm:request_success_total or vllm:num_requests_running "
+        "(is it a vLLM /metrics page?)");
   }
   // Without its histogram a p99 would read as 0 ms: within any limit.
   if (!FindHistogram(m, kTtft)) {
@@ -105,20 +111,24 @@ Result<Metrics> LiveRuntime::Scrape() const {
                                    " histogram: the p99 TTFT limit cannot be judged");
   }
   if (!FindHistogram(m, kTpotNames[0]) && !FindHistogram(m, kTpotNames[1])) {
-    return Status::InvalidArgument(std::string("--metrics-cmd output: no ") + kTpotNames[0] + " (or " + kTpotNames[1] +
+    return Status::InvalidArgument(std::string("--metrics-cmd output: no ") + kTpotNames[0] +
+                                   " (or " + kTpotNames[1] +
                                    ") histogram: the p99 TPOT limit cannot be judged");
   }
-  for (const std::string name : {"vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting"}) {
+  for (const std::string name :
+       {"vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting"}) {
     FATHOM_RETURN_IF_ERROR(CheckCounts(m, name));
   }
-  for (const std::string name : {kTtft, kTpotNames[0], kTpotNames[1], kPromptTokens, kGenerationTokens}) {
+  for (const std::string name :
+       {kTtft, kTpotNames[0], kTpotNames[1], kPromptTokens, kGenerationTokens}) {
     FATHOM_RETURN_IF_ERROR(CheckCounts(m, name + "_bucket"));
   }
   for (const std::string name : {kPromptTokens, kGenerationTokens}) {
     auto h = FindHistogram(m, name);
     for (const auto& [bound, count] : h ? h->buckets : std::vector<std::pair<double, double>>{}) {
       if (std::isfinite(bound) && !(bound >= 0 && bound <= kMaxTokens)) {
-        return Status::InvalidArgument("--metrics-cmd output: " + name + "_bucket le = " + StrFormat("%g", bound) +
+        return Status::InvalidArgument("--metrics-cmd output: " + name +
+                                       "_bucket le = " + StrFormat("%g", bound) +
                                        ": must be a token count in [0, 1e9] or +Inf");
       }
     }
@@ -147,10 +157,12 @@ Result<std::optional<Window>> LiveRuntime::Observe() {
                                         Sum(before, "vllm:request_success_total", aborted)));
   w.waiting = std::llround(Sum(now, "vllm:num_requests_waiting"));
   w.in_flight = std::llround(in_system(now));
-  w.arrived = std::max<int64_t>(0, w.completed + w.dropped + w.in_flight - std::llround(in_system(before)));
+  w.arrived =
+      std::max<int64_t>(0, w.completed + w.dropped + w.in_flight - std::llround(in_system(before)));
   auto quantile = [&](std::initializer_list<const char*> names) -> double {
     for (const char* name : names) {
-      if (auto h = FindHistogram(now, name)) return 1e3 * Quantile(Delta(*h, FindHistogram(before, name)), 0.99);
+      if (auto h = FindHistogram(now, name))
+        return 1e3 * Quantile(Delta(*h, FindHistogram(before, name)), 0.99);
     }
     return 0;
   };
@@ -158,7 +170,8 @@ Result<std::optional<Window>> LiveRuntime::Observe() {
   w.tpot_p99_ms = quantile({kTpotNames[0], kTpotNames[1]});
   auto lengths = [&](const char* name) {
     auto h = FindHistogram(now, name);
-    return h ? Representatives(Delta(*h, FindHistogram(before, name)), options_.max_sample) : std::vector<int64_t>{};
+    return h ? Representatives(Delta(*h, FindHistogram(before, name)), options_.max_sample)
+             : std::vector<int64_t>{};
   };
   const std::vector<int64_t> inputs = lengths(kPromptTokens);
   std::vector<int64_t> outputs = lengths(kGenerationTokens);

@@ -2,6 +2,8 @@
 // text (MPI_CHAR), told apart by tag. Rank 0 waits by polling with short sleeps rather than in a
 // blocking receive, which Open MPI spins in: on a machine with as many ranks as cores, rank 0
 // would otherwise take a core from the ranks that compute.
+#include "tuner/internal/mpi_work_pool.h"
+
 #include <mpi.h>
 
 #include <chrono>
@@ -10,18 +12,17 @@
 #include <vector>
 
 #include "base/check.h"
-#include "tuner/internal/mpi_work_pool.h"
 
 namespace fathom::tuner::internal {
 namespace {
 
 enum Tag : int {
-  kReady = 1,   // worker -> 0: free for an item (first message)
-  kItem,        // 0 -> worker: "<item>\n<assignment>"
-  kStop,        // 0 -> worker: no more batches
-  kResult,      // worker -> 0: one result of its item
-  kDone,        // worker -> 0: the item's summary; free for the next
-  kError,       // worker -> 0: "<status code>\n<message>"; free for the next
+  kReady = 1,  // worker -> 0: free for an item (first message)
+  kItem,       // 0 -> worker: "<item>\n<assignment>"
+  kStop,       // 0 -> worker: no more batches
+  kResult,     // worker -> 0: one result of its item
+  kDone,       // worker -> 0: the item's summary; free for the next
+  kError,      // worker -> 0: "<status code>\n<message>"; free for the next
 };
 
 struct Message {
@@ -38,7 +39,8 @@ Message ReceiveProbed(const MPI_Status& probed) {
   int size = 0;
   MPI_Get_count(&probed, MPI_CHAR, &size);
   Message m{probed.MPI_SOURCE, probed.MPI_TAG, std::string(static_cast<size_t>(size), '\0')};
-  MPI_Recv(m.text.data(), size, MPI_CHAR, probed.MPI_SOURCE, probed.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(m.text.data(), size, MPI_CHAR, probed.MPI_SOURCE, probed.MPI_TAG, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
   return m;
 }
 

@@ -9,9 +9,10 @@ namespace fathom::tuner::internal {
 Result<std::unique_ptr<WorkPool>> MakeMpiWorkPool() {
   const int ranks = LaunchedRanks();
   if (ranks > 1) {
-    return Status::Unavailable("started as one of " + std::to_string(ranks) +
-                               " MPI ranks, but this fathom was built without MPI: install libopenmpi-dev and "
-                               "rebuild with -DFATHOM_WITH_MPI=ON, or run one process (it uses threads)");
+    return Status::Unavailable(
+        "started as one of " + std::to_string(ranks) +
+        " MPI ranks, but this fathom was built without MPI: install libopenmpi-dev and "
+        "rebuild with -DFATHOM_WITH_MPI=ON, or run one process (it uses threads)");
   }
   return std::unique_ptr<WorkPool>();
 }

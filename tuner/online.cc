@@ -39,23 +39,28 @@ Status OnlineOptions::Validate() const {
   auto positive = [](const std::vector<int64_t>& v, const char* name) -> Status {
     if (v.empty()) return Status::InvalidArgument(std::string(name) + ": give at least one value");
     for (int64_t x : v) {
-      if (x < 1) return Status::InvalidArgument(std::string(name) + " = " + std::to_string(x) + ": must be >= 1");
+      if (x < 1)
+        return Status::InvalidArgument(std::string(name) + " = " + std::to_string(x) +
+                                       ": must be >= 1");
     }
     return Status::Ok();
   };
   FATHOM_RETURN_IF_ERROR(positive(max_batch, "--max-batch"));
   FATHOM_RETURN_IF_ERROR(positive(max_num_tokens, "--max-num-tokens"));
   auto check = [](bool ok, const std::string& what, double v, const char* rule) -> Status {
-    return ok ? Status::Ok() : Status::InvalidArgument(what + " = " + StrFormat("%g", v) + ": must be " + rule);
+    return ok ? Status::Ok()
+              : Status::InvalidArgument(what + " = " + StrFormat("%g", v) + ": must be " + rule);
   };
   FATHOM_RETURN_IF_ERROR(check(ttft_limit_ms > 0, "--ttft-ms", ttft_limit_ms, "> 0"));
   FATHOM_RETURN_IF_ERROR(check(tpot_limit_ms > 0, "--tpot-ms", tpot_limit_ms, "> 0"));
   FATHOM_RETURN_IF_ERROR(check(headroom >= 0, "--headroom", headroom, ">= 0"));
   FATHOM_RETURN_IF_ERROR(check(min_gain >= 0, "--min-gain", min_gain, ">= 0"));
   FATHOM_RETURN_IF_ERROR(check(confirm_windows >= 1, "--confirm-windows", confirm_windows, ">= 1"));
-  FATHOM_RETURN_IF_ERROR(check(cooldown_windows >= 0, "--cooldown-windows", cooldown_windows, ">= 0"));
+  FATHOM_RETURN_IF_ERROR(
+      check(cooldown_windows >= 0, "--cooldown-windows", cooldown_windows, ">= 0"));
   FATHOM_RETURN_IF_ERROR(check(ban_windows >= 0, "--ban-windows", ban_windows, ">= 0"));
-  FATHOM_RETURN_IF_ERROR(check(min_requests >= 1, "--min-requests", static_cast<double>(min_requests), ">= 1"));
+  FATHOM_RETURN_IF_ERROR(
+      check(min_requests >= 1, "--min-requests", static_cast<double>(min_requests), ">= 1"));
   FATHOM_RETURN_IF_ERROR(check(history_requests >= min_requests, "--history-requests",
                                static_cast<double>(history_requests), ">= --min-requests"));
   FATHOM_RETURN_IF_ERROR(check(warmup_s >= 0, "--warmup-s", warmup_s, ">= 0"));
@@ -92,29 +97,39 @@ OrderedJson OnlineSummary::ToJson() const {
 
 // ---- Controller ----
 
-Controller::Controller(const sim::DeploymentConfig& deployment, BatchLimits initial, OnlineOptions options,
-                       const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time)
-    : deployment_(deployment), catalog_(catalog), make_time_(make_time), options_(std::move(options)), limits_(initial) {}
+Controller::Controller(const sim::DeploymentConfig& deployment, BatchLimits initial,
+                       OnlineOptions options, const models::HardwareCatalog& catalog,
+                       const sim::TimeModelFactory& make_time)
+    : deployment_(deployment),
+      catalog_(catalog),
+      make_time_(make_time),
+      options_(std::move(options)),
+      limits_(initial) {}
 
 Controller::~Controller() = default;
 
-Result<std::unique_ptr<Controller>> Controller::Create(const sim::DeploymentConfig& deployment, BatchLimits initial,
-                                                       OnlineOptions options, const models::HardwareCatalog& catalog,
+Result<std::unique_ptr<Controller>> Controller::Create(const sim::DeploymentConfig& deployment,
+                                                       BatchLimits initial, OnlineOptions options,
+                                                       const models::HardwareCatalog& catalog,
                                                        const sim::TimeModelFactory& make_time) {
   FATHOM_RETURN_IF_ERROR(options.Validate());
   if (deployment.disaggregated) {
-    return Status::InvalidArgument("the online tuner changes the batch limits of aggregated deployments only");
+    return Status::InvalidArgument(
+        "the online tuner changes the batch limits of aggregated deployments only");
   }
   // The runtime set its memory aside for the limits it started with; it cannot go above them.
   const BatchLimits started{deployment.engine.max_batch, deployment.engine.max_num_tokens};
   auto within = [&](const BatchLimits& l, const std::string& what) -> Status {
-    if (l.max_batch <= started.max_batch && l.max_num_tokens <= started.max_num_tokens) return Status::Ok();
-    return Status::InvalidArgument(what + " (" + l.Label() + ") exceeds the limits the runtime started with (" +
-                                   started.Label() + "): its KV cache is planned for at most those");
+    if (l.max_batch <= started.max_batch && l.max_num_tokens <= started.max_num_tokens)
+      return Status::Ok();
+    return Status::InvalidArgument(
+        what + " (" + l.Label() + ") exceeds the limits the runtime started with (" +
+        started.Label() + "): its KV cache is planned for at most those");
   };
   FATHOM_RETURN_IF_ERROR(within(initial, "the initial limits"));
   FATHOM_RETURN_IF_ERROR(sim::Resolve(deployment, catalog, make_time).status());  // the layout fits
-  std::unique_ptr<Controller> c(new Controller(deployment, initial, std::move(options), catalog, make_time));
+  std::unique_ptr<Controller> c(
+      new Controller(deployment, initial, std::move(options), catalog, make_time));
   for (int64_t b : c->options_.max_batch) {
     for (int64_t t : c->options_.max_num_tokens) {
       const BatchLimits l{b, t};
@@ -122,7 +137,8 @@ Result<std::unique_ptr<Controller>> Controller::Create(const sim::DeploymentConf
       if (std::find(c->grid_.begin(), c->grid_.end(), l) == c->grid_.end()) c->grid_.push_back(l);
     }
   }
-  if (std::find(c->grid_.begin(), c->grid_.end(), initial) == c->grid_.end()) c->grid_.push_back(initial);
+  if (std::find(c->grid_.begin(), c->grid_.end(), initial) == c->grid_.end())
+    c->grid_.push_back(initial);
   return c;
 }
 
@@ -131,7 +147,8 @@ double Controller::Margin(double ttft_ms, double tpot_ms) const {
 }
 
 Result<double> Controller::PredictMargin(const BatchLimits& limits, double qps) const {
-  if (sample_.empty() || !(qps > 0)) return Status::InvalidArgument("nothing to predict from: no finished request or no arrivals");
+  if (sample_.empty() || !(qps > 0))
+    return Status::InvalidArgument("nothing to predict from: no finished request or no arrivals");
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(deployment_, catalog_, make_time_));
   sim::SimulationSpec spec = resolved->spec;
   spec.engine.max_batch = limits.max_batch;
@@ -149,9 +166,11 @@ Result<double> Controller::PredictMargin(const BatchLimits& limits, double qps) 
   simulator.set_on_complete([&](const sim::RequestRecord& r) {
     if (r.issue_s < from_s) return;
     ttft.push_back((r.first_token_s - r.issue_s) * 1e3);
-    if (r.output > 1) tpot.push_back((r.done_s - r.first_token_s) * 1e3 / static_cast<double>(r.output - 1));
+    if (r.output > 1)
+      tpot.push_back((r.done_s - r.first_token_s) * 1e3 / static_cast<double>(r.output - 1));
   });
-  if (!simulator.Run().ok()) return -std::numeric_limits<double>::infinity();  // a request can never be served
+  if (!simulator.Run().ok())
+    return -std::numeric_limits<double>::infinity();  // a request can never be served
   return Margin(Percentile(ttft, 0.99), Percentile(tpot, 0.99));
 }
 
@@ -179,17 +198,21 @@ Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action,
 std::string Controller::Worse(const Window& w) const {
   if (w.dropped > 0) return std::to_string(w.dropped) + " requests dropped";
   if (guard_->held && w.completed > 0 && Margin(w.ttft_p99_ms, w.tpot_p99_ms) < 0) {
-    return "the canary window broke the p99 limits that held before (TTFT " + StrFormat("%.0f", w.ttft_p99_ms) +
-           " ms, TPOT " + StrFormat("%.0f", w.tpot_p99_ms) + " ms)";
+    return "the canary window broke the p99 limits that held before (TTFT " +
+           StrFormat("%.0f", w.ttft_p99_ms) + " ms, TPOT " + StrFormat("%.0f", w.tpot_p99_ms) +
+           " ms)";
   }
   const double tpot = 1 - w.tpot_p99_ms / options_.tpot_limit_ms;
   if (w.completed > 0 && tpot < 0 && tpot < guard_->tpot_margin - options_.min_gain) {
     return "p99 TPOT " + StrFormat("%.0f", w.tpot_p99_ms) + " ms broke the limit (margin " +
-           StrFormat("%.2f", guard_->tpot_margin) + " before, " + StrFormat("%.2f", tpot) + " after)";
+           StrFormat("%.2f", guard_->tpot_margin) + " before, " + StrFormat("%.2f", tpot) +
+           " after)";
   }
-  if (w.ttft_p99_ms > options_.ttft_limit_ms && last_queue_growth_ > std::max<int64_t>(0, guard_->queue_growth)) {
-    return "p99 TTFT " + StrFormat("%.0f", w.ttft_p99_ms) + " ms broke the limit and the queue grew by " +
-           std::to_string(last_queue_growth_) + " (" + std::to_string(guard_->queue_growth) + " the window before)";
+  if (w.ttft_p99_ms > options_.ttft_limit_ms &&
+      last_queue_growth_ > std::max<int64_t>(0, guard_->queue_growth)) {
+    return "p99 TTFT " + StrFormat("%.0f", w.ttft_p99_ms) +
+           " ms broke the limit and the queue grew by " + std::to_string(last_queue_growth_) +
+           " (" + std::to_string(guard_->queue_growth) + " the window before)";
   }
   return "";
 }
@@ -225,7 +248,8 @@ Result<Decision> Controller::Step(const Window& w) {
 
   // The window after a change judges it.
   if (guard_) {
-    if (w.dropped == 0 && w.completed < options_.min_requests && ++guard_->windows < kGuardPatience) {
+    if (w.dropped == 0 && w.completed < options_.min_requests &&
+        ++guard_->windows < kGuardPatience) {
       d.reason = "judging the change: " + std::to_string(w.completed) + " requests finished, " +
                  std::to_string(options_.min_requests) + " needed";
       return d;
@@ -254,12 +278,14 @@ Result<Decision> Controller::Step(const Window& w) {
   // Predict every choice not banned (and the limits in force) at the planned rate.
   std::vector<BatchLimits> choices;
   for (const BatchLimits& l : grid_) {
-    const bool banned = std::any_of(banned_.begin(), banned_.end(), [&](const auto& b) { return b.first == l; });
+    const bool banned =
+        std::any_of(banned_.begin(), banned_.end(), [&](const auto& b) { return b.first == l; });
     if (l == limits_ || !banned) choices.push_back(l);
   }
   const double qps = d.forecast_qps * (1 + options_.headroom);
   std::vector<Result<double>> margins(choices.size(), Status::InvalidArgument("not run"));
-  ParallelFor(choices.size(), options_.jobs, [&](size_t i) { margins[i] = PredictMargin(choices[i], qps); });
+  ParallelFor(choices.size(), options_.jobs,
+              [&](size_t i) { margins[i] = PredictMargin(choices[i], qps); });
   size_t best = 0, current = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
     FATHOM_RETURN_IF_ERROR(margins[i].status());
@@ -275,16 +301,19 @@ Result<Decision> Controller::Step(const Window& w) {
   if (best == current || !clear_gain(d.best_margin)) {
     pending_.reset();
     pending_count_ = 0;
-    d.reason = "keeping " + limits_.Label() + ": predicted margin " + StrFormat("%.2f", d.current_margin) + at +
-               ", best " + StrFormat("%.2f", d.best_margin);
-    if (d.best_margin < 0) d.reason += "; no choice keeps the limits at this rate: it needs more GPUs";
+    d.reason = "keeping " + limits_.Label() + ": predicted margin " +
+               StrFormat("%.2f", d.current_margin) + at + ", best " +
+               StrFormat("%.2f", d.best_margin);
+    if (d.best_margin < 0)
+      d.reason += "; no choice keeps the limits at this rate: it needs more GPUs";
     return d;
   }
   // A clear gain: confirmed over windows (at once when the limits break now and are predicted to).
   // A proposal stays pending while it still clearly beats the limits in force and is within
   // min_gain of the best, so near-equal choices trading places do not restart the count.
   size_t pick = best;
-  const auto pending = pending_ ? std::find(choices.begin(), choices.end(), *pending_) : choices.end();
+  const auto pending =
+      pending_ ? std::find(choices.begin(), choices.end(), *pending_) : choices.end();
   if (pending != choices.end()) {
     const double m = *margins[pending - choices.begin()];
     if (clear_gain(m) && m >= d.best_margin - options_.min_gain) {
@@ -298,21 +327,25 @@ Result<Decision> Controller::Step(const Window& w) {
     pending_ = choice;
     pending_count_ = 1;
   }
-  const bool urgent = !std::isnan(d.observed_margin) && d.observed_margin < 0 && d.current_margin < 0;
+  const bool urgent =
+      !std::isnan(d.observed_margin) && d.observed_margin < 0 && d.current_margin < 0;
   const int needed = urgent ? 1 : options_.confirm_windows;
-  const std::string gain = choice.Label() + ": predicted margin " + StrFormat("%.2f", *margins[pick]) + " against " +
+  const std::string gain = choice.Label() + ": predicted margin " +
+                           StrFormat("%.2f", *margins[pick]) + " against " +
                            StrFormat("%.2f", d.current_margin) + at;
   if (pending_count_ < needed) {
-    d.reason = "proposing " + gain + " (" + std::to_string(pending_count_) + " of " + std::to_string(needed) +
-               " windows)";
+    d.reason = "proposing " + gain + " (" + std::to_string(pending_count_) + " of " +
+               std::to_string(needed) + " windows)";
     return d;
   }
   d.reason = (urgent ? "limits broken, changing to " : "changing to ") + gain;
   return Change(d, choice, Decision::Action::kApply, w);
 }
 
-Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller, int64_t max_windows,
-                                const std::function<void(const Window&, const Decision&)>& on_step, bool advise) {
+Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller,
+                                int64_t max_windows,
+                                const std::function<void(const Window&, const Decision&)>& on_step,
+                                bool advise) {
   OnlineSummary s;
   while (max_windows <= 0 || s.windows < max_windows) {
     FATHOM_ASSIGN_OR_RETURN(std::optional<Window> w, runtime.Observe());
@@ -356,15 +389,14 @@ struct SimulatedRuntime::State {
 
 SimulatedRuntime::~SimulatedRuntime() = default;
 
-Result<std::unique_ptr<SimulatedRuntime>> SimulatedRuntime::Create(const sim::DeploymentConfig& deployment,
-                                                                   BatchLimits initial,
-                                                                   std::unique_ptr<sim::RequestSource> load,
-                                                                   double window_s,
-                                                                   const models::HardwareCatalog& catalog,
-                                                                   const sim::TimeModelFactory& make_time) {
+Result<std::unique_ptr<SimulatedRuntime>> SimulatedRuntime::Create(
+    const sim::DeploymentConfig& deployment, BatchLimits initial,
+    std::unique_ptr<sim::RequestSource> load, double window_s,
+    const models::HardwareCatalog& catalog, const sim::TimeModelFactory& make_time) {
   // Windows of simulated time: shorter than a second they hold no evidence and only multiply.
   if (!(window_s >= 1) || !std::isfinite(window_s)) {
-    return Status::InvalidArgument("--window-s = " + StrFormat("%g", window_s) + ": must be >= 1 and finite");
+    return Status::InvalidArgument("--window-s = " + StrFormat("%g", window_s) +
+                                   ": must be >= 1 and finite");
   }
   auto state = std::make_unique<State>();
   FATHOM_ASSIGN_OR_RETURN(state->resolved, sim::Resolve(deployment, catalog, make_time));
@@ -372,15 +404,17 @@ Result<std::unique_ptr<SimulatedRuntime>> SimulatedRuntime::Create(const sim::De
   spec.scenario.scenario = sim::Scenario::kReplay;
   spec.scenario.min_duration_s = 0;
   state->simulator = std::make_unique<sim::Simulator>(std::move(spec), std::move(load));
-  FATHOM_RETURN_IF_ERROR(state->simulator->SetBatchLimits(initial.max_batch, initial.max_num_tokens));
+  FATHOM_RETURN_IF_ERROR(
+      state->simulator->SetBatchLimits(initial.max_batch, initial.max_num_tokens));
   State* raw = state.get();
-  state->simulator->set_on_first_token(
-      [raw](const sim::RequestRecord& r) {
-        ++raw->first_tokens;
-        raw->ttft_ms.push_back((r.first_token_s - r.issue_s) * 1e3);
-      });
+  state->simulator->set_on_first_token([raw](const sim::RequestRecord& r) {
+    ++raw->first_tokens;
+    raw->ttft_ms.push_back((r.first_token_s - r.issue_s) * 1e3);
+  });
   state->simulator->set_on_complete([raw](const sim::RequestRecord& r) {
-    if (r.output > 1) raw->tpot_ms.push_back((r.done_s - r.first_token_s) * 1e3 / static_cast<double>(r.output - 1));
+    if (r.output > 1)
+      raw->tpot_ms.push_back((r.done_s - r.first_token_s) * 1e3 /
+                             static_cast<double>(r.output - 1));
     traces::Request q;
     q.id = r.id;
     q.input_tokens = r.input;
@@ -415,9 +449,10 @@ Result<std::optional<Window>> SimulatedRuntime::Observe() {
   st.window_start_s = end;
   if (st.simulator->finished()) {
     if (st.simulator->in_system() > 0) {
-      return Status::InvalidArgument(std::to_string(st.simulator->in_system()) +
-                                     " requests can never be served: each needs more KV cache than an attention "
-                                     "rank has");
+      return Status::InvalidArgument(
+          std::to_string(st.simulator->in_system()) +
+          " requests can never be served: each needs more KV cache than an attention "
+          "rank has");
     }
     st.over = true;
   }

@@ -37,7 +37,8 @@ struct Window {
   int64_t completed = 0;  // requests that finished
   int64_t dropped = 0;    // requests the runtime failed or refused
   int64_t in_flight = 0;  // at the window's end
-  int64_t waiting = 0;    // of those, requests still without a first token (vLLM's num_requests_waiting)
+  int64_t waiting =
+      0;  // of those, requests still without a first token (vLLM's num_requests_waiting)
   std::vector<traces::Request> finished;  // lengths of the finished requests (no times)
   // TTFT of the first tokens in the window, TPOT of the requests finished in it; 0 when none.
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
@@ -56,22 +57,23 @@ class ServingRuntime {
 };
 
 struct OnlineOptions {
-  std::vector<int64_t> max_batch = {64, 128, 256, 512};       // the limits the tuner may choose
+  std::vector<int64_t> max_batch = {64, 128, 256, 512};  // the limits the tuner may choose
   std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
   double ttft_limit_ms = 2000, tpot_limit_ms = 80;  // p99 service levels
-  double headroom = 0.2;   // plan for the forecast arrival rate x (1 + headroom)
-  double min_gain = 0.1;   // change only for a predicted margin this much better (a fraction of
-                           // the limits); undo a change whose window's TPOT margin is this much worse
-  int confirm_windows = 2;   // the same choice this many windows running (1 while limits break)
-  int cooldown_windows = 2;  // windows after a change before the next
-  int ban_windows = 10;      // an undone choice is not tried again for this long
+  double headroom = 0.2;  // plan for the forecast arrival rate x (1 + headroom)
+  double min_gain =
+      0.1;  // change only for a predicted margin this much better (a fraction of
+            // the limits); undo a change whose window's TPOT margin is this much worse
+  int confirm_windows = 2;    // the same choice this many windows running (1 while limits break)
+  int cooldown_windows = 2;   // windows after a change before the next
+  int ban_windows = 10;       // an undone choice is not tried again for this long
   int64_t min_requests = 30;  // finished requests needed to predict, and for the guard to judge
   int64_t history_requests = 2000;  // the workload sample: the latest finished requests
   // Each prediction issues Poisson traffic at the planned rate for warmup_s, unmeasured, then
   // probe_s measured: long requests take minutes to fill a system, which a probe from empty misses.
   double warmup_s = 600;
   double probe_s = 300;
-  int jobs = 0;             // prediction threads; 0 = all cores
+  int jobs = 0;  // prediction threads; 0 = all cores
   uint64_t seed = 1;
 
   Status Validate() const;
@@ -96,8 +98,9 @@ class Controller {
  public:
   // `deployment` is resolved with the grid's largest limits (the memory a runtime sets aside at
   // start); `initial` are the limits the runtime runs with now.
-  static Result<std::unique_ptr<Controller>> Create(const sim::DeploymentConfig& deployment, BatchLimits initial,
-                                                    OnlineOptions options, const models::HardwareCatalog& catalog,
+  static Result<std::unique_ptr<Controller>> Create(const sim::DeploymentConfig& deployment,
+                                                    BatchLimits initial, OnlineOptions options,
+                                                    const models::HardwareCatalog& catalog,
                                                     const sim::TimeModelFactory& make_time);
   ~Controller();
 
@@ -135,10 +138,10 @@ class Controller {
   // What the window before a change showed, for the window after it to be judged against.
   struct Guard {
     BatchLimits previous;
-    double tpot_margin = 0;   // 1 - p99 TPOT / limit
-    int64_t queue_growth = 0; // change of the waiting queue over the window
-    int windows = 0;          // windows waited for enough evidence
-    bool held = false;        // it kept both p99 limits: the window after (the canary) must too
+    double tpot_margin = 0;    // 1 - p99 TPOT / limit
+    int64_t queue_growth = 0;  // change of the waiting queue over the window
+    int windows = 0;           // windows waited for enough evidence
+    bool held = false;         // it kept both p99 limits: the window after (the canary) must too
   };
   std::optional<Guard> guard_;
   std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
@@ -155,7 +158,8 @@ struct OnlineSummary {
 // Observe, decide, apply, until the runtime has no more windows or `max_windows` (0: no cap) are
 // done. `on_step` sees every window and its decision (a log line, a JSON record). With `advise`,
 // decisions are only reported: nothing is applied.
-Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller, int64_t max_windows,
+Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller,
+                                int64_t max_windows,
                                 const std::function<void(const Window&, const Decision&)>& on_step,
                                 bool advise = false);
 
@@ -166,7 +170,8 @@ class SimulatedRuntime : public ServingRuntime {
  public:
   static Result<std::unique_ptr<SimulatedRuntime>> Create(const sim::DeploymentConfig& deployment,
                                                           BatchLimits initial,
-                                                          std::unique_ptr<sim::RequestSource> load, double window_s,
+                                                          std::unique_ptr<sim::RequestSource> load,
+                                                          double window_s,
                                                           const models::HardwareCatalog& catalog,
                                                           const sim::TimeModelFactory& make_time);
   ~SimulatedRuntime() override;

@@ -1,3 +1,5 @@
+#include "tuner/online.h"
+
 #include <catch2/catch.hpp>
 
 #include "base/files.h"
@@ -6,7 +8,6 @@
 #include "traces/reader.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
-#include "tuner/online.h"
 
 namespace fathom::tuner {
 namespace {
@@ -15,7 +16,8 @@ using Action = Decision::Action;
 
 sim::TimeModelFactory Calibrated() {
   // The v5.1 stack, which these decisions were worked out on (a fixed calibration keeps them put).
-  const models::CostParams params = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
+  const models::CostParams params =
+      models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
   return sim::CalibratedFactory(params, nullptr);
 }
 
@@ -62,8 +64,10 @@ std::unique_ptr<Controller> Make(BatchLimits initial, OnlineOptions o = Options(
 
 }  // namespace
 
-TEST_CASE("Controller: waits for evidence, then applies a clear gain only once confirmed, then cools down",
-          "[online]") {
+TEST_CASE(
+    "Controller: waits for evidence, then applies a clear gain only once confirmed, then cools "
+    "down",
+    "[online]") {
   const auto data = MlperfSet();
   auto c = Make({32, 8192});
   // Too few finished requests to predict from.
@@ -92,7 +96,8 @@ TEST_CASE("Controller: waits for evidence, then applies a clear gain only once c
   CHECK(d->reason == "cooling down after the last change");
 }
 
-TEST_CASE("Controller: acts at once while the limits break, and undoes a change that breaks TPOT", "[online]") {
+TEST_CASE("Controller: acts at once while the limits break, and undoes a change that breaks TPOT",
+          "[online]") {
   const auto data = MlperfSet();
   auto c = Make({32, 8192});
   Window broken = Calm(data, 0, 200, 3.0);
@@ -119,7 +124,8 @@ TEST_CASE("Controller: acts at once while the limits break, and undoes a change 
   }
 }
 
-TEST_CASE("Controller: dropped requests undo a change, and a queue that only drains does not", "[online]") {
+TEST_CASE("Controller: dropped requests undo a change, and a queue that only drains does not",
+          "[online]") {
   const auto data = MlperfSet();
   for (bool drop : {true, false}) {
     auto c = Make({32, 8192});
@@ -144,7 +150,8 @@ TEST_CASE("Controller: choices it cannot make are errors naming the rule", "[onl
   o.max_batch = {512};
   auto c = Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, Catalog(), Calibrated());
   REQUIRE_FALSE(c.ok());
-  CHECK(c.status().message().find("exceeds the limits the runtime started with (256 seqs, 8192 tokens)") !=
+  CHECK(c.status().message().find(
+            "exceeds the limits the runtime started with (256 seqs, 8192 tokens)") !=
         std::string::npos);
   o = Options();
   o.history_requests = 10;
@@ -156,8 +163,9 @@ TEST_CASE("Controller: choices it cannot make are errors naming the rule", "[onl
   CHECK(c.status().message().find("aggregated deployments only") != std::string::npos);
 }
 
-TEST_CASE("RunOnline: on an emulated runtime every request finishes, and tuning beats holding bad limits",
-          "[online]") {
+TEST_CASE(
+    "RunOnline: on an emulated runtime every request finishes, and tuning beats holding bad limits",
+    "[online]") {
   const auto data = MlperfSet();
   auto run = [&](const OnlineOptions& o) {
     traces::SynthSpec load;
@@ -168,13 +176,16 @@ TEST_CASE("RunOnline: on an emulated runtime every request finishes, and tuning 
     auto reader = traces::Synthesize(load);
     REQUIRE(reader.ok());
     const BatchLimits initial{32, 8192};
-    auto runtime = SimulatedRuntime::Create(sim::DeploymentConfig{}, initial, sim::ReplaySource(std::move(*reader)),
-                                            60, Catalog(), Calibrated());
+    auto runtime = SimulatedRuntime::Create(sim::DeploymentConfig{}, initial,
+                                            sim::ReplaySource(std::move(*reader)), 60, Catalog(),
+                                            Calibrated());
     REQUIRE(runtime.ok());
-    auto controller = Controller::Create(sim::DeploymentConfig{}, initial, o, Catalog(), Calibrated());
+    auto controller =
+        Controller::Create(sim::DeploymentConfig{}, initial, o, Catalog(), Calibrated());
     REQUIRE(controller.ok());
     std::vector<Decision> decisions;
-    auto s = RunOnline(**runtime, **controller, 0, [&](const Window&, const Decision& d) { decisions.push_back(d); });
+    auto s = RunOnline(**runtime, **controller, 0,
+                       [&](const Window&, const Decision& d) { decisions.push_back(d); });
     REQUIRE(s.ok());
     return std::make_pair(*s, decisions);
   };
@@ -212,15 +223,20 @@ TEST_CASE("RunOnline --advise: recommendations are reported, nothing is applied"
   auto reader = traces::Synthesize(load);
   REQUIRE(reader.ok());
   const BatchLimits initial{32, 8192};
-  auto runtime = SimulatedRuntime::Create(sim::DeploymentConfig{}, initial, sim::ReplaySource(std::move(*reader)), 60,
-                                          Catalog(), Calibrated());
+  auto runtime =
+      SimulatedRuntime::Create(sim::DeploymentConfig{}, initial,
+                               sim::ReplaySource(std::move(*reader)), 60, Catalog(), Calibrated());
   REQUIRE(runtime.ok());
-  auto controller = Controller::Create(sim::DeploymentConfig{}, initial, Options(), Catalog(), Calibrated());
+  auto controller =
+      Controller::Create(sim::DeploymentConfig{}, initial, Options(), Catalog(), Calibrated());
   REQUIRE(controller.ok());
   int64_t advised = 0;
-  auto s = RunOnline(**runtime, **controller, 0, [&](const Window&, const Decision& d) {
-    if (d.action == Decision::Action::kApply) ++advised;
-  }, true);
+  auto s = RunOnline(
+      **runtime, **controller, 0,
+      [&](const Window&, const Decision& d) {
+        if (d.action == Decision::Action::kApply) ++advised;
+      },
+      true);
   REQUIRE(s.ok());
   CHECK(advised >= 1);
   CHECK(s->changes == 0);

@@ -6,24 +6,30 @@
 namespace fathom::tuner {
 
 Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Database db,
-                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate, "results database"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Database db,
+      sqlite::Database::Open(path, sqlite::Database::Mode::kReadWriteCreate, "results database"));
   FATHOM_RETURN_IF_ERROR(db.Exec(
       "CREATE TABLE IF NOT EXISTS tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, "
       "config TEXT NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate))"));
   FATHOM_RETURN_IF_ERROR(db.Exec(
-      "CREATE TABLE IF NOT EXISTS tune_sweeps(sweep TEXT PRIMARY KEY, model TEXT NOT NULL, hardware TEXT NOT NULL, "
+      "CREATE TABLE IF NOT EXISTS tune_sweeps(sweep TEXT PRIMARY KEY, model TEXT NOT NULL, "
+      "hardware TEXT NOT NULL, "
       "gpus INTEGER NOT NULL, scenario TEXT NOT NULL, ttft_limit_ms REAL, tpot_limit_ms REAL, "
-      "price_per_gpu_hour REAL NOT NULL, candidates INTEGER NOT NULL, infeasible INTEGER NOT NULL)"));
-  FATHOM_RETURN_IF_ERROR(db.Exec("CREATE TABLE IF NOT EXISTS tune_complete(sweep TEXT PRIMARY KEY)"));
+      "price_per_gpu_hour REAL NOT NULL, candidates INTEGER NOT NULL, infeasible INTEGER NOT "
+      "NULL)"));
+  FATHOM_RETURN_IF_ERROR(
+      db.Exec("CREATE TABLE IF NOT EXISTS tune_complete(sweep TEXT PRIMARY KEY)"));
   return std::unique_ptr<ResultStore>(new ResultStore(std::move(db)));
 }
 
 Result<std::unique_ptr<ResultStore>> ResultStore::OpenExisting(const std::string& path) {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Database db,
-                          sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly, "results database"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Database db,
+      sqlite::Database::Open(path, sqlite::Database::Mode::kReadOnly, "results database"));
   if (!db.HasTable("tune_results")) {
-    return Status::InvalidArgument(path + ": not a fathom results database (no tune_results table; " +
+    return Status::InvalidArgument(path +
+                                   ": not a fathom results database (no tune_results table; " +
                                    "`fathom tune --db FILE` writes one)");
   }
   return std::unique_ptr<ResultStore>(new ResultStore(std::move(db)));
@@ -31,7 +37,9 @@ Result<std::unique_ptr<ResultStore>> ResultStore::OpenExisting(const std::string
 
 Result<std::map<std::string, Json>> ResultStore::Load(const std::string& sweep) {
   std::map<std::string, Json> out;
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("SELECT candidate, metrics FROM tune_results WHERE sweep = ?"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Statement st,
+      db_.Prepare("SELECT candidate, metrics FROM tune_results WHERE sweep = ?"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -45,16 +53,17 @@ StoredRow ToStoredRow(const CandidateResult& result) {
   return {sim::ToJson(result.config).dump(), result.ToJson().dump()};
 }
 
-Status ResultStore::Save(const std::string& sweep, const std::string& key, const CandidateResult& result) {
+Status ResultStore::Save(const std::string& sweep, const std::string& key,
+                         const CandidateResult& result) {
   const StoredRow row = ToStoredRow(result);
   return SaveRow(sweep, key, row.config_json, row.metrics_json);
 }
 
-Status ResultStore::SaveRow(const std::string& sweep, const std::string& key, const std::string& config_json,
-                            const std::string& metrics_json) {
-  FATHOM_ASSIGN_OR_RETURN(
-      sqlite::Statement st,
-      db_.Prepare("INSERT OR REPLACE INTO tune_results(sweep, candidate, config, metrics) VALUES(?,?,?,?)"));
+Status ResultStore::SaveRow(const std::string& sweep, const std::string& key,
+                            const std::string& config_json, const std::string& metrics_json) {
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                          db_.Prepare("INSERT OR REPLACE INTO tune_results(sweep, candidate, "
+                                      "config, metrics) VALUES(?,?,?,?)"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, key));
   FATHOM_RETURN_IF_ERROR(st.Bind(3, config_json));
@@ -63,13 +72,15 @@ Status ResultStore::SaveRow(const std::string& sweep, const std::string& key, co
 }
 
 Status ResultStore::MarkComplete(const std::string& sweep) {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("INSERT OR IGNORE INTO tune_complete(sweep) VALUES(?)"));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                          db_.Prepare("INSERT OR IGNORE INTO tune_complete(sweep) VALUES(?)"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
   return st.Step().status();
 }
 
 Result<bool> ResultStore::IsComplete(const std::string& sweep) {
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare("SELECT 1 FROM tune_complete WHERE sweep = ?"));
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                          db_.Prepare("SELECT 1 FROM tune_complete WHERE sweep = ?"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, sweep));
   return st.Step();
 }
@@ -89,10 +100,13 @@ Status ResultStore::MergeOne(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ResultStore> from, OpenExisting(path));
   FATHOM_ASSIGN_OR_RETURN(std::vector<SweepInfo> infos, from->Records());
   for (const SweepInfo& info : infos) FATHOM_RETURN_IF_ERROR(Record(info));
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement rows,
-                          from->db_.Prepare("SELECT sweep, candidate, config, metrics FROM tune_results ORDER BY rowid"));
-  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement mine,
-                          db_.Prepare("SELECT config, metrics FROM tune_results WHERE sweep = ? AND candidate = ?"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Statement rows,
+      from->db_.Prepare(
+          "SELECT sweep, candidate, config, metrics FROM tune_results ORDER BY rowid"));
+  FATHOM_ASSIGN_OR_RETURN(
+      sqlite::Statement mine,
+      db_.Prepare("SELECT config, metrics FROM tune_results WHERE sweep = ? AND candidate = ?"));
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool row, rows.Step());
     if (!row) break;
@@ -103,12 +117,14 @@ Status ResultStore::MergeOne(const std::string& path) {
     if (!held) {
       FATHOM_RETURN_IF_ERROR(SaveRow(rows.Text(0), rows.Text(1), rows.Text(2), rows.Text(3)));
     } else if (mine.Text(0) != rows.Text(2) || mine.Text(1) != rows.Text(3)) {
-      return Status::InvalidArgument(path + ": sweep " + rows.Text(0) + ", candidate " + rows.Text(1) + ": differs from " +
-                                     db_.path() + "'s row (the stores ran different inputs under one sweep id)");
+      return Status::InvalidArgument(path + ": sweep " + rows.Text(0) + ", candidate " +
+                                     rows.Text(1) + ": differs from " + db_.path() +
+                                     "'s row (the stores ran different inputs under one sweep id)");
     }
   }
   if (from->db_.HasTable("tune_complete")) {
-    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement done, from->db_.Prepare("SELECT sweep FROM tune_complete ORDER BY rowid"));
+    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement done,
+                            from->db_.Prepare("SELECT sweep FROM tune_complete ORDER BY rowid"));
     for (;;) {
       FATHOM_ASSIGN_OR_RETURN(bool row, done.Step());
       if (!row) break;
@@ -122,12 +138,16 @@ Status ResultStore::Record(const SweepInfo& info) {
   // An upsert keeps the row (and so the sweep's place in the order) when a sweep resumes.
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
-      db_.Prepare("INSERT INTO tune_sweeps(sweep, model, hardware, gpus, scenario, ttft_limit_ms, tpot_limit_ms, "
-                  "price_per_gpu_hour, candidates, infeasible) VALUES(?,?,?,?,?,?,?,?,?,?) "
-                  "ON CONFLICT(sweep) DO UPDATE SET model = excluded.model, hardware = excluded.hardware, "
-                  "gpus = excluded.gpus, scenario = excluded.scenario, ttft_limit_ms = excluded.ttft_limit_ms, "
-                  "tpot_limit_ms = excluded.tpot_limit_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
-                  "candidates = excluded.candidates, infeasible = excluded.infeasible"));
+      db_.Prepare(
+          "INSERT INTO tune_sweeps(sweep, model, hardware, gpus, scenario, ttft_limit_ms, "
+          "tpot_limit_ms, "
+          "price_per_gpu_hour, candidates, infeasible) VALUES(?,?,?,?,?,?,?,?,?,?) "
+          "ON CONFLICT(sweep) DO UPDATE SET model = excluded.model, hardware = excluded.hardware, "
+          "gpus = excluded.gpus, scenario = excluded.scenario, ttft_limit_ms = "
+          "excluded.ttft_limit_ms, "
+          "tpot_limit_ms = excluded.tpot_limit_ms, price_per_gpu_hour = "
+          "excluded.price_per_gpu_hour, "
+          "candidates = excluded.candidates, infeasible = excluded.infeasible"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, info.id));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, info.model));
   FATHOM_RETURN_IF_ERROR(st.Bind(3, info.hardware));
@@ -144,10 +164,10 @@ Status ResultStore::Record(const SweepInfo& info) {
 Result<std::vector<SweepInfo>> ResultStore::Records() {
   std::vector<SweepInfo> out;
   if (db_.HasTable("tune_sweeps")) {
-    FATHOM_ASSIGN_OR_RETURN(
-        sqlite::Statement st,
-        db_.Prepare("SELECT sweep, model, hardware, gpus, scenario, ttft_limit_ms, tpot_limit_ms, price_per_gpu_hour, "
-                    "candidates, infeasible FROM tune_sweeps ORDER BY rowid"));
+    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                            db_.Prepare("SELECT sweep, model, hardware, gpus, scenario, "
+                                        "ttft_limit_ms, tpot_limit_ms, price_per_gpu_hour, "
+                                        "candidates, infeasible FROM tune_sweeps ORDER BY rowid"));
     for (;;) {
       FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;
@@ -178,7 +198,8 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
   }
   FATHOM_ASSIGN_OR_RETURN(
       sqlite::Statement st,
-      db_.Prepare("SELECT sweep, candidate, config, metrics FROM tune_results ORDER BY sweep, candidate"));
+      db_.Prepare(
+          "SELECT sweep, candidate, config, metrics FROM tune_results ORDER BY sweep, candidate"));
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
@@ -197,13 +218,16 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
       legacy.info.gpus = d->TotalGpus();
       out.push_back(legacy);
     }
-    FATHOM_ASSIGN_OR_RETURN(CandidateResult r, CandidateFromJson(*d, metrics, db_.path() + ": sweep " + id + ": candidate metrics"));
+    FATHOM_ASSIGN_OR_RETURN(
+        CandidateResult r,
+        CandidateFromJson(*d, metrics, db_.path() + ": sweep " + id + ": candidate metrics"));
     if (r.below_qps > 0) continue;  // pruned by a probe: no figures to report
     out[it->second].results.push_back(std::move(r));
   }
   for (StoredSweep& s : out) {
     if (s.info.recorded) continue;
-    const bool has_qps = std::any_of(s.results.begin(), s.results.end(), [](const auto& r) { return r.qps > 0; });
+    const bool has_qps =
+        std::any_of(s.results.begin(), s.results.end(), [](const auto& r) { return r.qps > 0; });
     s.info.scenario = has_qps ? sim::Scenario::kServer : sim::Scenario::kOffline;
     s.info.candidates = static_cast<int64_t>(s.results.size());
   }

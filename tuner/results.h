@@ -15,7 +15,6 @@
 #include "sim/config.h"
 #include "tuner/tuner.h"
 
-
 namespace fathom::tuner {
 
 struct StoredSweep {

@@ -1,9 +1,9 @@
+#include "tuner/results.h"
+
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-
-#include "tuner/results.h"
 
 namespace fathom::tuner {
 namespace {
@@ -27,18 +27,23 @@ CandidateResult Result(int max_batch, bool valid, double qps) {
 
 }  // namespace
 
-TEST_CASE("ResultStore: sweeps read back with their record, in the order first recorded", "[tuner]") {
+TEST_CASE("ResultStore: sweeps read back with their record, in the order first recorded",
+          "[tuner]") {
   const std::string path = TempDb("fathom_results_test.db");
   {
     auto store = ResultStore::Open(path);
     REQUIRE(store.ok());
-    SweepInfo later{"b-sweep", "deepseek-r1", "b200", 8, sim::Scenario::kServer, 2000.0, 80.0, 6.5, 3, 1};
-    SweepInfo first{"a-sweep", "llama2-70b", "h200", 4, sim::Scenario::kOffline, std::nullopt, std::nullopt, 3.8, 1, 0};
+    SweepInfo later{"b-sweep", "deepseek-r1", "b200", 8, sim::Scenario::kServer,
+                    2000.0,    80.0,          6.5,    3, 1};
+    SweepInfo first{"a-sweep",    "llama2-70b", "h200", 4, sim::Scenario::kOffline,
+                    std::nullopt, std::nullopt, 3.8,    1, 0};
     REQUIRE((*store)->Record(later).ok());
     REQUIRE((*store)->Record(first).ok());
     later.candidates = 4;  // a resumed sweep updates its record and keeps its place
     REQUIRE((*store)->Record(later).ok());
-    for (int b : {64, 256, 128}) REQUIRE((*store)->Save("b-sweep", "key" + std::to_string(b), Result(b, b != 128, b / 64.0)).ok());
+    for (int b : {64, 256, 128})
+      REQUIRE(
+          (*store)->Save("b-sweep", "key" + std::to_string(b), Result(b, b != 128, b / 64.0)).ok());
     REQUIRE((*store)->Save("a-sweep", "k", Result(32, true, 0)).ok());
   }
   auto store = ResultStore::OpenExisting(path);
@@ -62,7 +67,10 @@ TEST_CASE("ResultStore: sweeps read back with their record, in the order first r
   std::filesystem::remove(path);
 }
 
-TEST_CASE("ResultStore: a sweep stored without a record gets model, GPUs and scenario from its candidates", "[tuner]") {
+TEST_CASE(
+    "ResultStore: a sweep stored without a record gets model, GPUs and scenario from its "
+    "candidates",
+    "[tuner]") {
   const std::string path = TempDb("fathom_results_legacy.db");
   {
     auto store = ResultStore::Open(path);
@@ -90,7 +98,9 @@ TEST_CASE("ResultStore: a sweep stored without a record gets model, GPUs and sce
   std::filesystem::remove(path);
 }
 
-TEST_CASE("ResultStore: opening a missing file or another database for reading is an error naming it", "[tuner]") {
+TEST_CASE(
+    "ResultStore: opening a missing file or another database for reading is an error naming it",
+    "[tuner]") {
   const std::string missing = TempDb("fathom_results_missing.db");
   auto none = ResultStore::OpenExisting(missing);
   REQUIRE_FALSE(none.ok());
@@ -100,7 +110,8 @@ TEST_CASE("ResultStore: opening a missing file or another database for reading i
   const std::string other = TempDb("fathom_results_other.db");
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(other.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, "CREATE TABLE kernels(name TEXT)", nullptr, nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE kernels(name TEXT)", nullptr, nullptr, nullptr) ==
+          SQLITE_OK);
   sqlite3_close(db);
   auto wrong = ResultStore::OpenExisting(other);
   REQUIRE_FALSE(wrong.ok());
@@ -108,43 +119,57 @@ TEST_CASE("ResultStore: opening a missing file or another database for reading i
   std::filesystem::remove(other);
 }
 
-TEST_CASE("CandidateFromJson: a stored row of the wrong shape is an error naming the store and field", "[tuner]") {
+TEST_CASE(
+    "CandidateFromJson: a stored row of the wrong shape is an error naming the store and field",
+    "[tuner]") {
   sim::DeploymentConfig d;
-  auto ok = CandidateFromJson(d, Json::parse(R"({"valid": true, "qps": 4.5, "run_samples": 26382})"), "s.db: sweep 1");
+  auto ok = CandidateFromJson(
+      d, Json::parse(R"({"valid": true, "qps": 4.5, "run_samples": 26382})"), "s.db: sweep 1");
   REQUIRE(ok.ok());
   CHECK(ok->valid);
   CHECK(ok->qps == 4.5);
   CHECK(ok->reused);
-  CHECK(CandidateFromJson(d, Json::parse(R"({"valid": "yes"})"), "s.db: sweep 1").status().message() ==
-        "s.db: sweep 1: field 'valid' = \"yes\": must be true or false");
-  CHECK(CandidateFromJson(d, Json::parse(R"({"qps": [1]})"), "s.db: sweep 1").status().message().find("field 'qps'") !=
-        std::string::npos);
+  CHECK(CandidateFromJson(d, Json::parse(R"({"valid": "yes"})"), "s.db: sweep 1")
+            .status()
+            .message() == "s.db: sweep 1: field 'valid' = \"yes\": must be true or false");
+  CHECK(CandidateFromJson(d, Json::parse(R"({"qps": [1]})"), "s.db: sweep 1")
+            .status()
+            .message()
+            .find("field 'qps'") != std::string::npos);
   // A row whose metrics are not JSON at all (parsed without exceptions: discarded).
-  CHECK(CandidateFromJson(d, Json::parse("{oops", nullptr, false), "s.db: sweep 1").status().message() ==
-        "s.db: sweep 1: expected a JSON object");
+  CHECK(CandidateFromJson(d, Json::parse("{oops", nullptr, false), "s.db: sweep 1")
+            .status()
+            .message() == "s.db: sweep 1: expected a JSON object");
 }
 
-TEST_CASE("ResultStore: a stored candidate config with an absurd layout is an error naming the store", "[tuner]") {
+TEST_CASE(
+    "ResultStore: a stored candidate config with an absurd layout is an error naming the store",
+    "[tuner]") {
   // Found by fuzz_results_store: 65536 instances x tp 65536 overflowed int counting a pool's GPUs.
   const std::string path = TempDb("fathom_results_layout.db");
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db,
-                       "CREATE TABLE tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, config TEXT NOT NULL, "
-                       "metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate));"
-                       "INSERT INTO tune_results VALUES('s', 'c', '{\"disaggregated\": {\"prefill\": "
-                       "{\"instances\": 65536, \"tp\": 65536}, \"decode\": {\"tp\": 4}}}', '{}')",
-                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(
+      sqlite3_exec(db,
+                   "CREATE TABLE tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, config "
+                   "TEXT NOT NULL, "
+                   "metrics TEXT NOT NULL, PRIMARY KEY(sweep, candidate));"
+                   "INSERT INTO tune_results VALUES('s', 'c', '{\"disaggregated\": {\"prefill\": "
+                   "{\"instances\": 65536, \"tp\": 65536}, \"decode\": {\"tp\": 4}}}', '{}')",
+                   nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
   auto store = ResultStore::OpenExisting(path);
   REQUIRE(store.ok());
   CHECK((*store)->Sweeps().status().message() ==
-        path + ": sweep s: candidate config: disaggregated.prefill: field 'instances' = 65536: "
-               "instances x tp x pp = 4294967296 GPUs: must be <= 65536");
+        path +
+            ": sweep s: candidate config: disaggregated.prefill: field 'instances' = 65536: "
+            "instances x tp x pp = 4294967296 GPUs: must be <= 65536");
   std::filesystem::remove(path);
 }
 
-TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid result is matched by one", "[tuner]") {
+TEST_CASE(
+    "ParetoFrontier: no frontier point dominates another, and every valid result is matched by one",
+    "[tuner]") {
   std::vector<CandidateResult> all;
   for (int i = 0; i < 60; ++i) {
     CandidateResult r;
@@ -156,8 +181,10 @@ TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid 
   const auto frontier = ParetoFrontier(all);
   REQUIRE_FALSE(frontier.empty());
   auto dominates = [](const CandidateResult& a, const CandidateResult& b) {
-    return a.tokens_per_s_per_gpu >= b.tokens_per_s_per_gpu && a.tokens_per_s_per_user >= b.tokens_per_s_per_user &&
-           (a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu || a.tokens_per_s_per_user > b.tokens_per_s_per_user);
+    return a.tokens_per_s_per_gpu >= b.tokens_per_s_per_gpu &&
+           a.tokens_per_s_per_user >= b.tokens_per_s_per_user &&
+           (a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu ||
+            a.tokens_per_s_per_user > b.tokens_per_s_per_user);
   };
   for (const auto& a : frontier) {
     CHECK(a.valid);
@@ -168,15 +195,17 @@ TEST_CASE("ParetoFrontier: no frontier point dominates another, and every valid 
   }
   for (const auto& r : all) {
     if (!r.valid) continue;
-    const bool covered = std::any_of(frontier.begin(), frontier.end(), [&](const CandidateResult& f) {
-      return dominates(f, r) || (f.tokens_per_s_per_gpu == r.tokens_per_s_per_gpu &&
-                                 f.tokens_per_s_per_user == r.tokens_per_s_per_user);
-    });
+    const bool covered =
+        std::any_of(frontier.begin(), frontier.end(), [&](const CandidateResult& f) {
+          return dominates(f, r) || (f.tokens_per_s_per_gpu == r.tokens_per_s_per_gpu &&
+                                     f.tokens_per_s_per_user == r.tokens_per_s_per_user);
+        });
     CHECK(covered);
   }
 }
 
-TEST_CASE("CandidateResult: a stored row reads back equal, whether valid, failed or pruned", "[tuner]") {
+TEST_CASE("CandidateResult: a stored row reads back equal, whether valid, failed or pruned",
+          "[tuner]") {
   CandidateResult valid;
   valid.config.disaggregated = true;
   valid.config.decode = {1, 4, 1, 4, 4};

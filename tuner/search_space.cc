@@ -24,11 +24,13 @@ bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::
   o.min_kv_tokens = std::max<int64_t>(max_tokens, max_batch * 2048 / 4);
   const models::MemoryPlan plan = models::PlanMemory(m, hw, l, p, o);
   if (plan.fits) return true;
-  const double lacking = std::max(0.0, static_cast<double>(o.min_kv_tokens) * plan.kv_bytes_per_token - plan.kv_budget_bytes);
+  const double lacking = std::max(
+      0.0, static_cast<double>(o.min_kv_tokens) * plan.kv_bytes_per_token - plan.kv_budget_bytes);
   if (out->out_of_memory++ == 0 || lacking < out->least_shortfall_bytes) {
     out->least_shortfall_bytes = lacking;
     out->least_shortfall = StrFormat("TP%d PP%d EP%d %s weights, batch %lld", l.tp, l.pp, l.ep,
-                                     std::string(models::Name(p.moe_weights)).c_str(), static_cast<long long>(max_batch));
+                                     std::string(models::Name(p.moe_weights)).c_str(),
+                                     static_cast<long long>(max_batch));
   }
   return false;
 }
@@ -40,9 +42,12 @@ std::string CandidateKey(const sim::DeploymentConfig& d) { return sim::ToJson(d)
 Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog& catalog) {
   FATHOM_ASSIGN_OR_RETURN(models::ModelArch model, models::LoadModel(s.model));
   FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(s.hardware));
-  if (s.gpus < 1) return Status::InvalidArgument("--gpus = " + std::to_string(s.gpus) + ": must be >= 1");
+  if (s.gpus < 1)
+    return Status::InvalidArgument("--gpus = " + std::to_string(s.gpus) + ": must be >= 1");
   std::vector<std::string> weights = s.weights;
-  if (weights.empty()) weights = hw.peak_fp4_flops > 0 ? std::vector<std::string>{"fp4", "fp8"} : std::vector<std::string>{"fp8"};
+  if (weights.empty())
+    weights = hw.peak_fp4_flops > 0 ? std::vector<std::string>{"fp4", "fp8"}
+                                    : std::vector<std::string>{"fp8"};
   std::vector<int> mtp = s.mtp;
   if (s.scenario == sim::Scenario::kInteractive && model.mtp_layers > 0 &&
       std::find(mtp.begin(), mtp.end(), 3) == mtp.end()) {
@@ -113,7 +118,8 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 }
                 for (int dtp : PowersOfTwoUpTo(std::min(decode_gpus, domain))) {
                   if (decode_gpus % dtp != 0) continue;
-                  const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1, model.is_moe() ? dtp : 1};
+                  const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1,
+                                                  model.is_moe() ? dtp : 1};
                   if (!Fits(model, hw, dl, precision, batch, tokens, &out)) {
                     ++out.infeasible;
                     continue;

@@ -22,14 +22,14 @@ struct SearchSpace {
   std::vector<std::string> kv = {"fp8", "bf16"};
   std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024};
   std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
-  bool disaggregated = true;  // also try prefill/decode pools splitting the GPUs
+  bool disaggregated = true;   // also try prefill/decode pools splitting the GPUs
   std::vector<int> mtp = {0};  // MTP depths; the interactive scenario adds 3 for models with MTP
 };
 
 struct Candidates {
   std::vector<sim::DeploymentConfig> feasible;
-  int64_t infeasible = 0;      // invalid layouts or not fitting in memory
-  int64_t out_of_memory = 0;   // of those, the ones that break no layout rule but do not fit
+  int64_t infeasible = 0;     // invalid layouts or not fitting in memory
+  int64_t out_of_memory = 0;  // of those, the ones that break no layout rule but do not fit
   // The out-of-memory candidate that comes closest: the memory per GPU it lacks, and which it is.
   double least_shortfall_bytes = 0;
   std::string least_shortfall;  // "TP8 PP1 EP8 fp8 weights, batch 64"

@@ -50,8 +50,10 @@ void Placeholder(std::string* s, const std::string& flag, const std::string& pla
   const size_t at = s->find(" " + flag + " ");
   if (at == std::string::npos) return;
   const size_t value = at + flag.size() + 2;
-  s->replace(value, s->find(' ', value) == std::string::npos ? std::string::npos : s->find(' ', value) - value,
-             placeholder);
+  s->replace(
+      value,
+      s->find(' ', value) == std::string::npos ? std::string::npos : s->find(' ', value) - value,
+      placeholder);
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -77,11 +79,13 @@ Status SupervisorOptions::Validate() const {
                                    ": must contain {port} (each replica listens on its own)");
   }
   if (replicas < 1 || replicas > 64) {
-    return Status::InvalidArgument("--replicas = " + std::to_string(replicas) + ": must be 1 to 64");
+    return Status::InvalidArgument("--replicas = " + std::to_string(replicas) +
+                                   ": must be 1 to 64");
   }
   auto positive = [](double v, const char* flag) -> Status {
     if (v > 0 && std::isfinite(v)) return Status::Ok();
-    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) + ": must be > 0 and finite");
+    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) +
+                                   ": must be > 0 and finite");
   };
   FATHOM_RETURN_IF_ERROR(positive(window_s, "--window-s"));
   FATHOM_RETURN_IF_ERROR(positive(time_scale, "--time-scale"));
@@ -97,8 +101,8 @@ std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limi
   return s;
 }
 
-std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment, const std::string& fathom_path,
-                                 const std::string& extra) {
+std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const std::string& fathom_path, const std::string& extra) {
   std::string s = MakeLaunchCommands(deployment).vllm;
   s = s.substr(0, s.find("  #"));  // "# one per replica": each replica is one process here
   s.replace(0, std::string("vllm").size(), ShellQuote(fathom_path));
@@ -112,13 +116,15 @@ std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment, const 
 Supervisor::Supervisor(SupervisorOptions options)
     : options_(std::move(options)), gateway_(std::make_unique<sim::Gateway>(options_.gateway)) {}
 
-Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options, BatchLimits initial) {
+Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
+                                                      BatchLimits initial) {
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
   s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
   FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
-  for (int i = 0; i < s->options_.replicas; ++i) FATHOM_RETURN_IF_ERROR(s->Launch(initial).status());
+  for (int i = 0; i < s->options_.replicas; ++i)
+    FATHOM_RETURN_IF_ERROR(s->Launch(initial).status());
   s->window_start_wall_s_ = s->gateway_->Now();
   s->monitor_ = std::thread([raw = s.get()] { raw->Monitor(); });
   return s;
@@ -132,7 +138,8 @@ Supervisor::~Supervisor() {
     gateway_->RemoveReplica(id);
     kill(r.pid, SIGTERM);
   }
-  // Each drains what it has (fathom serve: --shutdown-timeout); one still there after a minute is killed.
+  // Each drains what it has (fathom serve: --shutdown-timeout); one still there after a minute is
+  // killed.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (auto& [id, r] : replicas_) {
     int status = 0;
@@ -154,9 +161,13 @@ void Supervisor::Log(const std::string& line) const {
 Result<int> Supervisor::Launch(const BatchLimits& limits) {
   FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
   const std::string command = EngineCommand(options_.engine_cmd, limits, port);
-  const int out = options_.engine_log.empty() ? open("/dev/null", O_WRONLY | O_CLOEXEC)
-                                              : open(options_.engine_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (out < 0) return Status::IoError("--engine-log = " + options_.engine_log + ": cannot open it for appending");
+  const int out =
+      options_.engine_log.empty()
+          ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+          : open(options_.engine_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0)
+    return Status::IoError("--engine-log = " + options_.engine_log +
+                           ": cannot open it for appending");
   const pid_t pid = fork();
   if (pid < 0) {
     close(out);
@@ -182,7 +193,8 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
   for (;;) {
     int status = 0;
     if (Exited(pid, &status)) {
-      return Status::Unavailable("--engine-cmd = \"" + command + "\": the replica exited before it was healthy (" +
+      return Status::Unavailable("--engine-cmd = \"" + command +
+                                 "\": the replica exited before it was healthy (" +
                                  ExitText(status) + "; its output: --engine-log)");
     }
     if (auto r = client.Get("/health"); r && r->status == 200) break;
@@ -190,7 +202,8 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       return Status::Unavailable("--engine-cmd = \"" + command + "\": /health not ok within " +
-                                 StrFormat("%g", options_.health_timeout_s) + " s (--health-timeout); killed");
+                                 StrFormat("%g", options_.health_timeout_s) +
+                                 " s (--health-timeout); killed");
     }
     SleepS(0.05);
   }
@@ -201,8 +214,8 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     replicas_[id] = Replica{pid, port, limits, false};
   }
   gateway_->AddReplica(id, port);
-  Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid), port,
-                gateway_->Now() - started, limits.Label().c_str()));
+  Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid),
+                port, gateway_->Now() - started, limits.Label().c_str()));
   return id;
 }
 
@@ -213,7 +226,8 @@ void Supervisor::Retire(int id) {
   if (it == replicas_.end()) return;
   it->second.draining = true;
   kill(it->second.pid, SIGTERM);
-  Log(StrFormat("replica %d (pid %d) out of routing, draining %lld requests", id, static_cast<int>(it->second.pid),
+  Log(StrFormat("replica %d (pid %d) out of routing, draining %lld requests", id,
+                static_cast<int>(it->second.pid),
                 static_cast<long long>(gateway_->Outstanding(id))));
 }
 
@@ -229,10 +243,12 @@ void Supervisor::Monitor() {
           continue;
         }
         if (it->second.draining) {
-          Log(StrFormat("replica %d (pid %d) drained and exited", it->first, static_cast<int>(it->second.pid)));
+          Log(StrFormat("replica %d (pid %d) drained and exited", it->first,
+                        static_cast<int>(it->second.pid)));
         } else {
-          Log(StrFormat("replica %d (pid %d) died (%s): out of routing, its requests retried elsewhere", it->first,
-                        static_cast<int>(it->second.pid), ExitText(status).c_str()));
+          Log(StrFormat(
+              "replica %d (pid %d) died (%s): out of routing, its requests retried elsewhere",
+              it->first, static_cast<int>(it->second.pid), ExitText(status).c_str()));
           died.emplace_back(*it);
         }
         it = replicas_.erase(it);
@@ -249,7 +265,8 @@ void Supervisor::Monitor() {
       if (options_.journal && r.pid != 0) {
         JournalEntry e;
         e.event = "replica_died";
-        e.reason = StrFormat("replica %d (pid %d) exited unexpectedly", id, static_cast<int>(r.pid));
+        e.reason =
+            StrFormat("replica %d (pid %d) exited unexpectedly", id, static_cast<int>(r.pid));
         e.before = r.limits;
         (void)options_.journal->Record(e);  // a journal error must not stop the restart
       }
@@ -321,7 +338,8 @@ Result<std::optional<Window>> Supervisor::Observe() {
     if (!r.streamed) continue;  // a whole answer has no first-token time of its own
     ttft_ms.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
     if (r.completion_tokens > 1) {
-      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 / static_cast<double>(r.completion_tokens - 1));
+      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 /
+                        static_cast<double>(r.completion_tokens - 1));
     }
   }
   w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
@@ -329,8 +347,8 @@ Result<std::optional<Window>> Supervisor::Observe() {
   elapsed_s_ = w.end_s;
   window_start_wall_s_ = now;
   if (g.retried > 0) {
-    Log(StrFormat("%lld requests retried on another replica this window (the last: %s)", static_cast<long long>(g.retried),
-                  g.retry_cause.c_str()));
+    Log(StrFormat("%lld requests retried on another replica this window (the last: %s)",
+                  static_cast<long long>(g.retried), g.retry_cause.c_str()));
   }
   return std::optional<Window>(std::move(w));
 }
@@ -341,7 +359,8 @@ Status Supervisor::Apply(const BatchLimits& limits) {
   if (options_.inject_limits && !injected_) {
     injected_ = true;
     launch = *options_.inject_limits;
-    Log("injected bad configuration (canary test): starting " + launch.Label() + " instead of " + limits.Label());
+    Log("injected bad configuration (canary test): starting " + launch.Label() + " instead of " +
+        limits.Label());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -364,7 +383,8 @@ Status Supervisor::Apply(const BatchLimits& limits) {
     Retire(*old);
   }
   last_replace_s_ = gateway_->Now() - started;
-  Log(StrFormat("rolling replacement to %s done in %.2f s", launch.Label().c_str(), *last_replace_s_));
+  Log(StrFormat("rolling replacement to %s done in %.2f s", launch.Label().c_str(),
+                *last_replace_s_));
   return Status::Ok();
 }
 

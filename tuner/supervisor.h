@@ -27,16 +27,16 @@ struct SupervisorOptions {
   // {max_num_batched_tokens} are replaced for each replica.
   std::string engine_cmd;
   int replicas = 2;
-  double window_s = 60;    // an observation window, in the engines' time
-  double time_scale = 1;   // engines' seconds per wall second (fathom serve --time-scale)
+  double window_s = 60;           // an observation window, in the engines' time
+  double time_scale = 1;          // engines' seconds per wall second (fathom serve --time-scale)
   double health_timeout_s = 120;  // wall seconds a new replica has to answer /health
-  std::string engine_log;  // the replicas' output is appended here; empty: discarded
+  std::string engine_log;         // the replicas' output is appended here; empty: discarded
   sim::GatewayOptions gateway;
   // A test of the canary: the first change starts replicas with these limits instead of the chosen
   // ones (a bad configuration the window after it must catch and roll back).
   std::optional<BatchLimits> inject_limits;
-  Journal* journal = nullptr;                   // borrowed; may be null
-  const std::atomic<bool>* stop = nullptr;      // borrowed; once true, Observe reports no more windows
+  Journal* journal = nullptr;               // borrowed; may be null
+  const std::atomic<bool>* stop = nullptr;  // borrowed; once true, Observe reports no more windows
   std::function<void(const std::string&)> log;  // a line per replica event (default: none)
   Status Validate() const;
 };
@@ -46,8 +46,8 @@ std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limi
 
 // The default engine command: fathom's own vLLM launch command for `deployment`, run by the fathom
 // binary at `fathom_path` (`fathom serve`), the limits and port left as placeholders, then `extra`.
-std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment, const std::string& fathom_path,
-                                 const std::string& extra);
+std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const std::string& fathom_path, const std::string& extra);
 
 class Supervisor : public ServingRuntime {
  public:

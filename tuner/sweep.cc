@@ -14,7 +14,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // Adds the time of each call to `*seconds`.
 class Timed {
@@ -33,8 +35,8 @@ struct CellSearch {
   TuneOptions options;
   PreparedTune prepared;
 };
-Result<CellSearch> PrepareCell(const SweepPlan& plan, const SweepCell& cell, const CellTune& cell_tune,
-                               const models::HardwareCatalog& catalog) {
+Result<CellSearch> PrepareCell(const SweepPlan& plan, const SweepCell& cell,
+                               const CellTune& cell_tune, const models::HardwareCatalog& catalog) {
   auto o = cell_tune(plan, cell);
   Status failed = o.status();
   if (o.ok()) {
@@ -72,8 +74,9 @@ OrderedJson SweepSummary::ToJson() const {
   return j;
 }
 
-Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const SweepOptions& options,
-                                             const CellTune& cell_tune, const models::HardwareCatalog& catalog) {
+Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
+                                             const SweepOptions& options, const CellTune& cell_tune,
+                                             const models::HardwareCatalog& catalog) {
   const auto start = Clock::now();
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<WorkPool> pool, MakeWorkPool(options.jobs));
   // Workers read the plan when their first cell comes, after the coordinator has checked it.
@@ -90,7 +93,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
   };
 
   WorkHandlers h;
-  h.compute = [&](int64_t item, const std::string& assignment, const WorkHandlers::Emit& emit) -> Result<std::string> {
+  h.compute = [&](int64_t item, const std::string& assignment,
+                  const WorkHandlers::Emit& emit) -> Result<std::string> {
     FATHOM_RETURN_IF_ERROR(load_plan());
     if (item < 0 || item >= static_cast<int64_t>(cells.size())) {
       return Status::InvalidArgument(plan_path + ": has no cell " + std::to_string(item) +
@@ -104,13 +108,17 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
     log.source = options.db_path;
     log.save = [&](const std::string& key, const CandidateResult& r) {
       const StoredRow row = ToStoredRow(r);
-      return emit(Json{{"key", key}, {"config", row.config_json}, {"metrics", row.metrics_json}}.dump());
+      return emit(
+          Json{{"key", key}, {"config", row.config_json}, {"metrics", row.metrics_json}}.dump());
     };
     auto res = Search(o, catalog, c.prepared, log);
     if (!res.ok()) return res.status().WithContext(plan_path + ": cell " + cell.Label());
-    Json summary = {{"simulated", res->evaluated}, {"reused", res->reused}, {"pruned", res->pruned},
+    Json summary = {{"simulated", res->evaluated},
+                    {"reused", res->reused},
+                    {"pruned", res->pruned},
                     {"valid", res->ranked.size()}};
-    if (!res->ranked.empty()) summary["best"] = res->ranked.front().Objective(ServerLike(o.space.scenario));
+    if (!res->ranked.empty())
+      summary["best"] = res->ranked.front().Objective(ServerLike(o.space.scenario));
     return summary.dump();
   };
   if (!pool->coordinator()) {
@@ -126,7 +134,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
   FATHOM_RETURN_IF_ERROR(load_plan());
   for (const auto& [gpu, usd] : plan->prices) {
     if (!catalog.Find(gpu).ok()) {
-      return Status::InvalidArgument(plan_path + ": field 'prices." + gpu + "': no such GPU (fathom hardware list)");
+      return Status::InvalidArgument(plan_path + ": field 'prices." + gpu +
+                                     "': no such GPU (fathom hardware list)");
     }
   }
   // Cells are built in parallel (loading workloads and enumerating spaces takes milliseconds a
@@ -168,8 +177,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
   h.collect = [&](int64_t item, const std::string& result) {
     Timed t(&summary.serve_s);
     const Json r = Json::parse(result);
-    return store->SaveRow(runs.at(item).info.id, r.at("key").get<std::string>(), r.at("config").get<std::string>(),
-                          r.at("metrics").get<std::string>());
+    return store->SaveRow(runs.at(item).info.id, r.at("key").get<std::string>(),
+                          r.at("config").get<std::string>(), r.at("metrics").get<std::string>());
   };
   h.finish = [&](int64_t item, const std::string& text) {
     Timed t(&summary.serve_s);
@@ -181,9 +190,15 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path, const
     ++summary.run;
     if (options.progress) {
       const CellRun& run = runs.at(item);
-      CellProgress p{summary.run, static_cast<int64_t>(items.size()), run.cell.Label(),
-                     s.at("simulated").get<int64_t>(), s.at("reused").get<int64_t>(), s.at("pruned").get<int64_t>(),
-                     s.at("valid").get<int64_t>(), std::nullopt, run.info.ServerLike()};
+      CellProgress p{summary.run,
+                     static_cast<int64_t>(items.size()),
+                     run.cell.Label(),
+                     s.at("simulated").get<int64_t>(),
+                     s.at("reused").get<int64_t>(),
+                     s.at("pruned").get<int64_t>(),
+                     s.at("valid").get<int64_t>(),
+                     std::nullopt,
+                     run.info.ServerLike()};
       if (s.contains("best")) p.best = s.at("best").get<double>();
       options.progress(p);
     }

@@ -37,9 +37,10 @@ struct SweepPlan {
   std::vector<std::string> models, hardware;
   std::vector<int> gpus;
   std::vector<sim::Scenario> scenarios;
-  std::vector<std::string> stacks;   // empty: the newest stack only
-  std::vector<SweepLimits> limits;   // server-type cells only; empty: the benchmark's
-  std::vector<std::string> traces;   // resolved against the plan's folder; empty: the model's data set
+  std::vector<std::string> stacks;  // empty: the newest stack only
+  std::vector<SweepLimits> limits;  // server-type cells only; empty: the benchmark's
+  std::vector<std::string>
+      traces;  // resolved against the plan's folder; empty: the model's data set
   std::map<std::string, double> prices;  // USD per GPU-hour by GPU; others: the hardware file's
   // The tune settings every cell shares (`fathom tune`'s flags of the same names).
   std::vector<std::string> weights, kv;

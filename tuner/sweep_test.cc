@@ -1,3 +1,5 @@
+#include "tuner/sweep.h"
+
 #include <sqlite3.h>
 
 #include <atomic>
@@ -9,7 +11,6 @@
 #include "models/cost_model.h"
 #include "sim/time_model.h"
 #include "tuner/results.h"
-#include "tuner/sweep.h"
 #include "tuner/work_pool.h"
 
 namespace fathom::tuner {
@@ -68,7 +69,8 @@ std::vector<std::string> Rows(const std::string& path) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
   std::vector<std::string> rows;
-  for (const char* sql : {"SELECT * FROM tune_sweeps ORDER BY sweep", "SELECT * FROM tune_results ORDER BY sweep, candidate",
+  for (const char* sql : {"SELECT * FROM tune_sweeps ORDER BY sweep",
+                          "SELECT * FROM tune_results ORDER BY sweep, candidate",
                           "SELECT * FROM tune_complete ORDER BY sweep"}) {
     sqlite3_stmt* st = nullptr;
     REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK);
@@ -111,13 +113,16 @@ TEST_CASE("LoadSweepPlan: the grid in order, Offline cells holding to no limits"
   CHECK_FALSE(plan->prune);
 }
 
-TEST_CASE("LoadSweepPlan: a bad plan is an error naming the file, the field, the value and the rule", "[tuner]") {
+TEST_CASE(
+    "LoadSweepPlan: a bad plan is an error naming the file, the field, the value and the rule",
+    "[tuner]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"models": ["llama2-70b"], "hardware": ["h200"], "gpus": [0], "scenarios": ["offline"]})",
        "field 'gpus[0]' = 0: must be an integer from 1 to 2^30"},
       {R"({"models": [], "hardware": ["h200"], "gpus": [1], "scenarios": ["offline"]})",
        "field 'models' = []: must be a non-empty array of strings"},
-      {R"({"models": ["m"], "hardware": ["h200"], "gpu": [1], "scenarios": ["offline"]})", "field 'gpu': unknown field"},
+      {R"({"models": ["m"], "hardware": ["h200"], "gpu": [1], "scenarios": ["offline"]})",
+       "field 'gpu': unknown field"},
       {R"({"models": ["m"], "hardware": ["h200"], "gpus": [1], "scenarios": ["single-stream"]})",
        "field 'scenarios[0]' = \"single-stream\": must be offline, server or interactive"},
       {R"({"models": ["m"], "hardware": ["h"], "gpus": [1], "scenarios": ["server"], "limits": [{"tpot_ms": -1}]})",
@@ -148,7 +153,8 @@ TEST_CASE("ParseShard: I/N with 0 <= I < N", "[tuner]") {
   }
 }
 
-TEST_CASE("WorkPool on threads: every item computed once, results collected in each item's order", "[tuner]") {
+TEST_CASE("WorkPool on threads: every item computed once, results collected in each item's order",
+          "[tuner]") {
   auto pool = MakeWorkPool(3);
   REQUIRE(pool.ok());
   REQUIRE((*pool)->coordinator());
@@ -156,7 +162,8 @@ TEST_CASE("WorkPool on threads: every item computed once, results collected in e
   std::set<int64_t> finished;
   WorkHandlers h;
   h.assign = [](int64_t item) -> Result<std::string> { return std::to_string(item * 10); };
-  h.compute = [](int64_t item, const std::string& assignment, const WorkHandlers::Emit& emit) -> Result<std::string> {
+  h.compute = [](int64_t item, const std::string& assignment,
+                 const WorkHandlers::Emit& emit) -> Result<std::string> {
     for (int i = 0; i < 3; ++i) FATHOM_RETURN_IF_ERROR(emit(assignment + "." + std::to_string(i)));
     return std::string("done");
   };
@@ -176,7 +183,8 @@ TEST_CASE("WorkPool on threads: every item computed once, results collected in e
 
   // An error stops the pool from starting new items and is returned.
   std::atomic<int> computed{0};
-  h.compute = [&](int64_t item, const std::string&, const WorkHandlers::Emit&) -> Result<std::string> {
+  h.compute = [&](int64_t item, const std::string&,
+                  const WorkHandlers::Emit&) -> Result<std::string> {
     ++computed;
     if (item == 0) return Status::InvalidArgument("cell 0 is bad");
     return std::string("done");
@@ -189,8 +197,10 @@ TEST_CASE("WorkPool on threads: every item computed once, results collected in e
   CHECK(computed == 1);
 }
 
-TEST_CASE("RunSweep: the store holds each cell's tune row for row whatever the threads, and a rerun skips them all",
-          "[tuner]") {
+TEST_CASE(
+    "RunSweep: the store holds each cell's tune row for row whatever the threads, and a rerun "
+    "skips them all",
+    "[tuner]") {
   const std::string plan_path = WritePlan("fathom_sweep_plan.json", kSmallPlan);
   auto plan = LoadSweepPlan(plan_path);
   REQUIRE(plan.ok());
@@ -244,8 +254,11 @@ TEST_CASE("RunSweep: the store holds each cell's tune row for row whatever the t
   }
 }
 
-TEST_CASE("ResultStore::Merge: a row that differs from the one held is an error, and nothing is merged", "[tuner]") {
-  const std::string a = TempPath("fathom_merge_a.db"), b = TempPath("fathom_merge_b.db"), out = TempPath("fathom_merge_out.db");
+TEST_CASE(
+    "ResultStore::Merge: a row that differs from the one held is an error, and nothing is merged",
+    "[tuner]") {
+  const std::string a = TempPath("fathom_merge_a.db"), b = TempPath("fathom_merge_b.db"),
+                    out = TempPath("fathom_merge_out.db");
   CandidateResult r;
   r.valid = true;
   r.qps = 1;

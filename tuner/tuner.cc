@@ -84,7 +84,8 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
     for (auto& shape : ranks) {
       shape = models::BatchShape{};
       for (int64_t i = 0; i < micro; ++i) {
-        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true}, pool.sliding_window);
+        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true},
+                  pool.sliding_window);
       }
     }
     double slowest = 0, crossing = 0;
@@ -104,7 +105,8 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
 int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
   const auto [pool, engine] = Decoding(r);
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
-  return std::max<int64_t>(1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
+  return std::max<int64_t>(
+      1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
 }
 
 // Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
@@ -119,10 +121,12 @@ double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
 // Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
 // (per token generated) stays within the TPOT limit. An estimate, not a bound: prefill, queueing
 // and the spread of contexts move the real figure either way.
-double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_context, double tpot_limit_s) {
+double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_context,
+                                double tpot_limit_s) {
   const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);
   int64_t lo = 1, hi = BatchCap(r, mean_context);
-  if (const DecodeRate full = FullBatchRate(r, mean_context, hi); full.round_s <= limit) return full.tokens_per_s;
+  if (const DecodeRate full = FullBatchRate(r, mean_context, hi); full.round_s <= limit)
+    return full.tokens_per_s;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
     (FullBatchRate(r, mean_context, mid).round_s <= limit ? lo : hi) = mid;
@@ -161,8 +165,9 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
 
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
 // or an Offline run of `samples`.
-Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, const models::HardwareCatalog& catalog,
-                       double qps, int64_t samples = 0, bool to_the_end = false) {
+Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o,
+                       const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
+                       bool to_the_end = false) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
   sim::ScenarioConfig sc;
   sc.scenario = o.space.scenario;
@@ -177,7 +182,9 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o, con
     const int64_t n = ProbeSamples(o, qps);
     source = sim::PoissonSource(o.dataset, n, qps, o.seed);
     // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
-    if (!to_the_end) sc.stop_after_violations = n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
+    if (!to_the_end)
+      sc.stop_after_violations =
+          n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
   } else {
     sc.scenario = sim::Scenario::kOffline;
     source = sim::OfflineSource(o.dataset, samples, o.seed);
@@ -216,8 +223,8 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
 // An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
 // drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
 // 13.7k tokens/s on one pass, 32.6k over 4,714 s).
-Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o, const models::HardwareCatalog& catalog,
-                         int instances) {
+Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
+                         const models::HardwareCatalog& catalog, int instances) {
   if (o.offline_samples > 0) {
     return Simulate(one, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
   }
@@ -227,15 +234,17 @@ Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
     if (!run.valid) return std::optional<double>();
     return std::optional<double>(run.result.duration_s);
   };
-  FATHOM_RETURN_IF_ERROR(
-      sim::OfflineRunSamples(static_cast<int64_t>(o.dataset.size()), sim::OfflineRunTargetS(BenchmarkOf(o)), lasted)
-          .status());
+  FATHOM_RETURN_IF_ERROR(sim::OfflineRunSamples(static_cast<int64_t>(o.dataset.size()),
+                                                sim::OfflineRunTargetS(BenchmarkOf(o)), lasted)
+                             .status());
   return run;
 }
 
 }  // namespace
 
-bool ServerLike(sim::Scenario s) { return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive; }
+bool ServerLike(sim::Scenario s) {
+  return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive;
+}
 
 OrderedJson CandidateResult::ToJson() const {
   OrderedJson j;
@@ -289,7 +298,8 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   const bool server = ServerLike(o.space.scenario);
   const double tok_bound = ThroughputBound(*resolved, MeanDecodeContext(o.dataset));
   c.bound = server ? tok_bound / MeanOutput(o.dataset) : tok_bound;
-  const double price = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
+  const double price =
+      o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
   double scale = 1;  // Offline: the instances one simulated instance stands for
   if (!server) {
@@ -303,8 +313,10 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     constexpr double kQpsTolerance = 1.02;
     const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
     const double estimate =
-        tpot_ms ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) / MeanOutput(o.dataset)
-                : c.bound;
+        tpot_ms
+            ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) /
+                  MeanOutput(o.dataset)
+            : c.bound;
     double lo = 0, hi = c.bound;
     Probe lowest_failed;
     if (beat > 0 && beat * kQpsTolerance < hi) {
@@ -318,7 +330,8 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
       lo = q;
       best = p;
     }
-    for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance); ++probe) {
+    for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance);
+         ++probe) {
       double q = lo > 0 ? std::sqrt(lo * hi) : hi / 2;
       if (probe == 0 && hi / kQpsTolerance > lo) q = hi / kQpsTolerance;
       if (probe == 1 && lo == 0 && estimate < hi / kQpsTolerance) q = estimate;
@@ -361,10 +374,12 @@ std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& resul
   for (const auto& r : results) {
     if (r.valid) ranked.push_back(r);
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const CandidateResult& a, const CandidateResult& b) {
-    if (a.Objective(server) != b.Objective(server)) return a.Objective(server) > b.Objective(server);
-    return CandidateKey(a.config) < CandidateKey(b.config);
-  });
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const CandidateResult& a, const CandidateResult& b) {
+                     if (a.Objective(server) != b.Objective(server))
+                       return a.Objective(server) > b.Objective(server);
+                     return CandidateKey(a.config) < CandidateKey(b.config);
+                   });
   return ranked;
 }
 
@@ -379,17 +394,18 @@ std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& 
       // Of candidates at the same point, the first stands for them all.
       if (o.valid && o.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu &&
           o.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
-          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu || o.tokens_per_s_per_user > c.tokens_per_s_per_user ||
-           j < i)) {
+          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu ||
+           o.tokens_per_s_per_user > c.tokens_per_s_per_user || j < i)) {
         dominated = true;
         break;
       }
     }
     if (!dominated) frontier.push_back(c);
   }
-  std::stable_sort(frontier.begin(), frontier.end(), [](const CandidateResult& a, const CandidateResult& b) {
-    return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
-  });
+  std::stable_sort(frontier.begin(), frontier.end(),
+                   [](const CandidateResult& a, const CandidateResult& b) {
+                     return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
+                   });
   return frontier;
 }
 
@@ -397,7 +413,8 @@ namespace {
 
 // Why no candidate is valid, and what to relax: memory where nothing fits, else the limit that
 // broke, by how much on the candidate that came closest (re-run at its lowest QPS to the end).
-Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatalog& catalog, const Candidates& cands,
+Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                               const Candidates& cands,
                                const std::vector<CandidateResult>& simulated) {
   SearchFailure f;
   f.out_of_memory = cands.out_of_memory;
@@ -426,7 +443,8 @@ Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatal
   const std::string more_gpus = StrFormat("more GPUs (--gpus %d)", 2 * o.space.gpus);
   if (closest != nullptr) {
     CandidateResult c = *closest;
-    FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(c.config, o, catalog, c.failed_qps, 0, /*to_the_end=*/true));
+    FATHOM_ASSIGN_OR_RETURN(Probe p,
+                            Simulate(c.config, o, catalog, c.failed_qps, 0, /*to_the_end=*/true));
     if (p.error.empty()) {
       c.failure = Failure(p);
       c.failed_ttft_p99_ms = p.result.ttft_p99_ms;
@@ -434,26 +452,35 @@ Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatal
     }
     f.closest = c;
     if (limits.tpot_ms && c.failed_tpot_p99_ms > *limits.tpot_ms) {
-      f.advice.push_back(StrFormat("a p99 TPOT limit of at least %.0f ms (--tpot-ms; the closest candidate's p99 at "
-                                   "%.3g QPS)", std::ceil(c.failed_tpot_p99_ms), c.failed_qps));
+      f.advice.push_back(StrFormat(
+          "a p99 TPOT limit of at least %.0f ms (--tpot-ms; the closest candidate's p99 at "
+          "%.3g QPS)",
+          std::ceil(c.failed_tpot_p99_ms), c.failed_qps));
       f.advice.push_back(more_gpus + " or a faster GPU: shorter steps per token");
       FATHOM_ASSIGN_OR_RETURN(models::ModelArch model, models::LoadModel(o.space.model));
       if (model.mtp_layers > 0 && o.space.scenario == sim::Scenario::kServer) {
-        f.advice.push_back("the interactive scenario, where MLPerf allows speculative decoding (MTP)");
+        f.advice.push_back(
+            "the interactive scenario, where MLPerf allows speculative decoding (MTP)");
       }
     }
     if (limits.ttft_ms && c.failed_ttft_p99_ms > *limits.ttft_ms) {
-      f.advice.push_back(StrFormat("a p99 TTFT limit of at least %.0f ms (--ttft-ms)", std::ceil(c.failed_ttft_p99_ms)));
+      f.advice.push_back(StrFormat("a p99 TTFT limit of at least %.0f ms (--ttft-ms)",
+                                   std::ceil(c.failed_ttft_p99_ms)));
       f.advice.push_back(more_gpus + ": more prefill capacity");
     }
   } else if (f.unservable > 0) {
-    f.advice.push_back(more_gpus + " or fp8 KV (--kv fp8): a request needs more KV cache than one attention rank holds");
+    f.advice.push_back(
+        more_gpus +
+        " or fp8 KV (--kv fp8): a request needs more KV cache than one attention rank holds");
     f.advice.push_back("a lower output cap (--max-output) on the workload");
   }
   if (cands.feasible.empty()) {
-    f.advice.push_back(more_gpus + StrFormat(": the closest candidate (%s) lacks %s per GPU", f.least_shortfall.c_str(),
+    f.advice.push_back(more_gpus + StrFormat(": the closest candidate (%s) lacks %s per GPU",
+                                             f.least_shortfall.c_str(),
                                              HumanBytes(f.least_shortfall_bytes).c_str()));
-    f.advice.push_back("lower-precision weights or KV cache (--weights fp8 or fp4, --kv fp8), or smaller --max-batch");
+    f.advice.push_back(
+        "lower-precision weights or KV cache (--weights fp8 or fp4, --kv fp8), or smaller "
+        "--max-batch");
   }
   return f;
 }
@@ -475,14 +502,17 @@ Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog
   // The sweep id covers everything a result depends on.
   if (o.sweep_id.empty()) {
     // v2: server-type tokens/s is the sustained rate (stored results of v1 meant LoadGen's).
-    std::string sig = "v3|" + o.benchmark + "|" + o.space.model + "|" + o.space.hardware + "|" + std::to_string(o.space.gpus) + "|" +
-                      std::string(sim::Name(o.space.scenario)) + "|" + std::to_string(o.dataset.size()) + "|" +
-                      std::to_string(o.offline_samples) + "|" + std::to_string(o.probe_duration_s) + "|" +
-                      std::to_string(o.probe_min_samples) + "|" + std::to_string(o.probe_max_samples) + "|" +
-                      std::to_string(o.qps_steps) + "|" + std::to_string(o.ttft_limit_ms.value_or(0)) + "|" +
-                      std::to_string(o.tpot_limit_ms.value_or(0)) + "|" + o.time_model_tag + "|" +
-                      std::to_string(o.seed);
-    for (const auto& r : o.dataset) sig += "," + std::to_string(r.input_tokens) + ":" + std::to_string(r.output_tokens);
+    std::string sig =
+        "v3|" + o.benchmark + "|" + o.space.model + "|" + o.space.hardware + "|" +
+        std::to_string(o.space.gpus) + "|" + std::string(sim::Name(o.space.scenario)) + "|" +
+        std::to_string(o.dataset.size()) + "|" + std::to_string(o.offline_samples) + "|" +
+        std::to_string(o.probe_duration_s) + "|" + std::to_string(o.probe_min_samples) + "|" +
+        std::to_string(o.probe_max_samples) + "|" + std::to_string(o.qps_steps) + "|" +
+        std::to_string(o.ttft_limit_ms.value_or(0)) + "|" +
+        std::to_string(o.tpot_limit_ms.value_or(0)) + "|" + o.time_model_tag + "|" +
+        std::to_string(o.seed);
+    for (const auto& r : o.dataset)
+      sig += "," + std::to_string(r.input_tokens) + ":" + std::to_string(r.output_tokens);
     info.id = std::to_string(std::hash<std::string>{}(sig));
   } else {
     info.id = o.sweep_id;
@@ -495,7 +525,8 @@ Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog
     info.ttft_limit_ms = limits.ttft_ms;
     info.tpot_limit_ms = limits.tpot_ms;
   }
-  info.price_per_gpu_hour = o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  info.price_per_gpu_hour =
+      o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
   info.candidates = static_cast<int64_t>(p.candidates.feasible.size());
   info.infeasible = p.candidates.infeasible;
   return p;
@@ -511,19 +542,22 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
     FATHOM_RETURN_IF_ERROR(store->Record(prepared.info));
     FATHOM_ASSIGN_OR_RETURN(log.stored, store->Load(prepared.info.id));
     log.source = o.db_path;
-    log.save = [&](const std::string& key, const CandidateResult& r) { return store->Save(prepared.info.id, key, r); };
+    log.save = [&](const std::string& key, const CandidateResult& r) {
+      return store->Save(prepared.info.id, key, r);
+    };
   }
   FATHOM_ASSIGN_OR_RETURN(TuneResult out, Search(o, catalog, prepared, log));
   if (out.ranked.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure, Diagnose(o, catalog, prepared.candidates, out.simulated));
+    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure,
+                            Diagnose(o, catalog, prepared.candidates, out.simulated));
     out.failure = std::move(failure);
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
-Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog, const PreparedTune& prepared,
-                          const SearchLog& log) {
+Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                          const PreparedTune& prepared, const SearchLog& log) {
   const auto start = std::chrono::steady_clock::now();
   const bool server = ServerLike(o.space.scenario);
   const Candidates& cands = prepared.candidates;
@@ -547,7 +581,8 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     const double b = ThroughputBound(*resolved, mean_context);
     items.push_back({d, CandidateKey(d), server ? b / mean_output : b});
   }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bound > b.bound; });
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.bound > b.bound; });
 
   std::vector<std::optional<CandidateResult>> results(items.size());
   std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
@@ -558,8 +593,10 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   std::map<std::string, CandidateResult> stored_results;
   for (const auto& item : items) {
     if (auto it = stored.find(item.key); it != stored.end()) {
-      FATHOM_ASSIGN_OR_RETURN(CandidateResult r, CandidateFromJson(item.config, it->second,
-                                                                   log.source + ": sweep " + out.sweep_id + ": candidate metrics"));
+      FATHOM_ASSIGN_OR_RETURN(
+          CandidateResult r,
+          CandidateFromJson(item.config, it->second,
+                            log.source + ": sweep " + out.sweep_id + ": candidate metrics"));
       if (r.valid) best = std::max(best, r.Objective(server));
       stored_results.emplace(item.key, std::move(r));
     }
@@ -607,7 +644,8 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     const int64_t n = ++done;
     if (o.progress) {
       std::lock_guard<std::mutex> lock(mu);
-      o.progress({n, static_cast<int64_t>(items.size()), evaluated.load(), reused.load(), pruned.load(), best});
+      o.progress({n, static_cast<int64_t>(items.size()), evaluated.load(), reused.load(),
+                  pruned.load(), best});
     }
   });
   FATHOM_RETURN_IF_ERROR(failure);
@@ -624,15 +662,19 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   return out;
 }
 
-Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps, std::vector<int> gpu_counts,
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
+                                  std::vector<int> gpu_counts,
                                   const models::HardwareCatalog& catalog) {
   if (!ServerLike(options.space.scenario)) {
     return Status::InvalidArgument("capacity planning needs the server or interactive scenario");
   }
-  if (!(target_qps > 0)) return Status::InvalidArgument("--capacity-qps = " + std::to_string(target_qps) + ": must be > 0");
+  if (!(target_qps > 0))
+    return Status::InvalidArgument("--capacity-qps = " + std::to_string(target_qps) +
+                                   ": must be > 0");
   std::sort(gpu_counts.begin(), gpu_counts.end());
   FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(options.space.hardware));
-  const double price = options.price_per_gpu_hour > 0 ? options.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  const double price =
+      options.price_per_gpu_hour > 0 ? options.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
   CapacityPlan plan;
   for (int gpus : gpu_counts) {
     TuneOptions o = options;

@@ -41,17 +41,17 @@ struct TuneOptions {
   double probe_duration_s = 600;
   int64_t probe_min_samples = 300;
   int64_t probe_max_samples = 250000;
-  int qps_steps = 7;                     // bisection steps of the QPS search
+  int qps_steps = 7;                                   // bisection steps of the QPS search
   std::optional<double> ttft_limit_ms, tpot_limit_ms;  // default: the MLPerf benchmark's
-  int jobs = 0;                          // worker threads; 0 = all cores
-  std::string db_path;                   // results store; empty = none (nothing resumable)
-  std::string sweep_id;                  // empty = derived from the sweep's inputs
-  double price_per_gpu_hour = 0;         // 0 = the hardware's default
+  int jobs = 0;                                        // worker threads; 0 = all cores
+  std::string db_path;            // results store; empty = none (nothing resumable)
+  std::string sweep_id;           // empty = derived from the sweep's inputs
+  double price_per_gpu_hour = 0;  // 0 = the hardware's default
   // Called after each candidate, from the worker threads one at a time; empty: none.
   std::function<void(const TuneProgress&)> progress;
   bool prune = true;
   sim::TimeModelFactory make_time;
-  std::string time_model_tag;            // part of the derived sweep id (e.g. calibration file hash)
+  std::string time_model_tag;  // part of the derived sweep id (e.g. calibration file hash)
   uint64_t seed = 1;
 };
 
@@ -60,21 +60,21 @@ bool ServerLike(sim::Scenario s);
 
 struct CandidateResult {
   sim::DeploymentConfig config;
-  bool valid = false;                 // served every request (and, server-type, met the limits)
+  bool valid = false;  // served every request (and, server-type, met the limits)
   // Server-type scenarios: the rate sustained at `qps` (output tokens per second of arrivals),
   // which costs are computed from; Offline: LoadGen's throughput.
   double throughput_tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
-  double loadgen_tokens_per_s = 0;    // what LoadGen would report for the run
-  double tokens_per_s_per_user = 0;   // 1000 / mean TPOT
-  double qps = 0;                     // highest valid QPS (server-type scenarios)
+  double loadgen_tokens_per_s = 0;   // what LoadGen would report for the run
+  double tokens_per_s_per_user = 0;  // 1000 / mean TPOT
+  double qps = 0;                    // highest valid QPS (server-type scenarios)
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
   double cost_per_million_tokens = 0;
-  double bound = 0;                   // analytical upper bound on the objective
+  double bound = 0;  // analytical upper bound on the objective
   // The run behind the figures: samples issued (over all instances) and LoadGen's measured time.
   int64_t run_samples = 0;
   double run_s = 0;
-  bool reused = false;                // read back from the results store
+  bool reused = false;  // read back from the results store
   // An invalid candidate: what broke ("TTFT", "TPOT", "TTFT and TPOT", or why no run could serve
   // the requests), and for server-type scenarios the lowest QPS probed with its p99s there
   // (over the requests done when the probe stopped at 1% of requests over a limit).
@@ -91,10 +91,11 @@ struct CandidateResult {
 
 // Why a search found nothing valid, and what to relax.
 struct SearchFailure {
-  int64_t out_of_memory = 0;          // candidates that do not fit (Candidates::out_of_memory)
-  double least_shortfall_bytes = 0;   // per GPU, of the one that comes closest
+  int64_t out_of_memory = 0;         // candidates that do not fit (Candidates::out_of_memory)
+  double least_shortfall_bytes = 0;  // per GPU, of the one that comes closest
   std::string least_shortfall;
-  int64_t ttft_broken = 0, tpot_broken = 0, unservable = 0;  // simulated candidates, at their lowest load
+  int64_t ttft_broken = 0, tpot_broken = 0,
+          unservable = 0;  // simulated candidates, at their lowest load
   // The simulated candidate nearest the limits (least max(p99 / limit) at its lowest QPS), re-run
   // there to the end so its p99s are whole.
   std::optional<CandidateResult> closest;
@@ -122,15 +123,15 @@ struct SweepInfo {
 struct TuneResult {
   std::string sweep_id;
   std::vector<CandidateResult> simulated;  // simulated or read back, valid or not, in bound order
-  std::vector<CandidateResult> ranked;    // valid candidates, best first
-  std::vector<CandidateResult> frontier;  // Pareto: tokens/s per GPU vs tokens/s per user
-  int64_t candidates = 0;                 // feasible candidates in the space
-  int64_t evaluated = 0;                  // simulated in this run
-  int64_t reused = 0;                     // answered by the results store
-  int64_t pruned = 0;                     // bound below the best found
-  int64_t infeasible = 0;                 // invalid layouts or out of memory
+  std::vector<CandidateResult> ranked;     // valid candidates, best first
+  std::vector<CandidateResult> frontier;   // Pareto: tokens/s per GPU vs tokens/s per user
+  int64_t candidates = 0;                  // feasible candidates in the space
+  int64_t evaluated = 0;                   // simulated in this run
+  int64_t reused = 0;                      // answered by the results store
+  int64_t pruned = 0;                      // bound below the best found
+  int64_t infeasible = 0;                  // invalid layouts or out of memory
   double wall_s = 0;
-  std::optional<SearchFailure> failure;   // set when no candidate is valid
+  std::optional<SearchFailure> failure;  // set when no candidate is valid
 };
 
 Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
@@ -167,7 +168,7 @@ std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& 
 struct CapacityStep {
   int gpus = 0;
   bool meets = false;
-  std::optional<CandidateResult> best;  // the highest-QPS deployment on this many GPUs
+  std::optional<CandidateResult> best;   // the highest-QPS deployment on this many GPUs
   std::optional<SearchFailure> failure;  // why none is valid, where none is
   double cost_per_hour = 0;
 };
@@ -177,7 +178,8 @@ struct CapacityPlan {
 };
 // Tries each count of `gpu_counts` in increasing order and stops at the first that meets the
 // target. `options.space.scenario` must be server or interactive.
-Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps, std::vector<int> gpu_counts,
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
+                                  std::vector<int> gpu_counts,
                                   const models::HardwareCatalog& catalog);
 
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:

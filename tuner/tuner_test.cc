@@ -1,3 +1,5 @@
+#include "tuner/tuner.h"
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <set>
@@ -9,7 +11,6 @@
 #include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "tuner/launch.h"
-#include "tuner/tuner.h"
 
 namespace fathom::tuner {
 namespace {
@@ -19,7 +20,8 @@ models::CostParams ShippedParams() {
   return models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
 }
 
-TuneOptions SmallOptions(sim::Scenario scenario, const models::CostParams& params = ShippedParams()) {
+TuneOptions SmallOptions(sim::Scenario scenario,
+                         const models::CostParams& params = ShippedParams()) {
   TuneOptions o;
   o.space.model = "llama2-70b";
   o.space.hardware = "h200";
@@ -48,7 +50,8 @@ models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin
 
 }  // namespace
 
-TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustive search", "[tuner]") {
+TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustive search",
+          "[tuner]") {
   // The shipped calibration, and one whose per-iteration host cost dwarfs the operators: there
   // pipelines run fewer, larger microbatches than they have stages, which the bound must allow.
   models::CostParams host_bound = ShippedParams();
@@ -67,14 +70,16 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
       CHECK(pruned->pruned > 0);
       CHECK(pruned->evaluated + pruned->pruned == exhaustive->evaluated);
       const bool server = scenario != sim::Scenario::kOffline;
-      const double found = pruned->ranked.front().Objective(server), best = exhaustive->ranked.front().Objective(server);
+      const double found = pruned->ranked.front().Objective(server),
+                   best = exhaustive->ranked.front().Objective(server);
       if (server) {
         // A QPS search stops within 2% of a candidate's capacity, where it starts from the best
         // found so far, which depends on which thread finished first.
         CHECK(found >= best / 1.02);
       } else {
         CHECK(found == best);
-        CHECK(CandidateKey(pruned->ranked.front().config) == CandidateKey(exhaustive->ranked.front().config));
+        CHECK(CandidateKey(pruned->ranked.front().config) ==
+              CandidateKey(exhaustive->ranked.front().config));
       }
       // Every candidate's bound is above what it achieved.
       for (const auto& c : exhaustive->ranked) {
@@ -85,7 +90,8 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
   }
 }
 
-TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts", "[tuner]") {
+TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts",
+          "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kOffline);
   std::vector<TuneProgress> heard;
   o.progress = [&](const TuneProgress& p) { heard.push_back(p); };  // called one at a time
@@ -100,7 +106,8 @@ TEST_CASE("Tune: the progress callback hears of every candidate, the last with t
   CHECK(last.best == r->ranked.front().Objective(false));
 }
 
-TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one", "[tuner]") {
+TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one",
+          "[tuner]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string db = (dir / "fathom_tune_resume.db").string();
   const std::string fresh_db = (dir / "fathom_tune_fresh.db").string();
@@ -132,15 +139,19 @@ TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterr
   auto uninterrupted = Tune(clean, Catalog());
   REQUIRE(uninterrupted.ok());
   REQUIRE(resumed->ranked.size() == uninterrupted->ranked.size());
-  CHECK(CandidateKey(resumed->ranked.front().config) == CandidateKey(uninterrupted->ranked.front().config));
+  CHECK(CandidateKey(resumed->ranked.front().config) ==
+        CandidateKey(uninterrupted->ranked.front().config));
   CHECK(resumed->ranked.front().throughput_tokens_per_s ==
         Approx(uninterrupted->ranked.front().throughput_tokens_per_s).epsilon(1e-12));
   std::filesystem::remove(db);
   std::filesystem::remove(fresh_db);
 }
 
-TEST_CASE("Tune: a resumed pruned sweep prunes what the first run pruned, whatever the thread order", "[tuner]") {
-  const std::string db = (std::filesystem::temp_directory_path() / "fathom_tune_resume_pruned.db").string();
+TEST_CASE(
+    "Tune: a resumed pruned sweep prunes what the first run pruned, whatever the thread order",
+    "[tuner]") {
+  const std::string db =
+      (std::filesystem::temp_directory_path() / "fathom_tune_resume_pruned.db").string();
   std::filesystem::remove(db);
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.sweep_id = "resume-pruned";
@@ -162,7 +173,10 @@ TEST_CASE("Tune: a resumed pruned sweep prunes what the first run pruned, whatev
   std::filesystem::remove(db);
 }
 
-TEST_CASE("Evaluate: an Offline run is whole data sets lasting LoadGen's 1.1 x 600 s or the benchmark's run", "[tuner]") {
+TEST_CASE(
+    "Evaluate: an Offline run is whole data sets lasting LoadGen's 1.1 x 600 s or the benchmark's "
+    "run",
+    "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kOffline);
   auto cands = Enumerate(o.space, Catalog());
   REQUIRE(cands.ok());
@@ -196,7 +210,8 @@ TEST_CASE("Evaluate: an Offline run is whole data sets lasting LoadGen's 1.1 x 6
   r1.space.kv = {"fp8"};
   r1.space.max_batch = {512};
   r1.space.max_num_tokens = {4096};
-  r1.dataset = *traces::BenchmarkDataset(*traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1"));
+  r1.dataset =
+      *traces::BenchmarkDataset(*traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1"));
   sim::DeploymentConfig adp;
   adp.engine.max_batch = 512;
   auto dsr1 = Evaluate(adp, r1, Catalog());
@@ -236,7 +251,8 @@ TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]
     d = Llama2Tp2Instances(k);
     auto many = Evaluate(d, o, Catalog());
     REQUIRE(many.ok());
-    CHECK(many->throughput_tokens_per_s == Approx(k * single->throughput_tokens_per_s).epsilon(0.03));
+    CHECK(many->throughput_tokens_per_s ==
+          Approx(k * single->throughput_tokens_per_s).epsilon(0.03));
     CHECK(many->tokens_per_s_per_gpu == Approx(single->tokens_per_s_per_gpu).epsilon(0.03));
     // All k instances simulated together, behind the router, on as many samples.
     auto resolved = sim::Resolve(d, Catalog(), o.make_time);
@@ -245,7 +261,8 @@ TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]
     sc.scenario = sim::Scenario::kOffline;
     sc.min_duration_s = 0;
     (*resolved)->spec.scenario = sc;
-    sim::Simulator whole(std::move((*resolved)->spec), sim::OfflineSource(o.dataset, many->run_samples, o.seed));
+    sim::Simulator whole(std::move((*resolved)->spec),
+                         sim::OfflineSource(o.dataset, many->run_samples, o.seed));
     auto res = whole.Run();
     REQUIRE(res.ok());
     CHECK(res->throughput_tokens_per_s == Approx(many->throughput_tokens_per_s).epsilon(0.03));
@@ -265,7 +282,8 @@ TEST_CASE("Evaluate: n identical replicas give at least n x Server capacity", "[
   REQUIRE(single.ok());
   REQUIRE(single->valid);
   d = Llama2Tp2Instances(3);
-  for (sim::RouterKind router : {sim::RouterKind::kRoundRobin, sim::RouterKind::kLeastOutstanding}) {
+  for (sim::RouterKind router :
+       {sim::RouterKind::kRoundRobin, sim::RouterKind::kLeastOutstanding}) {
     d.router = router;
     auto three = Evaluate(d, o, Catalog());
     REQUIRE(three.ok());
@@ -275,7 +293,9 @@ TEST_CASE("Evaluate: n identical replicas give at least n x Server capacity", "[
   }
 }
 
-TEST_CASE("Evaluate: a Server candidate's tokens/s and cost are the rate it sustains, QPS x mean output", "[tuner]") {
+TEST_CASE(
+    "Evaluate: a Server candidate's tokens/s and cost are the rate it sustains, QPS x mean output",
+    "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.space.disaggregated = false;
   auto cands = Enumerate(o.space, Catalog());
@@ -289,12 +309,15 @@ TEST_CASE("Evaluate: a Server candidate's tokens/s and cost are the rate it sust
   const double mean_output = output / static_cast<double>(o.dataset.size());
   // Token conservation, within the sampling error of a probe's Poisson arrivals.
   CHECK(c->throughput_tokens_per_s == Approx(c->qps * mean_output).epsilon(0.15));
-  CHECK(c->tokens_per_s_per_gpu == Approx(c->throughput_tokens_per_s / cands->feasible.front().TotalGpus()));
-  CHECK(c->cost_per_million_tokens == Approx(models::CostPerMillionTokens(3.8, c->tokens_per_s_per_gpu)));
+  CHECK(c->tokens_per_s_per_gpu ==
+        Approx(c->throughput_tokens_per_s / cands->feasible.front().TotalGpus()));
+  CHECK(c->cost_per_million_tokens ==
+        Approx(models::CostPerMillionTokens(3.8, c->tokens_per_s_per_gpu)));
   CHECK(c->loadgen_tokens_per_s > 0);
 }
 
-TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, and fp8 and bf16 KV", "[tuner]") {
+TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, and fp8 and bf16 KV",
+          "[tuner]") {
   auto formats = [](const std::string& hardware) {
     SearchSpace space;
     space.hardware = hardware;
@@ -338,22 +361,24 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   d.engine.max_num_tokens = 4608;
   const LaunchCommands c = MakeLaunchCommands(d);
   CHECK(c.trtllm.find("nvidia/DeepSeek-R1-FP4") != std::string::npos);
-  CHECK(c.trtllm.find("--tp_size 8 --pp_size 1 --ep_size 8 --max_batch_size 512 --max_num_tokens 4608") !=
+  CHECK(c.trtllm.find(
+            "--tp_size 8 --pp_size 1 --ep_size 8 --max_batch_size 512 --max_num_tokens 4608") !=
         std::string::npos);
   CHECK(c.trtllm_yaml.find("enable_attention_dp: true") != std::string::npos);
   CHECK(c.trtllm_yaml.find("moe_expert_parallel_size: 8") != std::string::npos);
   CHECK(c.trtllm_yaml.find("  dtype: fp8") != std::string::npos);
   CHECK(c.sglang.find("--tp 8 --dp 8 --enable-dp-attention --ep-size 8") != std::string::npos);
   CHECK(c.sglang.find("--chunked-prefill-size 4608") != std::string::npos);
-  CHECK(c.vllm.find("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel") != std::string::npos);
+  CHECK(c.vllm.find("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel") !=
+        std::string::npos);
   CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
   CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
   CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
   d.engine.adp_balance = true;
   d.engine.adp_batching_wait_iters = 10;
   d.engine.adp_timeout_iters = 500;
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find(
-            "attention_dp_config:\n  enable_balance: true\n  batching_wait_iters: 10\n  timeout_iters: 500\n") !=
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("attention_dp_config:\n  enable_balance: true\n  "
+                                               "batching_wait_iters: 10\n  timeout_iters: 500\n") !=
         std::string::npos);
   // The deployment file keeps it, and the runtime.
   d.runtime = models::Runtime::kCpp;
@@ -364,20 +389,24 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(back->runtime == models::Runtime::kCpp);
   auto bad_runtime = sim::DeploymentFromJson(Json::parse(R"({"runtime": "java"})"), "x.json");
   REQUIRE_FALSE(bad_runtime.ok());
-  CHECK(bad_runtime.status().message() == "x.json: runtime = \"java\": unknown (one of python, cpp)");
+  CHECK(bad_runtime.status().message() ==
+        "x.json: runtime = \"java\": unknown (one of python, cpp)");
   d.runtime = models::Runtime::kPython;
   // Layout numbers as typed: never truncated to int (4294967304 read as 8), never overflowing one.
-  CHECK(sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==
-        "x.json: field 'tp' = 4294967304: must be in [1, 65536]");
+  CHECK(
+      sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==
+      "x.json: field 'tp' = 4294967304: must be in [1, 65536]");
   CHECK(sim::DeploymentFromJson(Json::parse(R"({"gpus": 0})"), "x.json").status().message() ==
         "x.json: field 'gpus' = 0: must be in [1, 65536]");
-  CHECK(sim::DeploymentFromJson(Json::parse(R"({"mtp": 4294967299})"), "x.json").status().message() ==
-        "x.json: field 'mtp' = 4294967299: must be in [0, 16]");
+  CHECK(
+      sim::DeploymentFromJson(Json::parse(R"({"mtp": 4294967299})"), "x.json").status().message() ==
+      "x.json: field 'mtp' = 4294967299: must be in [0, 16]");
   auto bad = sim::DeploymentFromJson(Json::parse(R"({"adp_balance": {"wait": 3}})"), "x.json");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("adp_balance") != std::string::npos);
   d.engine.mtp_depth = 3;
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("decoding_type: MTP\n  num_nextn_predict_layers: 3") != std::string::npos);
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find(
+            "decoding_type: MTP\n  num_nextn_predict_layers: 3") != std::string::npos);
   d.disaggregated = true;
   d.prefill = {2, 4, 1, 4, 1};
   d.decode = {1, 8, 1, 8, 8};
@@ -386,7 +415,8 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(dis.sglang.find("--disaggregation-mode decode") != std::string::npos);
 }
 
-TEST_CASE("RunRecord: a deployment file carries the run behind its figures, checked on reading", "[tuner]") {
+TEST_CASE("RunRecord: a deployment file carries the run behind its figures, checked on reading",
+          "[tuner]") {
   sim::DeploymentConfig d;
   sim::RunRecord run;
   run.scenario = sim::Scenario::kServer;
@@ -396,7 +426,8 @@ TEST_CASE("RunRecord: a deployment file carries the run behind its figures, chec
   run.benchmark = "deepseek-r1";
   run.stack = "trtllm-1.2";
   run.tpot_limit_ms = 60;
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_run_record.json").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_run_record.json").string();
   REQUIRE(WriteFileAtomic(path, sim::ToJson(d, run).dump(2)).ok());
   auto file = sim::LoadDeploymentFile(path);
   REQUIRE(file.ok());
@@ -408,15 +439,19 @@ TEST_CASE("RunRecord: a deployment file carries the run behind its figures, chec
   CHECK(file->run->stack == "trtllm-1.2");
   CHECK(!file->run->ttft_limit_ms);
   CHECK(file->run->tpot_limit_ms == 60);
-  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "server", "samples": 10, "qps": -1}})").ok());
+  REQUIRE(
+      WriteFileAtomic(path, R"({"run": {"scenario": "server", "samples": 10, "qps": -1}})").ok());
   CHECK(sim::LoadDeploymentFile(path).status().message() ==
         path + ": run: field 'qps' = -1: must be > 0 and finite");
-  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "offline", "samples": 10, "sample": 3}})").ok());
-  CHECK(sim::LoadDeploymentFile(path).status().message().find("run: field 'sample': unknown") != std::string::npos);
+  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "offline", "samples": 10, "sample": 3}})")
+              .ok());
+  CHECK(sim::LoadDeploymentFile(path).status().message().find("run: field 'sample': unknown") !=
+        std::string::npos);
   std::filesystem::remove(path);
 }
 
-TEST_CASE("OfflineRunSamples: the fewest whole data sets lasting the target, extrapolated", "[tuner]") {
+TEST_CASE("OfflineRunSamples: the fewest whole data sets lasting the target, extrapolated",
+          "[tuner]") {
   // A run lasting 100 s per data set plus a 50 s drain: 660 s needs ceil(6.1) = 7 passes.
   std::vector<int64_t> tried;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
@@ -427,7 +462,8 @@ TEST_CASE("OfflineRunSamples: the fewest whole data sets lasting the target, ext
   REQUIRE(samples.ok());
   CHECK(*samples == 70);
   CHECK(tried.back() == 70);  // the answer is the last run simulated
-  CHECK(sim::OfflineRunTargetS(traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1")) == 4520);
+  CHECK(sim::OfflineRunTargetS(traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1")) ==
+        4520);
   // A deployment that cannot serve the data set ends the search at once.
   auto never = [](int64_t) -> Result<std::optional<double>> { return std::optional<double>(); };
   CHECK(*sim::OfflineRunSamples(10, 660, never) == 10);

@@ -15,7 +15,8 @@ namespace {
 class ThreadWorkPool : public WorkPool {
  public:
   explicit ThreadWorkPool(int jobs)
-      : jobs_(jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+      : jobs_(jobs > 0 ? jobs
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
 
   bool coordinator() const override { return true; }
   int workers() const override { return jobs_; }
@@ -80,11 +81,15 @@ Result<std::unique_ptr<WorkPool>> MakeWorkPool(int jobs) {
   return MakeThreadWorkPool(jobs);
 }
 
-std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs) { return std::make_unique<ThreadWorkPool>(jobs); }
+std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs) {
+  return std::make_unique<ThreadWorkPool>(jobs);
+}
 
 Status RefuseWork(WorkPool* pool, const Status& why) {
   WorkHandlers h;
-  h.compute = [&](int64_t, const std::string&, const WorkHandlers::Emit&) -> Result<std::string> { return why; };
+  h.compute = [&](int64_t, const std::string&, const WorkHandlers::Emit&) -> Result<std::string> {
+    return why;
+  };
   return pool->Run({}, h);
 }
 

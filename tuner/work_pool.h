@@ -21,7 +21,8 @@ struct WorkHandlers {
   // Any process: computes `item`, handing each result to `emit` as soon as it is known (a failed
   // emit stops the item), and returns a summary of the item.
   using Emit = std::function<Status(const std::string& result)>;
-  std::function<Result<std::string>(int64_t item, const std::string& assignment, const Emit& emit)> compute;
+  std::function<Result<std::string>(int64_t item, const std::string& assignment, const Emit& emit)>
+      compute;
   // Coordinator: one result of `item`, in the order the item emitted them.
   std::function<Status(int64_t item, const std::string& result)> collect;
   // Coordinator: `item` finished and every result it emitted was collected.

@@ -1,5 +1,6 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|stream|activity|online|tune|serve|loadgen|all] [--rows N] [--repeat R]
+//   fathom_bench [csv|offline|server|stream|activity|online|tune|serve|loadgen|all] [--rows N]
+//   [--repeat R]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -12,11 +13,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/stats.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/roofline.h"
 #include "profiler/activity.h"
-#include "base/stats.h"
 #include "sim/deployment_config.h"
 #include "sim/live/loadgen.h"
 #include "sim/live/openai_server.h"
@@ -56,8 +57,8 @@ void CsvParse(int64_t rows, int repeat) {
     std::FILE* f = std::fopen(path.c_str(), "w");
     std::fputs("input_length,output_length,timestamp\n", f);
     for (int64_t i = 0; i < rows; ++i) {
-      std::fprintf(f, "%lld,%lld,%.3f\n", static_cast<long long>(100 + i % 3000), static_cast<long long>(1 + i % 20000),
-                   i * 0.01);
+      std::fprintf(f, "%lld,%lld,%.3f\n", static_cast<long long>(100 + i % 3000),
+                   static_cast<long long>(1 + i % 20000), i * 0.01);
     }
     std::fclose(f);
   }
@@ -68,8 +69,8 @@ void CsvParse(int64_t rows, int repeat) {
     n = 0;
     while (*(*reader)->Next(&r)) ++n;
   });
-  std::printf("csv_parse: %lld rows in %.3f s = %.2f M rows/s, peak RSS %.1f MB\n", static_cast<long long>(n), s,
-              n / s / 1e6, PeakRssMb());
+  std::printf("csv_parse: %lld rows in %.3f s = %.2f M rows/s, peak RSS %.1f MB\n",
+              static_cast<long long>(n), s, n / s / 1e6, PeakRssMb());
   std::remove(path.c_str());
 }
 
@@ -78,9 +79,12 @@ std::unique_ptr<sim::ResolvedDeployment> DeepSeekB200() {
   d.engine.max_batch = 512;
   d.engine.max_num_tokens = 4608;
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto r = sim::Resolve(d, *catalog, [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
-    return std::unique_ptr<models::ExecutionTimeModel>(std::make_unique<models::RooflineModel>(m, hw, l, p));
-  });
+  auto r = sim::Resolve(
+      d, *catalog,
+      [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
+        return std::unique_ptr<models::ExecutionTimeModel>(
+            std::make_unique<models::RooflineModel>(m, hw, l, p));
+      });
   return std::move(r).value();
 }
 
@@ -98,7 +102,8 @@ void Scenario(const char* name, sim::Scenario scenario, double qps, int64_t samp
     auto d = DeepSeekB200();
     d->spec.scenario.scenario = scenario;
     d->spec.scenario.qps = qps;
-    auto source = qps > 0 ? sim::PoissonSource(data, samples, qps, 1) : sim::OfflineSource(data, samples, 1);
+    auto source =
+        qps > 0 ? sim::PoissonSource(data, samples, qps, 1) : sim::OfflineSource(data, samples, 1);
     sim::Simulator simulator(std::move(d->spec), std::move(source));
     auto res = simulator.Run();
     sim_s = res->duration_s;
@@ -116,21 +121,23 @@ void Stream(int64_t requests) {
   spec.lengths.output = {3.0, 0.5};
   auto d = DeepSeekB200();
   d->spec.scenario.scenario = sim::Scenario::kReplay;
-  sim::Simulator simulator(std::move(d->spec), sim::ReplaySource(std::move(*traces::Synthesize(spec))));
+  sim::Simulator simulator(std::move(d->spec),
+                           sim::ReplaySource(std::move(*traces::Synthesize(spec))));
   const auto start = std::chrono::steady_clock::now();
   auto res = simulator.Run();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("stream: %lld synthetic requests (%.0f s simulated) in %.1f s wall, peak RSS %.1f MB\n",
-              static_cast<long long>(res->completed_requests), res->duration_s, s, PeakRssMb());
+  std::printf(
+      "stream: %lld synthetic requests (%.0f s simulated) in %.1f s wall, peak RSS %.1f MB\n",
+      static_cast<long long>(res->completed_requests), res->duration_s, s, PeakRssMb());
 }
 
 // The tracer's assembly of CUPTI activity, as a serving process produces it: iterations of 60
-// NVTX layer ranges with 10 kernel launches each (100,000 a second) on one thread, each kernel's record arriving 2 ms
-// after its launch, taken in batches of 64k as the injected tracer does.
+// NVTX layer ranges with 10 kernel launches each (100,000 a second) on one thread, each kernel's
+// record arriving 2 ms after its launch, taken in batches of 64k as the injected tracer does.
 void Activity(int64_t kernels, int repeat) {
-  const std::vector<std::string> names = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
-                                          "flash_fwd_splitkv_kernel", "triton_poi_fused_add_rmsnorm_0",
-                                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"};
+  const std::vector<std::string> names = {
+      "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "flash_fwd_splitkv_kernel",
+      "triton_poi_fused_add_rmsnorm_0", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"};
   const std::vector<std::string> layers = [] {
     std::vector<std::string> v;
     for (int i = 0; i < 60; ++i) v.push_back("layer." + std::to_string(i));
@@ -192,14 +199,16 @@ void Online(int repeat) {
   o.max_num_tokens = {2048, 4096, 8192};
   std::string reason;
   const double s = Median(repeat, [&] {
-    auto c = tuner::Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, *catalog,
-                                       [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
-                                         return std::unique_ptr<models::ExecutionTimeModel>(
-                                             std::make_unique<models::RooflineModel>(m, hw, l, p));
-                                       });
+    auto c = tuner::Controller::Create(
+        sim::DeploymentConfig{}, {256, 8192}, o, *catalog,
+        [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
+          return std::unique_ptr<models::ExecutionTimeModel>(
+              std::make_unique<models::RooflineModel>(m, hw, l, p));
+        });
     reason = (*c)->Step(w)->reason;
   });
-  std::printf("online_step: 12 choices predicted in %.3f s wall (median of %d): %s\n", s, repeat, reason.c_str());
+  std::printf("online_step: 12 choices predicted in %.3f s wall (median of %d): %s\n", s, repeat,
+              reason.c_str());
 }
 
 // A default tune (the calibrated cost model, the benchmark's data set and run rules) of each
@@ -218,7 +227,8 @@ void Tunes(int repeat) {
                             {"llama2-70b", "h200", 8, sim::Scenario::kOffline},
                             {"llama2-70b", "h200", 8, sim::Scenario::kServer}};
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  const models::CostParams params = models::LoadCalibration(models::DefaultCalibrationPath())->params;
+  const models::CostParams params =
+      models::LoadCalibration(models::DefaultCalibrationPath())->params;
   for (const System& sys : systems) {
     tuner::TuneOptions o;
     o.space.model = sys.model;
@@ -232,22 +242,26 @@ void Tunes(int repeat) {
     tuner::TuneResult r;
     const double s = Median(repeat, [&] { r = *tuner::Tune(o, *catalog); });
     const bool server = sys.scenario != sim::Scenario::kOffline;
-    const std::string at = server && !r.ranked.empty() ? " at " + std::to_string(r.ranked.front().qps) + " QPS" : "";
-    std::printf("tune_%s_%dx%s_%s: %.2f s, %lld simulated of %lld; best %.0f tok/s (%.0f per GPU)%s\n", sys.model,
-                sys.gpus, sys.hardware, std::string(sim::Name(sys.scenario)).c_str(), s,
-                static_cast<long long>(r.evaluated), static_cast<long long>(r.candidates),
-                r.ranked.empty() ? 0.0 : r.ranked.front().throughput_tokens_per_s,
-                r.ranked.empty() ? 0.0 : r.ranked.front().tokens_per_s_per_gpu, at.c_str());
+    const std::string at =
+        server && !r.ranked.empty() ? " at " + std::to_string(r.ranked.front().qps) + " QPS" : "";
+    std::printf(
+        "tune_%s_%dx%s_%s: %.2f s, %lld simulated of %lld; best %.0f tok/s (%.0f per GPU)%s\n",
+        sys.model, sys.gpus, sys.hardware, std::string(sim::Name(sys.scenario)).c_str(), s,
+        static_cast<long long>(r.evaluated), static_cast<long long>(r.candidates),
+        r.ranked.empty() ? 0.0 : r.ranked.front().throughput_tokens_per_s,
+        r.ranked.empty() ? 0.0 : r.ranked.front().tokens_per_s_per_gpu, at.c_str());
   }
 }
 
 // The live path against the simulator: `n` identical requests through fathom serve (in this
 // process, on loopback) and loadgen, and the same load simulated. Per request, the measured TTFT
 // and time per output token minus the simulated ones is what HTTP, SSE and pacing add.
-void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int n, int64_t input, int64_t output) {
+void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int n, int64_t input,
+          int64_t output) {
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   auto roofline = [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
-    return std::unique_ptr<models::ExecutionTimeModel>(std::make_unique<models::RooflineModel>(m, hw, l, p));
+    return std::unique_ptr<models::ExecutionTimeModel>(
+        std::make_unique<models::RooflineModel>(m, hw, l, p));
   };
   std::vector<traces::Request> requests;
   for (int i = 0; i < n; ++i) requests.push_back({i, std::nullopt, input, output, {}});
@@ -258,7 +272,8 @@ void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int
   auto for_engine = sim::Resolve(d, *catalog, roofline);
   auto resolved = sim::Resolve(d, *catalog, roofline);
   if (!for_engine.ok() || !resolved.ok()) {
-    std::printf("%s: %s\n", name, (for_engine.ok() ? resolved : for_engine).status().message().c_str());
+    std::printf("%s: %s\n", name,
+                (for_engine.ok() ? resolved : for_engine).status().message().c_str());
     return;
   }
   sim::LiveEngine engine(std::move(*for_engine), 1.0);
@@ -293,17 +308,22 @@ void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int
     const sim::RequestRecord& p = predicted[m.id];
     ttft_extra_ms.push_back(1e3 * ((m.first_token_s - m.issue_s) - (p.first_token_s - p.issue_s)));
     if (m.output > 1) {
-      tpot_extra_ms.push_back(1e3 * ((m.done_s - m.first_token_s) - (p.done_s - p.first_token_s)) / (m.output - 1));
+      tpot_extra_ms.push_back(1e3 * ((m.done_s - m.first_token_s) - (p.done_s - p.first_token_s)) /
+                              (m.output - 1));
     }
   }
-  std::printf("%s: %d requests (%lld in, %lld out), %lld answered, %lld failed in %.1f s wall; measured vs simulated "
-              "p99 TTFT %.1f vs %.1f ms, p99 TPOT %.2f vs %.2f ms; per request, extra TTFT p50 %.2f p99 %.2f ms, "
-              "extra per output token p50 %.3f p99 %.3f ms; schedule error p99 %.3f ms\n",
-              name, n, static_cast<long long>(input), static_cast<long long>(output),
-              static_cast<long long>(report->answered.size()), static_cast<long long>(report->failed), wall,
-              report->result.ttft_p99_ms, sim_result->ttft_p99_ms, report->result.tpot_p99_ms, sim_result->tpot_p99_ms,
-              Percentile(ttft_extra_ms, 0.5), Percentile(ttft_extra_ms, 0.99), Percentile(tpot_extra_ms, 0.5),
-              Percentile(tpot_extra_ms, 0.99), report->schedule_error_p99_ms);
+  std::printf(
+      "%s: %d requests (%lld in, %lld out), %lld answered, %lld failed in %.1f s wall; measured vs "
+      "simulated "
+      "p99 TTFT %.1f vs %.1f ms, p99 TPOT %.2f vs %.2f ms; per request, extra TTFT p50 %.2f p99 "
+      "%.2f ms, "
+      "extra per output token p50 %.3f p99 %.3f ms; schedule error p99 %.3f ms\n",
+      name, n, static_cast<long long>(input), static_cast<long long>(output),
+      static_cast<long long>(report->answered.size()), static_cast<long long>(report->failed), wall,
+      report->result.ttft_p99_ms, sim_result->ttft_p99_ms, report->result.tpot_p99_ms,
+      sim_result->tpot_p99_ms, Percentile(ttft_extra_ms, 0.5), Percentile(ttft_extra_ms, 0.99),
+      Percentile(tpot_extra_ms, 0.5), Percentile(tpot_extra_ms, 0.99),
+      report->schedule_error_p99_ms);
 }
 
 // 1,000 streams at once: DeepSeek-R1 on 8xB200 (8 attention ranks x 128 sequences), Offline.
@@ -340,8 +360,10 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::atoi(argv[i + 1]);
   }
   if (what == "csv" || what == "all") fathom::CsvParse(rows, repeat);
-  if (what == "offline" || what == "all") fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
-  if (what == "server" || what == "all") fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
+  if (what == "offline" || what == "all")
+    fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
+  if (what == "server" || what == "all")
+    fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   if (what == "online" || what == "all") fathom::Online(repeat);

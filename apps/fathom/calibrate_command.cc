@@ -63,33 +63,39 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
-  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n", "line",
-              "submitter", "gpu", "model", "scenario", "samples", "tok/s pub", "tok/s sim", "err%", "TTFT pub", "TTFT sim",
-              "err%", "TPOT pub", "TPOT sim", "err%", "QPS pub", "QPS max", "err%");
+  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n",
+              "line", "submitter", "gpu", "model", "scenario", "samples", "tok/s pub", "tok/s sim",
+              "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub", "TPOT sim", "err%", "QPS pub",
+              "QPS max", "err%");
   for (const auto& p : preds) {
-    std::printf("%-5d %-14s %-6s %-14s %-11s %7lld %10.0f %10.0f %+7.1f", p.row.line, p.row.submitter.c_str(),
-                p.row.accelerator.c_str(), p.row.model.c_str(), p.row.scenario.c_str(),
-                static_cast<long long>(p.requests), p.row.tokens_per_s,
+    std::printf("%-5d %-14s %-6s %-14s %-11s %7lld %10.0f %10.0f %+7.1f", p.row.line,
+                p.row.submitter.c_str(), p.row.accelerator.c_str(), p.row.model.c_str(),
+                p.row.scenario.c_str(), static_cast<long long>(p.requests), p.row.tokens_per_s,
                 p.tokens_per_s, p.TokensErrorPct());
     if (!p.row.offline()) {
-      std::printf(" %8.0f %8.0f %+7.1f %7.1f %7.1f %+7.1f", p.row.ttft_p99_ms, p.ttft_p99_ms, p.TtftErrorPct(),
-                  p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
-      if (p.has_capacity) std::printf(" %7.2f %7.2f %+7.1f", p.row.target_qps, p.capacity_qps, p.CapacityErrorPct());
+      std::printf(" %8.0f %8.0f %+7.1f %7.1f %7.1f %+7.1f", p.row.ttft_p99_ms, p.ttft_p99_ms,
+                  p.TtftErrorPct(), p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
+      if (p.has_capacity)
+        std::printf(" %7.2f %7.2f %+7.1f", p.row.target_qps, p.capacity_qps, p.CapacityErrorPct());
     }
     std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
   }
   const tuner::ErrorSummary s = tuner::Summarize(preds);
-  std::printf("median |error|: throughput %.1f%% (Offline rows %.1f%%), p99 latencies at the published QPS %.1f%%, "
-              "Server capacity %.1f%% over %d rows\n",
-              s.tokens_median_abs_pct, s.offline_tokens_median_abs_pct, s.latency_median_abs_pct,
-              s.capacity_median_abs_pct, s.rows);
+  std::printf(
+      "median |error|: throughput %.1f%% (Offline rows %.1f%%), p99 latencies at the published QPS "
+      "%.1f%%, "
+      "Server capacity %.1f%% over %d rows\n",
+      s.tokens_median_abs_pct, s.offline_tokens_median_abs_pct, s.latency_median_abs_pct,
+      s.capacity_median_abs_pct, s.rows);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
-  std::printf("%s: %d iterations, cost %.4f -> %.4f\n", what.c_str(), fit.iterations, fit.initial_cost, fit.final_cost);
+  std::printf("%s: %d iterations, cost %.4f -> %.4f\n", what.c_str(), fit.iterations,
+              fit.initial_cost, fit.final_cost);
   const auto v = fit.calibration.params.Fitted();
   for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-    std::printf("  %-28s %10.4f +- %.4f\n", models::CostParams::kFitted[i], v[i], fit.calibration.stddev[i]);
+    std::printf("  %-28s %10.4f +- %.4f\n", models::CostParams::kFitted[i], v[i],
+                fit.calibration.stddev[i]);
   }
 }
 
@@ -97,8 +103,10 @@ void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
 tuner::FitProgress Progress(const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
   return [what, start](int iteration, double cost) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "%s: iteration %d, cost %.4f (%.0f s)\n", what.c_str(), iteration, cost, s);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "%s: iteration %d, cost %.4f (%.0f s)\n", what.c_str(), iteration, cost,
+                 s);
   };
 }
 
@@ -114,10 +122,14 @@ struct Inputs {
 
 Result<Inputs> Load(const CalibrateFlags& f) {
   if (f.samples != 0 && f.samples < 100) {
-    return Status::InvalidArgument("--samples = " + std::to_string(f.samples) + ": must be 0 (whole data sets) or >= 100");
+    return Status::InvalidArgument("--samples = " + std::to_string(f.samples) +
+                                   ": must be 0 (whole data sets) or >= 100");
   }
-  if (f.max_requests < 0) return Status::InvalidArgument("--max-requests = " + std::to_string(f.max_requests) + ": must be >= 0");
-  if (f.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
+  if (f.max_requests < 0)
+    return Status::InvalidArgument("--max-requests = " + std::to_string(f.max_requests) +
+                                   ": must be >= 0");
+  if (f.jobs < 0)
+    return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
   Inputs in;
   FATHOM_ASSIGN_OR_RETURN(in.rows, tuner::LoadPublishedResults(f.results));
   // The rows' MLPerf round picks the default setup and stack: each round's rows run under their
@@ -126,21 +138,24 @@ Result<Inputs> Load(const CalibrateFlags& f) {
   for (const auto& r : in.rows) rounds.insert(r.round);
   const std::string round = rounds.size() == 1 ? *rounds.begin() : "";
   auto mixed_rounds = [&](const std::string& give) {
-    return Status::InvalidArgument(f.results +
-                                   (rounds.size() > 1 ? ": rows of " + std::to_string(rounds.size()) + " MLPerf rounds"
-                                                      : std::string(": rows name no MLPerf round")) +
-                                   " (version column): give " + give);
+    return Status::InvalidArgument(
+        f.results +
+        (rounds.size() > 1 ? ": rows of " + std::to_string(rounds.size()) + " MLPerf rounds"
+                           : std::string(": rows name no MLPerf round")) +
+        " (version column): give " + give);
   };
   if (f.setup.empty() && round.empty()) return mixed_rounds("--setup");
-  FATHOM_ASSIGN_OR_RETURN(in.setup,
-                          tuner::LoadCalibrationSetup(f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
+  FATHOM_ASSIGN_OR_RETURN(
+      in.setup, tuner::LoadCalibrationSetup(
+                    f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
   FATHOM_ASSIGN_OR_RETURN(in.catalog, LoadCatalog(f.hardware_files));
 
   // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
   // MLPerf round (each stack is fitted and checked on its own round's rows).
   in.calibration_path = f.calibration;
   if (in.calibration_path.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
+    FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                            models::LoadStacks(models::DefaultStacksPath()));
     models::Stack stack;
     if (!f.stack.empty()) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
@@ -173,13 +188,15 @@ Status Run(const CalibrateFlags& f) {
   OrderedJson out;
   out["calibration_file"] = loaded->calibration_path;
   if (f.fit) {
-    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit,
-                            calibrator.FitToPublished(rows, calibration, Progress("fit"), f.free_params));
+    FATHOM_ASSIGN_OR_RETURN(
+        tuner::FitOutcome fit,
+        calibrator.FitToPublished(rows, calibration, Progress("fit"), f.free_params));
     calibration = fit.calibration;
-    calibration.note = "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
-                       " rows, each run as long as its MLPerf run" +
-                       (f.max_requests > 0 ? ", capped at " + std::to_string(f.max_requests) + " requests" : "") +
-                       "); stddev from Ceres's covariance.";
+    calibration.note =
+        "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
+        " rows, each run as long as its MLPerf run" +
+        (f.max_requests > 0 ? ", capped at " + std::to_string(f.max_requests) + " requests" : "") +
+        "); stddev from Ceres's covariance.";
     if (!f.json) PrintFit("fit", fit);
     out["calibration"] = models::ToJson(calibration);
     if (!f.out.empty()) {
@@ -187,7 +204,8 @@ Status Run(const CalibrateFlags& f) {
       if (!f.json) std::printf("wrote %s\n", f.out.c_str());
     }
   }
-  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds, calibrator.PredictRows(rows, calibration));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::RowPrediction> preds,
+                          calibrator.PredictRows(rows, calibration));
   FATHOM_RETURN_IF_ERROR(calibrator.PredictCapacity(&preds, calibration));
   if (!f.json) PrintTable(preds);
   OrderedJson jrows = OrderedJson::array();
@@ -202,7 +220,8 @@ Status Run(const CalibrateFlags& f) {
   if (f.cross_validate) {
     const auto start = std::chrono::steady_clock::now();
     auto fold_done = [&](int done, int folds) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::fprintf(stderr, "cross-validation: %d of %d folds fitted (%.0f s)\n", done, folds, secs);
     };
     FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::CrossValidation> cvs,
@@ -214,12 +233,15 @@ Status Run(const CalibrateFlags& f) {
       if (!f.json) std::printf("\n%s fits:\n", label.c_str());
       for (const tuner::Fold& fold : cv.folds) {
         if (!fold.fit.ok()) {
-          if (!f.json) std::printf("without %s: %s\n", fold.held_out.c_str(), fold.fit.status().message().c_str());
+          if (!f.json)
+            std::printf("without %s: %s\n", fold.held_out.c_str(),
+                        fold.fit.status().message().c_str());
           folds.push_back({{"held_out", fold.held_out}, {"error", fold.fit.status().message()}});
           continue;
         }
         if (!f.json) PrintFit("without " + fold.held_out, *fold.fit);
-        folds.push_back({{"held_out", fold.held_out}, {"calibration", models::ToJson(fold.fit->calibration)}});
+        folds.push_back(
+            {{"held_out", fold.held_out}, {"calibration", models::ToJson(fold.fit->calibration)}});
         held_out.insert(held_out.end(), fold.predictions.begin(), fold.predictions.end());
       }
       const tuner::ErrorSummary e = tuner::Summarize(held_out);
@@ -237,7 +259,8 @@ Status Run(const CalibrateFlags& f) {
     }
   }
   if (f.json) std::printf("%s\n", out.dump(2).c_str());
-  std::fprintf(stderr, "calibrate: %lld work items on %d %s; the coordinator's own time %.2f ms an item\n",
+  std::fprintf(stderr,
+               "calibrate: %lld work items on %d %s; the coordinator's own time %.2f ms an item\n",
                static_cast<long long>(calibrator.items()), pool->workers(),
                pool->mpi() ? (pool->workers() == 1 ? "MPI rank" : "MPI ranks")
                            : (pool->workers() == 1 ? "thread" : "threads"),
@@ -251,22 +274,34 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   auto f = std::make_shared<CalibrateFlags>();
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
-  cmd->add_option("--results", f->results, "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")->required();
-  cmd->add_option("--setup", f->setup, "Deployments and run lengths of the rows (default: models/calibration/published_deployments_ROUND.json for the rows' MLPerf round)");
-  cmd->add_option("--calibration", f->calibration, "Starting calibration file (default: --stack's)");
+  cmd->add_option("--results", f->results,
+                  "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")
+      ->required();
+  cmd->add_option(
+      "--setup", f->setup,
+      "Deployments and run lengths of the rows (default: "
+      "models/calibration/published_deployments_ROUND.json for the rows' MLPerf round)");
+  cmd->add_option("--calibration", f->calibration,
+                  "Starting calibration file (default: --stack's)");
   cmd->add_option("--stack", f->stack,
-                  "Software stack whose calibration to use (fathom stack list; default: the one calibrated on the rows' MLPerf round)");
-  cmd->add_option("--free", f->free_params,
-                  "With --fit and --cross-validate: the parameters to fit, the others held (default: all)")
+                  "Software stack whose calibration to use (fathom stack list; default: the one "
+                  "calibrated on the rows' MLPerf round)");
+  cmd->add_option(
+         "--free", f->free_params,
+         "With --fit and --cross-validate: the parameters to fit, the others held (default: all)")
       ->delimiter(',');
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
-  cmd->add_flag("--cross-validate", f->cross_validate,
-                "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");
-  cmd->add_option("--samples", f->samples, "Draw this many samples from each data set (default: whole data sets)");
-  cmd->add_option("--max-requests", f->max_requests, "Cap each row's run (default: as long as the MLPerf run)");
-  cmd->add_option("--jobs", f->jobs, "Threads computing rows, QPS searches and cross-validation folds (default: "
-                                     "all cores); under mpirun/srun the ranks other than 0 compute instead");
+  cmd->add_flag(
+      "--cross-validate", f->cross_validate,
+      "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");
+  cmd->add_option("--samples", f->samples,
+                  "Draw this many samples from each data set (default: whole data sets)");
+  cmd->add_option("--max-requests", f->max_requests,
+                  "Cap each row's run (default: as long as the MLPerf run)");
+  cmd->add_option("--jobs", f->jobs,
+                  "Threads computing rows, QPS searches and cross-validation folds (default: "
+                  "all cores); under mpirun/srun the ranks other than 0 compute instead");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f, result] { *result = Run(*f); });

@@ -6,7 +6,8 @@ void AddDeploymentFlags(CLI::App* cmd, DeploymentFlags* f) {
   cmd->add_option("--model", f->model,
                   "Built-in model name or path to a Hugging Face config.json (default: deepseek-r1 "
                   "with its MLPerf 8xB200 deployment)");
-  cmd->add_option("--hardware", f->hardware, "GPU name from `fathom hardware list` (default: b200)");
+  cmd->add_option("--hardware", f->hardware,
+                  "GPU name from `fathom hardware list` (default: b200)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_option("--gpus", f->gpus, "Total GPUs (default: tp x pp)");
   cmd->add_option("--tp", f->tp, "Tensor-parallel degree (default: gpus / pp)");

@@ -46,10 +46,10 @@ Status List(const HardwareFlags& f) {
               "BF16 TF", "FP8 TF", "FP4 TF", "link GB/s", "domain", "W", "$/GPU-h");
   for (const auto* hw : catalog.All()) {
     std::printf("%-10s %8.0f %8.2f %s %s %s %9.0f %6d %6.0f %7.2f\n", hw->name.c_str(),
-                hw->memory_bytes / 1e9, hw->hbm_bytes_per_s / 1e12, Peak(hw->peak_bf16_flops).c_str(),
-                Peak(hw->peak_fp8_flops).c_str(), Peak(hw->peak_fp4_flops).c_str(),
-                hw->scale_up_bytes_per_s / 1e9, hw->scale_up_domain_gpus, hw->power_watts,
-                hw->price_per_gpu_hour_usd);
+                hw->memory_bytes / 1e9, hw->hbm_bytes_per_s / 1e12,
+                Peak(hw->peak_bf16_flops).c_str(), Peak(hw->peak_fp8_flops).c_str(),
+                Peak(hw->peak_fp4_flops).c_str(), hw->scale_up_bytes_per_s / 1e9,
+                hw->scale_up_domain_gpus, hw->power_watts, hw->price_per_gpu_hour_usd);
   }
   return Status::Ok();
 }

@@ -41,7 +41,8 @@ std::string Nearest(const std::string& word, const std::vector<std::string>& nam
 
 std::vector<std::string> SubcommandNames(const CLI::App& app) {
   std::vector<std::string> names;
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
   return names;
 }
 
@@ -62,7 +63,8 @@ const CLI::App* Innermost(const CLI::App& app) {
 // "fathom profile summarize": the command as the user typed it.
 std::string CommandPath(const CLI::App* app) {
   std::string path;
-  for (; app != nullptr && app->get_parent() != nullptr; app = app->get_parent()) path = " " + app->get_name() + path;
+  for (; app != nullptr && app->get_parent() != nullptr; app = app->get_parent())
+    path = " " + app->get_name() + path;
   return "fathom" + path;
 }
 
@@ -120,7 +122,8 @@ int main(int argc, char** argv) {
       std::string all;
       for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
       return UsageError("unknown command \"" + word + "\" for " + command +
-                        (nearest.empty() ? "" : " (did you mean " + nearest + "?)") + "; the commands: " + all);
+                        (nearest.empty() ? "" : " (did you mean " + nearest + "?)") +
+                        "; the commands: " + all);
     }
     at = next;
   }
@@ -159,8 +162,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     // Last resort: no input may crash fathom silently; reaching here is a bug.
-    std::fprintf(stderr, "fathom: internal error: %s (a bug in fathom: please report it with the command line)\n",
-                 e.what());
+    std::fprintf(
+        stderr,
+        "fathom: internal error: %s (a bug in fathom: please report it with the command line)\n",
+        e.what());
     return 70;
   }
   if (!result.ok()) {

@@ -28,8 +28,11 @@ Status Run(const MemoryFlags& f) {
     OrderedJson j;
     j["model"] = d.model.name;
     j["hardware"] = d.hardware.name;
-    j["layout"] = {{"gpus", d.layout.gpus}, {"tp", d.layout.tp}, {"pp", d.layout.pp},
-                   {"ep", d.layout.ep}, {"attn_dp", d.layout.attn_dp}};
+    j["layout"] = {{"gpus", d.layout.gpus},
+                   {"tp", d.layout.tp},
+                   {"pp", d.layout.pp},
+                   {"ep", d.layout.ep},
+                   {"attn_dp", d.layout.attn_dp}};
     j["precision"] = {{"moe_weights", models::Name(d.precision.moe_weights)},
                       {"dense_weights", models::Name(d.precision.dense_weights)},
                       {"kv", models::Name(d.precision.kv)}};
@@ -80,8 +83,10 @@ Status Run(const MemoryFlags& f) {
   row("reserve", p.reserve_bytes);
   if (p.sliding_kv_bytes > 0) row("sliding-window KV (max batch)", p.sliding_kv_bytes);
   row("= KV-cache budget", p.kv_budget_bytes);
-  std::printf("\n  KV cache: %.0f bytes per token per GPU; capacity %lld tokens per GPU (its attention rank's)\n",
-              p.kv_bytes_per_token, static_cast<long long>(p.kv_capacity_tokens));
+  std::printf(
+      "\n  KV cache: %.0f bytes per token per GPU; capacity %lld tokens per GPU (its attention "
+      "rank's)\n",
+      p.kv_bytes_per_token, static_cast<long long>(p.kv_capacity_tokens));
   std::printf("  fits: %s%s\n", p.fits ? "yes" : "no, ", p.fits ? "" : p.why_not.c_str());
   return Status::Ok();
 }
@@ -90,8 +95,8 @@ Status Run(const MemoryFlags& f) {
 
 void RegisterMemory(CLI::App& app, Status* result) {
   auto f = std::make_shared<MemoryFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "memory", "Per-GPU memory plan: weights, activations, KV-cache capacity");
+  CLI::App* cmd =
+      app.add_subcommand("memory", "Per-GPU memory plan: weights, activations, KV-cache capacity");
   AddDeploymentFlags(cmd, &f->deployment);
   cmd->add_option("--max-num-tokens", f->options.max_num_tokens,
                   "Tokens per engine iteration (sizes activations)")

@@ -45,12 +45,12 @@ struct OnlineFlags {
   // Replicas fathom starts itself behind its gateway.
   bool supervise = false, advise = false;
   tuner::SupervisorOptions supervisor;
-  int replicas = 0;          // 0: the deployment's
-  std::string engine_args;   // appended to the default engine command
+  int replicas = 0;         // 0: the deployment's
+  std::string engine_args;  // appended to the default engine command
   std::string journal;
   std::vector<int64_t> inject_limits;
   std::vector<CLI::Option*> supervise_options;  // only with --supervise
-  int64_t windows = 0;                 // 0: until the runtime ends
+  int64_t windows = 0;                          // 0: until the runtime ends
   std::vector<CLI::Option*> emulation_options;
   uint64_t seed = 1;
 };
@@ -66,7 +66,8 @@ struct Run {
 
 // The emulated runtime: the deployment serving Poisson arrivals at the --load rates with the
 // lengths of the trace.
-Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f, const sim::DeploymentConfig& d,
+Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f,
+                                                        const sim::DeploymentConfig& d,
                                                         tuner::BatchLimits initial,
                                                         const std::vector<traces::Request>& lengths,
                                                         const models::HardwareCatalog& catalog,
@@ -79,15 +80,17 @@ Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f, co
   spec.seed = f.seed;
   FATHOM_RETURN_IF_ERROR(spec.Validate());
   FATHOM_ASSIGN_OR_RETURN(auto load, traces::Synthesize(spec));
-  FATHOM_ASSIGN_OR_RETURN(auto runtime, tuner::SimulatedRuntime::Create(d, initial, sim::ReplaySource(std::move(load)),
-                                                                        f.window_s, catalog, make_time));
+  FATHOM_ASSIGN_OR_RETURN(
+      auto runtime, tuner::SimulatedRuntime::Create(d, initial, sim::ReplaySource(std::move(load)),
+                                                    f.window_s, catalog, make_time));
   return std::unique_ptr<tuner::ServingRuntime>(std::move(runtime));
 }
 
 // Observe, decide, apply until the runtime ends or --windows are done; prints a line a window
 // under `title` (quiet when it is empty).
-Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Controller& controller,
-                 const std::string& title, const std::function<void(const tuner::Decision&)>& also = nullptr) {
+Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime,
+                 tuner::Controller& controller, const std::string& title,
+                 const std::function<void(const tuner::Decision&)>& also = nullptr) {
   const bool print = !title.empty();
   Run run;
   auto on_step = [&](const tuner::Window& w, const tuner::Decision& dec) {
@@ -102,52 +105,64 @@ Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime, tuner::Co
     j["ttft_p99_ms"] = w.ttft_p99_ms;
     j["tpot_p99_ms"] = w.tpot_p99_ms;
     // Advice names the change it would make.
-    const std::string action = f.advise && dec.action != tuner::Decision::Action::kHold ? "advise"
-                                                                                        : std::string(tuner::Name(dec.action));
+    const std::string action = f.advise && dec.action != tuner::Decision::Action::kHold
+                                   ? "advise"
+                                   : std::string(tuner::Name(dec.action));
     j["decision"] = dec.ToJson();
     j["decision"]["action"] = action;
     run.windows.push_back(j);
     if (!print) return;
-    std::printf("%7.0f %8.2f %6lld %7lld %9s %9s %7s  %-8s %-22s %s\n", w.end_s, w.ArrivalRate(),
-                static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
-                w.completed ? Ms(w.ttft_p99_ms).c_str() : "-", w.completed ? Ms(w.tpot_p99_ms).c_str() : "-",
-                std::isnan(dec.observed_margin) ? "-" : StrFormat("%.2f", dec.observed_margin).c_str(),
-                action.c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
+    std::printf(
+        "%7.0f %8.2f %6lld %7lld %9s %9s %7s  %-8s %-22s %s\n", w.end_s, w.ArrivalRate(),
+        static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
+        w.completed ? Ms(w.ttft_p99_ms).c_str() : "-",
+        w.completed ? Ms(w.tpot_p99_ms).c_str() : "-",
+        std::isnan(dec.observed_margin) ? "-" : StrFormat("%.2f", dec.observed_margin).c_str(),
+        action.c_str(), dec.limits.Label().c_str(), dec.reason.c_str());
     std::fflush(stdout);
   };
   if (print) {
     std::printf("%s", title.c_str());
-    std::printf("%7s %8s %6s %7s %9s %9s %7s  %-8s %-22s %s\n", "t (s)", "arr/s", "done", "in sys", "p99 TTFT",
-                "p99 TPOT", "margin", "action", "limits", "why");
+    std::printf("%7s %8s %6s %7s %9s %9s %7s  %-8s %-22s %s\n", "t (s)", "arr/s", "done", "in sys",
+                "p99 TTFT", "p99 TPOT", "margin", "action", "limits", "why");
   }
-  FATHOM_ASSIGN_OR_RETURN(run.summary, tuner::RunOnline(runtime, controller, f.windows, on_step, f.advise));
+  FATHOM_ASSIGN_OR_RETURN(run.summary,
+                          tuner::RunOnline(runtime, controller, f.windows, on_step, f.advise));
   return run;
 }
 
 void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
-  std::printf("%s: %lld windows, %lld of %lld judged within both p99 limits; %lld changes, %lld rollbacks; "
-              "%lld requests arrived, %lld finished, %lld dropped\n",
-              label, static_cast<long long>(s.windows), static_cast<long long>(s.windows_within_limits),
-              static_cast<long long>(s.windows_judged), static_cast<long long>(s.changes),
-              static_cast<long long>(s.rollbacks), static_cast<long long>(s.arrived),
-              static_cast<long long>(s.completed), static_cast<long long>(s.dropped));
+  std::printf(
+      "%s: %lld windows, %lld of %lld judged within both p99 limits; %lld changes, %lld rollbacks; "
+      "%lld requests arrived, %lld finished, %lld dropped\n",
+      label, static_cast<long long>(s.windows), static_cast<long long>(s.windows_within_limits),
+      static_cast<long long>(s.windows_judged), static_cast<long long>(s.changes),
+      static_cast<long long>(s.rollbacks), static_cast<long long>(s.arrived),
+      static_cast<long long>(s.completed), static_cast<long long>(s.dropped));
 }
 
 // The supervised runtime: replicas of `d` started with `initial`, behind the gateway, journaled.
-Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f, const sim::DeploymentConfig& d,
-                                                      tuner::BatchLimits initial, tuner::Journal* journal) {
+Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
+                                                      const sim::DeploymentConfig& d,
+                                                      tuner::BatchLimits initial,
+                                                      tuner::Journal* journal) {
   tuner::SupervisorOptions& o = f.supervisor;
   o.window_s = f.window_s;
   o.replicas = f.replicas > 0 ? f.replicas : std::max(1, tuner::Instances(d));
   if (o.engine_cmd.empty()) {
     std::error_code error;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
-    if (error) return Status::Unavailable("--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
-    o.engine_cmd = tuner::DefaultEngineCommand(d, self, StrFormat("--time-scale %g --cost-model %s", o.time_scale,
-                                                                  f.time_model.cost_model.c_str()) +
-                                                            (f.engine_args.empty() ? "" : " " + f.engine_args));
+    if (error)
+      return Status::Unavailable(
+          "--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
+    o.engine_cmd =
+        tuner::DefaultEngineCommand(d, self,
+                                    StrFormat("--time-scale %g --cost-model %s", o.time_scale,
+                                              f.time_model.cost_model.c_str()) +
+                                        (f.engine_args.empty() ? "" : " " + f.engine_args));
   } else if (!f.engine_args.empty()) {
-    return Status::InvalidArgument("--engine-args: for the default engine command; put them in --engine-cmd");
+    return Status::InvalidArgument(
+        "--engine-args: for the default engine command; put them in --engine-cmd");
   }
   if (!f.inject_limits.empty()) {
     if (f.inject_limits.size() != 2 || f.inject_limits[0] < 1 || f.inject_limits[1] < 1) {
@@ -157,7 +172,9 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f, const sim:
   }
   o.journal = journal;
   o.stop = &stop_requested;
-  o.log = [](const std::string& line) { std::fprintf(stderr, "fathom online: %s\n", line.c_str()); };
+  o.log = [](const std::string& line) {
+    std::fprintf(stderr, "fathom online: %s\n", line.c_str());
+  };
   std::signal(SIGINT, [](int) { stop_requested = true; });
   std::signal(SIGTERM, [](int) { stop_requested = true; });
   std::fprintf(stderr, "fathom online: starting %d replicas: %s\n", o.replicas,
@@ -170,19 +187,26 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f, const sim:
 
 Status RunOnlineCommand(OnlineFlags f) {
   const bool live = !f.metrics_cmd.empty() || !f.apply_cmd.empty();
-  if (f.supervise && live) return Status::InvalidArgument("--supervise: fathom runs the replicas; not with --metrics-cmd");
-  if (f.advise && !f.supervise && !live) return Status::InvalidArgument("--advise: with --supervise or --metrics-cmd");
+  if (f.supervise && live)
+    return Status::InvalidArgument("--supervise: fathom runs the replicas; not with --metrics-cmd");
+  if (f.advise && !f.supervise && !live)
+    return Status::InvalidArgument("--advise: with --supervise or --metrics-cmd");
   for (const CLI::Option* opt : f.supervise_options) {
-    if (opt->count() > 0 && !f.supervise) return Status::InvalidArgument(opt->get_name() + ": only with --supervise");
+    if (opt->count() > 0 && !f.supervise)
+      return Status::InvalidArgument(opt->get_name() + ": only with --supervise");
   }
   if (live || f.supervise) {
     const std::string flag = f.supervise ? "--supervise" : "--metrics-cmd";
     if (f.deployment_file.empty()) {
-      return Status::InvalidArgument(flag + ": give --deployment, the deployment the runtime serves (for the "
-                                     "predictions)");
+      return Status::InvalidArgument(
+          flag +
+          ": give --deployment, the deployment the runtime serves (for the "
+          "predictions)");
     }
     for (const CLI::Option* opt : f.emulation_options) {
-      if (opt->count() > 0) return Status::InvalidArgument(opt->get_name() + ": for the emulated runtime, not with " + flag);
+      if (opt->count() > 0)
+        return Status::InvalidArgument(opt->get_name() + ": for the emulated runtime, not with " +
+                                       flag);
     }
   }
   sim::DeploymentConfig d;
@@ -196,7 +220,8 @@ Status RunOnlineCommand(OnlineFlags f) {
   // Service levels: the flags, else the model's MLPerf Server limits.
   const auto mlperf = sim::MlperfLimits(d.model, sim::Scenario::kServer);
   if (!mlperf && (!f.ttft_ms || !f.tpot_ms)) {
-    return Status::InvalidArgument("no MLPerf latency limits known for " + d.model + ": give --ttft-ms and --tpot-ms");
+    return Status::InvalidArgument("no MLPerf latency limits known for " + d.model +
+                                   ": give --ttft-ms and --tpot-ms");
   }
   tuner::OnlineOptions& o = f.options;
   o.ttft_limit_ms = f.ttft_ms.value_or(mlperf ? mlperf->ttft_ms : 0);
@@ -213,17 +238,21 @@ Status RunOnlineCommand(OnlineFlags f) {
   };
   if (o.max_batch.empty()) o.max_batch = fractions(started.max_batch, {8, 4, 2, 1});
   if (o.max_num_tokens.empty()) o.max_num_tokens = fractions(started.max_num_tokens, {4, 2, 1});
-  const tuner::BatchLimits initial{f.initial_batch > 0 ? f.initial_batch : started.max_batch,
-                                   f.initial_tokens > 0 ? f.initial_tokens : started.max_num_tokens};
+  const tuner::BatchLimits initial{
+      f.initial_batch > 0 ? f.initial_batch : started.max_batch,
+      f.initial_tokens > 0 ? f.initial_tokens : started.max_num_tokens};
 
   const std::string title =
-      StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %g s, ", d.model.c_str(),
-                d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(), Ms(o.tpot_limit_ms).c_str(),
-                f.window_s) +
-      (f.supervise ? "supervised replicas" : live ? "live runtime (" + f.metrics_cmd + ")" : "emulated load " + f.load + " QPS") +
-      (f.advise ? ", advice only" : "") + "\nStarting at " +
-      initial.Label() + " (memory planned for " + started.Label() + ")\n\n";
-  FATHOM_ASSIGN_OR_RETURN(auto controller, tuner::Controller::Create(d, initial, o, catalog, time_model.factory));
+      StrFormat("Online tuning: %s on %d x %s, p99 limits TTFT %s / TPOT %s, a window every %g s, ",
+                d.model.c_str(), d.TotalGpus(), d.hardware.c_str(), Ms(o.ttft_limit_ms).c_str(),
+                Ms(o.tpot_limit_ms).c_str(), f.window_s) +
+      (f.supervise ? "supervised replicas"
+       : live      ? "live runtime (" + f.metrics_cmd + ")"
+                   : "emulated load " + f.load + " QPS") +
+      (f.advise ? ", advice only" : "") + "\nStarting at " + initial.Label() +
+      " (memory planned for " + started.Label() + ")\n\n";
+  FATHOM_ASSIGN_OR_RETURN(auto controller,
+                          tuner::Controller::Create(d, initial, o, catalog, time_model.factory));
   std::unique_ptr<tuner::ServingRuntime> runtime;
   std::vector<traces::Request> lengths;
   std::unique_ptr<tuner::Journal> journal;
@@ -253,8 +282,9 @@ Status RunOnlineCommand(OnlineFlags f) {
   auto record = [&](const tuner::Decision& dec) {
     if (!journal || !journal_status.ok()) return;
     const bool changed = !f.advise && dec.action != tuner::Decision::Action::kHold;
-    journal_status = journal->RecordDecision(dec, in_force, changed && supervisor ? supervisor->last_replace_s() : std::nullopt,
-                                             f.advise);
+    journal_status = journal->RecordDecision(
+        dec, in_force, changed && supervisor ? supervisor->last_replace_s() : std::nullopt,
+        f.advise);
     if (changed) in_force = dec.limits;
   };
   FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title, record));
@@ -264,8 +294,10 @@ Status RunOnlineCommand(OnlineFlags f) {
     tuner::OnlineOptions fixed = o;
     fixed.max_batch = {initial.max_batch};
     fixed.max_num_tokens = {initial.max_num_tokens};
-    FATHOM_ASSIGN_OR_RETURN(auto holder, tuner::Controller::Create(d, initial, fixed, catalog, time_model.factory));
-    FATHOM_ASSIGN_OR_RETURN(auto again, Emulated(f, d, initial, lengths, catalog, time_model.factory));
+    FATHOM_ASSIGN_OR_RETURN(
+        auto holder, tuner::Controller::Create(d, initial, fixed, catalog, time_model.factory));
+    FATHOM_ASSIGN_OR_RETURN(auto again,
+                            Emulated(f, d, initial, lengths, catalog, time_model.factory));
     FATHOM_ASSIGN_OR_RETURN(held, Loop(f, *again, *holder, ""));
   }
   if (f.json) {
@@ -281,7 +313,9 @@ Status RunOnlineCommand(OnlineFlags f) {
   }
   std::printf("\n");
   PrintSummary(f.advise ? "Advised" : "Tuned", tuned.summary);
-  if (supervisor) std::printf("Replicas restarted after dying: %lld\n", static_cast<long long>(supervisor->restarts()));
+  if (supervisor)
+    std::printf("Replicas restarted after dying: %lld\n",
+                static_cast<long long>(supervisor->restarts()));
   if (held) PrintSummary(("Held at " + initial.Label()).c_str(), held->summary);
   return Status::Ok();
 }
@@ -293,76 +327,120 @@ void RegisterOnline(CLI::App& app, Status* result) {
   tuner::OnlineOptions& o = f->options;
   o.max_batch.clear();
   o.max_num_tokens.clear();
-  CLI::App* cmd = app.add_subcommand(
-      "online", "Online tuner: watch a runtime (live vLLM, or emulated) window by window and change its batch limits safely");
+  CLI::App* cmd = app.add_subcommand("online",
+                                     "Online tuner: watch a runtime (live vLLM, or emulated) "
+                                     "window by window and change its batch limits safely");
   cmd->add_option("--deployment", f->deployment_file,
-                  "Deployment JSON (as `fathom tune` writes it); its engine limits are what the runtime started "
+                  "Deployment JSON (as `fathom tune` writes it); its engine limits are what the "
+                  "runtime started "
                   "with (default: DeepSeek-R1 on 8xB200)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   AddTimeModelFlags(cmd, &f->time_model);
   auto emulation = [&](CLI::Option* opt) { f->emulation_options.push_back(opt); };
-  emulation(cmd->add_option("--trace", f->trace, "Request lengths of the load (default: the data set of the model's MLPerf "
-                                       "benchmark)"));
+  emulation(
+      cmd->add_option("--trace", f->trace,
+                      "Request lengths of the load (default: the data set of the model's MLPerf "
+                      "benchmark)"));
   AddTraceReadFlags(cmd, &f->read);
-  emulation(cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")->capture_default_str());
-  cmd->add_option("--metrics-cmd", f->metrics_cmd,
-                  "A live runtime: the command that prints its Prometheus metrics (vLLM's names), e.g. curl -s "
-                  "http://localhost:8000/metrics");
+  emulation(
+      cmd->add_option("--load", f->load, "The emulated load: Poisson rates DURATION_S:QPS,...")
+          ->capture_default_str());
+  cmd->add_option(
+      "--metrics-cmd", f->metrics_cmd,
+      "A live runtime: the command that prints its Prometheus metrics (vLLM's names), e.g. curl -s "
+      "http://localhost:8000/metrics");
   cmd->add_option("--apply-cmd", f->apply_cmd,
-                  "A live runtime: the command that applies new limits ({max_batch} and {max_num_tokens} replaced)");
+                  "A live runtime: the command that applies new limits ({max_batch} and "
+                  "{max_num_tokens} replaced)");
   tuner::SupervisorOptions& so = f->supervisor;
   auto supervised = [&](CLI::Option* opt) { f->supervise_options.push_back(opt); };
   cmd->add_flag("--supervise", f->supervise,
-                "Start the engine replicas here, front them with fathom's gateway and apply changes by rolling "
-                "replacement (a replica that dies: its requests are retried once on another, and it is restarted)");
+                "Start the engine replicas here, front them with fathom's gateway and apply "
+                "changes by rolling "
+                "replacement (a replica that dies: its requests are retried once on another, and "
+                "it is restarted)");
   cmd->add_flag("--advise", f->advise, "Print and journal the recommendations; apply nothing");
-  supervised(cmd->add_option("--replicas", f->replicas, "Supervised replicas (default: the deployment's instances)"));
-  supervised(cmd->add_option("--engine-cmd", so.engine_cmd,
-                             "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} "
-                             "replaced; default: fathom's vLLM launch command run by `fathom serve`)"));
-  supervised(cmd->add_option("--engine-args", f->engine_args, "Extra flags for the default engine command"));
-  supervised(cmd->add_option("--engine-log", so.engine_log, "Append the replicas' output to this file (default: discarded)"));
-  supervised(cmd->add_option("--time-scale", so.time_scale, "The replicas' time scale (fathom serve --time-scale)")->capture_default_str());
-  supervised(cmd->add_option("--health-timeout", so.health_timeout_s, "Seconds a new replica has to answer /health")
+  supervised(cmd->add_option("--replicas", f->replicas,
+                             "Supervised replicas (default: the deployment's instances)"));
+  supervised(cmd->add_option(
+      "--engine-cmd", so.engine_cmd,
+      "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} "
+      "replaced; default: fathom's vLLM launch command run by `fathom serve`)"));
+  supervised(cmd->add_option("--engine-args", f->engine_args,
+                             "Extra flags for the default engine command"));
+  supervised(cmd->add_option("--engine-log", so.engine_log,
+                             "Append the replicas' output to this file (default: discarded)"));
+  supervised(cmd->add_option("--time-scale", so.time_scale,
+                             "The replicas' time scale (fathom serve --time-scale)")
                  ->capture_default_str());
-  supervised(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")->capture_default_str());
-  supervised(cmd->add_option("--gateway-port", so.gateway.port, "Gateway port (0: any free one, printed on stderr)")
+  supervised(cmd->add_option("--health-timeout", so.health_timeout_s,
+                             "Seconds a new replica has to answer /health")
                  ->capture_default_str());
-  supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes, "Larger request bodies get 413")->capture_default_str());
-  cmd->add_option("--token", so.gateway.token, "Bearer token for the gateway's control endpoints (/fathom/*)")
+  supervised(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--gateway-port", so.gateway.port,
+                             "Gateway port (0: any free one, printed on stderr)")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes,
+                             "Larger request bodies get 413")
+                 ->capture_default_str());
+  cmd->add_option("--token", so.gateway.token,
+                  "Bearer token for the gateway's control endpoints (/fathom/*)")
       ->envname("FATHOM_TOKEN");
   cmd->add_option("--journal", f->journal, "Journal every decision and change to this SQLite file");
-  supervised(cmd->add_option("--inject-limits", f->inject_limits,
-                             "Testing the canary: the first change starts replicas with SEQS,TOKENS instead of its "
-                             "choice")
-                 ->delimiter(','));
-  cmd->add_option("--windows", f->windows, "Stop after this many windows (0: when the runtime ends)")->capture_default_str();
+  supervised(
+      cmd->add_option(
+             "--inject-limits", f->inject_limits,
+             "Testing the canary: the first change starts replicas with SEQS,TOKENS instead of its "
+             "choice")
+          ->delimiter(','));
+  cmd->add_option("--windows", f->windows,
+                  "Stop after this many windows (0: when the runtime ends)")
+      ->capture_default_str();
   cmd->add_option("--window-s", f->window_s, "Observation window")->capture_default_str();
   cmd->add_option("--command-timeout", f->command_timeout_s,
-                  "A live runtime: seconds --metrics-cmd or --apply-cmd may run before it is killed and the loop stops")
+                  "A live runtime: seconds --metrics-cmd or --apply-cmd may run before it is "
+                  "killed and the loop stops")
       ->capture_default_str();
-  cmd->add_option("--initial-batch", f->initial_batch, "Running sequences per rank at start (default: the deployment's)");
-  cmd->add_option("--initial-tokens", f->initial_tokens, "Tokens per iteration per rank at start (default: the deployment's)");
-  cmd->add_option("--max-batch", o.max_batch, "Batch limits the tuner may choose (default: 1/8 .. 1 of the deployment's)")
+  cmd->add_option("--initial-batch", f->initial_batch,
+                  "Running sequences per rank at start (default: the deployment's)");
+  cmd->add_option("--initial-tokens", f->initial_tokens,
+                  "Tokens per iteration per rank at start (default: the deployment's)");
+  cmd->add_option("--max-batch", o.max_batch,
+                  "Batch limits the tuner may choose (default: 1/8 .. 1 of the deployment's)")
       ->delimiter(',');
-  cmd->add_option("--max-num-tokens", o.max_num_tokens, "Token budgets it may choose (default: 1/4 .. 1 of the deployment's)")
+  cmd->add_option("--max-num-tokens", o.max_num_tokens,
+                  "Token budgets it may choose (default: 1/4 .. 1 of the deployment's)")
       ->delimiter(',');
-  cmd->add_option("--ttft-ms", f->ttft_ms, "p99 TTFT limit (default: the model's MLPerf Server limit)");
-  cmd->add_option("--tpot-ms", f->tpot_ms, "p99 TPOT limit (default: the model's MLPerf Server limit)");
-  cmd->add_option("--headroom", o.headroom, "Plan for the forecast rate x (1 + this)")->capture_default_str();
-  cmd->add_option("--min-gain", o.min_gain, "Change only for a predicted p99 margin this much better")->capture_default_str();
-  cmd->add_option("--confirm-windows", o.confirm_windows, "Windows a choice must stay best before it is applied")
+  cmd->add_option("--ttft-ms", f->ttft_ms,
+                  "p99 TTFT limit (default: the model's MLPerf Server limit)");
+  cmd->add_option("--tpot-ms", f->tpot_ms,
+                  "p99 TPOT limit (default: the model's MLPerf Server limit)");
+  cmd->add_option("--headroom", o.headroom, "Plan for the forecast rate x (1 + this)")
       ->capture_default_str();
-  cmd->add_option("--cooldown-windows", o.cooldown_windows, "Windows after a change before another")->capture_default_str();
-  cmd->add_option("--ban-windows", o.ban_windows, "Windows a rolled-back choice is not tried again")->capture_default_str();
-  cmd->add_option("--min-requests", o.min_requests, "Finished requests needed to predict or judge")->capture_default_str();
-  cmd->add_option("--history-requests", o.history_requests, "Latest finished requests the predictions draw lengths from")
+  cmd->add_option("--min-gain", o.min_gain,
+                  "Change only for a predicted p99 margin this much better")
       ->capture_default_str();
-  cmd->add_option("--warmup-s", o.warmup_s, "Traffic each prediction simulates before it measures")->capture_default_str();
-  cmd->add_option("--probe-s", o.probe_s, "Traffic each prediction then measures")->capture_default_str();
+  cmd->add_option("--confirm-windows", o.confirm_windows,
+                  "Windows a choice must stay best before it is applied")
+      ->capture_default_str();
+  cmd->add_option("--cooldown-windows", o.cooldown_windows, "Windows after a change before another")
+      ->capture_default_str();
+  cmd->add_option("--ban-windows", o.ban_windows, "Windows a rolled-back choice is not tried again")
+      ->capture_default_str();
+  cmd->add_option("--min-requests", o.min_requests, "Finished requests needed to predict or judge")
+      ->capture_default_str();
+  cmd->add_option("--history-requests", o.history_requests,
+                  "Latest finished requests the predictions draw lengths from")
+      ->capture_default_str();
+  cmd->add_option("--warmup-s", o.warmup_s, "Traffic each prediction simulates before it measures")
+      ->capture_default_str();
+  cmd->add_option("--probe-s", o.probe_s, "Traffic each prediction then measures")
+      ->capture_default_str();
   cmd->add_option("--jobs", o.jobs, "Prediction threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the load and the predictions")->capture_default_str();
-  emulation(cmd->add_flag("--compare-static", f->compare_static, "Also run the same load holding the starting limits"));
+  emulation(cmd->add_flag("--compare-static", f->compare_static,
+                          "Also run the same load holding the starting limits"));
   cmd->add_flag("--json", f->json, "Every window and decision, and the summary, as JSON");
   cmd->callback([f, result] { *result = RunOnlineCommand(*f); });
 }

@@ -1,6 +1,6 @@
 // fathom serve: the simulator's engine behind an OpenAI-compatible HTTP server, paced in real time.
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
@@ -40,14 +40,20 @@ struct ServeFlags {
 Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   if (!f.deployment_file.empty()) {
     for (CLI::Option* o : f.vllm_options) {
-      if (o->count() > 0) return Status::InvalidArgument(o->get_name() + ": give the deployment's knobs in --deployment's file, not both");
+      if (o->count() > 0)
+        return Status::InvalidArgument(
+            o->get_name() + ": give the deployment's knobs in --deployment's file, not both");
     }
     FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.deployment_file));
     return file.config;
   }
-  if (f.model.empty()) return Status::InvalidArgument("serve: name the model (as `vllm serve MODEL`) or give --deployment FILE");
+  if (f.model.empty())
+    return Status::InvalidArgument(
+        "serve: name the model (as `vllm serve MODEL`) or give --deployment FILE");
   auto positive = [](const char* flag, int64_t v) -> Status {
-    if (v < 1) return Status::InvalidArgument(std::string(flag) + " = " + std::to_string(v) + ": must be >= 1");
+    if (v < 1)
+      return Status::InvalidArgument(std::string(flag) + " = " + std::to_string(v) +
+                                     ": must be >= 1");
     return Status::Ok();
   };
   FATHOM_RETURN_IF_ERROR(positive("--tensor-parallel-size", f.tensor_parallel));
@@ -66,8 +72,11 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
     if (d.weights.empty()) d.weights = served->weights;
   }
   if (!f.quantization.empty()) {
-    if (f.quantization != "fp8") return Status::InvalidArgument("--quantization = " + f.quantization + ": fathom serves fp8 only");
-    if (!f.weights.empty()) return Status::InvalidArgument("--quantization: give it or --weights, not both");
+    if (f.quantization != "fp8")
+      return Status::InvalidArgument("--quantization = " + f.quantization +
+                                     ": fathom serves fp8 only");
+    if (!f.weights.empty())
+      return Status::InvalidArgument("--quantization: give it or --weights, not both");
     d.weights = "fp8";
   }
   if (d.weights.empty()) d.weights = "bf16";  // a config.json of fathom's own
@@ -90,11 +99,13 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   } else if (f.kv_cache_dtype == "auto" || f.kv_cache_dtype == "bfloat16") {
     d.kv = "bf16";
   } else {
-    return Status::InvalidArgument("--kv-cache-dtype = " + f.kv_cache_dtype + ": auto, bfloat16, fp8, fp8_e4m3 or fp8_e5m2");
+    return Status::InvalidArgument("--kv-cache-dtype = " + f.kv_cache_dtype +
+                                   ": auto, bfloat16, fp8, fp8_e4m3 or fp8_e5m2");
   }
   d.engine.max_batch = f.max_num_seqs;
   d.engine.max_num_tokens = f.max_num_batched_tokens;
-  d.engine.scheduler = f.chunked_prefill ? sim::SchedulerKind::kChunked : sim::SchedulerKind::kPrefillFirst;
+  d.engine.scheduler =
+      f.chunked_prefill ? sim::SchedulerKind::kChunked : sim::SchedulerKind::kPrefillFirst;
   d.engine.reserve_fraction = 1.0 - f.gpu_memory_utilization;
   d.engine.prefix_caching = f.prefix_caching;
   if (!f.speculative_config.empty()) {
@@ -108,7 +119,8 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
 }
 
 Status Run(const ServeFlags& f) {
-  if (!(f.time_scale > 0) || !std::isfinite(f.time_scale)) return Status::InvalidArgument("--time-scale: must be > 0 and finite");
+  if (!(f.time_scale > 0) || !std::isfinite(f.time_scale))
+    return Status::InvalidArgument("--time-scale: must be > 0 and finite");
   if (!(f.shutdown_timeout_s >= 0) || !std::isfinite(f.shutdown_timeout_s)) {
     return Status::InvalidArgument("--shutdown-timeout: must be >= 0 and finite");
   }
@@ -116,9 +128,12 @@ Status Run(const ServeFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildDeployment(f));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved, sim::Resolve(d, catalog, time_model.factory));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
+                          sim::Resolve(d, catalog, time_model.factory));
   sim::ServeOptions options = f.serve;
-  if (options.served_model_name.empty()) options.served_model_name = f.model.empty() ? tuner::HuggingFaceId(d.model, d.weights) : f.model;
+  if (options.served_model_name.empty())
+    options.served_model_name =
+        f.model.empty() ? tuner::HuggingFaceId(d.model, d.weights) : f.model;
 
   // SIGINT and SIGTERM are taken by this thread alone (blocked before any other thread starts).
   sigset_t signals;
@@ -130,31 +145,38 @@ Status Run(const ServeFlags& f) {
   sim::LiveEngine engine(std::move(resolved), f.time_scale);
   sim::OpenAiServer server(&engine, options);
   FATHOM_RETURN_IF_ERROR(server.Bind());
-  std::fprintf(stderr, "fathom serve: %s on %d x %s (TP%d PP%d EP%d attnDP%d, batch %lld, %lld tokens), time scale %g\n",
+  std::fprintf(stderr,
+               "fathom serve: %s on %d x %s (TP%d PP%d EP%d attnDP%d, batch %lld, %lld tokens), "
+               "time scale %g\n",
                d.model.c_str(), d.gpus, d.hardware.c_str(), d.tp, d.pp, d.ep, d.attn_dp,
-               static_cast<long long>(d.engine.max_batch), static_cast<long long>(d.engine.max_num_tokens), f.time_scale);
+               static_cast<long long>(d.engine.max_batch),
+               static_cast<long long>(d.engine.max_num_tokens), f.time_scale);
   std::thread http([&] { server.Serve(); });
   server.WaitReady();
-  std::fprintf(stderr, "fathom serve: listening on http://%s:%d (model %s)\n", options.host.c_str(), server.port(),
-               options.served_model_name.c_str());
+  std::fprintf(stderr, "fathom serve: listening on http://%s:%d (model %s)\n", options.host.c_str(),
+               server.port(), options.served_model_name.c_str());
 
   int signal = 0;
   sigwait(&signals, &signal);
   // Stop admitting, let what is in flight finish (up to the timeout), then close.
   engine.BeginDrain();
   const int64_t draining = engine.in_flight();
-  std::fprintf(stderr, "fathom serve: %s: draining %lld requests (at most %g s)\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
-               static_cast<long long>(draining), f.shutdown_timeout_s);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(f.shutdown_timeout_s);
+  std::fprintf(stderr, "fathom serve: %s: draining %lld requests (at most %g s)\n",
+               signal == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long long>(draining),
+               f.shutdown_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(f.shutdown_timeout_s);
   while (engine.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int64_t aborted = engine.in_flight();
   engine.Stop();  // what is left ends with an error to its client
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the handlers send their last events
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(200));  // let the handlers send their last events
   server.Stop();
   http.join();
-  std::fprintf(stderr, "fathom serve: stopped; %lld requests finished during the drain, %lld aborted\n",
+  std::fprintf(stderr,
+               "fathom serve: stopped; %lld requests finished during the drain, %lld aborted\n",
                static_cast<long long>(draining - aborted), static_cast<long long>(aborted));
   return Status::Ok();
 }
@@ -163,42 +185,70 @@ Status Run(const ServeFlags& f) {
 
 void RegisterServe(CLI::App& app, Status* result) {
   auto f = std::make_shared<ServeFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "serve", "Serve a deployment over an OpenAI-compatible HTTP API, paced by the simulator (vLLM's flags)");
-  cmd->add_option("model", f->model, "Model: a Hugging Face repository fathom knows, a built-in name or a config.json");
+  CLI::App* cmd = app.add_subcommand("serve",
+                                     "Serve a deployment over an OpenAI-compatible HTTP API, paced "
+                                     "by the simulator (vLLM's flags)");
+  cmd->add_option(
+      "model", f->model,
+      "Model: a Hugging Face repository fathom knows, a built-in name or a config.json");
   auto vllm = [&](CLI::Option* o) { f->vllm_options.push_back(o); };
-  vllm(cmd->add_option("--tensor-parallel-size", f->tensor_parallel, "Tensor-parallel GPUs per rank (-tp)")->capture_default_str());
-  vllm(cmd->add_option("--pipeline-parallel-size", f->pipeline_parallel, "Pipeline stages (-pp)")->capture_default_str());
-  vllm(cmd->add_option("--data-parallel-size", f->data_parallel, "Data-parallel ranks (-dp; attention DP with --enable-expert-parallel)")
+  vllm(cmd->add_option("--tensor-parallel-size", f->tensor_parallel,
+                       "Tensor-parallel GPUs per rank (-tp)")
            ->capture_default_str());
-  vllm(cmd->add_flag("--enable-expert-parallel", f->expert_parallel, "Experts spread over every GPU of the instance"));
-  vllm(cmd->add_option("--max-num-seqs", f->max_num_seqs, "Running sequences per rank")->capture_default_str());
-  vllm(cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Tokens per iteration per rank")->capture_default_str());
-  vllm(cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->chunked_prefill, "Chunked prefill (on by default, as in vLLM V1)"));
+  vllm(cmd->add_option("--pipeline-parallel-size", f->pipeline_parallel, "Pipeline stages (-pp)")
+           ->capture_default_str());
+  vllm(cmd->add_option("--data-parallel-size", f->data_parallel,
+                       "Data-parallel ranks (-dp; attention DP with --enable-expert-parallel)")
+           ->capture_default_str());
+  vllm(cmd->add_flag("--enable-expert-parallel", f->expert_parallel,
+                     "Experts spread over every GPU of the instance"));
+  vllm(cmd->add_option("--max-num-seqs", f->max_num_seqs, "Running sequences per rank")
+           ->capture_default_str());
+  vllm(cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens,
+                       "Tokens per iteration per rank")
+           ->capture_default_str());
+  vllm(cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->chunked_prefill,
+                     "Chunked prefill (on by default, as in vLLM V1)"));
   vllm(cmd->add_flag("--enable-prefix-caching", f->prefix_caching, "Prefix caching"));
-  vllm(cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto, bfloat16 or fp8")->capture_default_str());
-  vllm(cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Fraction of GPU memory used")->capture_default_str());
-  vllm(cmd->add_option("--speculative-config", f->speculative_config, "JSON with num_speculative_tokens (MTP depth)"));
-  vllm(cmd->add_option("--hardware", f->hardware, "GPU from `fathom hardware list`")->capture_default_str());
+  vllm(cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto, bfloat16 or fp8")
+           ->capture_default_str());
+  vllm(cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
+                       "Fraction of GPU memory used")
+           ->capture_default_str());
+  vllm(cmd->add_option("--speculative-config", f->speculative_config,
+                       "JSON with num_speculative_tokens (MTP depth)"));
+  vllm(cmd->add_option("--hardware", f->hardware, "GPU from `fathom hardware list`")
+           ->capture_default_str());
   vllm(cmd->add_option("--weights", f->weights, "Weight format (default: the repository's)"));
-  vllm(cmd->add_option("--quantization", f->quantization, "fp8: weights quantized to FP8 at load, as vLLM does"));
+  vllm(cmd->add_option("--quantization", f->quantization,
+                       "fp8: weights quantized to FP8 at load, as vLLM does"));
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
-  cmd->add_option("--deployment", f->deployment_file, "Deployment JSON (as `fathom tune --best-out` writes it) instead of the flags");
+  cmd->add_option("--deployment", f->deployment_file,
+                  "Deployment JSON (as `fathom tune --best-out` writes it) instead of the flags");
   AddTimeModelFlags(cmd, &f->time_model);
-  cmd->add_option("--host", f->serve.host, "Address to listen on (loopback unless you open it)")->capture_default_str();
-  cmd->add_option("--port", f->serve.port, "Port (0: any free one, printed on stderr)")->capture_default_str();
-  cmd->add_option("--served-model-name", f->serve.served_model_name, "Model id clients send (default: the model argument)");
-  cmd->add_option("--api-key", f->serve.api_key, "Require this bearer token on /v1/*");
-  cmd->add_option("--max-connections", f->serve.max_connections, "Concurrent connections, one thread each")->capture_default_str();
-  cmd->add_option("--time-scale", f->time_scale, "Simulated seconds per wall second (> 1 runs faster than real time)")
+  cmd->add_option("--host", f->serve.host, "Address to listen on (loopback unless you open it)")
       ->capture_default_str();
-  cmd->add_option("--shutdown-timeout", f->shutdown_timeout_s, "Seconds SIGTERM waits for requests in flight")->capture_default_str();
+  cmd->add_option("--port", f->serve.port, "Port (0: any free one, printed on stderr)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", f->serve.served_model_name,
+                  "Model id clients send (default: the model argument)");
+  cmd->add_option("--api-key", f->serve.api_key, "Require this bearer token on /v1/*");
+  cmd->add_option("--max-connections", f->serve.max_connections,
+                  "Concurrent connections, one thread each")
+      ->capture_default_str();
+  cmd->add_option("--time-scale", f->time_scale,
+                  "Simulated seconds per wall second (> 1 runs faster than real time)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                  "Seconds SIGTERM waits for requests in flight")
+      ->capture_default_str();
   cmd->callback([f, result] { *result = Run(*f); });
 }
 
 std::string ServeLongFlag(const std::string& word) {
-  static const std::pair<const char*, const char*> kShort[] = {
-      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"}};
+  static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
+                                                               {"-pp", "--pipeline-parallel-size"},
+                                                               {"-dp", "--data-parallel-size"}};
   for (const auto& [flag, long_flag] : kShort) {
     if (word == flag) return long_flag;
     if (word.rfind(std::string(flag) + "=", 0) == 0) return long_flag + word.substr(3);

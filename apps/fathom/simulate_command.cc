@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
@@ -26,7 +26,8 @@ struct SimulateFlags {
   std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
   const CLI::App* cmd = nullptr;
   sim::DeploymentConfig config;  // engine knobs bound to flags
-  std::string scheduler = "chunked", preemption = "recompute", admission = "greedy", router = "least-outstanding";
+  std::string scheduler = "chunked", preemption = "recompute", admission = "greedy",
+              router = "least-outstanding";
   std::string runtime = "python";
   std::vector<double> acceptance_dist;
   // Disaggregation.
@@ -55,7 +56,8 @@ Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   if (!f.deployment_file.empty()) {
     for (const CLI::Option* o : f.deployment_options) {
       if (o->count() > 0) {
-        return Status::InvalidArgument(o->get_name() + " and --deployment: give the deployment in one place");
+        return Status::InvalidArgument(o->get_name() +
+                                       " and --deployment: give the deployment in one place");
       }
     }
     return sim::LoadDeploymentFile(f.deployment_file);
@@ -67,13 +69,17 @@ Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(d.router, sim::ParseRouter(f.router));
   FATHOM_ASSIGN_OR_RETURN(d.runtime, models::ParseRuntime(f.runtime));
   if (f.preemption != "recompute" && f.preemption != "swap") {
-    return Status::InvalidArgument("--preemption = \"" + f.preemption + "\": must be recompute or swap");
+    return Status::InvalidArgument("--preemption = \"" + f.preemption +
+                                   "\": must be recompute or swap");
   }
-  d.engine.preemption = f.preemption == "swap" ? sim::PreemptionMode::kSwap : sim::PreemptionMode::kRecompute;
+  d.engine.preemption =
+      f.preemption == "swap" ? sim::PreemptionMode::kSwap : sim::PreemptionMode::kRecompute;
   if (f.admission != "greedy" && f.admission != "reserve") {
-    return Status::InvalidArgument("--admission = \"" + f.admission + "\": must be greedy or reserve");
+    return Status::InvalidArgument("--admission = \"" + f.admission +
+                                   "\": must be greedy or reserve");
   }
-  d.engine.admission = f.admission == "reserve" ? sim::AdmissionPolicy::kReserve : sim::AdmissionPolicy::kGreedy;
+  d.engine.admission =
+      f.admission == "reserve" ? sim::AdmissionPolicy::kReserve : sim::AdmissionPolicy::kGreedy;
   d.engine.acceptance_dist = f.acceptance_dist;
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
   FATHOM_ASSIGN_OR_RETURN(Deployment resolved, ResolveDeployment(f.deployment));
@@ -126,64 +132,84 @@ std::string AdoptRun(const std::optional<sim::RunRecord>& run, SimulateFlags* f)
     adopt("--stack", &f->time_model.stack, run->stack);
   }
   return changed.empty() ? "the run `fathom tune` scored, from " + f->deployment_file
-                         : "the run from " + f->deployment_file + " with " + changed + " changed (not the tuner's figures)";
+                         : "the run from " + f->deployment_file + " with " + changed +
+                               " changed (not the tuner's figures)";
 }
 
-void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r, const sim::ScenarioConfig& sc,
-                  const sim::SimulationResult& res, double wall_s, const sim::TimeModel& time_model,
-                  const std::string& run_note) {
-  std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n", d.model.c_str(),
-              d.TotalGpus(), d.hardware.c_str(),
+void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment& r,
+                  const sim::ScenarioConfig& sc, const sim::SimulationResult& res, double wall_s,
+                  const sim::TimeModel& time_model, const std::string& run_note) {
+  std::printf("Simulation: %s on %d x %s, %s, %s scheduler, batch %lld, max tokens %lld%s\n",
+              d.model.c_str(), d.TotalGpus(), d.hardware.c_str(),
               d.disaggregated ? "disaggregated" : r.layout.ToString().c_str(),
-              std::string(sim::Name(d.engine.scheduler)).c_str(), static_cast<long long>(d.engine.max_batch),
+              std::string(sim::Name(d.engine.scheduler)).c_str(),
+              static_cast<long long>(d.engine.max_batch),
               static_cast<long long>(d.engine.max_num_tokens),
               time_model.stack.empty() ? "" : (", stack " + time_model.stack).c_str());
-  std::printf("Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f s\n",
-              std::string(sim::Name(sc.scenario)).c_str(), sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "",
-              static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);
+  std::printf(
+      "Scenario: %s%s, %lld requests, %.1f s measured (last completion %.1f s), simulated in %.2f "
+      "s\n",
+      std::string(sim::Name(sc.scenario)).c_str(),
+      sc.qps > 0 ? StrFormat(" at %.3f QPS", sc.qps).c_str() : "",
+      static_cast<long long>(res.completed_requests), res.duration_s, res.drain_end_s, wall_s);
   std::printf("Run: %s\n\n", run_note.c_str());
-  std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n", res.throughput_tokens_per_s,
-              res.tokens_per_s_per_gpu, res.requests_per_s);
+  std::printf("  throughput        %12.1f tokens/s (%.1f per GPU), %.3f requests/s\n",
+              res.throughput_tokens_per_s, res.tokens_per_s_per_gpu, res.requests_per_s);
   if (res.sustained_tokens_per_s != res.throughput_tokens_per_s) {
-    std::printf("  sustained         %12.1f tokens/s of arrivals (LoadGen's figure above ends at the last-issued "
-                "sample)\n",
-                res.sustained_tokens_per_s);
+    std::printf(
+        "  sustained         %12.1f tokens/s of arrivals (LoadGen's figure above ends at the "
+        "last-issued "
+        "sample)\n",
+        res.sustained_tokens_per_s);
   }
   std::printf("  %-16s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p99");
-  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "TTFT", res.ttft_mean_ms, res.ttft_p50_ms, res.ttft_p99_ms);
-  std::printf("  %-16s %10.2f %10.2f %10.2f\n", "TPOT", res.tpot_mean_ms, res.tpot_p50_ms, res.tpot_p99_ms);
-  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "end to end", res.e2e_mean_ms, res.e2e_p50_ms, res.e2e_p99_ms);
+  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "TTFT", res.ttft_mean_ms, res.ttft_p50_ms,
+              res.ttft_p99_ms);
+  std::printf("  %-16s %10.2f %10.2f %10.2f\n", "TPOT", res.tpot_mean_ms, res.tpot_p50_ms,
+              res.tpot_p99_ms);
+  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "end to end", res.e2e_mean_ms, res.e2e_p50_ms,
+              res.e2e_p99_ms);
   if (res.limits) {
-    std::printf("\n  limits (p99)      TTFT %.0f ms, TPOT %.0f ms: %s\n", res.limits->ttft_ms, res.limits->tpot_ms,
-                res.latency_limits_met ? "met" : "NOT met");
+    std::printf("\n  limits (p99)      TTFT %.0f ms, TPOT %.0f ms: %s\n", res.limits->ttft_ms,
+                res.limits->tpot_ms, res.latency_limits_met ? "met" : "NOT met");
   }
-  std::printf("  run length        %s s, %s the %s s minimum\n", FormatCount(res.run_length_s).c_str(),
-              res.min_duration_met ? "meets" : "below", FormatCount(res.min_duration_s).c_str());
+  std::printf("  run length        %s s, %s the %s s minimum\n",
+              FormatCount(res.run_length_s).c_str(), res.min_duration_met ? "meets" : "below",
+              FormatCount(res.min_duration_s).c_str());
   std::string why;
-  for (const std::string& reason : res.InvalidReasons()) why += (why.empty() ? ": " : "; ") + reason;
+  for (const std::string& reason : res.InvalidReasons())
+    why += (why.empty() ? ": " : "; ") + reason;
   std::printf("  MLPerf valid      %s%s\n", res.mlperf_valid ? "yes" : "no", why.c_str());
   if (res.overloaded) {
-    std::printf("  OVERLOADED        arrivals ended at %s s, the last completion came at %s s; %s requests were still "
-                "waiting for their first token at the last arrival, so latencies grow with the run's length\n",
-                FormatCount(res.last_arrival_s).c_str(), FormatCount(res.drain_end_s).c_str(),
-                FormatCount(static_cast<double>(res.waiting_at_last_arrival)).c_str());
+    std::printf(
+        "  OVERLOADED        arrivals ended at %s s, the last completion came at %s s; %s requests "
+        "were still "
+        "waiting for their first token at the last arrival, so latencies grow with the run's "
+        "length\n",
+        FormatCount(res.last_arrival_s).c_str(), FormatCount(res.drain_end_s).c_str(),
+        FormatCount(static_cast<double>(res.waiting_at_last_arrival)).c_str());
   }
-  std::printf("  preemptions %lld, peak KV use %.1f%%, iterations %lld", static_cast<long long>(res.preemptions),
-              100 * res.kv_peak_utilization, static_cast<long long>(res.iterations));
+  std::printf("  preemptions %lld, peak KV use %.1f%%, iterations %lld",
+              static_cast<long long>(res.preemptions), 100 * res.kv_peak_utilization,
+              static_cast<long long>(res.iterations));
   if (d.engine.prefix_caching) std::printf(", prefix hit rate %.1f%%", 100 * res.prefix_hit_rate);
   std::printf("\n");
   if (time_model.roofline) {
     std::printf("  (execution times: plain roofline, an optimistic bound)\n");
-  } else if (std::find(time_model.calibration.fitted_hardware.begin(), time_model.calibration.fitted_hardware.end(),
+  } else if (std::find(time_model.calibration.fitted_hardware.begin(),
+                       time_model.calibration.fitted_hardware.end(),
                        d.hardware) == time_model.calibration.fitted_hardware.end()) {
-    std::printf("  (note: %s is not among the calibration's hardware: these figures extrapolate)\n", d.hardware.c_str());
+    std::printf("  (note: %s is not among the calibration's hardware: these figures extrapolate)\n",
+                d.hardware.c_str());
   }
   if (time_model.measured) {
     const models::MeasuredGemms::Coverage c = time_model.measured->coverage();
     const double all = std::max<int64_t>(1, c.within + c.outside + c.unmeasured);
-    std::printf("  measured GEMMs    %.1f%% of GEMMs priced from the database, %.1f%% beyond its measured M range "
-                "(extrapolated), %.1f%% analytical (shape not measured)\n",
-                100 * c.within / all, 100 * c.outside / all, 100 * c.unmeasured / all);
+    std::printf(
+        "  measured GEMMs    %.1f%% of GEMMs priced from the database, %.1f%% beyond its measured "
+        "M range "
+        "(extrapolated), %.1f%% analytical (shape not measured)\n",
+        100 * c.within / all, 100 * c.outside / all, 100 * c.unmeasured / all);
   }
 }
 
@@ -191,18 +217,24 @@ Status Run(SimulateFlags f) {
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, BuildConfig(f));
   const sim::DeploymentConfig& d = file.config;
   const std::string run_from_file = AdoptRun(file.run, &f);
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.deployment.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          LoadCatalog(f.deployment.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
 
   sim::ScenarioConfig sc = f.sc;
   FATHOM_ASSIGN_OR_RETURN(sc.scenario, sim::ParseScenario(f.scenario));
-  const bool server = sc.scenario == sim::Scenario::kServer || sc.scenario == sim::Scenario::kInteractive;
-  if (server && !(sc.qps > 0)) return Status::InvalidArgument("--qps = " + std::to_string(sc.qps) + ": must be > 0 for the " + f.scenario + " scenario");
-  if (!server && sc.qps != 0) return Status::InvalidArgument("--qps applies to the server and interactive scenarios only");
+  const bool server =
+      sc.scenario == sim::Scenario::kServer || sc.scenario == sim::Scenario::kInteractive;
+  if (server && !(sc.qps > 0))
+    return Status::InvalidArgument("--qps = " + std::to_string(sc.qps) + ": must be > 0 for the " +
+                                   f.scenario + " scenario");
+  if (!server && sc.qps != 0)
+    return Status::InvalidArgument("--qps applies to the server and interactive scenarios only");
   if (sc.scenario == sim::Scenario::kClosedLoop && sc.clients < 1) {
-    return Status::InvalidArgument("--clients = " + std::to_string(sc.clients) + ": must be >= 1 for closed-loop");
+    return Status::InvalidArgument("--clients = " + std::to_string(sc.clients) +
+                                   ": must be >= 1 for closed-loop");
   }
   FATHOM_RETURN_IF_ERROR(sc.Validate());
 
@@ -215,14 +247,17 @@ Status Run(SimulateFlags f) {
     benchmark = workload.benchmark;
     if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload.note.c_str());
   } else if (f.trace.empty()) {
-    return Status::InvalidArgument("the replay scenario needs arrival times: give --trace FILE (a benchmark data set has none)");
+    return Status::InvalidArgument(
+        "the replay scenario needs arrival times: give --trace FILE (a benchmark data set has "
+        "none)");
   } else {
     FATHOM_ASSIGN_OR_RETURN(benchmark, ChooseBenchmark(d.model, f.benchmark));
   }
   if (benchmark != nullptr) resolved->spec.benchmark = benchmark->name;
   resolved->spec.scenario = sc;
 
-  // The run's length, as `fathom tune` sizes it: given, the file's, or as long as a submitter's run.
+  // The run's length, as `fathom tune` sizes it: given, the file's, or as long as a submitter's
+  // run.
   const int64_t n = static_cast<int64_t>(dataset.size());
   int64_t samples = 0;
   std::string run_note = run_from_file;
@@ -241,7 +276,8 @@ Status Run(SimulateFlags f) {
         return sim::CyclingSource(dataset, count, sc.seed);
     }
   };
-  auto simulate = [&](const sim::TimeModelFactory& factory, int64_t count) -> Result<sim::SimulationResult> {
+  auto simulate = [&](const sim::TimeModelFactory& factory,
+                      int64_t count) -> Result<sim::SimulationResult> {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, factory));
     r->spec.scenario = sc;
     r->spec.benchmark = resolved->spec.benchmark;
@@ -262,9 +298,10 @@ Status Run(SimulateFlags f) {
           return std::optional<double>(r->duration_s);
         };
         FATHOM_ASSIGN_OR_RETURN(samples, sim::OfflineRunSamples(n, target_s, lasted));
-        run_note = StrFormat("whole data sets lasting %s s, %s", FormatCount(target_s).c_str(),
-                             target_s > 1.1 * sc.min_duration_s ? "the benchmark's published Offline run"
-                                                                : "LoadGen's 1.1 x the minimum run");
+        run_note =
+            StrFormat("whole data sets lasting %s s, %s", FormatCount(target_s).c_str(),
+                      target_s > 1.1 * sc.min_duration_s ? "the benchmark's published Offline run"
+                                                         : "LoadGen's 1.1 x the minimum run");
       }
       break;
     case sim::Scenario::kServer:
@@ -277,7 +314,10 @@ Status Run(SimulateFlags f) {
         samples = sim::LoadGenServerSamples(n, sc.qps, sc.min_duration_s, least);
         run_note = StrFormat("%s s of arrivals%s in whole data sets, as LoadGen issues them",
                              FormatCount(sc.min_duration_s).c_str(),
-                             least > 0 ? StrFormat(", at least the benchmark's %s samples,", FormatCount(static_cast<double>(least)).c_str()).c_str() : "");
+                             least > 0 ? StrFormat(", at least the benchmark's %s samples,",
+                                                   FormatCount(static_cast<double>(least)).c_str())
+                                             .c_str()
+                                       : "");
       }
       break;
     case sim::Scenario::kReplay:
@@ -292,7 +332,10 @@ Status Run(SimulateFlags f) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> requests, CreateOutput(f.requests_out));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> timeline, CreateOutput(f.timeline));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> log, CreateOutput(f.event_log));
-  if (requests) requests->Append("request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions\n");
+  if (requests)
+    requests->Append(
+        "request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,"
+        "preemptions\n");
   if (timeline) timeline->Append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
 
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
@@ -301,7 +344,8 @@ Status Run(SimulateFlags f) {
   simulator.set_event_log(log.get());
   const auto start = std::chrono::steady_clock::now();
   FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, simulator.Run());
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (timeline) timeline->Append("\n]}\n");
   for (OutputFile* out : {requests.get(), timeline.get(), log.get()}) {
     if (out) FATHOM_RETURN_IF_ERROR(out->Commit());
@@ -311,7 +355,8 @@ Status Run(SimulateFlags f) {
   // halves of the differences in quadrature (linear propagation, correlations ignored).
   std::optional<std::array<double, 3>> sigma;
   if (f.error_bars) {
-    if (time_model.roofline) return Status::InvalidArgument("--error-bars needs the calibrated cost model");
+    if (time_model.roofline)
+      return Status::InvalidArgument("--error-bars needs the calibrated cost model");
     std::array<double, 3> var = {0, 0, 0};
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
       std::array<double, 3> metric[2];
@@ -322,7 +367,8 @@ Status Run(SimulateFlags f) {
         v[i] = std::max(v[i], 1e-3);
         if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
         p.SetFitted(v);
-        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(sim::CalibratedFactory(p, time_model.measured), samples));
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2,
+                                simulate(sim::CalibratedFactory(p, time_model.measured), samples));
         metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
       }
       for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);
@@ -341,19 +387,23 @@ Status Run(SimulateFlags f) {
     for (const auto& [k, v] : metrics.items()) j[k] = v;
     if (time_model.measured) {
       const models::MeasuredGemms::Coverage c = time_model.measured->coverage();
-      j["measured_gemms"] = {{"within_range", c.within}, {"outside_range", c.outside}, {"unmeasured", c.unmeasured}};
+      j["measured_gemms"] = {
+          {"within_range", c.within}, {"outside_range", c.outside}, {"unmeasured", c.unmeasured}};
     }
     if (sigma) {
-      j["error_bars_1sigma"] = {{"throughput_tokens_per_s", (*sigma)[0]}, {"ttft_p99_ms", (*sigma)[1]},
+      j["error_bars_1sigma"] = {{"throughput_tokens_per_s", (*sigma)[0]},
+                                {"ttft_p99_ms", (*sigma)[1]},
                                 {"tpot_p99_ms", (*sigma)[2]}};
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
     if (sigma) {
-      std::printf("  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- %.0f tokens/s, "
-                  "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
-                  (*sigma)[0], (*sigma)[1], (*sigma)[2]);
+      std::printf(
+          "  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- "
+          "%.0f tokens/s, "
+          "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
+          (*sigma)[0], (*sigma)[1], (*sigma)[2]);
     }
   }
   return Status::Ok();
@@ -363,69 +413,107 @@ Status Run(SimulateFlags f) {
 
 void RegisterSimulate(CLI::App& app, Status* result) {
   auto f = std::make_shared<SimulateFlags>();
-  CLI::App* cmd = app.add_subcommand("simulate", "Replay a workload on a deployment, with MLPerf LoadGen semantics");
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Replay a workload on a deployment, with MLPerf LoadGen semantics");
   AddDeploymentFlags(cmd, &f->deployment);
-  cmd->add_option("--deployment", f->deployment_file, "Deployment JSON (as `fathom tune` writes it) instead of the flags");
+  cmd->add_option("--deployment", f->deployment_file,
+                  "Deployment JSON (as `fathom tune` writes it) instead of the flags");
   sim::EngineConfig& e = f->config.engine;
   e.max_batch = 512;
   e.max_num_tokens = 4608;
   auto dep = [&](CLI::Option* o) { f->deployment_options.push_back(o); };
-  dep(cmd->add_option("--scheduler", f->scheduler, "static, prefill-first, chunked, mixed or decode-first")->capture_default_str());
-  dep(cmd->add_option("--runtime", f->runtime, "Engine host side: python (vLLM, SGLang, TRT-LLM PyTorch) or cpp (TRT-LLM engines)")
+  dep(cmd->add_option("--scheduler", f->scheduler,
+                      "static, prefill-first, chunked, mixed or decode-first")
           ->capture_default_str());
-  dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")->capture_default_str());
-  dep(cmd->add_option("--max-num-tokens", e.max_num_tokens, "Token budget per iteration per attention rank")->capture_default_str());
-  dep(cmd->add_option("--chunk-size", e.chunk_size, "Max prefill tokens of one sequence per iteration (0: the budget)"));
-  dep(cmd->add_option("--block-size", e.block_tokens, "KV-cache block size in tokens")->capture_default_str());
-  dep(cmd->add_option("--reserve", e.reserve_fraction, "Fraction of HBM kept free")->capture_default_str());
+  dep(cmd->add_option(
+             "--runtime", f->runtime,
+             "Engine host side: python (vLLM, SGLang, TRT-LLM PyTorch) or cpp (TRT-LLM engines)")
+          ->capture_default_str());
+  dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")
+          ->capture_default_str());
+  dep(cmd->add_option("--max-num-tokens", e.max_num_tokens,
+                      "Token budget per iteration per attention rank")
+          ->capture_default_str());
+  dep(cmd->add_option("--chunk-size", e.chunk_size,
+                      "Max prefill tokens of one sequence per iteration (0: the budget)"));
+  dep(cmd->add_option("--block-size", e.block_tokens, "KV-cache block size in tokens")
+          ->capture_default_str());
+  dep(cmd->add_option("--reserve", e.reserve_fraction, "Fraction of HBM kept free")
+          ->capture_default_str());
   dep(cmd->add_option("--preemption", f->preemption, "recompute or swap")->capture_default_str());
-  dep(cmd->add_option("--admission", f->admission, "greedy (vLLM) or reserve (TRT-LLM guaranteed no evict)")->capture_default_str());
-  dep(cmd->add_flag("--adp-balance", e.adp_balance,
-                    "TensorRT-LLM attention-DP balancing: hold new prefills until every rank has one"));
+  dep(cmd->add_option("--admission", f->admission,
+                      "greedy (vLLM) or reserve (TRT-LLM guaranteed no evict)")
+          ->capture_default_str());
+  dep(cmd->add_flag(
+      "--adp-balance", e.adp_balance,
+      "TensorRT-LLM attention-DP balancing: hold new prefills until every rank has one"));
   dep(cmd->add_option("--adp-wait-iters", e.adp_batching_wait_iters,
-                      "With --adp-balance: further iterations to batch prefills")->capture_default_str());
+                      "With --adp-balance: further iterations to batch prefills")
+          ->capture_default_str());
   dep(cmd->add_option("--adp-timeout-iters", e.adp_timeout_iters,
-                      "With --adp-balance: iterations a prefill waits for the other ranks at most")->capture_default_str());
-  dep(cmd->add_flag("--prefix-caching", e.prefix_caching, "Reuse cached prefix blocks (traces with hash ids)"));
+                      "With --adp-balance: iterations a prefill waits for the other ranks at most")
+          ->capture_default_str());
+  dep(cmd->add_flag("--prefix-caching", e.prefix_caching,
+                    "Reuse cached prefix blocks (traces with hash ids)"));
   dep(cmd->add_option("--mtp", e.mtp_depth, "Speculative (MTP) draft tokens per step"));
   dep(cmd->add_option("--acceptance", e.acceptance, "Per-draft-token acceptance probability"));
-  dep(cmd->add_option("--acceptance-dist", f->acceptance_dist, "Probabilities of accepting 0..k drafts")->delimiter(','));
-  dep(cmd->add_option("--draft-cost", e.draft_cost, "One draft token's cost as a fraction of a step")->capture_default_str());
-  dep(cmd->add_option("--router", f->router, "round-robin, least-outstanding, least-kv or prefix-aware")->capture_default_str());
+  dep(cmd->add_option("--acceptance-dist", f->acceptance_dist,
+                      "Probabilities of accepting 0..k drafts")
+          ->delimiter(','));
+  dep(cmd->add_option("--draft-cost", e.draft_cost,
+                      "One draft token's cost as a fraction of a step")
+          ->capture_default_str());
+  dep(cmd->add_option("--router", f->router,
+                      "round-robin, least-outstanding, least-kv or prefix-aware")
+          ->capture_default_str());
   dep(cmd->add_flag("--disagg", f->disagg, "Disaggregated prefill and decode pools"));
-  dep(cmd->add_option("--prefill-instances", f->prefill.instances, "Prefill instances")->capture_default_str());
+  dep(cmd->add_option("--prefill-instances", f->prefill.instances, "Prefill instances")
+          ->capture_default_str());
   dep(cmd->add_option("--prefill-tp", f->prefill.tp, "Prefill instance TP (default: --tp)"));
   dep(cmd->add_option("--prefill-ep", f->prefill.ep, "Prefill instance EP"));
   dep(cmd->add_option("--prefill-attn-dp", f->prefill.attn_dp, "Prefill instance attention DP"));
-  dep(cmd->add_option("--decode-instances", f->decode.instances, "Decode instances")->capture_default_str());
+  dep(cmd->add_option("--decode-instances", f->decode.instances, "Decode instances")
+          ->capture_default_str());
   dep(cmd->add_option("--decode-tp", f->decode.tp, "Decode instance TP (default: --tp)"));
   dep(cmd->add_option("--decode-ep", f->decode.ep, "Decode instance EP"));
   dep(cmd->add_option("--decode-attn-dp", f->decode.attn_dp, "Decode instance attention DP"));
-  dep(cmd->add_option("--decode-max-batch", f->config.decode_max_batch, "Decode instances' max batch"));
-  dep(cmd->add_option("--kv-link-gbps", f->config.kv_link_gb_per_s, "KV transfer bandwidth per GPU in GB/s"));
-  for (const char* name : {"--model", "--hardware", "--gpus", "--tp", "--pp", "--ep", "--attn-dp", "--weights",
-                           "--dense-weights", "--kv"}) {
+  dep(cmd->add_option("--decode-max-batch", f->config.decode_max_batch,
+                      "Decode instances' max batch"));
+  dep(cmd->add_option("--kv-link-gbps", f->config.kv_link_gb_per_s,
+                      "KV transfer bandwidth per GPU in GB/s"));
+  for (const char* name : {"--model", "--hardware", "--gpus", "--tp", "--pp", "--ep", "--attn-dp",
+                           "--weights", "--dense-weights", "--kv"}) {
     dep(cmd->get_option(name));
   }
 
-  cmd->add_option("--scenario", f->scenario, "offline, server, interactive, replay or closed-loop")->capture_default_str();
+  cmd->add_option("--scenario", f->scenario, "offline, server, interactive, replay or closed-loop")
+      ->capture_default_str();
   cmd->add_option("--qps", f->sc.qps, "Server/interactive: Poisson arrival rate");
-  cmd->add_option("--samples", f->sc.samples, "Requests to issue (equal issue: rounded up to whole data sets)");
-  cmd->add_option("--min-duration", f->sc.min_duration_s, "MLPerf minimum run length in s")->capture_default_str();
+  cmd->add_option("--samples", f->sc.samples,
+                  "Requests to issue (equal issue: rounded up to whole data sets)");
+  cmd->add_option("--min-duration", f->sc.min_duration_s, "MLPerf minimum run length in s")
+      ->capture_default_str();
   cmd->add_option("--clients", f->sc.clients, "Closed loop: concurrent clients");
-  cmd->add_option("--think-time", f->sc.think_time_s, "Closed loop: pause between a reply and the next request (s)");
-  cmd->add_option("--ttft-ms", f->sc.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
-  cmd->add_option("--tpot-ms", f->sc.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--think-time", f->sc.think_time_s,
+                  "Closed loop: pause between a reply and the next request (s)");
+  cmd->add_option("--ttft-ms", f->sc.ttft_limit_ms,
+                  "p99 TTFT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--tpot-ms", f->sc.tpot_limit_ms,
+                  "p99 TPOT limit (default: the MLPerf benchmark's)");
   cmd->add_option("--seed", f->sc.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--trace", f->trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
-  cmd->add_option("--benchmark", f->benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
+  cmd->add_option("--trace", f->trace,
+                  "Workload file (default: the data set of the model's MLPerf benchmark)");
+  cmd->add_option("--benchmark", f->benchmark,
+                  "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
   AddTraceReadFlags(cmd, &f->read);
   AddTimeModelFlags(cmd, &f->time_model);
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->add_flag("--error-bars", f->error_bars,
                 "Also run with each fitted cost parameter +- 1 sigma and report the spread");
   cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
-  cmd->add_option("--timeline", f->timeline, "Chrome trace JSON of the iterations, identical decode steps back to back as one event with args.steps (opens in Perfetto)");
+  cmd->add_option("--timeline", f->timeline,
+                  "Chrome trace JSON of the iterations, identical decode steps back to back as one "
+                  "event with args.steps (opens in Perfetto)");
   cmd->add_option("--event-log", f->event_log, "One line per simulation event");
   f->cmd = cmd;
   cmd->callback([f, result] { *result = Run(*f); });

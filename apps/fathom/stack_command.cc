@@ -31,7 +31,8 @@ std::string Rounds(const models::Stack& s) {
 }
 
 Status List(const StackFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                          models::LoadStacks(models::DefaultStacksPath()));
   if (f.json) {
     OrderedJson j = OrderedJson::array();
     for (const auto& s : stacks) {
@@ -44,14 +45,15 @@ Status List(const StackFlags& f) {
   }
   std::printf("%-12s %-14s %-10s %s\n", "name", "engine", "MLPerf", "version");
   for (const auto& s : stacks) {
-    std::printf("%-12s %-14s %-10s %s%s\n", s.name.c_str(), s.engine.c_str(), Rounds(s).c_str(), s.version.c_str(),
-                &s == &stacks.back() ? "  (default)" : "");
+    std::printf("%-12s %-14s %-10s %s%s\n", s.name.c_str(), s.engine.c_str(), Rounds(s).c_str(),
+                s.version.c_str(), &s == &stacks.back() ? "  (default)" : "");
   }
   return Status::Ok();
 }
 
 Status Show(const StackFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks, models::LoadStacks(models::DefaultStacksPath()));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                          models::LoadStacks(models::DefaultStacksPath()));
   FATHOM_ASSIGN_OR_RETURN(models::Stack s, models::FindStack(stacks, f.name));
   FATHOM_ASSIGN_OR_RETURN(models::Calibration c, models::LoadCalibration(s.CalibrationPath()));
   OrderedJson j = s.ToJson();
@@ -64,7 +66,8 @@ Status Show(const StackFlags& f) {
 // each of two stacks: its benchmark's data set and run rules, Offline tokens/s or the highest QPS
 // within the p99 limits.
 Status Diff(const StackFlags& f) {
-  if (f.diff.size() != 2) return Status::InvalidArgument("stack diff needs two stack names, e.g. trtllm-1.0 trtllm-1.2");
+  if (f.diff.size() != 2)
+    return Status::InvalidArgument("stack diff needs two stack names, e.g. trtllm-1.0 trtllm-1.2");
   sim::DeploymentConfig d;
   if (!f.deployment_file.empty()) {
     FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.deployment_file));
@@ -77,7 +80,8 @@ Status Diff(const StackFlags& f) {
   tuner::TuneOptions o;
   FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(f.scenario));
   if (o.space.scenario != sim::Scenario::kOffline && !tuner::ServerLike(o.space.scenario)) {
-    return Status::InvalidArgument("--scenario = \"" + f.scenario + "\": stack diff supports offline, server and interactive");
+    return Status::InvalidArgument("--scenario = \"" + f.scenario +
+                                   "\": stack diff supports offline, server and interactive");
   }
   o.space.model = d.model;
   o.space.hardware = d.hardware;
@@ -94,10 +98,10 @@ Status Diff(const StackFlags& f) {
   OrderedJson results = OrderedJson::array();
   double figure[2] = {0, 0};
   if (!f.json) {
-    std::printf("%s on %d x %s, %s scenario; %s\n\n", d.model.c_str(), d.TotalGpus(), d.hardware.c_str(),
-                f.scenario.c_str(), workload.note.c_str());
-    std::printf("%-12s %12s %12s %8s %10s %10s\n", "stack", server ? "QPS" : "tok/s", "tok/s/GPU", "run s", "TTFT p99",
-                "TPOT p99");
+    std::printf("%s on %d x %s, %s scenario; %s\n\n", d.model.c_str(), d.TotalGpus(),
+                d.hardware.c_str(), f.scenario.c_str(), workload.note.c_str());
+    std::printf("%-12s %12s %12s %8s %10s %10s\n", "stack", server ? "QPS" : "tok/s", "tok/s/GPU",
+                "run s", "TTFT p99", "TPOT p99");
   }
   for (int i = 0; i < 2; ++i) {
     sim::TimeModelOptions tm;
@@ -111,8 +115,9 @@ Status Diff(const StackFlags& f) {
     r["stack"] = f.diff[i];
     results.push_back(r);
     if (!f.json) {
-      std::printf("%-12s %12.*f %12.0f %8.0f %10.0f %10.1f%s\n", f.diff[i].c_str(), server ? 2 : 0, figure[i],
-                  c.tokens_per_s_per_gpu, c.run_s, c.ttft_p99_ms, c.tpot_p99_ms, c.valid ? "" : "  (not valid)");
+      std::printf("%-12s %12.*f %12.0f %8.0f %10.0f %10.1f%s\n", f.diff[i].c_str(), server ? 2 : 0,
+                  figure[i], c.tokens_per_s_per_gpu, c.run_s, c.ttft_p99_ms, c.tpot_p99_ms,
+                  c.valid ? "" : "  (not valid)");
     }
   }
   const double ratio = figure[0] > 0 ? figure[1] / figure[0] : 0;
@@ -121,7 +126,8 @@ Status Diff(const StackFlags& f) {
   if (f.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("\n%s / %s: %.2fx %s\n", f.diff[1].c_str(), f.diff[0].c_str(), ratio, server ? "QPS within the p99 limits" : "tokens/s");
+    std::printf("\n%s / %s: %.2fx %s\n", f.diff[1].c_str(), f.diff[0].c_str(), ratio,
+                server ? "QPS within the p99 limits" : "tokens/s");
   }
   return Status::Ok();
 }
@@ -130,18 +136,23 @@ Status Diff(const StackFlags& f) {
 
 void RegisterStack(CLI::App& app, Status* result) {
   auto f = std::make_shared<StackFlags>();
-  CLI::App* cmd = app.add_subcommand("stack", "Software stacks (engine releases) and their calibrations");
+  CLI::App* cmd =
+      app.add_subcommand("stack", "Software stacks (engine releases) and their calibrations");
   cmd->require_subcommand(1);
   CLI::App* list = cmd->add_subcommand("list", "The stacks, the newest (the default) last");
   list->add_flag("--json", f->json, "Print JSON");
   list->callback([f, result] { *result = List(*f); });
-  CLI::App* show = cmd->add_subcommand("show", "One stack: features, sources and calibrated parameters (JSON)");
+  CLI::App* show =
+      cmd->add_subcommand("show", "One stack: features, sources and calibrated parameters (JSON)");
   show->add_option("name", f->name, "Stack name")->required();
   show->callback([f, result] { *result = Show(*f); });
-  CLI::App* diff = cmd->add_subcommand("diff", "What a stack is worth: one deployment under two stacks");
+  CLI::App* diff =
+      cmd->add_subcommand("diff", "What a stack is worth: one deployment under two stacks");
   diff->add_option("stacks", f->diff, "Two stack names")->required()->expected(2);
-  diff->add_option("--deployment", f->deployment_file, "Deployment file (default: DeepSeek-R1 on 8xB200, TP8/EP8/ADP8)");
-  diff->add_option("--scenario", f->scenario, "offline, server or interactive")->capture_default_str();
+  diff->add_option("--deployment", f->deployment_file,
+                   "Deployment file (default: DeepSeek-R1 on 8xB200, TP8/EP8/ADP8)");
+  diff->add_option("--scenario", f->scenario, "offline, server or interactive")
+      ->capture_default_str();
   diff->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   diff->add_flag("--json", f->json, "Print JSON");
   diff->callback([f, result] { *result = Diff(*f); });

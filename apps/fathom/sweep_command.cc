@@ -22,7 +22,8 @@ struct SweepFlags {
 };
 
 // A cell as `fathom tune` would run it, with the plan's shared settings as its flags.
-Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::SweepCell& cell, WorkloadCache* cache) {
+Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::SweepCell& cell,
+                                    WorkloadCache* cache) {
   TuneInputs in;
   tuner::TuneOptions& o = in.options;
   o.space.model = cell.model;
@@ -43,7 +44,8 @@ Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::S
   o.seed = plan.seed;
   o.ttft_limit_ms = cell.limits.ttft_ms;
   o.tpot_limit_ms = cell.limits.tpot_ms;
-  if (auto price = plan.prices.find(cell.hardware); price != plan.prices.end()) o.price_per_gpu_hour = price->second;
+  if (auto price = plan.prices.find(cell.hardware); price != plan.prices.end())
+    o.price_per_gpu_hour = price->second;
   in.trace = cell.trace;
   in.time_model.cost_model = plan.cost_model;
   in.time_model.stack = cell.stack;
@@ -65,14 +67,16 @@ Status Run(const SweepFlags& f) {
   tuner::SweepOptions options;
   options.db_path = f.db;
   options.jobs = f.jobs;
-  if (f.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
+  if (f.jobs < 0)
+    return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
   if (!f.shard.empty()) {
     FATHOM_ASSIGN_OR_RETURN(options.shard, tuner::ParseShard(f.shard));
   }
   if (!f.json) options.progress = PrintCellProgress;
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
   WorkloadCache workloads;
-  const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan, const tuner::SweepCell& cell) {
+  const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan,
+                                        const tuner::SweepCell& cell) {
     return CellTune(plan, cell, &workloads);
   };
   FATHOM_ASSIGN_OR_RETURN(auto summary, tuner::RunSweep(f.plan, options, cell_tune, catalog));
@@ -82,12 +86,16 @@ Status Run(const SweepFlags& f) {
     std::printf("%s\n", s.ToJson().dump(2).c_str());
     return Status::Ok();
   }
-  std::printf("Sweep %s%s: %lld cells, %lld already complete, %lld run on %d %s; %lld candidates simulated, "
-              "%lld reused, %lld pruned; %.1f s\n",
-              f.plan.c_str(), f.shard.empty() ? "" : (" shard " + f.shard).c_str(), static_cast<long long>(s.cells),
-              static_cast<long long>(s.complete), static_cast<long long>(s.run), s.workers,
-              s.mpi ? (s.workers == 1 ? "MPI rank" : "MPI ranks") : (s.workers == 1 ? "thread" : "threads"), static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
-              static_cast<long long>(s.pruned), s.wall_s);
+  std::printf(
+      "Sweep %s%s: %lld cells, %lld already complete, %lld run on %d %s; %lld candidates "
+      "simulated, "
+      "%lld reused, %lld pruned; %.1f s\n",
+      f.plan.c_str(), f.shard.empty() ? "" : (" shard " + f.shard).c_str(),
+      static_cast<long long>(s.cells), static_cast<long long>(s.complete),
+      static_cast<long long>(s.run), s.workers,
+      s.mpi ? (s.workers == 1 ? "MPI rank" : "MPI ranks") : (s.workers == 1 ? "thread" : "threads"),
+      static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
+      static_cast<long long>(s.pruned), s.wall_s);
   std::printf("Report: fathom report --db %s [--out report.html]\n", f.db.c_str());
   return Status::Ok();
 }
@@ -96,14 +104,19 @@ Status Run(const SweepFlags& f) {
 
 void RegisterSweep(CLI::App& app, Status* result) {
   auto f = std::make_shared<SweepFlags>();
-  CLI::App* cmd = app.add_subcommand("sweep", "Tune every cell of a plan (models x GPUs x counts x scenarios ...) "
-                                              "into one results store, on threads or under mpirun/srun");
+  CLI::App* cmd =
+      app.add_subcommand("sweep",
+                         "Tune every cell of a plan (models x GPUs x counts x scenarios ...) "
+                         "into one results store, on threads or under mpirun/srun");
   cmd->add_option("plan", f->plan, "Sweep plan (JSON; README, \"Sweeps\")")->required();
-  cmd->add_option("--db", f->db, "SQLite results store: a killed sweep resumes from it")->required();
-  cmd->add_option("--jobs", f->jobs, "Threads (default: all cores): the workers without MPI; under MPI, rank 0's "
-                                     "for checking the cells");
-  cmd->add_option("--shard", f->shard, "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
-                                       "array: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT");
+  cmd->add_option("--db", f->db, "SQLite results store: a killed sweep resumes from it")
+      ->required();
+  cmd->add_option("--jobs", f->jobs,
+                  "Threads (default: all cores): the workers without MPI; under MPI, rank 0's "
+                  "for checking the cells");
+  cmd->add_option("--shard", f->shard,
+                  "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
+                  "array: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->callback([f, result] { *result = Run(*f); });

@@ -81,23 +81,29 @@ Status Stats(const StatsFlags& f) {
     std::printf("%s (%s)\n", f.path.c_str(), std::string(traces::Name(reader->format())).c_str());
     std::printf("  requests        %lld\n", static_cast<long long>(s.requests));
     if (s.timed) {
-      std::printf("  duration        %.1f s\n  rate            %.3f req/s\n  burstiness CV   %.3f\n",
-                  s.duration_s, s.rate_per_s, s.burstiness_cv);
+      std::printf(
+          "  duration        %.1f s\n  rate            %.3f req/s\n  burstiness CV   %.3f\n",
+          s.duration_s, s.rate_per_s, s.burstiness_cv);
     } else {
       std::printf("  arrivals        none (lengths only)\n");
     }
     std::printf("  %-14s %10s %8s %8s %8s %8s\n", "tokens", "mean", "p50", "p90", "p99", "max");
     for (const auto& [name, l] : {std::pair{"input", s.input}, std::pair{"output", s.output}}) {
-      std::printf("  %-14s %10.2f %8lld %8lld %8lld %8lld\n", name, l.mean, static_cast<long long>(l.p50),
-                  static_cast<long long>(l.p90), static_cast<long long>(l.p99), static_cast<long long>(l.max));
+      std::printf("  %-14s %10.2f %8lld %8lld %8lld %8lld\n", name, l.mean,
+                  static_cast<long long>(l.p50), static_cast<long long>(l.p90),
+                  static_cast<long long>(l.p99), static_cast<long long>(l.max));
     }
     if (s.prefix_blocks > 0) {
-      std::printf("  prefix blocks   %lld, %.1f%% repeated\n", static_cast<long long>(s.prefix_blocks),
-                  100 * s.prefix_reuse_ratio);
+      std::printf("  prefix blocks   %lld, %.1f%% repeated\n",
+                  static_cast<long long>(s.prefix_blocks), 100 * s.prefix_reuse_ratio);
     }
-    if (c.skipped_bad > 0) std::printf("  skipped lines   %lld (first: %s)\n", static_cast<long long>(c.skipped_bad), c.first_error.c_str());
+    if (c.skipped_bad > 0)
+      std::printf("  skipped lines   %lld (first: %s)\n", static_cast<long long>(c.skipped_bad),
+                  c.first_error.c_str());
     if (c.filtered > 0) std::printf("  filtered        %lld\n", static_cast<long long>(c.filtered));
-    if (c.failed_responses > 0) std::printf("  failed responses %lld (left out)\n", static_cast<long long>(c.failed_responses));
+    if (c.failed_responses > 0)
+      std::printf("  failed responses %lld (left out)\n",
+                  static_cast<long long>(c.failed_responses));
     if (c.capped > 0) std::printf("  outputs capped  %lld\n", static_cast<long long>(c.capped));
   }
   return Status::Ok();
@@ -106,7 +112,8 @@ Status Stats(const StatsFlags& f) {
 Status Write(traces::TraceReader& reader, const std::string& out, const std::string& to) {
   FATHOM_ASSIGN_OR_RETURN(traces::TraceFormat format, traces::ParseTraceFormat(to));
   FATHOM_ASSIGN_OR_RETURN(int64_t n, traces::WriteTrace(reader, out, format));
-  std::fprintf(stderr, "fathom: wrote %lld requests to %s\n", static_cast<long long>(n), out.c_str());
+  std::fprintf(stderr, "fathom: wrote %lld requests to %s\n", static_cast<long long>(n),
+               out.c_str());
   return Status::Ok();
 }
 
@@ -121,15 +128,17 @@ Status Convert(const ConvertFlags& f) {
     inputs.push_back(std::move(reader));
   }
   std::unique_ptr<traces::TraceReader> reader =
-      inputs.size() == 1 ? std::move(inputs[0])
-                         : traces::Combine(std::move(inputs), f.combine == "mix" ? traces::CombineMode::kMix
-                                                                                 : traces::CombineMode::kConcat);
+      inputs.size() == 1
+          ? std::move(inputs[0])
+          : traces::Combine(std::move(inputs), f.combine == "mix" ? traces::CombineMode::kMix
+                                                                  : traces::CombineMode::kConcat);
   reader = traces::Transform(std::move(reader), f.transform);
   if (f.sample || f.equal_issue) {
     // These need the whole dataset in memory.
     std::vector<traces::Request> dataset;
     if (f.sample) {
-      FATHOM_ASSIGN_OR_RETURN(dataset, traces::SampleWithoutReplacement(*reader, *f.sample, f.transform.seed));
+      FATHOM_ASSIGN_OR_RETURN(
+          dataset, traces::SampleWithoutReplacement(*reader, *f.sample, f.transform.seed));
     } else {
       FATHOM_ASSIGN_OR_RETURN(dataset, traces::ReadAll(*reader));
     }
@@ -152,25 +161,29 @@ Status Synth(SynthFlags f) {
   } else if (f.arrival == "weibull") {
     f.spec.arrivals.kind = traces::ArrivalKind::kWeibull;
   } else {
-    return Status::InvalidArgument("--arrival = \"" + f.arrival + "\": must be poisson, gamma or weibull");
+    return Status::InvalidArgument("--arrival = \"" + f.arrival +
+                                   "\": must be poisson, gamma or weibull");
   }
   if (!f.schedule.empty()) {
     FATHOM_ASSIGN_OR_RETURN(f.spec.arrivals.schedule, ParseSchedule("--schedule", f.schedule));
   }
   if (f.lengths == "empirical" || f.lengths == "fit") {
-    if (f.from.empty()) return Status::InvalidArgument("--lengths " + f.lengths + " needs --from TRACE");
+    if (f.from.empty())
+      return Status::InvalidArgument("--lengths " + f.lengths + " needs --from TRACE");
     FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(f.from, f.read));
     FATHOM_ASSIGN_OR_RETURN(f.spec.lengths,
                             traces::FitLengthModel(*reader, f.lengths == "fit", f.read.max_output));
     if (f.lengths == "fit") {
-      std::fprintf(stderr,
-                   "fathom: fitted lognormal lengths: input mu %.3f sigma %.3f, output mu %.3f sigma %.3f, "
-                   "correlation %.3f\n",
-                   f.spec.lengths.input.mu, f.spec.lengths.input.sigma, f.spec.lengths.output.mu,
-                   f.spec.lengths.output.sigma, f.spec.lengths.correlation);
+      std::fprintf(
+          stderr,
+          "fathom: fitted lognormal lengths: input mu %.3f sigma %.3f, output mu %.3f sigma %.3f, "
+          "correlation %.3f\n",
+          f.spec.lengths.input.mu, f.spec.lengths.input.sigma, f.spec.lengths.output.mu,
+          f.spec.lengths.output.sigma, f.spec.lengths.correlation);
     }
   } else if (f.lengths != "lognormal") {
-    return Status::InvalidArgument("--lengths = \"" + f.lengths + "\": must be lognormal, empirical or fit");
+    return Status::InvalidArgument("--lengths = \"" + f.lengths +
+                                   "\": must be lognormal, empirical or fit");
   } else if (f.read.max_output) {
     f.spec.lengths.max_output = *f.read.max_output;
   }
@@ -185,31 +198,43 @@ void RegisterTrace(CLI::App& app, Status* result) {
   cmd->require_subcommand(1);
 
   auto stats = std::make_shared<StatsFlags>();
-  CLI::App* s = cmd->add_subcommand("stats", "Requests, rate, length percentiles, burstiness, prefix reuse");
+  CLI::App* s =
+      cmd->add_subcommand("stats", "Requests, rate, length percentiles, burstiness, prefix reuse");
   s->add_option("file", stats->path, "Trace file (format detected unless --format)")->required();
   AddTraceReadFlags(s, &stats->read);
   s->add_flag("--json", stats->json, "Print JSON");
   s->callback([stats, result] { *result = Stats(*stats); });
 
   auto conv = std::make_shared<ConvertFlags>();
-  CLI::App* c = cmd->add_subcommand("convert", "Transform, combine and rewrite traces as CSV or JSONL");
+  CLI::App* c =
+      cmd->add_subcommand("convert", "Transform, combine and rewrite traces as CSV or JSONL");
   c->add_option("files", conv->inputs, "Input traces")->required();
   c->add_option("--out", conv->out, "Output file")->required();
   c->add_option("--to", conv->to, "csv or jsonl")->capture_default_str();
-  c->add_option("--combine", conv->combine, "Several inputs: concat or mix (by arrival time)")->capture_default_str();
+  c->add_option("--combine", conv->combine, "Several inputs: concat or mix (by arrival time)")
+      ->capture_default_str();
   AddTraceReadFlags(c, &conv->read);
-  c->add_option("--min-input", conv->transform.min_input, "Keep requests with at least this many input tokens");
-  c->add_option("--max-input", conv->transform.max_input, "Keep requests with at most this many input tokens");
-  c->add_option("--min-output", conv->transform.min_output, "Keep requests with at least this many output tokens");
-  c->add_option("--max-output-filter", conv->transform.max_output, "Keep requests with at most this many output tokens");
-  c->add_option("--sample-fraction", conv->transform.sample_fraction, "Keep each request with this probability");
+  c->add_option("--min-input", conv->transform.min_input,
+                "Keep requests with at least this many input tokens");
+  c->add_option("--max-input", conv->transform.max_input,
+                "Keep requests with at most this many input tokens");
+  c->add_option("--min-output", conv->transform.min_output,
+                "Keep requests with at least this many output tokens");
+  c->add_option("--max-output-filter", conv->transform.max_output,
+                "Keep requests with at most this many output tokens");
+  c->add_option("--sample-fraction", conv->transform.sample_fraction,
+                "Keep each request with this probability");
   c->add_option("--head", conv->transform.head, "Keep the first N requests");
-  c->add_option("--time-scale", conv->transform.time_scale, "Multiply arrival times (0.5 doubles the rate)");
-  c->add_option("--rate", conv->transform.rate, "Replace arrivals with a Poisson process at this rate (req/s)");
-  c->add_option("--seed", conv->transform.seed, "Seed for sampling and re-timing")->capture_default_str();
+  c->add_option("--time-scale", conv->transform.time_scale,
+                "Multiply arrival times (0.5 doubles the rate)");
+  c->add_option("--rate", conv->transform.rate,
+                "Replace arrivals with a Poisson process at this rate (req/s)");
+  c->add_option("--seed", conv->transform.seed, "Seed for sampling and re-timing")
+      ->capture_default_str();
   c->add_option("--sample", conv->sample, "Exactly N requests drawn without replacement");
-  c->add_option("--equal-issue", conv->equal_issue,
-                "Repeat the data set to the smallest multiple of its size >= N (MLPerf equal issue)");
+  c->add_option(
+      "--equal-issue", conv->equal_issue,
+      "Repeat the data set to the smallest multiple of its size >= N (MLPerf equal issue)");
   c->callback([conv, result] { *result = Convert(*conv); });
 
   auto syn = std::make_shared<SynthFlags>();
@@ -219,23 +244,39 @@ void RegisterTrace(CLI::App& app, Status* result) {
   y->add_option("--requests", syn->spec.requests, "Number of requests")->capture_default_str();
   y->add_option("--duration", syn->spec.duration_s, "Stop at this time (s)");
   y->add_option("--arrival", syn->arrival, "poisson, gamma or weibull")->capture_default_str();
-  y->add_option("--rate", syn->spec.arrivals.rate_per_s, "Mean arrival rate (req/s)")->capture_default_str();
-  y->add_option("--cv", syn->spec.arrivals.cv, "Gamma: coefficient of variation of the gaps")->capture_default_str();
-  y->add_option("--weibull-shape", syn->spec.arrivals.weibull_shape, "Weibull shape k")->capture_default_str();
-  y->add_option("--schedule", syn->schedule, "Piecewise rates DURATION_S:RATE,... (e.g. a diurnal curve)");
-  y->add_option("--lengths", syn->lengths, "lognormal, empirical (resample --from) or fit (lognormal fitted to --from)")
+  y->add_option("--rate", syn->spec.arrivals.rate_per_s, "Mean arrival rate (req/s)")
+      ->capture_default_str();
+  y->add_option("--cv", syn->spec.arrivals.cv, "Gamma: coefficient of variation of the gaps")
+      ->capture_default_str();
+  y->add_option("--weibull-shape", syn->spec.arrivals.weibull_shape, "Weibull shape k")
+      ->capture_default_str();
+  y->add_option("--schedule", syn->schedule,
+                "Piecewise rates DURATION_S:RATE,... (e.g. a diurnal curve)");
+  y->add_option("--lengths", syn->lengths,
+                "lognormal, empirical (resample --from) or fit (lognormal fitted to --from)")
       ->capture_default_str();
   y->add_option("--from", syn->from, "Trace whose lengths to resample or fit");
   AddTraceReadFlags(y, &syn->read);
-  y->add_option("--input-mu", syn->spec.lengths.input.mu, "Lognormal input: mean of ln(tokens)")->capture_default_str();
-  y->add_option("--input-sigma", syn->spec.lengths.input.sigma, "Lognormal input: std of ln(tokens)")->capture_default_str();
-  y->add_option("--output-mu", syn->spec.lengths.output.mu, "Lognormal output: mean of ln(tokens)")->capture_default_str();
-  y->add_option("--output-sigma", syn->spec.lengths.output.sigma, "Lognormal output: std of ln(tokens)")->capture_default_str();
-  y->add_option("--correlation", syn->spec.lengths.correlation, "Correlation of log input and log output")
+  y->add_option("--input-mu", syn->spec.lengths.input.mu, "Lognormal input: mean of ln(tokens)")
       ->capture_default_str();
-  y->add_option("--turns", syn->spec.conversations.turns_mean, "Mean turns per conversation (0: independent requests)");
-  y->add_option("--think-time", syn->spec.conversations.think_time_s, "Mean pause between turns (s)")->capture_default_str();
-  y->add_option("--system-prompt", syn->spec.conversations.system_prompt_tokens, "Tokens of a prompt every conversation shares");
+  y->add_option("--input-sigma", syn->spec.lengths.input.sigma,
+                "Lognormal input: std of ln(tokens)")
+      ->capture_default_str();
+  y->add_option("--output-mu", syn->spec.lengths.output.mu, "Lognormal output: mean of ln(tokens)")
+      ->capture_default_str();
+  y->add_option("--output-sigma", syn->spec.lengths.output.sigma,
+                "Lognormal output: std of ln(tokens)")
+      ->capture_default_str();
+  y->add_option("--correlation", syn->spec.lengths.correlation,
+                "Correlation of log input and log output")
+      ->capture_default_str();
+  y->add_option("--turns", syn->spec.conversations.turns_mean,
+                "Mean turns per conversation (0: independent requests)");
+  y->add_option("--think-time", syn->spec.conversations.think_time_s,
+                "Mean pause between turns (s)")
+      ->capture_default_str();
+  y->add_option("--system-prompt", syn->spec.conversations.system_prompt_tokens,
+                "Tokens of a prompt every conversation shares");
   y->add_option("--seed", syn->spec.seed, "Random seed")->capture_default_str();
   y->callback([syn, result] { *result = Synth(*syn); });
 }

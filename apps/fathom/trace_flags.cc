@@ -11,8 +11,10 @@
 namespace fathom::cli {
 
 void AddTraceReadFlags(CLI::App* cmd, TraceReadFlags* f) {
-  cmd->add_option("--format", f->format, "auto, csv, azure, mooncake, burstgpt or jsonl")->capture_default_str();
-  cmd->add_flag("--skip-bad-lines", f->skip_bad_lines, "Skip and count malformed lines instead of failing");
+  cmd->add_option("--format", f->format, "auto, csv, azure, mooncake, burstgpt or jsonl")
+      ->capture_default_str();
+  cmd->add_flag("--skip-bad-lines", f->skip_bad_lines,
+                "Skip and count malformed lines instead of failing");
   cmd->add_option("--max-output", f->max_output, "Cap output tokens (MLPerf DeepSeek-R1: 20000)");
   cmd->add_option("--model-filter", f->model_filter, "BurstGPT: keep only this Model");
   cmd->add_option("--log-type", f->log_type_filter, "BurstGPT: keep only this Log Type");
@@ -23,7 +25,8 @@ Result<traces::ReadOptions> ToReadOptions(const TraceReadFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(o.format, traces::ParseTraceFormat(f.format));
   o.skip_bad_lines = f.skip_bad_lines;
   if (f.max_output && *f.max_output < 1) {
-    return Status::InvalidArgument("--max-output = " + std::to_string(*f.max_output) + ": must be >= 1");
+    return Status::InvalidArgument("--max-output = " + std::to_string(*f.max_output) +
+                                   ": must be >= 1");
   }
   o.max_output = f.max_output;
   o.model_filter = f.model_filter;
@@ -37,17 +40,19 @@ Result<std::unique_ptr<traces::TraceReader>> OpenTraceWithFlags(const std::strin
   return traces::OpenTrace(path, o);
 }
 
-Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model, const std::string& benchmark) {
+Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model,
+                                                 const std::string& benchmark) {
   const auto& all = traces::MlperfBenchmarks();
   if (benchmark.empty()) return traces::FindBenchmark(all, model);
   if (const traces::Benchmark* b = traces::FindBenchmark(all, benchmark)) return b;
   std::string names;
   for (const auto& b : all) names += (names.empty() ? "" : ", ") + b.name;
-  return Status::InvalidArgument("--benchmark = \"" + benchmark + "\": not an MLPerf benchmark fathom knows (" + names + ")");
+  return Status::InvalidArgument("--benchmark = \"" + benchmark +
+                                 "\": not an MLPerf benchmark fathom knows (" + names + ")");
 }
 
-Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark, const std::string& path,
-                              const TraceReadFlags& flags) {
+Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark,
+                              const std::string& path, const TraceReadFlags& flags) {
   FATHOM_RETURN_IF_ERROR(ToReadOptions(flags).status());
   Workload w;
   FATHOM_ASSIGN_OR_RETURN(w.benchmark, ChooseBenchmark(model, benchmark));
@@ -65,8 +70,10 @@ Result<Workload> LoadWorkload(const std::string& model, const std::string& bench
   if (w.benchmark == nullptr) {
     const std::string fallback(models::kDefaultModel);
     w.benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), fallback);
-    if (w.benchmark == nullptr) return Status::NotFound(traces::DefaultBenchmarksPath() + ": no " + fallback + " benchmark");
-    why = ", the default for " + model + ", which no MLPerf benchmark runs (--trace FILE or --benchmark NAME to choose)";
+    if (w.benchmark == nullptr)
+      return Status::NotFound(traces::DefaultBenchmarksPath() + ": no " + fallback + " benchmark");
+    why = ", the default for " + model +
+          ", which no MLPerf benchmark runs (--trace FILE or --benchmark NAME to choose)";
   }
   FATHOM_ASSIGN_OR_RETURN(w.requests, traces::BenchmarkDataset(*w.benchmark));
   if (flags.max_output) {
@@ -89,12 +96,14 @@ void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) 
                  static_cast<long long>(c.skipped_bad), c.first_error.c_str());
   }
   if (c.filtered > 0 || c.failed_responses > 0) {
-    std::fprintf(stderr, "fathom: %s: %lld rows filtered out, %lld failed responses left out\n", path.c_str(),
-                 static_cast<long long>(c.filtered), static_cast<long long>(c.failed_responses));
+    std::fprintf(stderr, "fathom: %s: %lld rows filtered out, %lld failed responses left out\n",
+                 path.c_str(), static_cast<long long>(c.filtered),
+                 static_cast<long long>(c.failed_responses));
   }
 }
 
-Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, const std::string& text) {
+Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag,
+                                                       const std::string& text) {
   std::vector<traces::RateSegment> out;
   std::stringstream ss(text);
   std::string item;
@@ -109,12 +118,16 @@ Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, 
       return Status::InvalidArgument(flag + ": segment \"" + item +
                                      "\" is not DURATION_S:RATE (e.g. 3600:2.5)");
     }
-    if (!(seg.duration_s > 0) || !std::isfinite(seg.duration_s) || !(seg.rate_per_s >= 0) || !std::isfinite(seg.rate_per_s)) {
-      return Status::InvalidArgument(flag + ": segment \"" + item + "\": the duration must be > 0 and the rate >= 0, both finite");
+    if (!(seg.duration_s > 0) || !std::isfinite(seg.duration_s) || !(seg.rate_per_s >= 0) ||
+        !std::isfinite(seg.rate_per_s)) {
+      return Status::InvalidArgument(flag + ": segment \"" + item +
+                                     "\": the duration must be > 0 and the rate >= 0, both finite");
     }
     out.push_back(seg);
   }
-  if (out.empty()) return Status::InvalidArgument(flag + " = \"" + text + "\": give at least one DURATION_S:RATE segment");
+  if (out.empty())
+    return Status::InvalidArgument(flag + " = \"" + text +
+                                   "\": give at least one DURATION_S:RATE segment");
   return out;
 }
 

@@ -37,14 +37,16 @@ struct Workload {
 // or else of the one that runs `model`; else, for a model no MLPerf benchmark runs, the
 // DeepSeek-R1 reasoning set (fathom's documented default, said in the note). Read errors and
 // counters are reported as for any trace.
-Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark, const std::string& path,
-                              const TraceReadFlags& flags);
+Result<Workload> LoadWorkload(const std::string& model, const std::string& benchmark,
+                              const std::string& path, const TraceReadFlags& flags);
 // The benchmark a run is scored against: `benchmark` when given, else the one that runs `model`.
-Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model, const std::string& benchmark);
+Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model,
+                                                 const std::string& benchmark);
 // One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
 
 // Piecewise arrival rates, DURATION_S:RATE,... (`flag` names the option in errors).
-Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag, const std::string& text);
+Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag,
+                                                       const std::string& text);
 
 }  // namespace fathom::cli

@@ -31,21 +31,25 @@ struct TuneFlags {
 // Why a GPU count has no valid deployment, in one cell.
 std::string CapacityShortfall(const tuner::SearchFailure& why) {
   if (why.closest) {
-    return "no: none meets the limits (closest: p99 TTFT " + FormatCount(why.closest->failed_ttft_p99_ms) +
-           " ms, TPOT " + StrFormat("%.1f", why.closest->failed_tpot_p99_ms) + " ms)";
+    return "no: none meets the limits (closest: p99 TTFT " +
+           FormatCount(why.closest->failed_ttft_p99_ms) + " ms, TPOT " +
+           StrFormat("%.1f", why.closest->failed_tpot_p99_ms) + " ms)";
   }
   if (why.unservable > 0) return "no: a request needs more KV cache than one rank holds";
   return "no: does not fit in memory (lacks " + HumanBytes(why.least_shortfall_bytes) + " per GPU)";
 }
 
 Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
-  FATHOM_ASSIGN_OR_RETURN(tuner::CapacityPlan plan, tuner::PlanCapacity(f.in.options, f.capacity_qps, f.capacity_gpus, catalog));
+  FATHOM_ASSIGN_OR_RETURN(
+      tuner::CapacityPlan plan,
+      tuner::PlanCapacity(f.in.options, f.capacity_qps, f.capacity_gpus, catalog));
   if (f.json) {
     OrderedJson j;
     j["target_qps"] = f.capacity_qps;
     OrderedJson steps = OrderedJson::array();
     for (const auto& s : plan.steps) {
-      OrderedJson o = {{"gpus", s.gpus}, {"meets", s.meets}, {"cost_per_hour_usd", s.cost_per_hour}};
+      OrderedJson o = {
+          {"gpus", s.gpus}, {"meets", s.meets}, {"cost_per_hour_usd", s.cost_per_hour}};
       if (s.best) o["best"] = s.best->ToJson();
       if (s.failure) o["failure"] = s.failure->ToJson();
       steps.push_back(o);
@@ -58,28 +62,34 @@ Status Capacity(const TuneFlags& f, const models::HardwareCatalog& catalog) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n", f.in.options.space.model.c_str(),
-                f.in.options.space.hardware.c_str(), f.capacity_qps);
+    std::printf("Capacity plan: %s on %s for %.3f QPS within the p99 limits\n",
+                f.in.options.space.model.c_str(), f.in.options.space.hardware.c_str(),
+                f.capacity_qps);
     std::printf("%6s %10s %10s  %s\n", "GPUs", "best QPS", "$/hour", "meets");
     for (const auto& s : plan.steps) {
-      std::printf("%6d %10s %10.2f  %s\n", s.gpus, s.best ? StrFormat("%.3f", s.best->qps).c_str() : "-",
-                  s.cost_per_hour, s.meets ? "yes" : s.best ? "no" : CapacityShortfall(*s.failure).c_str());
+      std::printf("%6d %10s %10.2f  %s\n", s.gpus,
+                  s.best ? StrFormat("%.3f", s.best->qps).c_str() : "-", s.cost_per_hour,
+                  s.meets  ? "yes"
+                  : s.best ? "no"
+                           : CapacityShortfall(*s.failure).c_str());
     }
     if (plan.chosen) {
-      std::printf("\nFewest GPUs: %d ($%.2f per hour): %s\n", plan.chosen->gpus, plan.chosen->cost_per_hour,
+      std::printf("\nFewest GPUs: %d ($%.2f per hour): %s\n", plan.chosen->gpus,
+                  plan.chosen->cost_per_hour,
                   sim::ToJson(plan.chosen->best->config).dump().c_str());
     }
   }
   if (!plan.chosen) {
-    return Status::InvalidArgument("no GPU count tried (up to " + std::to_string(f.capacity_gpus.back()) +
-                                   ") sustains " + StrFormat("%g", f.capacity_qps) + " QPS within the limits");
+    return Status::InvalidArgument("no GPU count tried (up to " +
+                                   std::to_string(f.capacity_gpus.back()) + ") sustains " +
+                                   StrFormat("%g", f.capacity_qps) + " QPS within the limits");
   }
   return Status::Ok();
 }
 
 // A search that found nothing valid says why, on the terminal or as JSON, and fails.
-Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const std::string& workload_note,
-                      const std::string& stack) {
+Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res,
+                      const std::string& workload_note, const std::string& stack) {
   const tuner::SearchFailure& why = *res.failure;
   if (f.json) {
     OrderedJson j;
@@ -96,11 +106,13 @@ Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const st
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     const tuner::TuneOptions& o = f.in.options;
-    std::printf("Tune: %s on %d x %s, %s scenario%s\n", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
-                f.in.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
-    std::printf("%lld candidates: %lld simulated, %lld from the results store; %lld infeasible; %.1f s\n\n",
-                static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
-                static_cast<long long>(res.reused), static_cast<long long>(res.infeasible), res.wall_s);
+    std::printf("Tune: %s on %d x %s, %s scenario%s\n", o.space.model.c_str(), o.space.gpus,
+                o.space.hardware.c_str(), f.in.scenario.c_str(),
+                stack.empty() ? "" : (", stack " + stack).c_str());
+    std::printf(
+        "%lld candidates: %lld simulated, %lld from the results store; %lld infeasible; %.1f s\n\n",
+        static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
+        static_cast<long long>(res.reused), static_cast<long long>(res.infeasible), res.wall_s);
     std::printf("No candidate is valid:\n");
     if (why.out_of_memory > 0) {
       std::printf("  %lld do not fit in memory (the closest, %s, lacks %s per GPU)\n",
@@ -116,21 +128,25 @@ Status ExplainFailure(const TuneFlags& f, const tuner::TuneResult& res, const st
                   static_cast<long long>(why.tpot_broken), FormatCount(*why.tpot_limit_ms).c_str());
     }
     if (why.unservable > 0) {
-      std::printf("  %lld could not serve the requests at all\n", static_cast<long long>(why.unservable));
+      std::printf("  %lld could not serve the requests at all\n",
+                  static_cast<long long>(why.unservable));
     }
     if (why.closest) {
       const tuner::CandidateResult& c = *why.closest;
-      std::printf("Closest: %s, batch %lld, tokens %lld at %.3g QPS: p99 TTFT %s ms, p99 TPOT %.1f ms (%s broke)\n",
-                  reports::LayoutLabel(c.config).c_str(), static_cast<long long>(c.config.engine.max_batch),
-                  static_cast<long long>(c.config.engine.max_num_tokens), c.failed_qps,
-                  FormatCount(c.failed_ttft_p99_ms).c_str(), c.failed_tpot_p99_ms, c.failure.c_str());
+      std::printf(
+          "Closest: %s, batch %lld, tokens %lld at %.3g QPS: p99 TTFT %s ms, p99 TPOT %.1f ms (%s "
+          "broke)\n",
+          reports::LayoutLabel(c.config).c_str(), static_cast<long long>(c.config.engine.max_batch),
+          static_cast<long long>(c.config.engine.max_num_tokens), c.failed_qps,
+          FormatCount(c.failed_ttft_p99_ms).c_str(), c.failed_tpot_p99_ms, c.failure.c_str());
       std::printf("  %s\n", sim::ToJson(c.config).dump().c_str());
     }
     if (!why.advice.empty()) std::printf("To find one, try:\n");
     for (const std::string& a : why.advice) std::printf("  - %s\n", a.c_str());
   }
-  return Status::InvalidArgument("no candidate is valid (" + std::to_string(res.candidates) + " feasible, " +
-                                 std::to_string(res.infeasible) + " infeasible): see the reasons above");
+  return Status::InvalidArgument("no candidate is valid (" + std::to_string(res.candidates) +
+                                 " feasible, " + std::to_string(res.infeasible) +
+                                 " infeasible): see the reasons above");
 }
 
 // A progress bar on stderr, redrawn after each candidate of a search and ended with its last.
@@ -138,10 +154,12 @@ std::function<void(const tuner::TuneProgress&)> ProgressBar(bool server) {
   return [server](const tuner::TuneProgress& p) {
     const int width = 30;
     const int filled = static_cast<int>(width * p.done / std::max<int64_t>(1, p.total));
-    std::fprintf(stderr, "\r[%s%s] %lld/%lld  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
+    std::fprintf(stderr,
+                 "\r[%s%s] %lld/%lld  simulated %lld, reused %lld, pruned %lld, best %.1f %s",
                  std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-                 static_cast<long long>(p.done), static_cast<long long>(p.total), static_cast<long long>(p.simulated),
-                 static_cast<long long>(p.reused), static_cast<long long>(p.pruned), p.best, server ? "QPS" : "tok/s");
+                 static_cast<long long>(p.done), static_cast<long long>(p.total),
+                 static_cast<long long>(p.simulated), static_cast<long long>(p.reused),
+                 static_cast<long long>(p.pruned), p.best, server ? "QPS" : "tok/s");
     if (p.done == p.total) std::fprintf(stderr, "\n");
   };
 }
@@ -161,8 +179,12 @@ Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
 
   if (!f.frontier_csv.empty()) {
-    reports::Table csv({{"tokens_per_s_per_gpu"}, {"tokens_per_s_per_user"}, {"throughput_tokens_per_s"}, {"qps"},
-                        {"cost_per_million_tokens"}, {"config", false}});
+    reports::Table csv({{"tokens_per_s_per_gpu"},
+                        {"tokens_per_s_per_user"},
+                        {"throughput_tokens_per_s"},
+                        {"qps"},
+                        {"cost_per_million_tokens"},
+                        {"config", false}});
     for (const auto& c : res.frontier) {
       csv.AddRow({std::to_string(c.tokens_per_s_per_gpu), std::to_string(c.tokens_per_s_per_user),
                   std::to_string(c.throughput_tokens_per_s), std::to_string(c.qps),
@@ -185,8 +207,10 @@ Status Run(TuneFlags f) {
   run.stack = stack;
   run.ttft_limit_ms = o.ttft_limit_ms;
   run.tpot_limit_ms = o.tpot_limit_ms;
-  const OrderedJson best_json = f.in.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
-  if (!f.best_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
+  const OrderedJson best_json =
+      f.in.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
+  if (!f.best_out.empty())
+    FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
   if (f.json) {
     OrderedJson j;
@@ -202,13 +226,16 @@ Status Run(TuneFlags f) {
     b["run_samples"] = best.run_samples;
     b["run_s"] = best.run_s;
     if (best_json.contains("run")) b["run"] = best_json["run"];
-    b["launch"] = {{"vllm", launch.vllm}, {"sglang", launch.sglang}, {"trtllm", launch.trtllm},
+    b["launch"] = {{"vllm", launch.vllm},
+                   {"sglang", launch.sglang},
+                   {"trtllm", launch.trtllm},
                    {"trtllm_extra_options_yaml", launch.trtllm_yaml}};
     j["best"] = b;
     j["workload"] = workload_note;
     j["stack"] = stack;
     OrderedJson top = OrderedJson::array();
-    for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i) top.push_back(res.ranked[i].ToJson());
+    for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i)
+      top.push_back(res.ranked[i].ToJson());
     j["top"] = top;
     OrderedJson frontier = OrderedJson::array();
     for (const auto& c : res.frontier) frontier.push_back(c.ToJson());
@@ -223,33 +250,45 @@ Status Run(TuneFlags f) {
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
-  std::printf("Tune: %s on %d x %s, %s scenario%s", o.space.model.c_str(), o.space.gpus, o.space.hardware.c_str(),
-              f.in.scenario.c_str(), stack.empty() ? "" : (", stack " + stack).c_str());
+  std::printf("Tune: %s on %d x %s, %s scenario%s", o.space.model.c_str(), o.space.gpus,
+              o.space.hardware.c_str(), f.in.scenario.c_str(),
+              stack.empty() ? "" : (", stack " + stack).c_str());
   if (server) {
     const auto limits = sim::MlperfLimits(o.benchmark, o.space.scenario);
-    std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms", o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
+    std::printf(", p99 limits TTFT %.0f ms / TPOT %.0f ms",
+                o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
                 o.tpot_limit_ms.value_or(limits ? limits->tpot_ms : 0));
   }
-  std::printf("\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (bound or a probe below the best); %lld infeasible; %.1f s\n\n",
-              static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
-              static_cast<long long>(res.reused), static_cast<long long>(res.pruned),
-              static_cast<long long>(res.infeasible), res.wall_s);
+  std::printf(
+      "\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (bound or a "
+      "probe below the best); %lld infeasible; %.1f s\n\n",
+      static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
+      static_cast<long long>(res.reused), static_cast<long long>(res.pruned),
+      static_cast<long long>(res.infeasible), res.wall_s);
   std::printf("%s", reports::RankingTable(res.ranked, f.top).Text().c_str());
-  std::printf("\nBest: %.0f tokens/s (%.0f per GPU)%s, $%.3f per million tokens at $%.2f per GPU-hour\n",
-              best.throughput_tokens_per_s, best.tokens_per_s_per_gpu,
-              server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
-              best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 / best.config.TotalGpus());
-  std::printf("Run behind these figures: %lld samples, %.0f s measured%s\n", static_cast<long long>(best.run_samples),
-              best.run_s,
-              server                 ? " (the highest-QPS probe that held the limits)"
-              : o.offline_samples > 0 ? " (--samples)"
-                                      : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run "
-                                        "where longer)");
-  std::printf("Deployment and its run (--best-out FILE writes it; `fathom simulate --deployment FILE` repeats the run):\n%s\n",
-              best_json.dump().c_str());
-  if (f.in.dataset_samples > 0) std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
+  std::printf(
+      "\nBest: %.0f tokens/s (%.0f per GPU)%s, $%.3f per million tokens at $%.2f per GPU-hour\n",
+      best.throughput_tokens_per_s, best.tokens_per_s_per_gpu,
+      server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
+      best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
+          best.config.TotalGpus());
+  std::printf(
+      "Run behind these figures: %lld samples, %.0f s measured%s\n",
+      static_cast<long long>(best.run_samples), best.run_s,
+      server ? " (the highest-QPS probe that held the limits)"
+      : o.offline_samples > 0
+          ? " (--samples)"
+          : " (whole data sets lasting LoadGen's 1.1 x 600 s, or the benchmark's published run "
+            "where longer)");
+  std::printf(
+      "Deployment and its run (--best-out FILE writes it; `fathom simulate --deployment FILE` "
+      "repeats the run):\n%s\n",
+      best_json.dump().c_str());
+  if (f.in.dataset_samples > 0)
+    std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
   std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(best.config).c_str());
-  std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n", res.frontier.size(),
+  std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n",
+              res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
   return Status::Ok();
 }
@@ -259,38 +298,61 @@ Status Run(TuneFlags f) {
 void RegisterTune(CLI::App& app, Status* result) {
   auto f = std::make_shared<TuneFlags>();
   tuner::SearchSpace& s = f->in.options.space;
-  CLI::App* cmd = app.add_subcommand("tune", "Search for the best deployment under MLPerf's rules (the main job)");
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Search for the best deployment under MLPerf's rules (the main job)");
   cmd->add_option("--model", s.model, "Built-in model or config.json path")->capture_default_str();
   cmd->add_option("--hardware", s.hardware, "GPU name")->capture_default_str();
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_option("--gpus", s.gpus, "GPUs to deploy on")->capture_default_str();
-  cmd->add_option("--scenario", f->in.scenario, "offline, server or interactive")->capture_default_str();
-  cmd->add_option("--trace", f->in.trace, "Workload file (default: the data set of the model's MLPerf benchmark)");
-  cmd->add_option("--benchmark", f->in.benchmark, "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
+  cmd->add_option("--scenario", f->in.scenario, "offline, server or interactive")
+      ->capture_default_str();
+  cmd->add_option("--trace", f->in.trace,
+                  "Workload file (default: the data set of the model's MLPerf benchmark)");
+  cmd->add_option("--benchmark", f->in.benchmark,
+                  "MLPerf benchmark whose data set and p99 limits to use (default: the model's)");
   AddTraceReadFlags(cmd, &f->in.read);
-  cmd->add_option("--ttft-ms", f->in.options.ttft_limit_ms, "p99 TTFT limit (default: the MLPerf benchmark's)");
-  cmd->add_option("--tpot-ms", f->in.options.tpot_limit_ms, "p99 TPOT limit (default: the MLPerf benchmark's)");
-  cmd->add_option("--weights", s.weights, "Weight formats to try (default: fp4 and fp8 where fp4 is supported, else fp8)")->delimiter(',');
+  cmd->add_option("--ttft-ms", f->in.options.ttft_limit_ms,
+                  "p99 TTFT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--tpot-ms", f->in.options.tpot_limit_ms,
+                  "p99 TPOT limit (default: the MLPerf benchmark's)");
+  cmd->add_option("--weights", s.weights,
+                  "Weight formats to try (default: fp4 and fp8 where fp4 is supported, else fp8)")
+      ->delimiter(',');
   cmd->add_option("--kv", s.kv, "KV-cache formats to try")->delimiter(',')->capture_default_str();
-  cmd->add_option("--max-batch", s.max_batch, "Batch limits to try")->delimiter(',')->capture_default_str();
-  cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")->delimiter(',')->capture_default_str();
+  cmd->add_option("--max-batch", s.max_batch, "Batch limits to try")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_flag("--no-disagg", f->in.no_disagg, "Skip disaggregated prefill/decode candidates");
-  cmd->add_flag("--no-prune", f->in.no_prune, "Simulate every feasible candidate (no bound pruning)");
-  cmd->add_option("--samples", f->in.options.offline_samples, "Offline: requests per run (default: whole data sets per instance lasting LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
-  cmd->add_option("--dataset-samples", f->in.dataset_samples, "Draw this many samples from the trace (seeded)");
-  cmd->add_option("--probe-duration", f->in.options.probe_duration_s, "Server: seconds of arrivals per QPS probe")
+  cmd->add_flag("--no-prune", f->in.no_prune,
+                "Simulate every feasible candidate (no bound pruning)");
+  cmd->add_option("--samples", f->in.options.offline_samples,
+                  "Offline: requests per run (default: whole data sets per instance lasting "
+                  "LoadGen's 1.1 x 600 s, or the benchmark's published run where longer)");
+  cmd->add_option("--dataset-samples", f->in.dataset_samples,
+                  "Draw this many samples from the trace (seeded)");
+  cmd->add_option("--probe-duration", f->in.options.probe_duration_s,
+                  "Server: seconds of arrivals per QPS probe")
       ->capture_default_str();
-  cmd->add_option("--probe-max-samples", f->in.options.probe_max_samples, "Server: requests per QPS probe at most")
+  cmd->add_option("--probe-max-samples", f->in.options.probe_max_samples,
+                  "Server: requests per QPS probe at most")
       ->capture_default_str();
-  cmd->add_option("--qps-steps", f->in.options.qps_steps, "Server: bisection steps")->capture_default_str();
+  cmd->add_option("--qps-steps", f->in.options.qps_steps, "Server: bisection steps")
+      ->capture_default_str();
   cmd->add_option("--jobs", f->in.options.jobs, "Worker threads (default: all cores)");
-  cmd->add_option("--db", f->in.options.db_path, "SQLite results store: resume an interrupted sweep, never re-simulate");
-  cmd->add_option("--sweep-id", f->in.options.sweep_id, "Name of the sweep in the store (default: derived from inputs)");
-  cmd->add_option("--price", f->in.options.price_per_gpu_hour, "USD per GPU-hour (default: the hardware file's)");
+  cmd->add_option("--db", f->in.options.db_path,
+                  "SQLite results store: resume an interrupted sweep, never re-simulate");
+  cmd->add_option("--sweep-id", f->in.options.sweep_id,
+                  "Name of the sweep in the store (default: derived from inputs)");
+  cmd->add_option("--price", f->in.options.price_per_gpu_hour,
+                  "USD per GPU-hour (default: the hardware file's)");
   cmd->add_option("--seed", f->in.options.seed, "Random seed")->capture_default_str();
   cmd->add_option("--top", f->top, "Rows in the table")->capture_default_str();
   cmd->add_option("--capacity-qps", f->capacity_qps,
-                  "Capacity planning: the fewest GPUs that sustain this QPS within the limits (server/interactive)");
+                  "Capacity planning: the fewest GPUs that sustain this QPS within the limits "
+                  "(server/interactive)");
   cmd->add_option("--capacity-gpus", f->capacity_gpus, "GPU counts to try, in increasing order")
       ->delimiter(',')
       ->capture_default_str();

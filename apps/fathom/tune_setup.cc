@@ -4,8 +4,8 @@
 
 namespace fathom::cli {
 
-Result<Workload> WorkloadCache::Load(const std::string& model, const std::string& benchmark, const std::string& trace,
-                                     const TraceReadFlags& flags) {
+Result<Workload> WorkloadCache::Load(const std::string& model, const std::string& benchmark,
+                                     const std::string& trace, const TraceReadFlags& flags) {
   const std::string key = model + "\n" + benchmark + "\n" + trace;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -21,25 +21,32 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
   tuner::TuneOptions& o = in.options;
   FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(in.scenario));
   if (o.space.scenario != sim::Scenario::kOffline && !tuner::ServerLike(o.space.scenario)) {
-    return Status::InvalidArgument("--scenario = \"" + in.scenario + "\": tune supports offline, server and interactive");
+    return Status::InvalidArgument("--scenario = \"" + in.scenario +
+                                   "\": tune supports offline, server and interactive");
   }
-  if (o.jobs < 0) return Status::InvalidArgument("--jobs = " + std::to_string(o.jobs) + ": must be >= 0");
+  if (o.jobs < 0)
+    return Status::InvalidArgument("--jobs = " + std::to_string(o.jobs) + ": must be >= 0");
   if (!(o.probe_duration_s > 0)) return Status::InvalidArgument("--probe-duration must be > 0");
-  if (o.probe_max_samples < o.probe_min_samples) return Status::InvalidArgument("--probe-max-samples must be >= 300");
+  if (o.probe_max_samples < o.probe_min_samples)
+    return Status::InvalidArgument("--probe-max-samples must be >= 300");
   o.space.disaggregated = !in.no_disagg;
   o.prune = !in.no_prune;
-  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(in.time_model, o.space.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(in.time_model, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
 
-  FATHOM_ASSIGN_OR_RETURN(Workload workload, cache != nullptr ? cache->Load(o.space.model, in.benchmark, in.trace, in.read)
-                                                               : LoadWorkload(o.space.model, in.benchmark, in.trace, in.read));
+  FATHOM_ASSIGN_OR_RETURN(Workload workload,
+                          cache != nullptr
+                              ? cache->Load(o.space.model, in.benchmark, in.trace, in.read)
+                              : LoadWorkload(o.space.model, in.benchmark, in.trace, in.read));
   o.benchmark = workload.benchmark != nullptr ? workload.benchmark->name : "";
   if (in.dataset_samples > 0) {
     const int64_t size = static_cast<int64_t>(workload.requests.size());
     auto all = traces::Repeat(std::move(workload.requests), size);
-    FATHOM_ASSIGN_OR_RETURN(o.dataset, traces::SampleWithoutReplacement(*all, in.dataset_samples, o.seed));
+    FATHOM_ASSIGN_OR_RETURN(o.dataset,
+                            traces::SampleWithoutReplacement(*all, in.dataset_samples, o.seed));
   } else {
     o.dataset = std::move(workload.requests);
   }

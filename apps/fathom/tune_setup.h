@@ -35,8 +35,8 @@ struct TuneSetup {
 // sweep, which share a few (drawing a benchmark's data set takes milliseconds). Thread-safe.
 class WorkloadCache {
  public:
-  Result<Workload> Load(const std::string& model, const std::string& benchmark, const std::string& trace,
-                        const TraceReadFlags& flags);
+  Result<Workload> Load(const std::string& model, const std::string& benchmark,
+                        const std::string& trace, const TraceReadFlags& flags);
 
  private:
   std::mutex mu_;

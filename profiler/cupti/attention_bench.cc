@@ -29,7 +29,8 @@ class Desc {
 
   cudnnBackendDescriptor_t get() const { return d_; }
   bool ok() const { return ok_; }
-  Desc& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* value) {
+  Desc& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+            const void* value) {
     ok_ = ok_ && cudnnBackendSetAttribute(d_, name, type, count, value) == CUDNN_STATUS_SUCCESS;
     return *this;
   }
@@ -50,8 +51,8 @@ class Desc {
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kScale };
 
 // A 4-d tensor of `type`; `by_value`: a scalar passed from the host.
-Desc TensorDesc(int64_t uid, cudnnDataType_t type, int64_t alignment, const int64_t dims[4], const int64_t strides[4],
-                bool by_value) {
+Desc TensorDesc(int64_t uid, cudnnDataType_t type, int64_t alignment, const int64_t dims[4],
+                const int64_t strides[4], bool by_value) {
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   t.Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
       .Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
@@ -104,7 +105,8 @@ bool BuildPlan(cudnnHandle_t handle, const AttentionCase& c, SdpaPlan* out) {
       .Set(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, keep[4]);
   if (!op.Finalize()) return false;
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.Set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle).Set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
+  graph.Set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+      .Set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
   if (!graph.Finalize()) return false;
   Desc heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -112,8 +114,9 @@ bool BuildPlan(cudnnHandle_t handle, const AttentionCase& c, SdpaPlan* out) {
       .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   if (!heuristics.Finalize()) return false;
   int64_t available = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                               &available, nullptr) != CUDNN_STATUS_SUCCESS ||
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available,
+                               nullptr) != CUDNN_STATUS_SUCCESS ||
       available == 0) {
     return false;
   }
@@ -124,8 +127,9 @@ bool BuildPlan(cudnnHandle_t handle, const AttentionCase& c, SdpaPlan* out) {
     raw.push_back(configs.back().get());
   }
   int64_t returned = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               available, &returned, raw.data()) != CUDNN_STATUS_SUCCESS) {
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned,
+                               raw.data()) != CUDNN_STATUS_SUCCESS) {
     return false;
   }
   for (int64_t i = 0; i < returned; ++i) {
@@ -134,7 +138,8 @@ bool BuildPlan(cudnnHandle_t handle, const AttentionCase& c, SdpaPlan* out) {
         .Set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
     if (!plan.Finalize()) continue;
     int64_t got = 0;
-    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                 CUDNN_TYPE_INT64, 1, &got,
                                  &out->workspace_bytes) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
@@ -155,7 +160,8 @@ std::string Dims(const models::AttentionHeads& h) {
 }
 
 // Runs `plan` once on device buffers Q, K, V, O and the plan's workspace.
-bool Execute(cudnnHandle_t handle, const SdpaPlan& plan, int64_t d_qk, void* const tensors[4], void* workspace) {
+bool Execute(cudnnHandle_t handle, const SdpaPlan& plan, int64_t d_qk, void* const tensors[4],
+             void* workspace) {
   float scale = 1.0f / std::sqrt(static_cast<float>(d_qk));
   int64_t uids[5] = {kQ, kK, kV, kO, kScale};
   void* pointers[5] = {tensors[0], tensors[1], tensors[2], tensors[3], &scale};
@@ -171,7 +177,8 @@ bool Execute(cudnnHandle_t handle, const SdpaPlan& plan, int64_t d_qk, void* con
 
 Status RunAttentionOnce(const AttentionCase& c, void* q, void* k, void* v, void* o) {
   cudnnHandle_t handle = nullptr;
-  if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS) return Status::Unavailable("cuDNN did not start");
+  if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS)
+    return Status::Unavailable("cuDNN did not start");
   Status status = Status::Ok();
   {
     SdpaPlan plan;
@@ -203,17 +210,22 @@ void BenchAttention(const std::vector<AttentionCase>& cases, BenchRun* run) {
     const std::string dims = Dims(h);
     if (refused.count(c.op + dims) > 0) continue;
     // Q, K, V and O in BF16.
-    const int64_t bytes[4] = {c.sequences * c.q_len * h.heads * h.d_qk * 2, c.sequences * c.kv_len * h.kv_heads * h.d_qk * 2,
-                              c.sequences * c.kv_len * h.kv_heads * h.d_v * 2, c.sequences * c.q_len * h.heads * h.d_v * 2};
-    if (static_cast<size_t>(bytes[0] + bytes[1] + bytes[2] + bytes[3]) > run->memory_budget) continue;
+    const int64_t bytes[4] = {c.sequences * c.q_len * h.heads * h.d_qk * 2,
+                              c.sequences * c.kv_len * h.kv_heads * h.d_qk * 2,
+                              c.sequences * c.kv_len * h.kv_heads * h.d_v * 2,
+                              c.sequences * c.q_len * h.heads * h.d_v * 2};
+    if (static_cast<size_t>(bytes[0] + bytes[1] + bytes[2] + bytes[3]) > run->memory_budget)
+      continue;
     SdpaPlan plan;
     if (!BuildPlan(handle, c, &plan)) {
-      std::fprintf(stderr, "fathom-ops-bench: cuDNN has no SDPA engine for %s with %s: not measured\n", c.op.c_str(),
-                   dims.c_str());
+      std::fprintf(stderr,
+                   "fathom-ops-bench: cuDNN has no SDPA engine for %s with %s: not measured\n",
+                   c.op.c_str(), dims.c_str());
       refused.insert(c.op + dims);
       continue;
     }
-    Buffers buf({bytes[0], bytes[1], bytes[2], bytes[3], std::max<int64_t>(plan.workspace_bytes, 1)});
+    Buffers buf(
+        {bytes[0], bytes[1], bytes[2], bytes[3], std::max<int64_t>(plan.workspace_bytes, 1)});
     models::OpMeasurement shape;
     shape.op = c.op;
     shape.dtype = "bf16";
@@ -223,9 +235,10 @@ void BenchAttention(const std::vector<AttentionCase>& cases, BenchRun* run) {
     shape.dims = dims;
     void* const tensors[4] = {buf.ptrs[0], buf.ptrs[1], buf.ptrs[2], buf.ptrs[3]};
     run->Record(shape, stack,
-                buf.ok ? TimeRuns([&] { return Execute(handle, plan, h.d_qk, tensors, buf.ptrs[4]); }, run->warmup,
-                                  run->reps)
-                       : std::vector<double>{});
+                buf.ok
+                    ? TimeRuns([&] { return Execute(handle, plan, h.d_qk, tensors, buf.ptrs[4]); },
+                               run->warmup, run->reps)
+                    : std::vector<double>{});
   }
   cudnnDestroy(handle);
 }

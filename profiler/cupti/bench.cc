@@ -21,7 +21,8 @@ std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int r
   if (!ok || !kernels.ok()) return per_rep;
   std::vector<int64_t> durations;
   for (const auto& kr : *kernels) {
-    if (kr.kind == "kernel" && (device < 0 || kr.device == device)) durations.push_back(kr.end_ns - kr.start_ns);
+    if (kr.kind == "kernel" && (device < 0 || kr.device == device))
+      durations.push_back(kr.end_ns - kr.start_ns);
   }
   if (durations.empty() || durations.size() % reps != 0) return per_rep;
   const size_t per = durations.size() / reps;
@@ -46,12 +47,14 @@ Buffers::~Buffers() {
   for (void* p : ptrs) cudaFree(p);
 }
 
-void BenchRun::Record(const models::OpMeasurement& shape, const std::string& stack, std::vector<double> per_rep) {
+void BenchRun::Record(const models::OpMeasurement& shape, const std::string& stack,
+                      std::vector<double> per_rep) {
   if (per_rep.empty()) {
-    std::fprintf(stderr, "fathom-ops-bench: %s %s %lldx%lldx%lld (extra %lld%s%s) failed, skipped\n", shape.op.c_str(),
-                 shape.dtype.c_str(), static_cast<long long>(shape.m), static_cast<long long>(shape.n),
-                 static_cast<long long>(shape.k), static_cast<long long>(shape.extra), shape.dims.empty() ? "" : "; ",
-                 shape.dims.c_str());
+    std::fprintf(
+        stderr, "fathom-ops-bench: %s %s %lldx%lldx%lld (extra %lld%s%s) failed, skipped\n",
+        shape.op.c_str(), shape.dtype.c_str(), static_cast<long long>(shape.m),
+        static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+        static_cast<long long>(shape.extra), shape.dims.empty() ? "" : "; ", shape.dims.c_str());
     return;
   }
   std::sort(per_rep.begin(), per_rep.end());

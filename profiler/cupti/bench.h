@@ -18,7 +18,8 @@ namespace fathom::profiler {
 // Kernel microseconds of each of `reps` runs of `run` after `warmup` runs (a run may launch
 // several kernels, a split-K reduction say: their times add up), counting only kernels on CUDA
 // device `device` (-1: every device); empty if a run failed.
-std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int reps, int device = -1);
+std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int reps,
+                             int device = -1);
 
 // Device buffers of the given sizes on the current device, zeroed, freed together.
 struct Buffers {
@@ -39,7 +40,8 @@ struct BenchRun {
 
   // Adds a row of median / p10 / p90 over `per_rep`; an empty `per_rep` (the run failed) is
   // reported on stderr and skipped.
-  void Record(const models::OpMeasurement& shape, const std::string& stack, std::vector<double> per_rep);
+  void Record(const models::OpMeasurement& shape, const std::string& stack,
+              std::vector<double> per_rep);
 };
 
 // An attention shape to time: `sequences` of `q_len` queries over `kv_len` keys, on `heads`.

@@ -22,24 +22,31 @@ Counts CountsFor(const CollectiveCase& c) {
   const auto elements = static_cast<size_t>(c.bytes / 2);
   const auto ranks = static_cast<size_t>(c.ranks);
   switch (c.kind) {
-    case models::CommKind::kAllGather: return {elements, elements * ranks, elements};  // bytes: one shard
-    case models::CommKind::kReduceScatter: return {elements * ranks, elements, elements};
+    case models::CommKind::kAllGather:
+      return {elements, elements * ranks, elements};  // bytes: one shard
+    case models::CommKind::kReduceScatter:
+      return {elements * ranks, elements, elements};
     case models::CommKind::kAllToAll: {
-      const size_t per_peer = std::max<size_t>(1, elements / (ranks - 1));  // bytes: what goes to the others
+      const size_t per_peer =
+          std::max<size_t>(1, elements / (ranks - 1));  // bytes: what goes to the others
       return {per_peer * ranks, per_peer * ranks, per_peer};
     }
-    default: return {elements, elements, elements};  // all-reduce: the buffer
+    default:
+      return {elements, elements, elements};  // all-reduce: the buffer
   }
 }
 
-ncclResult_t Launch(const CollectiveCase& c, const Counts& n, void* send, void* receive, ncclComm_t comm,
-                    cudaStream_t stream) {
+ncclResult_t Launch(const CollectiveCase& c, const Counts& n, void* send, void* receive,
+                    ncclComm_t comm, cudaStream_t stream) {
   switch (c.kind) {
-    case models::CommKind::kAllGather: return ncclAllGather(send, receive, n.count, ncclBfloat16, comm, stream);
+    case models::CommKind::kAllGather:
+      return ncclAllGather(send, receive, n.count, ncclBfloat16, comm, stream);
     case models::CommKind::kReduceScatter:
       return ncclReduceScatter(send, receive, n.count, ncclBfloat16, ncclSum, comm, stream);
-    case models::CommKind::kAllToAll: return ncclAlltoAll(send, receive, n.count, ncclBfloat16, comm, stream);
-    default: return ncclAllReduce(send, receive, n.count, ncclBfloat16, ncclSum, comm, stream);
+    case models::CommKind::kAllToAll:
+      return ncclAlltoAll(send, receive, n.count, ncclBfloat16, comm, stream);
+    default:
+      return ncclAllReduce(send, receive, n.count, ncclBfloat16, ncclSum, comm, stream);
   }
 }
 
@@ -55,15 +62,19 @@ void BenchCollectives(const std::vector<CollectiveCase>& cases, BenchRun* run) {
   for (const CollectiveCase& c : cases) by_ranks[c.ranks].push_back(&c);
   for (const auto& [ranks, group] : by_ranks) {
     if (ranks > devices) {
-      std::fprintf(stderr, "fathom-ops-bench: collectives over %d GPUs need %d GPUs, %d visible: not measured\n", ranks,
-                   ranks, devices);
+      std::fprintf(
+          stderr,
+          "fathom-ops-bench: collectives over %d GPUs need %d GPUs, %d visible: not measured\n",
+          ranks, ranks, devices);
       continue;
     }
     std::vector<ncclComm_t> comms(ranks);
     std::vector<int> ids(ranks);
     for (int i = 0; i < ranks; ++i) ids[i] = i;
     if (ncclCommInitAll(comms.data(), ranks, ids.data()) != ncclSuccess) {
-      std::fprintf(stderr, "fathom-ops-bench: NCCL could not join %d GPUs: collectives not measured\n", ranks);
+      std::fprintf(stderr,
+                   "fathom-ops-bench: NCCL could not join %d GPUs: collectives not measured\n",
+                   ranks);
       continue;
     }
     std::vector<cudaStream_t> streams(ranks);
@@ -78,8 +89,8 @@ void BenchCollectives(const std::vector<CollectiveCase>& cases, BenchRun* run) {
       bool ok = true;
       for (int i = 0; i < ranks; ++i) {
         cudaSetDevice(i);
-        buffers.push_back(std::make_unique<Buffers>(
-            std::initializer_list<int64_t>{static_cast<int64_t>(n.send * 2), static_cast<int64_t>(n.receive * 2)}));
+        buffers.push_back(std::make_unique<Buffers>(std::initializer_list<int64_t>{
+            static_cast<int64_t>(n.send * 2), static_cast<int64_t>(n.receive * 2)}));
         ok = ok && buffers.back()->ok;
       }
       cudaSetDevice(0);  // TimeRuns synchronizes the current device, whose kernels it times
@@ -91,11 +102,14 @@ void BenchCollectives(const std::vector<CollectiveCase>& cases, BenchRun* run) {
       auto launch_all = [&] {
         bool launched = ncclGroupStart() == ncclSuccess;
         for (int i = 0; i < ranks && launched; ++i) {
-          launched = Launch(*c, n, buffers[i]->ptrs[0], buffers[i]->ptrs[1], comms[i], streams[i]) == ncclSuccess;
+          launched = Launch(*c, n, buffers[i]->ptrs[0], buffers[i]->ptrs[1], comms[i],
+                            streams[i]) == ncclSuccess;
         }
         return ncclGroupEnd() == ncclSuccess && launched;
       };
-      run->Record(shape, stack, ok ? TimeRuns(launch_all, run->warmup, run->reps, /*device=*/0) : std::vector<double>{});
+      run->Record(
+          shape, stack,
+          ok ? TimeRuns(launch_all, run->warmup, run->reps, /*device=*/0) : std::vector<double>{});
       for (int i = 0; i < ranks; ++i) {
         cudaSetDevice(i);
         cudaStreamSynchronize(streams[i]);

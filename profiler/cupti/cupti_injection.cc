@@ -50,8 +50,8 @@ void FlushAtExit() {
   Output& out = Out();
   std::lock_guard<std::mutex> lock(out.mu);
   std::fprintf(stderr, "fathom-cupti: %lld records to %s (%lld dropped, %lld buffers)\n",
-               static_cast<long long>(out.written), out.path.c_str(), static_cast<long long>(stats.dropped),
-               static_cast<long long>(stats.buffers));
+               static_cast<long long>(out.written), out.path.c_str(),
+               static_cast<long long>(stats.dropped), static_cast<long long>(stats.buffers));
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ models::KernelRecord Transfer(const Activity& a, const char* kind) {
   return out;
 }
 
-void CUPTIAPI BufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI BufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
+                              size_t valid) {
   State& s = S();
   std::vector<models::KernelRecord> ready;
   std::function<void(std::vector<models::KernelRecord>)> sink;
@@ -64,7 +65,8 @@ void CUPTIAPI BufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, s
       ++s.stats.records;
     }
     size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) s.stats.dropped += dropped;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+      s.stats.dropped += dropped;
     s.free_buffers.push_back(buffer);
     if (s.options.sink && s.log.pending_records() >= s.options.sink_batch) {
       ready = s.log.Take(/*final=*/false);
@@ -122,7 +124,8 @@ void DecodeActivity(const CUpti_Activity& record, ActivityLog* log) {
     case CUPTI_ACTIVITY_KIND_MARKER: {
       const auto& m = reinterpret_cast<const CUpti_ActivityMarker2&>(record);
       if (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
-        log->OpenRange(m.id, m.objectId.pt.threadId, static_cast<int64_t>(m.timestamp), m.name ? m.name : "");
+        log->OpenRange(m.id, m.objectId.pt.threadId, static_cast<int64_t>(m.timestamp),
+                       m.name ? m.name : "");
       } else if (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
         log->CloseRange(m.id, static_cast<int64_t>(m.timestamp));
       }
@@ -144,15 +147,16 @@ Status StartTracing(TracerOptions options) {
   FATHOM_RETURN_IF_ERROR(Check(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted),
                                "cuptiActivityRegisterCallbacks"));
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
-                                  CUPTI_ACTIVITY_KIND_MARKER}) {
+                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                  CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_MARKER}) {
     FATHOM_RETURN_IF_ERROR(Check(cuptiActivityEnable(kind), "cuptiActivityEnable"));
   }
   return Status::Ok();
 }
 
 Result<std::vector<models::KernelRecord>> FlushTracing() {
-  FATHOM_RETURN_IF_ERROR(Check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll"));
+  FATHOM_RETURN_IF_ERROR(
+      Check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll"));
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   return s.log.Take(/*final=*/true);

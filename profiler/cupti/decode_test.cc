@@ -66,7 +66,8 @@ void DecodeFixtureRecord(const Json& e, std::deque<std::string>* names, Activity
     m.kind = CUPTI_ACTIVITY_KIND_MARKER;
     const std::string flags = e["flags"];
     m.flags = flags == "START" ? CUPTI_ACTIVITY_FLAG_MARKER_START
-                               : (flags == "END" ? CUPTI_ACTIVITY_FLAG_MARKER_END : CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS);
+                               : (flags == "END" ? CUPTI_ACTIVITY_FLAG_MARKER_END
+                                                 : CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS);
     m.id = e["id"];
     m.timestamp = e["timestamp"];
     m.objectKind = CUPTI_ACTIVITY_OBJECT_THREAD;
@@ -95,7 +96,8 @@ TEST_CASE("DecodeActivity: CUPTI records to kernel records with their NVTX range
   CHECK(splitkv.end_ns == 1300);
   CHECK(splitkv.stream == 7);
   CHECK(splitkv.correlation == 13);
-  CHECK((std::array<int32_t, 3>{splitkv.grid[0], splitkv.grid[1], splitkv.grid[2]} == std::array<int32_t, 3>{16, 8, 4}));
+  CHECK((std::array<int32_t, 3>{splitkv.grid[0], splitkv.grid[1], splitkv.grid[2]} ==
+         std::array<int32_t, 3>{16, 8, 4}));
   CHECK(splitkv.block[0] == 128);
   CHECK(records[1].stream == 9);
 }

@@ -17,7 +17,9 @@
 namespace {
 
 bool TracerSeesCopies() {
-  if (!fathom::profiler::StartTracing({.buffer_bytes = 1 << 20, .max_buffers = 4, .sink = nullptr}).ok()) return false;
+  if (!fathom::profiler::StartTracing({.buffer_bytes = 1 << 20, .max_buffers = 4, .sink = nullptr})
+           .ok())
+    return false;
   void* buf = nullptr;
   cudaMalloc(&buf, 1 << 20);
   cudaMemset(buf, 1, 1 << 20);
@@ -59,7 +61,8 @@ std::vector<uint16_t> Fill(size_t n, float phase) {
 }
 
 // Index of element (sequence s, position p, head h, width d) in [S, P, H, D] storage.
-size_t At(int64_t s, int64_t p, int64_t h, int64_t d, int64_t positions, int64_t heads, int64_t width) {
+size_t At(int64_t s, int64_t p, int64_t h, int64_t d, int64_t positions, int64_t heads,
+          int64_t width) {
   return static_cast<size_t>(((s * positions + p) * heads + h) * width + d);
 }
 
@@ -116,8 +119,10 @@ bool AttentionMatchesReference() {
         for (double& x : p) sum += (x = std::exp(x - max));
         for (int64_t d = 0; d < hd.d_v; ++d) {
           double ref = 0;
-          for (int64_t j = 0; j < c.kv_len; ++j) ref += p[j] / sum * FromBf16(v[At(s, j, g, d, c.kv_len, hd.kv_heads, hd.d_v)]);
-          worst = std::max(worst, std::abs(ref - FromBf16(o[At(s, i, h, d, c.q_len, hd.heads, hd.d_v)])));
+          for (int64_t j = 0; j < c.kv_len; ++j)
+            ref += p[j] / sum * FromBf16(v[At(s, j, g, d, c.kv_len, hd.kv_heads, hd.d_v)]);
+          worst = std::max(worst,
+                           std::abs(ref - FromBf16(o[At(s, i, h, d, c.q_len, hd.heads, hd.d_v)])));
         }
       }
     }

@@ -14,8 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzInputFile file(data, size, ".json");
   auto deployment = sim::LoadDeploymentFile(file.path());
   if (!deployment.ok()) return 0;
-  auto roofline = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                     const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+  auto roofline = [](const models::ModelArch& m, const models::Hardware& hw,
+                     const models::ParallelLayout& l, const models::Precision& p,
+                     models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::RooflineModel>(m, hw, l, p);
   };
   (void)sim::Resolve(deployment->config, *catalog, roofline);

@@ -38,7 +38,8 @@ Json* GeneratedText(Json& j, bool chat) {
   Json* text = nullptr;
   if (!chat && c.contains("text")) text = &c["text"];
   for (const char* key : {"delta", "message"}) {
-    if (chat && c.contains(key) && c[key].is_object() && c[key].contains("content")) text = &c[key]["content"];
+    if (chat && c.contains(key) && c[key].is_object() && c[key].contains("content"))
+      text = &c[key]["content"];
   }
   return text && text->is_string() ? text : nullptr;
 }
@@ -46,7 +47,8 @@ Json* GeneratedText(Json& j, bool chat) {
 void ReadUsage(const Json& j, GatewayRecord* r) {
   if (!j.contains("usage") || !j["usage"].is_object()) return;
   const Json& u = j["usage"];
-  if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) r->prompt_tokens = u["prompt_tokens"];
+  if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+    r->prompt_tokens = u["prompt_tokens"];
   if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) {
     r->completion_tokens = u["completion_tokens"];
   }
@@ -59,7 +61,8 @@ struct Gateway::Exchange {
   std::string path, body, authorization;
   bool chat = false, stream = false;
   bool drop_usage = false;  // the gateway asked for the usage chunk; the client did not
-  std::function<bool(const std::string&)> emit;  // writes to the client's stream; false once it left
+  std::function<bool(const std::string&)>
+      emit;  // writes to the client's stream; false once it left
   GatewayRecord record;
   bool waiting = true;  // no first token yet
   // The outcome: a whole answer's status and body, or a stream's end.
@@ -70,14 +73,18 @@ struct Gateway::Exchange {
 };
 
 Status GatewayOptions::Validate() const {
-  if (port < 0 || port > 65535) return Status::InvalidArgument("--gateway-port = " + std::to_string(port) + ": must be 0 to 65535");
+  if (port < 0 || port > 65535)
+    return Status::InvalidArgument("--gateway-port = " + std::to_string(port) +
+                                   ": must be 0 to 65535");
   if (host.empty()) return Status::InvalidArgument("--gateway-host: empty");
   if (max_body_bytes < 1) return Status::InvalidArgument("--max-body-bytes: must be >= 1");
   if (max_connections < 1 || max_connections > 100000) {
-    return Status::InvalidArgument("--max-connections = " + std::to_string(max_connections) + ": must be 1 to 100000");
+    return Status::InvalidArgument("--max-connections = " + std::to_string(max_connections) +
+                                   ": must be 1 to 100000");
   }
   if (!(read_timeout_s > 0) || !std::isfinite(read_timeout_s) || !(upstream_timeout_s > 0) ||
-      !std::isfinite(upstream_timeout_s) || !(replica_wait_s >= 0) || !std::isfinite(replica_wait_s)) {
+      !std::isfinite(upstream_timeout_s) || !(replica_wait_s >= 0) ||
+      !std::isfinite(replica_wait_s)) {
     return Status::InvalidArgument("gateway timeouts: must be > 0 and finite");
   }
   return Status::Ok();
@@ -86,7 +93,9 @@ Status GatewayOptions::Validate() const {
 std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
   std::optional<ReplicaLoad> best;
   for (const ReplicaLoad& l : loads) {
-    if (!best || l.outstanding < best->outstanding || (l.outstanding == best->outstanding && l.id < best->id)) best = l;
+    if (!best || l.outstanding < best->outstanding ||
+        (l.outstanding == best->outstanding && l.id < best->id))
+      best = l;
   }
   if (!best) return std::nullopt;
   return best->id;
@@ -94,7 +103,8 @@ std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
 
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - kStart).count(); }
 
-Gateway::Gateway(GatewayOptions options) : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+Gateway::Gateway(GatewayOptions options)
+    : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
   httplib::Server& s = *server_;
   const auto threads = static_cast<size_t>(options_.max_connections);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -104,10 +114,13 @@ Gateway::Gateway(GatewayOptions options) : options_(std::move(options)), server_
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path.rfind("/fathom/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (options_.token.empty()) {
-      Reply(res, 403, ErrorBody("control endpoints are off: start the supervisor with --token", "permission_error"));
+      Reply(res, 403,
+            ErrorBody("control endpoints are off: start the supervisor with --token",
+                      "permission_error"));
     } else if (req.get_header_value("Authorization") != "Bearer " + options_.token) {
-      Reply(res, 401, ErrorBody("a valid control token is required (Authorization: Bearer <token>)",
-                                "authentication_error"));
+      Reply(res, 401,
+            ErrorBody("a valid control token is required (Authorization: Bearer <token>)",
+                      "authentication_error"));
     } else {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -115,7 +128,9 @@ Gateway::Gateway(GatewayOptions options) : options_(std::move(options)), server_
   });
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const char* what = res.status == 404 ? "not found" : res.status == 413 ? "request body too large" : "bad request";
+    const char* what = res.status == 404   ? "not found"
+                       : res.status == 413 ? "request body too large"
+                                           : "bad request";
     Reply(res, res.status, ErrorBody(what, "invalid_request_error"));
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -133,19 +148,23 @@ Gateway::Gateway(GatewayOptions options) : options_(std::move(options)), server_
     if (!pick) return Reply(res, 503, ErrorBody("no replica is ready", "service_unavailable"));
     httplib::Client client("127.0.0.1", pick->second);
     httplib::Headers headers;
-    if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
+    if (req.has_header("Authorization"))
+      headers.emplace("Authorization", req.get_header_value("Authorization"));
     auto answer = client.Get("/v1/models", headers);
     Release(pick->first);
-    if (!answer) return Reply(res, 502, ErrorBody("the replica did not answer", "service_unavailable"));
+    if (!answer)
+      return Reply(res, 502, ErrorBody("the replica did not answer", "service_unavailable"));
     Reply(res, answer->status, answer->body);
   });
   auto complete = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res) {
       // Checked here, so a malformed request costs the replicas nothing.
       Result<Json> parsed = ParseJson(req.body, "request body");
-      if (!parsed.ok()) return Reply(res, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
+      if (!parsed.ok())
+        return Reply(res, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
       Json j = std::move(*parsed);
-      if (!j.is_object()) return Reply(res, 400, ErrorBody("request body: a JSON object", "invalid_request_error"));
+      if (!j.is_object())
+        return Reply(res, 400, ErrorBody("request body: a JSON object", "invalid_request_error"));
       if (j.contains("stream") && !j["stream"].is_null() && !j["stream"].is_boolean()) {
         return Reply(res, 400, ErrorBody("stream: must be true or false", "invalid_request_error"));
       }
@@ -176,17 +195,19 @@ Gateway::Gateway(GatewayOptions options) : options_(std::move(options)), server_
         return Reply(res, x->status, x->body_out);
       }
       res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream", [this, x](size_t, httplib::DataSink& sink) {
-        x->emit = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
-        Forward(*x);
-        if (!x->ok && !x->client_left) {
-          const std::string out = "data: " + ErrorBody(x->error, "service_unavailable") + "\n\ndata: [DONE]\n\n";
-          sink.write(out.data(), out.size());
-        }
-        Finish(*x);
-        sink.done();
-        return true;
-      });
+      res.set_chunked_content_provider(
+          "text/event-stream", [this, x](size_t, httplib::DataSink& sink) {
+            x->emit = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+            Forward(*x);
+            if (!x->ok && !x->client_left) {
+              const std::string out =
+                  "data: " + ErrorBody(x->error, "service_unavailable") + "\n\ndata: [DONE]\n\n";
+              sink.write(out.data(), out.size());
+            }
+            Finish(*x);
+            sink.done();
+            return true;
+          });
     };
   };
   s.Post("/v1/completions", complete(false));
@@ -199,12 +220,16 @@ Status Gateway::Start() {
   FATHOM_RETURN_IF_ERROR(options_.Validate());
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
-    if (port_ <= 0) return Status::InvalidArgument("--gateway-host " + options_.host + ": cannot listen on any port");
+    if (port_ <= 0)
+      return Status::InvalidArgument("--gateway-host " + options_.host +
+                                     ": cannot listen on any port");
   } else if (server_->bind_to_port(options_.host, options_.port)) {
     port_ = options_.port;
   } else {
-    return Status::InvalidArgument(StrFormat("--gateway-host %s --gateway-port %d: cannot listen there (in use, or not "
-                                             "this machine's address)", options_.host.c_str(), options_.port));
+    return Status::InvalidArgument(
+        StrFormat("--gateway-host %s --gateway-port %d: cannot listen there (in use, or not "
+                  "this machine's address)",
+                  options_.host.c_str(), options_.port));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return Status::Ok();
@@ -353,8 +378,10 @@ void Gateway::Forward(Exchange& x) {
         return false;
       }
       ReadUsage(j, &x.record);
-      if (x.drop_usage && j.contains("usage") && j["usage"].is_object() && j["choices"].empty()) return true;
-      if (Json* text = GeneratedText(j, x.chat); text && !text->get_ref<const std::string&>().empty()) {
+      if (x.drop_usage && j.contains("usage") && j["usage"].is_object() && j["choices"].empty())
+        return true;
+      if (Json* text = GeneratedText(j, x.chat);
+          text && !text->get_ref<const std::string&>().empty()) {
         std::string t = text->get<std::string>();
         if (skip >= t.size()) {
           skip -= t.size();

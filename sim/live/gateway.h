@@ -33,7 +33,8 @@ struct GatewayOptions {
   double read_timeout_s = 10;        // a client slower than this to send its request is dropped
   int max_connections = 1100;        // concurrent connections (one thread each)
   double upstream_timeout_s = 3600;  // a replica silent this long fails the attempt
-  double replica_wait_s = 30;        // a request that finds no replica waits this long for one (a restart)
+  double replica_wait_s =
+      30;  // a request that finds no replica waits this long for one (a restart)
   Status Validate() const;
 };
 
@@ -48,11 +49,11 @@ struct GatewayRecord {
 // What happened since the last TakeWindow.
 struct GatewayWindow {
   int64_t arrived = 0;
-  int64_t failed = 0;     // requests answered with an error after their retry
-  int64_t retried = 0;    // requests moved to another replica
+  int64_t failed = 0;       // requests answered with an error after their retry
+  int64_t retried = 0;      // requests moved to another replica
   std::string retry_cause;  // why the last of them was
-  int64_t in_flight = 0;  // at the window's end
-  int64_t waiting = 0;    // of those, without a first token yet
+  int64_t in_flight = 0;    // at the window's end
+  int64_t waiting = 0;      // of those, without a first token yet
   std::vector<GatewayRecord> finished;
 };
 

@@ -33,18 +33,20 @@ void LiveHistogram::Observe(double v) {
 }
 
 LiveMetrics::LiveMetrics()
-    : ttft_s({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-              40.0, 80.0, 160.0, 640.0, 2560.0}),
-      itl_s({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-             80.0}),
-      e2e_s({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-             960.0, 1920.0, 7680.0}),
+    : ttft_s({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+              1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      itl_s({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+             10.0, 20.0, 40.0, 80.0}),
+      e2e_s({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
       tpot_s(itl_s.bounds),
       prompt_len(OneTwoFive(1 << 20)),
       generation_len(OneTwoFive(1 << 20)) {}
 
 LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double time_scale)
-    : deployment_(std::move(deployment)), time_scale_(time_scale), start_(std::chrono::steady_clock::now()) {
+    : deployment_(std::move(deployment)),
+      time_scale_(time_scale),
+      start_(std::chrono::steady_clock::now()) {
   SimulationSpec spec = deployment_->spec;
   for (EngineConfig* e : {&spec.engine, &spec.decode_engine}) {
     e->implicit_decode = false;  // every token reported when produced
@@ -81,7 +83,8 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
       s.done = true;
       s.done_s = WallSeconds();
       metrics_.e2e_s.Observe(s.done_s - s.arrival_s);
-      if (s.output > 1) metrics_.tpot_s.Observe((s.done_s - s.first_token_s) / static_cast<double>(s.output - 1));
+      if (s.output > 1)
+        metrics_.tpot_s.Observe((s.done_s - s.first_token_s) / static_cast<double>(s.output - 1));
       metrics_.generation_len.Observe(static_cast<double>(s.output));
       ++metrics_.finished_length;
       s.cv.notify_all();

@@ -23,21 +23,22 @@ struct LiveStream {
   std::mutex mu;
   std::condition_variable cv;
   int64_t input = 0, output = 0;
-  int64_t tokens = 0;      // produced so far
+  int64_t tokens = 0;  // produced so far
   bool done = false;
-  bool aborted = false;    // ended without its tokens (engine stopped)
-  double arrival_s = 0;    // wall seconds since the engine started
+  bool aborted = false;  // ended without its tokens (engine stopped)
+  double arrival_s = 0;  // wall seconds since the engine started
   double first_token_s = -1;
   double done_s = -1;
 };
 
 // Prometheus-style counts and histograms of what the engine served (vLLM's metric meanings).
 struct LiveHistogram {
-  std::vector<double> bounds;  // upper bounds, ascending; +Inf implied
+  std::vector<double> bounds;   // upper bounds, ascending; +Inf implied
   std::vector<int64_t> counts;  // per bucket (not cumulative), bounds.size() + 1
   double sum = 0;
   int64_t count = 0;
-  explicit LiveHistogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  explicit LiveHistogram(std::vector<double> b)
+      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
   void Observe(double v);
 };
 

@@ -31,8 +31,9 @@ std::unique_ptr<ResolvedDeployment> Llama() {
   d.engine.max_num_tokens = 2048;
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   REQUIRE(catalog.ok());
-  auto factory = [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-                    const models::Precision& p, models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+  auto factory = [](const models::ModelArch& m, const models::Hardware& hw,
+                    const models::ParallelLayout& l, const models::Precision& p,
+                    models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::RooflineModel>(m, hw, l, p);
   };
   auto r = Resolve(d, *catalog, factory);
@@ -52,7 +53,8 @@ struct Served {
   LiveEngine engine;
   OpenAiServer server;
   std::thread thread;
-  Served(double time_scale, ServeOptions o) : engine(Llama(), time_scale), server(&engine, WithPort0(std::move(o))) {
+  Served(double time_scale, ServeOptions o)
+      : engine(Llama(), time_scale), server(&engine, WithPort0(std::move(o))) {
     REQUIRE(server.Bind().ok());
     thread = std::thread([this] { server.Serve(); });
     REQUIRE(server.WaitReady());
@@ -134,8 +136,9 @@ TEST_CASE("fathom loadgen against fathom serve reproduces the simulator's latenc
   // a few milliseconds of wall time, scaled to the endpoint's: on a loaded 2-core machine one
   // late wake-up sets the p99 TTFT of 60 requests).
   const auto& m = report->result;
-  INFO("ttft p99 " << m.ttft_p99_ms << " vs " << predicted->ttft_p99_ms << ", tpot p99 " << m.tpot_p99_ms << " vs "
-                   << predicted->tpot_p99_ms << ", tpot mean " << m.tpot_mean_ms << " vs " << predicted->tpot_mean_ms);
+  INFO("ttft p99 " << m.ttft_p99_ms << " vs " << predicted->ttft_p99_ms << ", tpot p99 "
+                   << m.tpot_p99_ms << " vs " << predicted->tpot_p99_ms << ", tpot mean "
+                   << m.tpot_mean_ms << " vs " << predicted->tpot_mean_ms);
   auto close = [](double measured, double simulated, double slack_ms) {
     return std::abs(measured - simulated) <= 0.10 * simulated + slack_ms;
   };
@@ -147,7 +150,8 @@ TEST_CASE("fathom loadgen against fathom serve reproduces the simulator's latenc
   CHECK(m.output_tokens == predicted->output_tokens);
 }
 
-TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuses bad requests clearly") {
+TEST_CASE(
+    "the OpenAI endpoint answers like vLLM, whole and streamed, and refuses bad requests clearly") {
   ServeOptions o;
   o.api_key = "secret";
   o.max_body_bytes = 4096;
@@ -160,8 +164,9 @@ TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuse
   CHECK(models->status == 200);
   CHECK_THAT(models->body, Catch::Matchers::Contains("\"id\":\"llama\""));
 
-  auto whole = client.Post("/v1/completions", auth, R"({"model":"llama","prompt":[1,2,3,4],"max_tokens":5})",
-                           "application/json");
+  auto whole =
+      client.Post("/v1/completions", auth, R"({"model":"llama","prompt":[1,2,3,4],"max_tokens":5})",
+                  "application/json");
   REQUIRE(whole);
   CHECK(whole->status == 200);
   CHECK_THAT(whole->body, Catch::Matchers::Contains("\"completion_tokens\":5"));
@@ -195,11 +200,13 @@ TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuse
   REQUIRE(malformed);
   CHECK(malformed->status == 400);
   CHECK_THAT(malformed->body, Catch::Matchers::Contains("malformed JSON"));
-  auto bad_length = client.Post("/v1/completions", auth, R"({"prompt":"x","max_tokens":-3})", "application/json");
+  auto bad_length =
+      client.Post("/v1/completions", auth, R"({"prompt":"x","max_tokens":-3})", "application/json");
   REQUIRE(bad_length);
   CHECK(bad_length->status == 400);
   CHECK_THAT(bad_length->body, Catch::Matchers::Contains("max_tokens"));
-  auto other_model = client.Post("/v1/completions", auth, R"({"model":"gpt","prompt":"x"})", "application/json");
+  auto other_model =
+      client.Post("/v1/completions", auth, R"({"model":"gpt","prompt":"x"})", "application/json");
   REQUIRE(other_model);
   CHECK(other_model->status == 404);
   auto deep = client.Post("/v1/completions", auth, std::string(3000, '['), "application/json");
@@ -212,13 +219,18 @@ TEST_CASE("the OpenAI endpoint answers like vLLM, whole and streamed, and refuse
   // Only the valid requests reached the engine.
   auto metrics = client.Get("/metrics");
   REQUIRE(metrics);
-  CHECK_THAT(metrics->body, Catch::Matchers::Contains(
-                                "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama\"} 2"));
-  CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:time_to_first_token_seconds_bucket{le=\"0.001\""));
-  CHECK_THAT(metrics->body, Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
+  CHECK_THAT(metrics->body,
+             Catch::Matchers::Contains(
+                 "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama\"} 2"));
+  CHECK_THAT(metrics->body,
+             Catch::Matchers::Contains("vllm:time_to_first_token_seconds_bucket{le=\"0.001\""));
+  CHECK_THAT(metrics->body,
+             Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
 }
 
-TEST_CASE("the gateway routes to the replica with the fewest outstanding requests, ties to the lowest id") {
+TEST_CASE(
+    "the gateway routes to the replica with the fewest outstanding requests, ties to the lowest "
+    "id") {
   CHECK_FALSE(LeastOutstanding({}).has_value());
   CHECK(LeastOutstanding({{3, 2}, {1, 5}, {2, 2}}) == 2);
   CHECK(LeastOutstanding({{4, 0}}) == 4);
@@ -234,7 +246,8 @@ std::string Stream(const std::string& url, int max_tokens, bool include_usage) {
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
-  req.body = std::string(R"({"prompt":[1,2,3,4,5,6,7,8],"stream":true,"max_tokens":)") + std::to_string(max_tokens) +
+  req.body = std::string(R"({"prompt":[1,2,3,4,5,6,7,8],"stream":true,"max_tokens":)") +
+             std::to_string(max_tokens) +
              (include_usage ? R"(,"stream_options":{"include_usage":true}})" : "}");
   req.set_header("Content-Type", "application/json");
   std::string events;
@@ -256,7 +269,9 @@ int64_t Count(const std::string& s, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("the gateway spreads streams over replicas, records each request, and refuses bad ones itself") {
+TEST_CASE(
+    "the gateway spreads streams over replicas, records each request, and refuses bad ones "
+    "itself") {
   Served a(5.0, {}), b(5.0, {});
   GatewayOptions o;
   o.token = "control";
@@ -269,7 +284,8 @@ TEST_CASE("the gateway spreads streams over replicas, records each request, and 
 
   std::vector<std::string> events(4);
   std::vector<std::thread> clients;
-  for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { events[i] = Stream(url, 200, i % 2 == 0); });
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&, i] { events[i] = Stream(url, 200, i % 2 == 0); });
   for (auto& t : clients) t.join();
   for (int i = 0; i < 4; ++i) {
     CHECK(Count(events[i], " tok") == 200);
@@ -299,7 +315,8 @@ TEST_CASE("the gateway spreads streams over replicas, records each request, and 
   auto huge = client.Post("/v1/completions", std::string(4096, ' '), "application/json");
   REQUIRE(huge);
   CHECK(huge->status == 413);
-  CHECK(a.engine.Metrics().finished_length + b.engine.Metrics().finished_length == 4);  // neither reached them
+  CHECK(a.engine.Metrics().finished_length + b.engine.Metrics().finished_length ==
+        4);  // neither reached them
   CHECK(gateway.TakeWindow().arrived == 0);
 
   // A client that never finishes its request is dropped after the read timeout.
@@ -313,15 +330,18 @@ TEST_CASE("the gateway spreads streams over replicas, records each request, and 
   addr.sin_port = htons(static_cast<uint16_t>(strict.port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"";
+  const std::string partial =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"";
   REQUIRE(send(sock, partial.data(), partial.size(), 0) == static_cast<ssize_t>(partial.size()));
   const auto t0 = std::chrono::steady_clock::now();
   std::string answer;
   char buffer[512];
-  for (ssize_t n; answer.find("\r\n\r\n") == std::string::npos && (n = recv(sock, buffer, sizeof buffer, 0)) > 0;) {
+  for (ssize_t n; answer.find("\r\n\r\n") == std::string::npos &&
+                  (n = recv(sock, buffer, sizeof buffer, 0)) > 0;) {
     answer.append(buffer, static_cast<size_t>(n));
   }
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));  // the default would be 10 s
+  CHECK(std::chrono::steady_clock::now() - t0 <
+        std::chrono::seconds(5));  // the default would be 10 s
   INFO(answer);
   CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
   close(sock);
@@ -337,7 +357,9 @@ TEST_CASE("the gateway spreads streams over replicas, records each request, and 
   gateway.Stop();
 }
 
-TEST_CASE("the gateway retries a request once on another replica, a cut stream past the text already sent") {
+TEST_CASE(
+    "the gateway retries a request once on another replica, a cut stream past the text already "
+    "sent") {
   Served slow(2.0, {}), other(20.0, {});
   int dead_port = 0;
   {
@@ -372,7 +394,8 @@ TEST_CASE("the gateway retries a request once on another replica, a cut stream p
   gateway.AddReplica(3, slow.server.port());
   std::string events;
   std::thread client([&] { events = Stream(url, 300, true); });
-  while (slow.engine.Metrics().generation_tokens < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (slow.engine.Metrics().generation_tokens < 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   gateway.AddReplica(4, other.server.port());
   slow.engine.Stop();
   client.join();

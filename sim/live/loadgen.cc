@@ -57,7 +57,8 @@ class EventStream {
       out_->error = (*j)["error"].dump().substr(0, 300);
       return false;
     }
-    if (j->contains("usage") && (*j)["usage"].is_object() && (*j)["usage"].contains("completion_tokens") &&
+    if (j->contains("usage") && (*j)["usage"].is_object() &&
+        (*j)["usage"].contains("completion_tokens") &&
         (*j)["usage"]["completion_tokens"].is_number_integer()) {
       out_->output = (*j)["usage"]["completion_tokens"].get<int64_t>();
     }
@@ -88,25 +89,32 @@ class EventStream {
 // httplib's error, in words a user can act on.
 std::string Describe(httplib::Error e) {
   switch (e) {
-    case httplib::Error::Connection: return "cannot connect (nothing listening there?)";
-    case httplib::Error::Read: return "connection closed while reading the answer";
-    case httplib::Error::Write: return "connection closed while sending the request";
-    default: return httplib::to_string(e);
+    case httplib::Error::Connection:
+      return "cannot connect (nothing listening there?)";
+    case httplib::Error::Read:
+      return "connection closed while reading the answer";
+    case httplib::Error::Write:
+      return "connection closed while sending the request";
+    default:
+      return httplib::to_string(e);
   }
 }
 
-std::string RequestBody(const LoadgenOptions& o, const std::string& model, const traces::Request& r) {
+std::string RequestBody(const LoadgenOptions& o, const std::string& model,
+                        const traces::Request& r) {
   OrderedJson j;
   j["model"] = model;
   if (o.chat) {
     // A chat turn of about the request's length (the endpoint counts text, not ids).
     OrderedJson m;
     m["role"] = "user";
-    m["content"] = std::string(static_cast<size_t>(std::max<int64_t>(1, r.input_tokens - 4)) * 4, 'a');
+    m["content"] =
+        std::string(static_cast<size_t>(std::max<int64_t>(1, r.input_tokens - 4)) * 4, 'a');
     j["messages"] = OrderedJson::array({m});
     j["max_completion_tokens"] = r.output_tokens;
   } else {
-    j["prompt"] = std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(1, r.input_tokens)), 1000);
+    j["prompt"] =
+        std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(1, r.input_tokens)), 1000);
     j["max_tokens"] = r.output_tokens;
   }
   j["ignore_eos"] = true;
@@ -121,14 +129,15 @@ Result<std::string> FirstModel(httplib::Client& client, const LoadgenOptions& o)
   auto res = client.Get("/v1/models", headers);
   if (!res) return Status::InvalidArgument("--url " + o.url + ": " + Describe(res.error()));
   if (res->status != 200) {
-    return Status::InvalidArgument("--url " + o.url + "/v1/models: HTTP " + std::to_string(res->status) + ": " +
-                                   res->body.substr(0, 300));
+    return Status::InvalidArgument("--url " + o.url + "/v1/models: HTTP " +
+                                   std::to_string(res->status) + ": " + res->body.substr(0, 300));
   }
   Result<Json> j = ParseJson(res->body, o.url + "/v1/models");
   if (!j.ok()) return j.status();
-  if (!j->contains("data") || !(*j)["data"].is_array() || (*j)["data"].empty() || !(*j)["data"][0].contains("id") ||
-      !(*j)["data"][0]["id"].is_string()) {
-    return Status::InvalidArgument(o.url + "/v1/models: no model listed (name one with --served-model)");
+  if (!j->contains("data") || !(*j)["data"].is_array() || (*j)["data"].empty() ||
+      !(*j)["data"][0].contains("id") || !(*j)["data"][0]["id"].is_string()) {
+    return Status::InvalidArgument(o.url +
+                                   "/v1/models: no model listed (name one with --served-model)");
   }
   return (*j)["data"][0]["id"].get<std::string>();
 }
@@ -136,10 +145,13 @@ Result<std::string> FirstModel(httplib::Client& client, const LoadgenOptions& o)
 }  // namespace
 
 Status LoadgenOptions::Validate() const {
-  if (url.rfind("http://", 0) != 0) return Status::InvalidArgument("--url = " + url.substr(0, 200) + ": must start with http://");
-  if (!(time_scale > 0) || !std::isfinite(time_scale)) return Status::InvalidArgument("--time-scale: must be > 0 and finite");
+  if (url.rfind("http://", 0) != 0)
+    return Status::InvalidArgument("--url = " + url.substr(0, 200) + ": must start with http://");
+  if (!(time_scale > 0) || !std::isfinite(time_scale))
+    return Status::InvalidArgument("--time-scale: must be > 0 and finite");
   if (max_in_flight < 1 || max_in_flight > 100000) {
-    return Status::InvalidArgument("--max-in-flight = " + std::to_string(max_in_flight) + ": must be 1 to 100000");
+    return Status::InvalidArgument("--max-in-flight = " + std::to_string(max_in_flight) +
+                                   ": must be 1 to 100000");
   }
   if (!(request_timeout_s > 0) || !std::isfinite(request_timeout_s)) {
     return Status::InvalidArgument("--request-timeout-s: must be > 0 and finite");
@@ -148,7 +160,8 @@ Status LoadgenOptions::Validate() const {
 }
 
 Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scenario,
-                              const std::optional<LatencyLimits>& limits, int total_gpus, const LoadgenOptions& o) {
+                              const std::optional<LatencyLimits>& limits, int total_gpus,
+                              const LoadgenOptions& o) {
   FATHOM_RETURN_IF_ERROR(o.Validate());
   LoadgenReport report;
   {
@@ -199,7 +212,8 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
       req.body = RequestBody(o, report.model, requests[i]);
       req.set_header("Content-Type", "application/json");
       if (!o.api_key.empty()) req.set_header("Authorization", "Bearer " + o.api_key);
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(due_s[i])));
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(due_s[i])));
       out.sent_s = std::chrono::duration<double>(Clock::now() - t0).count();
       EventStream events(t0, &out);
       std::string error_body;
@@ -229,7 +243,8 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
     }
   };
   std::vector<std::thread> workers;
-  const size_t threads = std::min<size_t>(static_cast<size_t>(o.max_in_flight), std::max<size_t>(1, requests.size()));
+  const size_t threads =
+      std::min<size_t>(static_cast<size_t>(o.max_in_flight), std::max<size_t>(1, requests.size()));
   {
     std::lock_guard<std::mutex> lock(start_mu);
     for (size_t t = 0; t < threads; ++t) workers.emplace_back(worker);
@@ -246,19 +261,23 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
   }
   std::vector<size_t> by_end(requests.size());
   for (size_t i = 0; i < by_end.size(); ++i) by_end[i] = i;
-  std::sort(by_end.begin(), by_end.end(), [&](size_t a, size_t b) { return outcomes[a].done_s < outcomes[b].done_s; });
+  std::sort(by_end.begin(), by_end.end(),
+            [&](size_t a, size_t b) { return outcomes[a].done_s < outcomes[b].done_s; });
   for (size_t i : by_end) {
     const Outcome& out = outcomes[i];
     if (!out.ok) {
       ++report.failed;
-      if (report.errors.size() < 5) report.errors.push_back(out.error.empty() ? "no token streamed" : out.error);
+      if (report.errors.size() < 5)
+        report.errors.push_back(out.error.empty() ? "no token streamed" : out.error);
       continue;
     }
     const double k = o.time_scale * 1e3;
-    score.Completed(static_cast<int64_t>(i), k * (out.first_token_s - due_s[i]), k * (out.done_s - due_s[i]),
-                    out.done_s * o.time_scale, requests[i].input_tokens, out.output);
-    report.answered.push_back({requests[i].id, requests[i].input_tokens, out.output, due_s[i] * o.time_scale,
-                               out.first_token_s * o.time_scale, out.done_s * o.time_scale});
+    score.Completed(static_cast<int64_t>(i), k * (out.first_token_s - due_s[i]),
+                    k * (out.done_s - due_s[i]), out.done_s * o.time_scale,
+                    requests[i].input_tokens, out.output);
+    report.answered.push_back({requests[i].id, requests[i].input_tokens, out.output,
+                               due_s[i] * o.time_scale, out.first_token_s * o.time_scale,
+                               out.done_s * o.time_scale});
   }
   score.Fill(scenario, limits, total_gpus, false, &report.result);
   report.schedule_error_p99_ms = Percentile(lateness_ms, 0.99);

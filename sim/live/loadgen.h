@@ -28,9 +28,9 @@ struct LoadgenOptions {
 };
 
 struct LoadgenReport {
-  SimulationResult result;  // the simulator's figures and keys
-  int64_t failed = 0;       // requests that got an error or no complete answer
-  std::vector<std::string> errors;  // the first few, as the endpoint gave them
+  SimulationResult result;           // the simulator's figures and keys
+  int64_t failed = 0;                // requests that got an error or no complete answer
+  std::vector<std::string> errors;   // the first few, as the endpoint gave them
   double schedule_error_p99_ms = 0;  // how late requests left against their scheduled time
   std::string model;
   std::vector<RequestRecord> answered;  // in the endpoint's time, in the order they finished
@@ -38,6 +38,7 @@ struct LoadgenReport {
 
 // Issues every request of `source` at its time and waits for all of them.
 Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scenario,
-                              const std::optional<LatencyLimits>& limits, int total_gpus, const LoadgenOptions& options);
+                              const std::optional<LatencyLimits>& limits, int total_gpus,
+                              const LoadgenOptions& options);
 
 }  // namespace fathom::sim

@@ -24,7 +24,7 @@ struct ServeOptions {
   std::string api_key;             // when set, /v1/* needs "Authorization: Bearer <key>"
   int max_connections = 1100;      // concurrent connections (one thread each)
   int64_t max_body_bytes = 4 << 20;
-  double read_timeout_s = 10;      // a client slower than this to send its request is dropped
+  double read_timeout_s = 10;          // a client slower than this to send its request is dropped
   int64_t max_tokens_limit = 1 << 20;  // largest max_tokens accepted
   Status Validate() const;
 };

@@ -35,7 +35,8 @@ class JsonScanner {
  public:
   explicit JsonScanner(std::string_view s) : s_(s) {}
   void SkipWs() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) ++i_;
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n'))
+      ++i_;
   }
   bool Eat(char c) {
     SkipWs();
@@ -120,9 +121,10 @@ bool ParseTimestamp(std::string_view s, double* seconds) {
   s = TrimField(s);
   if (ParseFiniteDouble(s, seconds)) return true;
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
-  if (s.size() < 19 || !Digits(s, 0, 4, &y) || s[4] != '-' || !Digits(s, 5, 2, &mo) || s[7] != '-' ||
-      !Digits(s, 8, 2, &d) || (s[10] != ' ' && s[10] != 'T') || !Digits(s, 11, 2, &h) || s[13] != ':' ||
-      !Digits(s, 14, 2, &mi) || s[16] != ':' || !Digits(s, 17, 2, &sec)) {
+  if (s.size() < 19 || !Digits(s, 0, 4, &y) || s[4] != '-' || !Digits(s, 5, 2, &mo) ||
+      s[7] != '-' || !Digits(s, 8, 2, &d) || (s[10] != ' ' && s[10] != 'T') ||
+      !Digits(s, 11, 2, &h) || s[13] != ':' || !Digits(s, 14, 2, &mi) || s[16] != ':' ||
+      !Digits(s, 17, 2, &sec)) {
     return false;
   }
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
@@ -152,7 +154,9 @@ bool ParseTimestamp(std::string_view s, double* seconds) {
       return false;
     }
   }
-  *seconds = static_cast<double>(DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_s) + frac;
+  *seconds =
+      static_cast<double>(DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_s) +
+      frac;
   return true;
 }
 
