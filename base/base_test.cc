@@ -62,6 +62,13 @@ TEST_CASE("ReadJsonFile: malformed JSON names the file and the byte", "[base]") 
   std::remove(path.c_str());
 }
 
+TEST_CASE("ParseJson: a number beyond a double's range is an error naming the source", "[base]") {
+  auto r = ParseJson("{\"vocab_size\": 1E8256}", "config.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().rfind("config.json: malformed JSON", 0) == 0);
+  CHECK(r.status().message().find("1E8256") != std::string::npos);
+}
+
 TEST_CASE("ReadFile: a missing file is NotFound and names the path", "[base]") {
   auto r = ReadFile("/nonexistent/fathom.json");
   REQUIRE_FALSE(r.ok());

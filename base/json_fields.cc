@@ -37,6 +37,8 @@ Result<Json> ParseJson(std::string_view text, const std::string& source) {
   } catch (const Json::parse_error& e) {
     return Status::InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) +
                                    ": " + e.what());
+  } catch (const Json::exception& e) {  // a number beyond a double's range (1E8256)
+    return Status::InvalidArgument(source + ": malformed JSON: " + e.what());
   }
 }
 
