@@ -7,28 +7,13 @@
 
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "sim/live/http_reply.h"
 
 namespace fathom::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 const Clock::time_point kStart = Clock::now();  // Now()'s zero
-
-std::string ErrorBody(const std::string& message, const std::string& type) {
-  OrderedJson e;
-  e["message"] = message;
-  e["type"] = type;
-  e["param"] = nullptr;
-  e["code"] = nullptr;
-  OrderedJson j;
-  j["error"] = e;
-  return j.dump();
-}
-
-void Reply(httplib::Response& res, int status, const std::string& body) {
-  res.status = status;
-  res.set_content(body, "application/json");
-}
 
 // The generated text a chunk or answer carries ("text" of a completion, the delta's or message's
 // "content" of a chat), or null when it has none.

@@ -9,6 +9,7 @@
 
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "sim/live/http_reply.h"
 
 namespace fathom::sim {
 namespace {
@@ -18,24 +19,6 @@ struct Completion {
   bool stream = false, include_usage = false, chat = false;
   std::string model;
 };
-
-// An OpenAI-style error body.
-std::string ErrorBody(const std::string& message, const std::string& type,
-                      const std::string& param = "") {
-  OrderedJson e;
-  e["message"] = message;
-  e["type"] = type;
-  e["param"] = param.empty() ? OrderedJson() : OrderedJson(param);
-  e["code"] = nullptr;
-  OrderedJson j;
-  j["error"] = e;
-  return j.dump();
-}
-
-void Reply(httplib::Response& res, int status, const std::string& body) {
-  res.status = status;
-  res.set_content(body, "application/json");
-}
 
 // Tokens in one prompt: a string, an array of token ids, or an array holding one of either.
 Result<int64_t> PromptTokens(const Json& p) {
