@@ -43,7 +43,8 @@ Status CostParams::Validate() const {
                          {"per_sequence_overhead_us", per_sequence_overhead_us},
                          {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
                          {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us},
-                         {"moe_skew", moe_skew}}) {
+                         {"moe_skew", moe_skew},
+                         {"response_us", response_us}}) {
     if (v < 0)
       return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) +
                                      ": must be >= 0");
@@ -67,6 +68,7 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"cpp_iteration_overhead_us", &CostParams::cpp_iteration_overhead_us},
     {"cpp_per_sequence_overhead_us", &CostParams::cpp_per_sequence_overhead_us},
     {"moe_skew", &CostParams::moe_skew},
+    {"response_us", &CostParams::response_us},
 };
 
 Result<Calibration> LoadCalibration(const std::string& path) {
@@ -164,6 +166,7 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
                                                   : params.iteration_overhead_us),
       host_per_sequence_us_(runtime == Runtime::kCpp ? params.cpp_per_sequence_overhead_us
                                                      : params.per_sequence_overhead_us),
+      response_s_(runtime == Runtime::kCpp ? 0.0 : params.response_us * 1e-6),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
 }

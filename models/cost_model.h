@@ -41,6 +41,12 @@ struct CostParams {
   double cpp_iteration_overhead_us = 250;
   double cpp_per_sequence_overhead_us = 0.5;
   double moe_skew = 0.0;  // routing skew: scales the spread of tokens per GPU beyond multinomial
+  // The Python serving front's host time per streamed response (detokenise, hand the tokens to
+  // the client), over all its workers: a queue beside the GPU loop that every streamed response
+  // passes (sim/response_path.h). 0: responses reach the client as the iteration ends. Not in
+  // kFitted: it shows in Server capacity, which the least-squares fit does not use; the stacks'
+  // files say how it was set.
+  double response_us = 0.0;
 
   static constexpr int kNumFitted = 6;
   static constexpr std::array<const char*, kNumFitted> kFitted = {
@@ -107,6 +113,7 @@ class CalibratedModel : public OperatorTimeModel {
                   std::shared_ptr<const MeasuredGemms> measured = nullptr);
 
   double OpSeconds(const Operator& op) const override;
+  double ResponseSeconds() const override { return response_s_; }
 
  protected:
   double OverheadSeconds(int stage, int64_t sequences) const override;
@@ -116,6 +123,7 @@ class CalibratedModel : public OperatorTimeModel {
   ParallelLayout layout_;
   CostParams p_;
   double host_iteration_us_, host_per_sequence_us_;  // the runtime's host costs
+  double response_s_;  // the Python front's (C++ fronts' are not modelled: 0)
   std::shared_ptr<const MeasuredGemms> measured_;
 };
 

@@ -19,6 +19,9 @@ class ExecutionTimeModel {
   virtual SimTime StageTime(std::span<const BatchShape> ranks, int stage) const = 0;
 
   virtual int num_stages() const = 0;
+
+  // Host time of the serving front per streamed response, beside the GPU loop (0: none).
+  virtual double ResponseSeconds() const { return 0.0; }
 };
 
 }  // namespace fathom::models

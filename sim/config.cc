@@ -149,6 +149,7 @@ Status EngineConfig::Validate() const {
   if (adp_batching_wait_iters < 0)
     return bad("adp_batching_wait_iters", adp_batching_wait_iters, "must be >= 0");
   if (adp_timeout_iters < 1) return bad("adp_timeout_iters", adp_timeout_iters, "must be >= 1");
+  if (stream_interval < 0) return bad("stream_interval", stream_interval, "must be >= 0");
   return Status::Ok();
 }
 

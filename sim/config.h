@@ -66,6 +66,11 @@ struct EngineConfig {
   bool adp_balance = false;
   int64_t adp_batching_wait_iters = 10;
   int64_t adp_timeout_iters = 50;
+  // Tokens per streamed response (TensorRT-LLM's stream_interval; vLLM streams every token: 1).
+  // Each response costs the serving front host time (ExecutionTimeModel::ResponseSeconds) in a
+  // queue beside the GPU loop, which delays what the client sees. 0: responses are not modelled.
+  // Offline runs are not streamed.
+  int64_t stream_interval = 0;
 
   Status Validate() const;
   bool operator==(const EngineConfig&) const = default;

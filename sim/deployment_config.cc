@@ -110,6 +110,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
                                      "decode_max_batch",
                                      "kv_link_gb_per_s",
                                      "adp_balance",
+                                     "stream_interval",
                                      "runtime",
                                      "run"}));
   DeploymentConfig d;
@@ -140,6 +141,7 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
   e.mtp_depth = static_cast<int>(std::clamp<int64_t>(mtp, 0, 16));
   e.acceptance = f.Double("acceptance", 0.0);
   e.draft_cost = f.Double("draft_cost", e.draft_cost);
+  e.stream_interval = f.Int("stream_interval", e.stream_interval);
   const std::string router = f.String("router", std::string(Name(d.router)));
   d.decode_max_batch = f.Int("decode_max_batch", 0);
   d.kv_link_gb_per_s = f.Double("kv_link_gb_per_s", 0.0);
@@ -280,6 +282,7 @@ OrderedJson ToJson(const DeploymentConfig& d) {
     j["adp_balance"] = {{"batching_wait_iters", d.engine.adp_batching_wait_iters},
                         {"timeout_iters", d.engine.adp_timeout_iters}};
   }
+  if (d.engine.stream_interval > 0) j["stream_interval"] = d.engine.stream_interval;
   if (d.disaggregated) {
     j["disaggregated"] = {{"prefill", PoolToJson(d.prefill)}, {"decode", PoolToJson(d.decode)}};
     if (d.decode_max_batch > 0) j["decode_max_batch"] = d.decode_max_batch;

@@ -29,11 +29,15 @@ struct ArrivalEvent {   // a request is issued
 struct KickEvent {  // an engine may start a batch, after every same-time arrival is queued
   int engine;
 };
+struct ResponseEvent {  // the client sees a request's first token, or its end (the response path)
+  int64_t slot;
+  bool complete;
+};
 
 // The order of the kinds here is the phase: at equal times, finished work frees resources before
 // newcomers are routed.
-using EventPayload =
-    std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent, KickEvent>;
+using EventPayload = std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent,
+                                  KickEvent, ResponseEvent>;
 
 struct Event {
   SimTime time;

@@ -88,6 +88,10 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
       const int id = static_cast<int>(engines_.size());
       engines_.push_back(std::make_unique<Engine>(id, role, pool, config, &slots_, this, &rng_));
       ids->push_back(id);
+      // LoadGen's Offline scenario takes each sample whole: nothing is streamed.
+      const bool streamed = spec_.scenario.scenario != Scenario::kOffline;
+      responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? config.stream_interval : 0);
+      last_stage_.push_back(pool.time->num_stages() - 1);
     }
   };
   add(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
@@ -288,7 +292,17 @@ void Simulator::CountCertainViolations(SimTime now) {
 }
 
 void Simulator::OnFirstToken(int64_t slot, SimTime t) {
+  const SimTime seen = responses_[slots_[slot].instance].Delivered(t);
+  if (seen > t) {
+    queue_.Push(seen, ResponseEvent{slot, false});
+    return;
+  }
+  FirstTokenSeen(slot, t);
+}
+
+void Simulator::FirstTokenSeen(int64_t slot, SimTime t) {
   Sequence& s = slots_[slot];
+  s.first_token = t;
   --awaiting_first_token_;
   if (limits_ && ToMillis(t - s.scheduled) > limits_->ttft_ms && !s.ttft_violation_counted) {
     CountViolation(&ttft_violations_);
@@ -308,6 +322,17 @@ void Simulator::OnFirstToken(int64_t slot, SimTime t) {
 }
 
 void Simulator::OnComplete(int64_t slot, SimTime t) {
+  const SimTime seen = responses_[slots_[slot].instance].Delivered(t);
+  if (seen > t) {
+    queue_.Push(seen, ResponseEvent{slot, true});
+    // A closed-loop client's next request follows: engines plan around it.
+    if (closed_loop_) pending_times_.insert(seen);
+    return;
+  }
+  CompletionSeen(slot, t);
+}
+
+void Simulator::CompletionSeen(int64_t slot, SimTime t) {
   Sequence& s = slots_[slot];
   const double ttft = ToMillis(s.first_token - s.scheduled);
   const double e2e = ToMillis(t - s.scheduled);
@@ -361,6 +386,8 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
 
 void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps,
                             int64_t tokens, int64_t sequences) {
+  if (stage == last_stage_[instance] && responses_[instance].enabled())
+    responses_[instance].Batch(start, end, steps, sequences);
   if (timeline_) {
     timeline_->Printf(
         "%s{\"name\":\"%s\",\"cat\":\"iteration\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
@@ -407,6 +434,13 @@ Status Simulator::Advance(SimTime until) {
     } else if (const auto* kick = std::get_if<KickEvent>(&p)) {
       kick_pending_[kick->engine] = false;
       StartIfIdle(kick->engine);
+    } else if (const auto* seen = std::get_if<ResponseEvent>(&p)) {
+      if (!seen->complete) {
+        FirstTokenSeen(seen->slot, e.time);
+      } else {
+        if (closed_loop_) pending_times_.erase(pending_times_.find(e.time));
+        CompletionSeen(seen->slot, e.time);
+      }
     } else if (const auto* kv = std::get_if<KvArrivedEvent>(&p)) {
       pending_times_.erase(pending_times_.find(e.time));
       Sequence& s = slots_[kv->slot];

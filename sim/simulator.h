@@ -18,6 +18,7 @@
 #include "sim/engine.h"
 #include "sim/event_queue.h"
 #include "sim/mlperf.h"
+#include "sim/response_path.h"
 #include "sim/run_score.h"
 #include "sim/workload.h"
 
@@ -148,6 +149,10 @@ class Simulator : public EngineListener {
   // Picks an (engine, rank) of `engines` for the sequence in `slot` by the router policy.
   std::pair<int, int> Route(int64_t slot, const std::vector<int>& engines, RouterKind policy);
   void Kick(int engine);
+  // What the client sees, when the response path delivers it (OnFirstToken/OnComplete at once
+  // when it does not delay).
+  void FirstTokenSeen(int64_t slot, SimTime t);
+  void CompletionSeen(int64_t slot, SimTime t);
   void StartIfIdle(int engine);
   void AdvanceLittle(SimTime now);
   int64_t NewSlot();
@@ -161,7 +166,9 @@ class Simulator : public EngineListener {
   std::vector<std::unique_ptr<Engine>> engines_;
   std::vector<int> main_engines_, decode_engines_;
   std::vector<bool> kick_pending_;
-  std::vector<SimTime> link_free_;  // per decode engine: its KV ingress link
+  std::vector<SimTime> link_free_;       // per decode engine: its KV ingress link
+  std::vector<ResponsePath> responses_;  // per engine
+  std::vector<int> last_stage_;          // per engine
   std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
   int64_t next_arrival_key_ = 0;
   std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed

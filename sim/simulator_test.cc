@@ -24,8 +24,12 @@ constexpr SchedulerKind kSchedulers[] = {SchedulerKind::kStatic, SchedulerKind::
 // An engine whose every iteration takes a fixed time, or an exponential one.
 class FakeTime : public models::ExecutionTimeModel {
  public:
-  FakeTime(double seconds, bool exponential, int stages = 1)
-      : seconds_(seconds), exponential_(exponential), stages_(stages), rng_(99) {}
+  FakeTime(double seconds, bool exponential, int stages = 1, double response_s = 0)
+      : seconds_(seconds),
+        exponential_(exponential),
+        stages_(stages),
+        response_s_(response_s),
+        rng_(99) {}
   SimTime StageTime(std::span<const models::BatchShape> ranks, int) const override {
     int64_t tokens = 0;
     for (const auto& r : ranks) tokens += r.tokens;
@@ -33,11 +37,13 @@ class FakeTime : public models::ExecutionTimeModel {
     return FromSeconds(exponential_ ? rng_.Exponential(1.0 / seconds_) : seconds_);
   }
   int num_stages() const override { return stages_; }
+  double ResponseSeconds() const override { return response_s_; }
 
  private:
   double seconds_;
   bool exponential_;
   int stages_;
+  double response_s_;
   mutable Rng rng_;
 };
 
@@ -241,6 +247,56 @@ TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Poll
   const double wait = rho * service / (2 * (1 - rho));  // P-K mean wait for deterministic service
   CHECK(r.completed_requests == n);
   CHECK((r.e2e_mean_ms / 1e3 - service) == Approx(wait).epsilon(0.03));
+}
+
+TEST_CASE("ResponsePath: a fluid queue that falls behind only past its service rate", "[sim]") {
+  const auto ms = [](double v) { return FromSeconds(v * 1e-3); };
+  // 100 sequences a 10 ms iteration, one response each: 5 ms of work at 50 us a response.
+  ResponsePath under(50e-6, 1);
+  for (int k = 1; k <= 20; ++k) under.Batch(ms(10 * (k - 1)), ms(10 * k), 1, 100);
+  CHECK(under.Delivered(ms(200)) == ms(200 + 2.5));  // mid-way through its own 5 ms
+  // At 150 us a response the front needs 15 ms a 10 ms iteration: 5 ms more behind each time.
+  ResponsePath over(150e-6, 1);
+  for (int k = 1; k <= 20; ++k) {
+    over.Batch(ms(10 * (k - 1)), ms(10 * k), 1, 100);
+    CHECK(over.Delivered(ms(10 * k)) == ms(10 * k + 7.5 + 5 * (k - 1)));
+  }
+  // Streaming every 4 tokens, the same front keeps up (3.75 ms of work an iteration).
+  ResponsePath sparse(150e-6, 4);
+  for (int k = 1; k <= 20; ++k) sparse.Batch(ms(10 * (k - 1)), ms(10 * k), 1, 100);
+  CHECK(sparse.Delivered(ms(200)) == ms(200 + 1.875));
+  // Four decode steps taken at once: their responses arrive as the steps run.
+  ResponsePath steps(150e-6, 1);
+  steps.Batch(ms(0), ms(40), 4, 100);
+  CHECK(steps.Delivered(ms(40)) == ms(60 - 7.5));  // 60 ms of work from t = 0
+  CHECK(!ResponsePath(0, 1).enabled());
+  CHECK(!ResponsePath(1e-4, 0).enabled());
+  CHECK(ResponsePath(1e-4, 0).Delivered(ms(5)) == ms(5));
+}
+
+TEST_CASE("Simulator: the response path delays what clients see, not the engine", "[sim]") {
+  // One sequence at a time, 10 ms iterations, a 1 ms response per token: each token reaches the
+  // client 0.5 ms after its iteration (the middle of its one response), so TTFT and end-to-end
+  // grow by 0.5 ms and TPOT is unchanged; Offline is not streamed.
+  FakeTime plain(0.01, false), front(0.01, false, 1, 1e-3);
+  std::vector<std::pair<traces::Request, double>> items;
+  for (int i = 0; i < 50; ++i) items.push_back({Dataset(1, 10, 8)[0], i * 1.0});
+  for (size_t i = 0; i < items.size(); ++i) items[i].first.id = static_cast<int64_t>(i);
+  SimulationSpec spec = SingleSlot(&plain);
+  spec.engine.stream_interval = 1;
+  const SimulationResult base = RunOk(spec, std::make_unique<ListSource>(items));
+  spec.pool.time = &front;
+  const SimulationResult seen = RunOk(spec, std::make_unique<ListSource>(items));
+  CHECK(seen.completed_requests == 50);
+  CHECK(seen.output_tokens == base.output_tokens);
+  CHECK(seen.ttft_mean_ms == Approx(base.ttft_mean_ms + 0.5).epsilon(1e-9));
+  CHECK(seen.e2e_mean_ms == Approx(base.e2e_mean_ms + 0.5).epsilon(1e-9));
+  CHECK(seen.tpot_mean_ms == Approx(base.tpot_mean_ms).epsilon(1e-9));
+  spec.scenario.scenario = Scenario::kOffline;
+  spec.pool.time = &plain;
+  const SimulationResult offline = RunOk(spec, std::make_unique<ListSource>(items));
+  spec.pool.time = &front;
+  CHECK(RunOk(spec, std::make_unique<ListSource>(items)).e2e_mean_ms == offline.e2e_mean_ms);
 }
 
 TEST_CASE("Simulator: exponential service gives M/M/1 waiting times", "[sim]") {

@@ -463,6 +463,10 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   dep(cmd->add_option("--draft-cost", e.draft_cost,
                       "One draft token's cost as a fraction of a step")
           ->capture_default_str());
+  dep(cmd->add_option("--stream-interval", e.stream_interval,
+                      "Tokens per streamed response; each costs the stack's response_us in the "
+                      "serving front (0: not modelled)")
+          ->capture_default_str());
   dep(cmd->add_option("--router", f->router,
                       "round-robin, least-outstanding, least-kv or prefix-aware")
           ->capture_default_str());
