@@ -29,7 +29,6 @@ figure() { sed -nE "s/.*$1.*/\\1/p" "$2" | head -1; }
 summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%)'
 claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt")"
 claim "are off by $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v51.txt") in the median"
-claim "there fathom is far off: $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v51.txt") in the median"
 # The highest QPS DeepSeek-R1 on 8xB200 holds, against its submitters' (columns QPS pub, QPS max).
 range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
     p = $(NF-2); s = $(NF-1)
@@ -42,7 +41,8 @@ span() {
   awk "$3"' { v = $'"$2"'; if (v < 0) v = -v; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v }
     END { printf "%d-%d", int(lo + 0.5), int(hi + 0.5) }' "$1"
 }
-claim "its p99 TTFT at their QPS comes out $(span "$tmp/v51.txt" 12 '$4 == "deepseek-r1" && $5 == "Server"')% below"
+claim "still comes out $(span "$tmp/v51.txt" 12 '$4 == "deepseek-r1" && $5 == "Server" && $12 < -10')% below theirs for Dell and"
+claim "there fathom is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v51.txt") off in the median"
 claim "2 70B Interactive on 8xH200 come out $(span "$tmp/v51.txt" NF '$3 == "h200" && ($4 == "llama3.1-405b" || $5 == "Interactive") && $5 != "Offline"')% below"
 claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" NF '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
