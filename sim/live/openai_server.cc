@@ -409,6 +409,10 @@ void OpenAiServer::Accept() {
     const int on = 1;
     // Each token's event leaves at once (no Nagle wait on the client's delayed ACK).
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    // A fixed send buffer: a client that stops reading holds this much of the kernel's memory
+    // (doubled by it) and its tokens wait for it in the engine; autotuned, it would grow to MiBs.
+    const int send_buffer_bytes = 64 << 10;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer_bytes, sizeof send_buffer_bytes);
     epoll_event e{};
     e.events = EPOLLIN | EPOLLRDHUP;
     e.data.fd = fd;
