@@ -101,9 +101,12 @@ TEST_CASE("stopping a live engine ends what is in flight as aborted") {
   LiveEngine engine(Llama(), 0.01);  // far slower than real time: nothing finishes
   auto s = engine.Submit(100, 1000);
   engine.Stop();
-  std::lock_guard<std::mutex> lock(s->mu);
-  CHECK(s->done);
-  CHECK(s->aborted);
+  {
+    // Not held while calling the engine, which takes the stream's lock under its own.
+    std::lock_guard<std::mutex> lock(s->mu);
+    CHECK(s->done);
+    CHECK(s->aborted);
+  }
   CHECK(engine.Metrics().finished_abort == 1);
 }
 
@@ -377,6 +380,19 @@ TEST_CASE(
   CHECK_THAT(answer, Catch::Matchers::Contains("HTTP/1.1 404 Not Found"));
   SendAll(sock, "GET /v1/completions HTTP/1.1\r\n\r\n");
   CHECK(ReadUntil(sock, "\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
+  // A chunked body, and one sent after the server's "100 Continue".
+  SendAll(sock,
+          "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "a\r\n{\"prompt\":\r\n15\r\n[1,2],\"max_tokens\":3}\r\n0\r\n\r\n");
+  answer = ReadUntil(sock, "}}");
+  CHECK(answer.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("\"completion_tokens\":3"));
+  const std::string body = R"({"prompt":[1],"max_tokens":2})";
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n");
+  CHECK(ReadUntil(sock, "\r\n\r\n") == "HTTP/1.1 100 Continue\r\n\r\n");
+  SendAll(sock, body);
+  CHECK_THAT(ReadUntil(sock, "}}"), Catch::Matchers::Contains("\"completion_tokens\":2"));
   close(sock);
 
   // A client that stops reading: once the socket's buffers are full its tokens wait in the engine,

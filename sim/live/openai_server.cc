@@ -252,7 +252,7 @@ struct OpenAiServer::Connection {
   bool continue_sent = false;    // "100 Continue" for the request being read
   bool close_after = false;      // close once `out` is sent
   bool writable_wait = false;    // EPOLLOUT requested
-  bool dead = false;             // closed; erased by the loop
+  bool dead = false;             // to be closed: the loop closes and erases it
   Clock::time_point idle_since;  // no request under way since (the read timeout's start)
   Clock::time_point wrote_at;    // the last progress writing `out`
   std::unique_ptr<Answer> answer;
@@ -440,8 +440,9 @@ void OpenAiServer::Read(Connection& c) {
     c.dead = true;  // the client left (or the connection broke); the engine finishes its request
     return;
   }
-  // Bytes of a next request while one is answered wait; beyond a request's size they are abuse.
-  if (c.answer && c.in.size() > static_cast<size_t>(options_.max_body_bytes) + (64 << 10)) {
+  // Bytes of a next request wait while one is answered (or a refusal is sent); beyond what a
+  // request may take, with its headers and chunk framing, they are abuse.
+  if (c.in.size() > 2 * static_cast<size_t>(options_.max_body_bytes) + (128 << 10)) {
     c.dead = true;
     return;
   }
