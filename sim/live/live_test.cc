@@ -12,6 +12,7 @@
 #include "sim/deployment_config.h"
 #include "sim/live/gateway.h"
 #include "sim/live/http_request.h"
+#include "sim/live/http_response.h"
 #include "sim/live/live_engine.h"
 #include "sim/live/loadgen.h"
 #include "sim/live/openai_server.h"
@@ -281,6 +282,54 @@ TEST_CASE("an HTTP request is read whole from its bytes as they arrive, and bad 
     CHECK(p.status == 400);
   }
   CHECK(ParseHttpRequest(std::string(70000, 'a'), 100, &r).status == 431);
+}
+
+TEST_CASE("an HTTP response is read as it arrives: chunked, sized, or up to the connection's end") {
+  // Cut at every byte: the body comes out the same, without its framing.
+  const std::string chunked =
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\ndata:\r\n3;x\r\n ok\r\n0\r\nTrailer: t\r\n\r\n";
+  for (size_t cut = 0; cut <= chunked.size(); ++cut) {
+    HttpResponseReader reader;
+    std::string body;
+    auto take = [&](std::string_view b) { body += b; };
+    REQUIRE(reader.Feed(std::string_view(chunked).substr(0, cut), take));
+    CHECK(reader.done() == (cut == chunked.size()));
+    REQUIRE(reader.Feed(std::string_view(chunked).substr(cut), take));
+    CHECK(reader.done());
+    CHECK(reader.status() == 200);
+    CHECK(reader.keep_alive());
+    CHECK(body == "data: ok");
+  }
+  HttpResponseReader sized;
+  std::string body;
+  REQUIRE(
+      sized.Feed("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close"
+                 "\r\n\r\nbusy",
+                 [&](std::string_view b) { body += b; }));
+  CHECK(sized.done());
+  CHECK(sized.status() == 503);
+  CHECK_FALSE(sized.keep_alive());
+  CHECK(body == "busy");
+
+  HttpResponseReader to_end;
+  body.clear();
+  REQUIRE(to_end.Feed("HTTP/1.0 200 OK\r\n\r\nall", [&](std::string_view b) { body += b; }));
+  CHECK_FALSE(to_end.done());
+  CHECK(to_end.End());
+  CHECK(body == "all");
+  HttpResponseReader cut;
+  REQUIRE(cut.Feed("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", [](std::string_view) {}));
+  CHECK_FALSE(cut.End());  // the connection ended before the body did
+
+  for (const char* bad : {"HTTP/2 200\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n"}) {
+    HttpResponseReader reader;
+    INFO(bad);
+    CHECK_FALSE(reader.Feed(bad, [](std::string_view) {}));
+    CHECK_FALSE(reader.error().empty());
+  }
 }
 
 TEST_CASE(
