@@ -234,7 +234,7 @@ void RegisterServe(CLI::App& app, Status* result) {
                   "Model id clients send (default: the model argument)");
   cmd->add_option("--api-key", f->serve.api_key, "Require this bearer token on /v1/*");
   cmd->add_option("--max-connections", f->serve.max_connections,
-                  "Concurrent connections, one thread each")
+                  "Concurrent connections (more are answered 503)")
       ->capture_default_str();
   cmd->add_option("--time-scale", f->time_scale,
                   "Simulated seconds per wall second (> 1 runs faster than real time)")

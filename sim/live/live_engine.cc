@@ -70,6 +70,7 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
     }
     s.done_s = now;  // last token so far; final once done
     s.tokens += count;
+    progressed_ = true;
     metrics_.generation_tokens += count;
     s.cv.notify_all();
   });
@@ -89,6 +90,7 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
       ++metrics_.finished_length;
       s.cv.notify_all();
     }
+    progressed_ = true;
     streams_.erase(it);
   });
   thread_ = std::thread([this] { Loop(); });
@@ -135,6 +137,7 @@ void LiveEngine::Loop() {
   while (!stop_) {
     AdvanceToNow();
     if (!failure_.ok()) break;
+    AnnounceProgress();
     const std::optional<SimTime> next = sim_->NextEventTime();
     auto woken = [&] { return stop_ || kicked_; };
     if (next) {
@@ -153,8 +156,20 @@ void LiveEngine::Loop() {
     stream->done_s = WallSeconds();
     ++metrics_.finished_abort;
     stream->cv.notify_all();
+    progressed_ = true;
   }
   streams_.clear();
+  AnnounceProgress();
+}
+
+void LiveEngine::AnnounceProgress() {
+  if (progressed_ && on_progress_) on_progress_();
+  progressed_ = false;
+}
+
+void LiveEngine::set_on_progress(std::function<void()> on_progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_progress_ = std::move(on_progress);
 }
 
 void LiveEngine::BeginDrain() {

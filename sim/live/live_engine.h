@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,12 +72,17 @@ class LiveEngine {
   // Ends the engine: requests still in flight end aborted.
   void Stop();
   LiveMetrics Metrics() const;
+  // Sets what the engine calls after each step that produced tokens or ended requests (on the
+  // engine thread, with the engine's lock held: it must be quick and must not call the engine);
+  // an empty function removes it, and no call runs after this returns.
+  void set_on_progress(std::function<void()> on_progress);
   double WallSeconds() const;
   const ResolvedDeployment& deployment() const { return *deployment_; }
 
  private:
   void Loop();
-  void AdvanceToNow();  // with mu_ held
+  void AdvanceToNow();      // with mu_ held
+  void AnnounceProgress();  // with mu_ held
   SimTime SimNow() const;
 
   std::unique_ptr<ResolvedDeployment> deployment_;
@@ -88,6 +94,8 @@ class LiveEngine {
   std::map<int64_t, std::shared_ptr<LiveStream>> streams_;
   int64_t next_id_ = 0;
   bool kicked_ = false, stop_ = false, draining_ = false;
+  bool progressed_ = false;  // tokens or ends not yet announced through on_progress_
+  std::function<void()> on_progress_;
   Status failure_;  // the first simulation error; the engine stops on it
   LiveMetrics metrics_;
   std::thread thread_;

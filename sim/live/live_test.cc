@@ -11,6 +11,8 @@
 #include "models/roofline.h"
 #include "sim/deployment_config.h"
 #include "sim/live/gateway.h"
+#include "sim/live/http_request.h"
+#include "sim/live/http_response.h"
 #include "sim/live/live_engine.h"
 #include "sim/live/loadgen.h"
 #include "sim/live/openai_server.h"
@@ -100,9 +102,12 @@ TEST_CASE("stopping a live engine ends what is in flight as aborted") {
   LiveEngine engine(Llama(), 0.01);  // far slower than real time: nothing finishes
   auto s = engine.Submit(100, 1000);
   engine.Stop();
-  std::lock_guard<std::mutex> lock(s->mu);
-  CHECK(s->done);
-  CHECK(s->aborted);
+  {
+    // Not held while calling the engine, which takes the stream's lock under its own.
+    std::lock_guard<std::mutex> lock(s->mu);
+    CHECK(s->done);
+    CHECK(s->aborted);
+  }
   CHECK(engine.Metrics().finished_abort == 1);
 }
 
@@ -228,6 +233,105 @@ TEST_CASE(
              Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
 }
 
+TEST_CASE("an HTTP request is read whole from its bytes as they arrive, and bad ones are refused") {
+  HttpRequest r;
+  const std::string post =
+      "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+      "Content-Length: 5\r\n\r\nhello";
+  for (size_t cut = 0; cut < post.size(); ++cut)
+    CHECK(ParseHttpRequest(post.substr(0, cut), 100, &r).state == HttpParse::kIncomplete);
+  HttpParse p = ParseHttpRequest(post + "GET /health HTTP/1.1\r\n\r\n", 100, &r);
+  REQUIRE(p.state == HttpParse::kComplete);
+  CHECK(p.consumed == post.size());  // the next request stays
+  CHECK(r.method == "POST");
+  CHECK(r.path == "/v1/completions");
+  CHECK(r.body == "hello");
+  CHECK(r.Header("content-type") == "application/json");
+  CHECK(r.keep_alive);
+
+  const std::string chunked =
+      "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+      "3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nTrailer: t\r\n\r\n";
+  CHECK(ParseHttpRequest(chunked.substr(0, chunked.size() - 1), 100, &r).state ==
+        HttpParse::kIncomplete);
+  p = ParseHttpRequest(chunked, 100, &r);
+  REQUIRE(p.state == HttpParse::kComplete);
+  CHECK(p.consumed == chunked.size());
+  CHECK(r.body == "abc0123456789");
+  CHECK_FALSE(r.keep_alive);
+  CHECK(ParseHttpRequest(chunked, 12, &r).status == 413);
+
+  REQUIRE(ParseHttpRequest("GET / HTTP/1.0\r\n\r\n", 100, &r).state == HttpParse::kComplete);
+  CHECK_FALSE(r.keep_alive);
+  // Refused from the declared length alone; a client that asks is told to go on.
+  CHECK(ParseHttpRequest("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 100, &r).status == 413);
+  CHECK(ParseHttpRequest("POST / HTTP/1.1\r\nContent-Length: 9\r\nExpect: 100-continue\r\n\r\n",
+                         100, &r)
+            .expects_continue);
+  for (const char* bad :
+       {"GET\r\n\r\n", "GET / SPDY/3\r\n\r\n", "GET x HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nno colon\r\n\r\n", "GET / HTTP/1.1\r\n folded: x\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}) {
+    INFO(bad);
+    p = ParseHttpRequest(bad, 100, &r);
+    CHECK(p.state == HttpParse::kBad);
+    CHECK(p.status == 400);
+  }
+  CHECK(ParseHttpRequest(std::string(70000, 'a'), 100, &r).status == 431);
+}
+
+TEST_CASE("an HTTP response is read as it arrives: chunked, sized, or up to the connection's end") {
+  // Cut at every byte: the body comes out the same, without its framing.
+  const std::string chunked =
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\ndata:\r\n3;x\r\n ok\r\n0\r\nTrailer: t\r\n\r\n";
+  for (size_t cut = 0; cut <= chunked.size(); ++cut) {
+    HttpResponseReader reader;
+    std::string body;
+    auto take = [&](std::string_view b) { body += b; };
+    REQUIRE(reader.Feed(std::string_view(chunked).substr(0, cut), take));
+    CHECK(reader.done() == (cut == chunked.size()));
+    REQUIRE(reader.Feed(std::string_view(chunked).substr(cut), take));
+    CHECK(reader.done());
+    CHECK(reader.status() == 200);
+    CHECK(reader.keep_alive());
+    CHECK(body == "data: ok");
+  }
+  HttpResponseReader sized;
+  std::string body;
+  REQUIRE(
+      sized.Feed("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close"
+                 "\r\n\r\nbusy",
+                 [&](std::string_view b) { body += b; }));
+  CHECK(sized.done());
+  CHECK(sized.status() == 503);
+  CHECK_FALSE(sized.keep_alive());
+  CHECK(body == "busy");
+
+  HttpResponseReader to_end;
+  body.clear();
+  REQUIRE(to_end.Feed("HTTP/1.0 200 OK\r\n\r\nall", [&](std::string_view b) { body += b; }));
+  CHECK_FALSE(to_end.done());
+  CHECK(to_end.End());
+  CHECK(body == "all");
+  HttpResponseReader cut;
+  REQUIRE(cut.Feed("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", [](std::string_view) {}));
+  CHECK_FALSE(cut.End());  // the connection ended before the body did
+
+  for (const char* bad : {"HTTP/2 200\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n"}) {
+    HttpResponseReader reader;
+    INFO(bad);
+    CHECK_FALSE(reader.Feed(bad, [](std::string_view) {}));
+    CHECK_FALSE(reader.error().empty());
+  }
+}
+
 TEST_CASE(
     "the gateway routes to the replica with the fewest outstanding requests, ties to the lowest "
     "id") {
@@ -268,6 +372,131 @@ int64_t Count(const std::string& s, const std::string& what) {
 }
 
 }  // namespace
+
+namespace {
+
+// A client socket connected to 127.0.0.1:`port`, with a receive buffer of about `rcvbuf` bytes
+// when > 0.
+int Connect(int port, int rcvbuf = 0) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(sock, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return sock;
+}
+
+void SendAll(int sock, const std::string& data) {
+  REQUIRE(send(sock, data.data(), data.size(), 0) == static_cast<ssize_t>(data.size()));
+}
+
+// What `sock` receives until `until` has come `times` times or the connection ends.
+std::string ReadUntil(int sock, const std::string& until, int times = 1) {
+  std::string got;
+  char buffer[4096];
+  auto count = [&] {
+    int n = 0;
+    for (size_t at = got.find(until); at != std::string::npos; at = got.find(until, at + 1)) ++n;
+    return n;
+  };
+  for (ssize_t n; count() < times && (n = recv(sock, buffer, sizeof buffer, 0)) > 0;)
+    got.append(buffer, static_cast<size_t>(n));
+  return got;
+}
+
+std::string StreamRequest(int max_tokens) {
+  const std::string body =
+      R"({"prompt":[1,2,3,4],"stream":true,"max_tokens":)" + std::to_string(max_tokens) + "}";
+  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "fathom serve keeps connections alive, holds a slow reader's tokens back without delaying "
+    "others, and drops clients that stall") {
+  Served served(50.0, {});
+  const int port = served.server.port();
+
+  // Two requests in one write: both answered, in order, on the same connection.
+  int sock = Connect(port);
+  SendAll(sock, "GET /health HTTP/1.1\r\n\r\nGET /nowhere HTTP/1.1\r\n\r\n");
+  std::string answer = ReadUntil(sock, "HTTP/1.1 ", 2);
+  CHECK(answer.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("HTTP/1.1 404 Not Found"));
+  SendAll(sock, "GET /v1/completions HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(sock, "\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
+  // A chunked body, and one sent after the server's "100 Continue".
+  SendAll(sock,
+          "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "a\r\n{\"prompt\":\r\n15\r\n[1,2],\"max_tokens\":3}\r\n0\r\n\r\n");
+  answer = ReadUntil(sock, "}}");
+  CHECK(answer.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("\"completion_tokens\":3"));
+  const std::string body = R"({"prompt":[1],"max_tokens":2})";
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n");
+  CHECK(ReadUntil(sock, "\r\n\r\n") == "HTTP/1.1 100 Continue\r\n\r\n");
+  SendAll(sock, body);
+  CHECK_THAT(ReadUntil(sock, "}}"), Catch::Matchers::Contains("\"completion_tokens\":2"));
+  close(sock);
+
+  // A client that stops reading: once the socket's buffers are full its tokens wait in the engine,
+  // not in the server, while another stream runs to its end; when it reads again it gets them in
+  // a few large events (one event a token would be 8000).
+  const int tokens = 8000;
+  const int slow = Connect(port, 2048);
+  SendAll(slow, StreamRequest(tokens));
+  while (served.engine.Metrics().generation_tokens < tokens * 7 / 8)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(Count(Stream(served.url(), 50, false), " tok") == 50);
+  answer = ReadUntil(slow, "data: [DONE]");
+  close(slow);
+  CHECK(Count(answer, " tok") == tokens);
+  CHECK(Count(answer, "data: ") < tokens / 2);
+  CHECK_THAT(answer, Catch::Matchers::EndsWith("data: [DONE]\n\n\r\n0\r\n\r\n"));
+
+  // A request not sent whole within the read timeout gets 400 and never reaches the engine.
+  ServeOptions o;
+  o.read_timeout_s = 0.3;
+  Served strict(50.0, o);
+  sock = Connect(strict.server.port());
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\"");
+  const auto t0 = std::chrono::steady_clock::now();
+  answer = ReadUntil(sock, "}");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("read timeout"));
+  close(sock);
+  CHECK(strict.engine.Metrics().prompt_tokens == 0);
+  // A client that takes nothing of its stream for that long is dropped; the engine finishes.
+  sock = Connect(strict.server.port(), 2048);
+  SendAll(sock, StreamRequest(tokens));
+  while (strict.engine.Metrics().finished_length == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  answer = ReadUntil(sock, "data: [DONE]");  // what the buffers held, then the end
+  close(sock);
+  CHECK(Count(answer, " tok") < tokens);
+  CHECK(Count(answer, "[DONE]") == 0);
+}
+
+TEST_CASE("fathom serve answers 503 to connections beyond its limit") {
+  ServeOptions o;
+  o.max_connections = 2;
+  Served served(50.0, o);
+  const int a = Connect(served.server.port()), b = Connect(served.server.port());
+  SendAll(a, "GET /health HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(a, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);  // both are accepted by now
+  const int c = Connect(served.server.port());
+  const std::string refused = ReadUntil(c, "}");
+  CHECK(refused.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK_THAT(refused, Catch::Matchers::Contains("too many connections"));
+  for (int sock : {a, b, c}) close(sock);
+}
 
 TEST_CASE(
     "the gateway spreads streams over replicas, records each request, and refuses bad ones "

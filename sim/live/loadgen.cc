@@ -1,16 +1,28 @@
 #include "sim/live/loadgen.h"
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "base/json_fields.h"
 #include "base/stats.h"
+#include "sim/live/http_response.h"
 
 namespace fathom::sim {
 namespace {
@@ -48,6 +60,12 @@ class EventStream {
       finished_ = true;
       return true;
     }
+    // Once the first token is in, only the usage and an error matter: the events between, one a
+    // token, are not parsed (with a thousand streams, parsing them was most of the client's work).
+    if (out_->first_token_s >= 0 && data.find("\"usage\"") == std::string::npos &&
+        data.find("\"error\"") == std::string::npos) {
+      return true;
+    }
     Result<Json> j = ParseJson(data, "event");
     if (!j.ok() || !j->is_object()) {
       out_->error = "malformed event: " + data.substr(0, 200);
@@ -70,10 +88,7 @@ class EventStream {
           c["delta"]["content"].is_string()) {
         text = c["delta"]["content"].get<std::string>();
       }
-      if (!text.empty()) {
-        ++chunks_;
-        if (out_->first_token_s < 0) out_->first_token_s = Seconds();
-      }
+      if (!text.empty() && out_->first_token_s < 0) out_->first_token_s = Seconds();
     }
     return true;
   }
@@ -82,8 +97,182 @@ class EventStream {
   Clock::time_point start_;
   Outcome* out_;
   std::string buffer_;
-  int64_t chunks_ = 0;
   bool finished_ = false;
+};
+
+// The host and port of an http:// URL.
+struct Endpoint {
+  std::string host, port, host_header;
+};
+
+Endpoint ParseEndpoint(const std::string& url) {
+  std::string rest = url.substr(7);  // after http://
+  rest = rest.substr(0, rest.find('/'));
+  Endpoint e;
+  e.host_header = rest;
+  size_t colon = rest.rfind(':');
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    const size_t close = rest.find(']');
+    e.host = rest.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+    colon = close != std::string::npos && close + 1 < rest.size() ? close + 1 : std::string::npos;
+  } else {
+    e.host = rest.substr(0, colon);
+  }
+  e.port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
+  return e;
+}
+
+// A blocking TCP connection to `e`, made within 10 s; -1 when none could be.
+int Connect(const Endpoint& e) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(e.host.c_str(), e.port.c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof error;
+      r = ::poll(&p, 1, 10000) == 1 &&
+                  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0
+              ? 0
+              : -1;
+    }
+    if (r != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  }
+  return fd;
+}
+
+// Whether a kept-alive connection is still open: nothing to read on it, not even its end.
+bool StillOpen(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+bool SendAll(int fd, const std::string& data) {
+  for (size_t at = 0; at < data.size();) {
+    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// One answer being received.
+struct Receipt {
+  int fd = -1;
+  EventStream* events = nullptr;
+  HttpResponseReader reader;
+  std::string error_body;  // the start of an answer other than 200
+  std::string error;       // how the connection failed, if it did
+  bool stopped = false;    // the stream carried an error event
+  Clock::time_point deadline;
+  bool finished = false;  // guarded by the receiver's mutex
+  std::condition_variable cv;
+};
+
+// Receives every answer on one thread. The workers only send, then sleep until their answer is
+// in: a thousand streams wake one thread per engine step, not a thousand, which on a busy
+// two-core machine is most of what the client costs.
+class Receiver {
+ public:
+  Receiver() : epoll_(::epoll_create1(EPOLL_CLOEXEC)), thread_([this] { Loop(); }) {}
+  ~Receiver() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    thread_.join();
+    ::close(epoll_);
+  }
+  // Blocks until `r`'s answer is whole, failed, or past its deadline.
+  void Receive(Receipt* r) {
+    std::unique_lock<std::mutex> lock(mu_);
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLRDHUP;
+    e.data.ptr = r;
+    if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, r->fd, &e) != 0) {
+      r->error = "cannot watch the connection";
+      return;
+    }
+    active_.insert(r);
+    r->cv.wait(lock, [r] { return r->finished; });
+  }
+
+ private:
+  void Loop() {
+    epoll_event events[256];
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+      }
+      const int n = ::epoll_wait(epoll_, events, 256, 50);  // deadlines every 50 ms
+      for (int i = 0; i < n; ++i) Read(static_cast<Receipt*>(events[i].data.ptr));
+      std::vector<Receipt*> late;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto now = Clock::now();
+        for (Receipt* r : active_) {
+          if (now > r->deadline) late.push_back(r);
+        }
+      }
+      for (Receipt* r : late) Finish(r, "no complete answer within the request timeout");
+    }
+  }
+
+  void Read(Receipt* r) {
+    char buffer[16 << 10];
+    for (;;) {
+      const ssize_t n = ::recv(r->fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) {
+        const bool ok = r->reader.Feed(
+            std::string_view(buffer, static_cast<size_t>(n)), [r](std::string_view body) {
+              if (r->reader.status() != 200) {
+                r->error_body.append(
+                    body.substr(0, 300 - std::min<size_t>(300, r->error_body.size())));
+              } else if (!r->stopped && !r->events->Feed(body.data(), body.size())) {
+                r->stopped = true;
+              }
+            });
+        if (!ok) return Finish(r, "malformed answer: " + r->reader.error());
+        if (r->reader.done() || r->stopped) return Finish(r, "");
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      return Finish(r, r->reader.End() ? "" : "connection closed while reading the answer");
+    }
+  }
+
+  void Finish(Receipt* r, const std::string& error) {
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, r->fd, nullptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    r->error = error;
+    r->finished = true;
+    active_.erase(r);
+    r->cv.notify_one();  // under the lock: the worker may end `r` as soon as it wakes
+  }
+
+  const int epoll_;
+  std::mutex mu_;
+  std::set<Receipt*> active_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 // httplib's error, in words a user can act on.
@@ -191,12 +380,10 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
   std::atomic<size_t> next{0};
   std::mutex start_mu;
   Clock::time_point start;  // set once every worker exists
+  const Endpoint endpoint = ParseEndpoint(o.url);
+  Receiver receiver;
   auto worker = [&] {
-    httplib::Client client(o.url);
-    client.set_keep_alive(true);
-    client.set_tcp_nodelay(true);
-    client.set_connection_timeout(std::chrono::seconds(10));
-    client.set_read_timeout(std::chrono::duration<double>(o.request_timeout_s));
+    int fd = -1;  // kept alive from one request to the next
     Clock::time_point t0;
     {
       std::lock_guard<std::mutex> lock(start_mu);
@@ -204,43 +391,53 @@ Result<LoadgenReport> RunLoad(RequestSource& source, const ScenarioConfig& scena
     }
     for (;;) {
       const size_t i = next.fetch_add(1);
-      if (i >= requests.size()) return;
+      if (i >= requests.size()) break;
       Outcome& out = outcomes[i];
-      httplib::Request req;
-      req.method = "POST";
-      req.path = o.chat ? "/v1/chat/completions" : "/v1/completions";
-      req.body = RequestBody(o, report.model, requests[i]);
-      req.set_header("Content-Type", "application/json");
-      if (!o.api_key.empty()) req.set_header("Authorization", "Bearer " + o.api_key);
+      const std::string body = RequestBody(o, report.model, requests[i]);
+      const std::string request =
+          std::string("POST ") + (o.chat ? "/v1/chat/completions" : "/v1/completions") +
+          " HTTP/1.1\r\nHost: " + endpoint.host_header +
+          "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n" +
+          (o.api_key.empty() ? "" : "Authorization: Bearer " + o.api_key + "\r\n") +
+          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
       std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(due_s[i])));
       out.sent_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (fd >= 0 && !StillOpen(fd)) {
+        ::close(fd);
+        fd = -1;
+      }
+      if (fd < 0) fd = Connect(endpoint);
       EventStream events(t0, &out);
-      std::string error_body;
-      int status = 0;
-      req.response_handler = [&](const httplib::Response& r) {
-        status = r.status;
-        return true;
-      };
-      req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-        if (status != 200) {
-          error_body.append(data, std::min<size_t>(n, 300));
-          return true;
-        }
-        return events.Feed(data, n);
-      };
-      httplib::Response res;
-      httplib::Error err = httplib::Error::Success;
-      const bool sent = client.send(req, res, err);
+      Receipt r;
+      r.fd = fd;
+      r.events = &events;
+      r.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(o.request_timeout_s));
+      if (fd < 0) {
+        r.error = "cannot connect (nothing listening there?)";
+      } else if (!SendAll(fd, request)) {
+        r.error = "connection closed while sending the request";
+      } else {
+        receiver.Receive(&r);
+      }
       out.done_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (status != 200) {
-        out.error = sent ? "HTTP " + std::to_string(status) + ": " + error_body : Describe(err);
+      const int status = r.reader.status();
+      if (status == 0) {
+        out.error = r.error.empty() ? "no answer" : r.error;
+      } else if (status != 200) {
+        out.error = "HTTP " + std::to_string(status) + ": " + r.error_body;
       } else if (out.error.empty() && !events.finished()) {
-        out.error = sent ? "stream ended before [DONE]" : Describe(err);
+        out.error = r.error.empty() ? "stream ended before [DONE]" : r.error;
       }
       out.ok = out.error.empty() && out.first_token_s >= 0;
       if (out.ok && out.output == 0) out.output = requests[i].output_tokens;
+      if (fd >= 0 && !(r.reader.done() && r.error.empty() && r.reader.keep_alive())) {
+        ::close(fd);
+        fd = -1;
+      }
     }
+    if (fd >= 0) ::close(fd);
   };
   std::vector<std::thread> workers;
   const size_t threads =

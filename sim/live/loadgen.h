@@ -23,7 +23,7 @@ struct LoadgenOptions {
   // are issued that much sooner and latencies reported in the endpoint's time.
   double time_scale = 1;
   int max_in_flight = 1024;  // concurrent requests (an Offline query issues every sample at once)
-  double request_timeout_s = 3600;
+  double request_timeout_s = 3600;  // a request not answered whole within this fails
   Status Validate() const;
 };
 

@@ -1,18 +1,28 @@
 #include "sim/live/openai_server.h"
 
-#include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 
+#include "base/check.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "sim/live/http_reply.h"
 
 namespace fathom::sim {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct Completion {
   int64_t input = 0, output = 16;  // OpenAI's default max_tokens
@@ -163,6 +173,15 @@ void AppendScalar(std::string* out, const std::string& name, const char* type,
   *out += name + "{" + labels + "} " + StrFormat("%.9g", v) + "\n";
 }
 
+// A completion being answered on a connection.
+struct Answer {
+  Completion c;
+  std::shared_ptr<LiveStream> stream;
+  std::string id;
+  int64_t created = 0;
+  int64_t sent = 0;  // tokens already sent (streamed)
+};
+
 }  // namespace
 
 Status ServeOptions::Validate() const {
@@ -225,51 +244,274 @@ std::string RenderMetrics(const LiveMetrics& m, const std::string& model) {
   return out;
 }
 
+struct OpenAiServer::Connection {
+  int fd = -1;
+  std::string in;   // received, not yet parsed
+  std::string out;  // to send, from out_at on
+  size_t out_at = 0;
+  bool continue_sent = false;    // "100 Continue" for the request being read
+  bool close_after = false;      // close once `out` is sent
+  bool writable_wait = false;    // EPOLLOUT requested
+  bool dead = false;             // to be closed: the loop closes and erases it
+  Clock::time_point idle_since;  // no request under way since (the read timeout's start)
+  Clock::time_point wrote_at;    // the last progress writing `out`
+  std::unique_ptr<Answer> answer;
+  bool pending() const { return out_at < out.size(); }
+};
+
 OpenAiServer::OpenAiServer(LiveEngine* engine, ServeOptions options)
-    : engine_(engine), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
-  httplib::Server& s = *server_;
-  const int threads = options_.max_connections;
-  s.new_task_queue = [this, threads] {
-    auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
+    : engine_(engine), options_(std::move(options)) {}
+
+OpenAiServer::~OpenAiServer() {
+  if (wake_fd_ >= 0) engine_->set_on_progress(nullptr);
+  for (auto& [fd, c] : connections_) ::close(fd);
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+Status OpenAiServer::Bind() {
+  FATHOM_RETURN_IF_ERROR(options_.Validate());
+  const std::string where =
+      options_.port == 0 ? "--host " + options_.host
+                         : StrFormat("--host %s --port %d", options_.host.c_str(), options_.port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(options_.port);
+  if (::getaddrinfo(options_.host.c_str(), service.c_str(), &hints, &found) != 0) {
+    return Status::InvalidArgument(where + ": not an address of this machine");
+  }
+  for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      listen_fd_ = fd;
+    } else {
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(found);
+  if (listen_fd_ < 0) {
+    return Status::InvalidArgument(
+        where + (options_.port == 0 ? ": cannot listen on any port"
+                                    : ": cannot listen there (in use, or not this machine's "
+                                      "address)"));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    return Status::Unavailable(std::string("cannot create the event loop: ") +
+                               std::strerror(errno));
+  }
+  for (int fd : {listen_fd_, wake_fd_}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
+  }
+  engine_->set_on_progress([this] { Wake(); });
+  return Status::Ok();
+}
+
+void OpenAiServer::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);  // full only when unread
+}
+
+void OpenAiServer::Serve() {
+  FATHOM_CHECK(epoll_fd_ >= 0);  // Bind first
+  {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
     ready_ = true;
     ready_cv_.notify_all();
-    return pool;
-  };
-  s.set_tcp_nodelay(
-      true);  // each token's event leaves at once (no Nagle wait on the client's delayed ACK)
-  // Remember the listening socket: Bind raises its backlog past httplib's built-in 5, which would
-  // drop connection attempts beyond the fifth and leave their clients waiting a second to retry.
-  s.set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_socket_ = sock;
-  });
-  s.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
-  s.set_read_timeout(std::chrono::duration<double>(options_.read_timeout_s));
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
+  }
+  constexpr int kEvents = 256;
+  epoll_event events[kEvents];
+  Clock::time_point checked = Clock::now();
+  while (!stop_.load()) {
+    // Deadlines are checked every 100 ms, as the wait returns at least that often.
+    const int n = ::epoll_wait(epoll_fd_, events, kEvents, 100);
+    bool progress = false;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        Accept();
+        continue;
+      }
+      if (fd == wake_fd_) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t r = ::read(wake_fd_, &count, sizeof count);
+        progress = true;
+        continue;
+      }
+      auto it = connections_.find(fd);
+      if (it == connections_.end()) continue;
+      Connection& c = *it->second;
+      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) Read(c);
+      if (!c.dead && (events[i].events & EPOLLOUT)) {
+        Flush(c);
+        if (!c.dead && !c.pending() && c.answer) Advance(c);  // what waited for the client
+      }
+      if (c.dead) {
+        ::close(fd);
+        connections_.erase(it);
+      }
     }
-    Reply(res, 401,
-          ErrorBody("a valid API key is required (Authorization: Bearer <key>)",
-                    "authentication_error"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const char* what = res.status == 404   ? "not found"
-                       : res.status == 413 ? "request body too large"
-                                           : "bad request";
-    Reply(res, res.status, ErrorBody(what, "invalid_request_error"));
-  });
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(engine_->Metrics(), options_.served_model_name),
-                    "text/plain; version=0.0.4");
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    if (progress) {
+      for (auto& [fd, c] : connections_) {
+        if (c->answer && !c->dead) Advance(*c);
+      }
+    }
+    if (Clock::now() - checked >= std::chrono::milliseconds(100)) {
+      CheckDeadlines();
+      checked = Clock::now();
+    }
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (it->second->dead) {
+        ::close(it->first);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [fd, c] : connections_) ::close(fd);
+  connections_.clear();
+}
+
+void OpenAiServer::Accept() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // none left (or out of descriptors: retried on the next wake-up)
+    if (connections_.size() >= static_cast<size_t>(options_.max_connections)) {
+      const std::string body = ErrorBody("too many connections", "service_unavailable");
+      const std::string reply =
+          StrFormat(
+              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+              body.size()) +
+          body;
+      [[maybe_unused]] ssize_t n = ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    const int on = 1;
+    // Each token's event leaves at once (no Nagle wait on the client's delayed ACK).
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    // A fixed send buffer: a client that stops reading holds this much of the kernel's memory
+    // (doubled by it) and its tokens wait for it in the engine; autotuned, it would grow to MiBs.
+    const int send_buffer_bytes = 64 << 10;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer_bytes, sizeof send_buffer_bytes);
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLRDHUP;
+    e.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
+      ::close(fd);
+      continue;
+    }
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    c->idle_since = Clock::now();
+    connections_[fd] = std::move(c);
+  }
+}
+
+void OpenAiServer::Read(Connection& c) {
+  char buffer[16 << 10];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+    if (n > 0) {
+      c.in.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.dead = true;  // the client left (or the connection broke); the engine finishes its request
+    return;
+  }
+  // Bytes of a next request wait while one is answered (or a refusal is sent); beyond what a
+  // request may take, with its headers and chunk framing, they are abuse.
+  if (c.in.size() > 2 * static_cast<size_t>(options_.max_body_bytes) + (128 << 10)) {
+    c.dead = true;
+    return;
+  }
+  HandleRequests(c);
+}
+
+void OpenAiServer::HandleRequests(Connection& c) {
+  while (!c.answer && !c.close_after && !c.in.empty()) {
+    HttpRequest request;
+    const HttpParse p = ParseHttpRequest(c.in, options_.max_body_bytes, &request);
+    if (p.state == HttpParse::kIncomplete) {
+      if (p.expects_continue && !c.continue_sent) {
+        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+        c.continue_sent = true;
+      }
+      break;
+    }
+    if (p.state == HttpParse::kBad) {
+      c.close_after = true;
+      Reply(c, p.status, ErrorBody(p.error, "invalid_request_error"));
+      break;
+    }
+    c.in.erase(0, p.consumed);
+    c.continue_sent = false;
+    if (!request.keep_alive) c.close_after = true;
+    Handle(c, request);
+  }
+  Flush(c);
+}
+
+void OpenAiServer::Reply(Connection& c, int status, const std::string& body,
+                         const char* content_type) {
+  const char* reason = status == 200   ? "OK"
+                       : status == 400 ? "Bad Request"
+                       : status == 401 ? "Unauthorized"
+                       : status == 404 ? "Not Found"
+                       : status == 405 ? "Method Not Allowed"
+                       : status == 413 ? "Payload Too Large"
+                       : status == 431 ? "Request Header Fields Too Large"
+                                       : "Service Unavailable";
+  c.out +=
+      StrFormat("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n", status,
+                reason, content_type, body.size(), c.close_after ? "Connection: close\r\n" : "");
+  c.out += body;
+  c.idle_since = Clock::now();
+  if (c.out_at == 0) c.wrote_at = c.idle_since;  // the write timeout starts with the reply
+}
+
+void OpenAiServer::Handle(Connection& c, const HttpRequest& req) {
+  const std::string& path = req.path;
+  const bool post = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool known = post || path == "/v1/models" || path == "/health" || path == "/metrics";
+  if (!known) return Reply(c, 404, ErrorBody("not found", "invalid_request_error"));
+  if (!options_.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
+      req.Header("authorization") != "Bearer " + options_.api_key) {
+    return Reply(c, 401,
+                 ErrorBody("a valid API key is required (Authorization: Bearer <key>)",
+                           "authentication_error"));
+  }
+  if (req.method != (post ? "POST" : "GET")) {
+    return Reply(c, 405,
+                 ErrorBody(path + " takes " + (post ? "POST" : "GET"), "invalid_request_error"));
+  }
+  if (path == "/health") return Reply(c, 200, "", "text/plain");
+  if (path == "/metrics") {
+    return Reply(c, 200, RenderMetrics(engine_->Metrics(), options_.served_model_name),
+                 "text/plain; version=0.0.4");
+  }
+  if (path == "/v1/models") {
     OrderedJson m;
     m["id"] = options_.served_model_name;
     m["object"] = "model";
@@ -278,113 +520,150 @@ OpenAiServer::OpenAiServer(LiveEngine* engine, ServeOptions options)
     OrderedJson j;
     j["object"] = "list";
     j["data"] = OrderedJson::array({m});
-    Reply(res, 200, j.dump());
-  });
-  auto complete = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      Result<Completion> parsed = ParseCompletion(req.body, chat, options_);
-      if (!parsed.ok())
-        return Reply(res, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
-      const Completion c = *parsed;
-      if (!c.model.empty() && c.model != options_.served_model_name) {
-        return Reply(res, 404,
-                     ErrorBody("The model `" + c.model.substr(0, 200) + "` does not exist.",
-                               "invalid_request_error", "model"));
-      }
-      std::shared_ptr<LiveStream> stream = engine_->Submit(c.input, c.output);
-      if (!stream)
-        return Reply(res, 503, ErrorBody("the server is shutting down", "service_unavailable"));
-      static std::atomic<int64_t> next_id{0};
-      const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-      const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      const std::string model = options_.served_model_name;
-      if (!c.stream) {
-        std::unique_lock<std::mutex> lock(stream->mu);
-        stream->cv.wait(lock, [&] { return stream->done; });
-        if (stream->aborted)
-          return Reply(
-              res, 503,
-              ErrorBody("the engine stopped before the request finished", "service_unavailable"));
-        OrderedJson j =
-            Chunk(c, id, created, model, TokenText(stream->tokens), "length", true, true);
-        j["usage"] = Usage(c, stream->tokens);
-        return Reply(res, 200, j.dump());
-      }
-      auto sent = std::make_shared<int64_t>(0);
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
-        std::unique_lock<std::mutex> lock(stream->mu);
-        while (stream->tokens == *sent && !stream->done) {
-          if (!sink.is_writable())
-            return false;  // the client left; the engine finishes the request
-          stream->cv.wait_for(lock, std::chrono::milliseconds(500));
-        }
-        const int64_t tokens = stream->tokens, before = *sent;
-        const bool done = stream->done, aborted = stream->aborted;
-        lock.unlock();
-        std::string out;
-        if (tokens > before) {
-          // The last token ends the request whether or not the engine has marked it done yet.
-          const bool last = !aborted && tokens == c.output;
-          out += "data: " +
-                 Chunk(c, id, created, model, TokenText(tokens - before), last ? "length" : nullptr,
-                       before == 0, false)
-                     .dump() +
-                 "\n\n";
-          *sent = tokens;
-        }
-        if (done) {
-          if (aborted) {
-            out +=
-                "data: " +
+    return Reply(c, 200, j.dump());
+  }
+  const bool chat = path == "/v1/chat/completions";
+  Result<Completion> parsed = ParseCompletion(req.body, chat, options_);
+  if (!parsed.ok())
+    return Reply(c, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
+  if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
+    return Reply(c, 404,
+                 ErrorBody("The model `" + parsed->model.substr(0, 200) + "` does not exist.",
+                           "invalid_request_error", "model"));
+  }
+  std::shared_ptr<LiveStream> stream = engine_->Submit(parsed->input, parsed->output);
+  if (!stream)
+    return Reply(c, 503, ErrorBody("the server is shutting down", "service_unavailable"));
+  auto a = std::make_unique<Answer>();
+  a->c = *parsed;
+  a->stream = std::move(stream);
+  a->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  a->created = static_cast<int64_t>(std::time(nullptr));
+  if (a->c.stream) {
+    c.out += StrFormat(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        "Transfer-Encoding: chunked\r\n%s\r\n",
+        c.close_after ? "Connection: close\r\n" : "");
+  }
+  c.answer = std::move(a);
+  Advance(c);
+}
+
+void OpenAiServer::Advance(Connection& c) {
+  if (c.pending()) return;  // the client has not taken the last event: the next one waits
+  Answer& a = *c.answer;
+  int64_t tokens;
+  bool done, aborted;
+  {
+    std::lock_guard<std::mutex> lock(a.stream->mu);
+    tokens = a.stream->tokens;
+    done = a.stream->done;
+    aborted = a.stream->aborted;
+  }
+  const Completion& comp = a.c;
+  const std::string& model = options_.served_model_name;
+  if (!comp.stream) {
+    if (!done) return;
+    std::unique_ptr<Answer> finished = std::move(c.answer);
+    if (aborted) {
+      Reply(c, 503,
+            ErrorBody("the engine stopped before the request finished", "service_unavailable"));
+    } else {
+      OrderedJson j = Chunk(comp, a.id, a.created, model, TokenText(tokens), "length", true, true);
+      j["usage"] = Usage(comp, tokens);
+      Reply(c, 200, j.dump());
+    }
+    return HandleRequests(c);
+  }
+  if (tokens == a.sent && !done) return;
+  std::string events;
+  if (tokens > a.sent) {
+    // The last token ends the request whether or not the engine has marked it done yet.
+    const bool last = !aborted && tokens == comp.output;
+    events += "data: " +
+              Chunk(comp, a.id, a.created, model, TokenText(tokens - a.sent),
+                    last ? "length" : nullptr, a.sent == 0, false)
+                  .dump() +
+              "\n\n";
+    a.sent = tokens;
+  }
+  if (done) {
+    if (aborted) {
+      events += "data: " +
                 ErrorBody("the engine stopped before the request finished", "service_unavailable") +
                 "\n\n";
-          } else if (c.include_usage) {
-            OrderedJson u = Chunk(c, id, created, model, "", nullptr, false, false);
-            u["choices"] = OrderedJson::array();
-            u["usage"] = Usage(c, tokens);
-            out += "data: " + u.dump() + "\n\n";
-          }
-          out += "data: [DONE]\n\n";
-        }
-        if (!sink.write(out.data(), out.size())) return false;
-        if (done) sink.done();
-        return true;
-      });
-    };
-  };
-  s.Post("/v1/completions", complete(false));
-  s.Post("/v1/chat/completions", complete(true));
+    } else if (comp.include_usage) {
+      OrderedJson u = Chunk(comp, a.id, a.created, model, "", nullptr, false, false);
+      u["choices"] = OrderedJson::array();
+      u["usage"] = Usage(comp, tokens);
+      events += "data: " + u.dump() + "\n\n";
+    }
+    events += "data: [DONE]\n\n";
+  }
+  c.out += StrFormat("%zx\r\n", events.size());
+  c.out += events;
+  c.out += "\r\n";
+  c.wrote_at = Clock::now();
+  if (done) {
+    c.out += "0\r\n\r\n";
+    c.answer.reset();
+    c.idle_since = c.wrote_at;
+    return HandleRequests(c);
+  }
+  Flush(c);
 }
 
-OpenAiServer::~OpenAiServer() = default;
-
-Status OpenAiServer::Bind() {
-  FATHOM_RETURN_IF_ERROR(options_.Validate());
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ <= 0)
-      return Status::InvalidArgument("--host " + options_.host + ": cannot listen on any port");
-    return RaiseBacklog();
+void OpenAiServer::Flush(Connection& c) {
+  while (c.pending()) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.out_at, c.out.size() - c.out_at, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_at += static_cast<size_t>(n);
+      c.wrote_at = Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.dead = true;
+    return;
   }
-  if (!server_->bind_to_port(options_.host, options_.port)) {
-    return Status::InvalidArgument(
-        StrFormat("--host %s --port %d: cannot listen there (in use, or not this machine's "
-                  "address)",
-                  options_.host.c_str(), options_.port));
+  if (!c.pending()) {
+    c.out.clear();
+    c.out_at = 0;
+    if (c.close_after && !c.answer) {
+      c.dead = true;
+      return;
+    }
   }
-  port_ = options_.port;
-  return RaiseBacklog();
+  if (c.pending() != c.writable_wait) {
+    c.writable_wait = c.pending();
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLRDHUP | (c.writable_wait ? EPOLLOUT : 0u);
+    e.data.fd = c.fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &e);
+  }
 }
 
-Status OpenAiServer::RaiseBacklog() {
-  if (listen_socket_ < 0 || ::listen(listen_socket_, SOMAXCONN) != 0) {
-    return Status::InvalidArgument(StrFormat("--port %d: cannot set the listen backlog", port_));
+void OpenAiServer::CheckDeadlines() {
+  const auto now = Clock::now();
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.read_timeout_s));
+  for (auto& [fd, c] : connections_) {
+    if (c->dead) continue;
+    if (c->pending()) {
+      if (now - c->wrote_at > timeout) c->dead = true;  // the client stopped reading
+    } else if (!c->answer && now - c->idle_since > timeout) {
+      if (c->in.empty()) {
+        c->dead = true;  // idle between requests
+      } else {
+        c->close_after = true;
+        Reply(*c, 400,
+              ErrorBody("the request was not received within the read timeout",
+                        "invalid_request_error"));
+        Flush(*c);
+      }
+    }
   }
-  return Status::Ok();
 }
-
-void OpenAiServer::Serve() { server_->listen_after_bind(); }
 
 bool OpenAiServer::WaitReady() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -398,7 +677,8 @@ void OpenAiServer::Stop() {
     stopped_ = true;
     ready_cv_.notify_all();
   }
-  server_->stop();
+  stop_ = true;
+  if (wake_fd_ >= 0) Wake();
 }
 
 }  // namespace fathom::sim

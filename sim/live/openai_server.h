@@ -3,17 +3,16 @@
 // /metrics with vLLM's Prometheus names and bucket layouts.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "base/status.h"
+#include "sim/live/http_request.h"
 #include "sim/live/live_engine.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace fathom::sim {
 
@@ -22,9 +21,10 @@ struct ServeOptions {
   int port = 8000;                 // 0: any free port (see OpenAiServer::port)
   std::string served_model_name;   // the id /v1/models lists and requests name
   std::string api_key;             // when set, /v1/* needs "Authorization: Bearer <key>"
-  int max_connections = 1100;      // concurrent connections (one thread each)
+  int max_connections = 1100;      // concurrent connections; more are answered 503 and closed
   int64_t max_body_bytes = 4 << 20;
-  double read_timeout_s = 10;          // a client slower than this to send its request is dropped
+  // A client slower than this to send its request (400), or to take what it is sent, is dropped.
+  double read_timeout_s = 10;
   int64_t max_tokens_limit = 1 << 20;  // largest max_tokens accepted
   Status Validate() const;
 };
@@ -36,27 +36,48 @@ int64_t TextTokens(const std::string& text);
 // What /metrics shows for `m` (model_name label `model`).
 std::string RenderMetrics(const LiveMetrics& m, const std::string& model);
 
+// One thread (the one calling Serve) answers every connection: non-blocking sockets under epoll,
+// each with its own output buffer. The engine wakes it once per step that produced tokens, and it
+// writes each stream's new tokens as one server-sent event; a stream whose client has not taken
+// the previous event yet gets the tokens since in one later event, so a slow client holds at most
+// one event in memory and delays no one else.
 class OpenAiServer {
  public:
+  // Borrows `engine`, which must outlive the server.
   OpenAiServer(LiveEngine* engine, ServeOptions options);
   ~OpenAiServer();
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
   // Binds the address; the error names it.
   Status Bind();
   int port() const { return port_; }
-  // Serves until Stop (blocks).
+  // Serves until Stop (blocks); after Bind.
   void Serve();
-  // Blocks until Serve has its connection threads and accepts; false if Stop came first.
+  // Blocks until Serve accepts; false if Stop came first.
   bool WaitReady();
+  // From any thread: Serve closes every connection and returns.
   void Stop();
 
  private:
+  struct Connection;
+  void Accept();
+  void Read(Connection& c);
+  void HandleRequests(Connection& c);
+  void Handle(Connection& c, const HttpRequest& request);
+  void Advance(Connection& c);  // sends what the connection's completion has new
+  void Flush(Connection& c);
+  void Reply(Connection& c, int status, const std::string& body,
+             const char* content_type = "application/json");
+  void CheckDeadlines();
+  void Wake();
+
   LiveEngine* engine_;
   ServeOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  Status RaiseBacklog();
-
   int port_ = 0;
-  int listen_socket_ = -1;
+  int64_t next_id_ = 0;  // of completions; Serve's thread
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  std::unordered_map<int, std::unique_ptr<Connection>> connections_;  // by socket; Serve's thread
+  std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable ready_cv_;
   bool ready_ = false, stopped_ = false;
