@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -17,12 +16,20 @@
 
 namespace fathom::profiler {
 
-Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open profile");
-  char head[4096] = {};
-  in.read(head, sizeof(head));
-  const std::string start(head, static_cast<size_t>(in.gcount()));
+Result<ProfileFormat> DetectProfileFormat(const std::string& path, Env* env) {
+  auto file = env->NewSequentialFile(path);
+  if (!file.ok()) return Status::NotFound(path + ": cannot open profile");
+  std::string start(4096, '\0');
+  size_t got = 0;
+  while (got < start.size()) {
+    FATHOM_ASSIGN_OR_RETURN(size_t n, (*file)->Read(start.data() + got, start.size() - got));
+    if (n == 0) {
+      FATHOM_RETURN_IF_ERROR(CheckWholeRead(path, **file, got));
+      break;
+    }
+    got += n;
+  }
+  start.resize(got);
   if (start.rfind("SQLite format 3", 0) == 0) return ProfileFormat::kNsysSqlite;
   const size_t brace = start.find_first_not_of(" \t\r\n");
   if (brace != std::string::npos && (start[brace] == '{' || start[brace] == '['))
@@ -228,10 +235,11 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   return out;
 }
 
-Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return Status::NotFound(path + ": cannot open");
-  LineReader lines(file);
+Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware,
+                                       Env* env) {
+  auto opened = LineReader::Open(path, env);
+  if (!opened.ok()) return Status::NotFound(path + ": cannot open");
+  LineReader& lines = **opened;
   std::string_view line;
   auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
     return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
@@ -239,7 +247,10 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
                                    "\": " + rule);
   };
   std::vector<std::string_view> fields;
-  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
+  if (!lines.Next(&line)) {
+    FATHOM_RETURN_IF_ERROR(lines.status());
+    return Status::InvalidArgument(path + ": empty file, no header");
+  }
   const std::string header(line);
   SplitCsv(header, &fields);
   std::map<std::string, size_t, std::less<>> column;
@@ -324,6 +335,7 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
       it->second = std::move(row);
     }
   }
+  FATHOM_RETURN_IF_ERROR(lines.status());
   for (auto& [key, row] : best) out.rows.push_back(std::move(row));
   return out;
 }

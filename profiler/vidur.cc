@@ -1,5 +1,4 @@
 // Vidur's operator and collective profiles as measurement rows (profiler/import.h).
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -23,17 +22,21 @@ Result<std::string> HardwareFromPath(const std::string& path) {
 
 }  // namespace
 
-Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware_flag) {
+Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware_flag,
+                                   Env* env) {
   std::string hardware = hardware_flag;
   if (hardware.empty()) {
     FATHOM_ASSIGN_OR_RETURN(hardware, HardwareFromPath(path));
   }
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return Status::NotFound(path + ": cannot open");
-  LineReader lines(file);
+  auto opened = LineReader::Open(path, env);
+  if (!opened.ok()) return Status::NotFound(path + ": cannot open");
+  LineReader& lines = **opened;
   std::string_view line;
   std::vector<std::string_view> fields;
-  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
+  if (!lines.Next(&line)) {
+    FATHOM_RETURN_IF_ERROR(lines.status());
+    return Status::InvalidArgument(path + ": empty file, no header");
+  }
   const std::string header(line);
   SplitCsv(header, &fields);
   std::map<std::string, size_t, std::less<>> column;
@@ -172,6 +175,7 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
       }
     }
   }
+  FATHOM_RETURN_IF_ERROR(lines.status());
   for (auto& [key, row] : rows) out.rows.push_back(std::move(row));
   if (out.rows.empty()) return Status::InvalidArgument(path + ": no GEMM or collective rows");
   return out;
