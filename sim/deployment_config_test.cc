@@ -143,6 +143,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
       {R"({"max_batch": 0})", ": max_batch = 0.000000: must be >= 1"},
       {R"({"adp_balance": {"wait": 3}})",
        ": adp_balance: field 'wait': unknown (known: batching_wait_iters, timeout_iters)"},
+      {R"({"adp_balance": 5})", ": field 'adp_balance': expected a JSON object"},
       {R"({"adp_balance": {"timeout_iters": "x"}})",
        ": adp_balance: field 'timeout_iters' = \"x\": must be an integer"},
       {R"({"disaggregated": {"prefill": {"tp": 2}}})",
