@@ -39,6 +39,20 @@ class PosixSequentialFile : public SequentialFile {
   std::optional<uint64_t> size_;
 };
 
+class MemoryFile : public SequentialFile {
+ public:
+  explicit MemoryFile(std::string_view data) : data_(data) {}
+  Result<size_t> Read(char* buffer, size_t n) override {
+    const size_t got = data_.copy(buffer, n);
+    data_.remove_prefix(got);
+    return got;
+  }
+  std::optional<uint64_t> size() const override { return std::nullopt; }
+
+ private:
+  std::string_view data_;  // what is left to read
+};
+
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
@@ -101,6 +115,16 @@ class PosixEnv : public Env {
 };
 
 }  // namespace
+
+std::unique_ptr<SequentialFile> NewMemoryFile(std::string_view data) {
+  return std::make_unique<MemoryFile>(data);
+}
+
+Status CheckWholeRead(const std::string& path, const SequentialFile& file, uint64_t read_bytes) {
+  if (!file.size().has_value() || read_bytes >= *file.size()) return Status::Ok();
+  return Status::IoError(path + ": short read: got " + std::to_string(read_bytes) + " of " +
+                         std::to_string(*file.size()) + " bytes");
+}
 
 Env* Env::Default() {
   static PosixEnv* env = new PosixEnv;

@@ -24,6 +24,13 @@ class SequentialFile {
   virtual std::optional<uint64_t> size() const = 0;
 };
 
+// A file over `data` in memory (borrowed; it must outlive the file), for fuzz targets.
+std::unique_ptr<SequentialFile> NewMemoryFile(std::string_view data);
+
+// Ok when `read_bytes` is all of `file` as it was opened, else an IoError naming `path`: the file
+// was cut short under the reader.
+Status CheckWholeRead(const std::string& path, const SequentialFile& file, uint64_t read_bytes);
+
 // A file opened for writing, empty.
 class WritableFile {
  public:

@@ -3,6 +3,7 @@
 
 #include "base/fault_injection_env.h"
 #include "base/files.h"
+#include "base/line_reader.h"
 
 namespace fathom {
 namespace {
@@ -102,6 +103,41 @@ TEST_CASE("ReadFile: a short read is an IoError naming the file, never a shorter
   CHECK(r.status().message() == path + ": short read: got 5 of 8 bytes");
   CHECK(*ReadFile(path) == R"({"a": 1})");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("LineReader: a short read ends the lines with an IoError naming the file", "[base]") {
+  FaultInjectionEnv env;
+  env.short_read_after_bytes = 6;
+  const std::string path = TestPath("fathom_env_short_lines.txt", "a,b\r\nc,d\ne,f\n");
+  auto lines = LineReader::Open(path, &env);
+  REQUIRE(lines.ok());
+  std::string_view line;
+  REQUIRE((*lines)->Next(&line));
+  CHECK(line == "a,b");
+  CHECK_FALSE((*lines)->Next(&line));  // "c," was cut off: never returned as a line
+  CHECK((*lines)->status().code() == StatusCode::kIoError);
+  CHECK((*lines)->status().message() == path + ": short read: got 6 of 13 bytes");
+
+  auto whole = LineReader::Open(path, Env::Default());
+  REQUIRE(whole.ok());
+  int n = 0;
+  while ((*whole)->Next(&line)) ++n;
+  CHECK(n == 3);
+  CHECK((*whole)->status().ok());
+  CHECK_FALSE(LineReader::Open(path + ".none").ok());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("NewMemoryFile: reads the bytes it was given, then the end", "[base]") {
+  const std::string data = "one\ntwo";
+  LineReader lines(NewMemoryFile(data), "memory");
+  std::string_view line;
+  REQUIRE(lines.Next(&line));
+  CHECK(line == "one");
+  REQUIRE(lines.Next(&line));
+  CHECK(line == "two");
+  CHECK_FALSE(lines.Next(&line));
+  CHECK(lines.status().ok());
 }
 
 TEST_CASE("Env::RunCommand: a command that hangs is killed at its time limit, naming the flag",

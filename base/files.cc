@@ -13,10 +13,7 @@ Result<std::string> ReadFile(const std::string& path, Env* env) {
     if (n == 0) break;
     content.append(buffer, n);
   }
-  if (file->size().has_value() && content.size() < *file->size()) {
-    return Status::IoError(path + ": short read: got " + std::to_string(content.size()) + " of " +
-                           std::to_string(*file->size()) + " bytes");
-  }
+  FATHOM_RETURN_IF_ERROR(CheckWholeRead(path, *file, content.size()));
   return content;
 }
 

@@ -1,16 +1,19 @@
 #include "base/line_reader.h"
 
 #include <cstring>
+#include <utility>
 
 namespace fathom {
 
 constexpr size_t kChunk = 1 << 16;
 
-LineReader::LineReader(std::FILE* file) : file_(file), buf_(kChunk) {}
-
-LineReader::~LineReader() {
-  if (file_ != nullptr) std::fclose(file_);
+Result<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path, Env* env) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env->NewSequentialFile(path));
+  return std::make_unique<LineReader>(std::move(file), path);
 }
+
+LineReader::LineReader(std::unique_ptr<SequentialFile> file, std::string name)
+    : file_(std::move(file)), name_(std::move(name)), buf_(kChunk) {}
 
 bool LineReader::Refill() {
   if (eof_) return false;
@@ -20,13 +23,14 @@ bool LineReader::Refill() {
   begin_ = 0;
   end_ = pending;
   if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
-  const size_t n = std::fread(buf_.data() + end_, 1, buf_.size() - end_, file_);
-  if (n == 0) {
+  Result<size_t> n = file_->Read(buf_.data() + end_, buf_.size() - end_);
+  if (!n.ok() || *n == 0) {
     eof_ = true;
-    io_error_ = std::ferror(file_) != 0;
+    status_ = n.ok() ? CheckWholeRead(name_, *file_, read_bytes_) : n.status();
     return false;
   }
-  end_ += n;
+  end_ += *n;
+  read_bytes_ += *n;
   return true;
 }
 
@@ -43,7 +47,7 @@ bool LineReader::Next(std::string_view* line) {
       return true;
     }
     if (!Refill()) {
-      if (begin_ == end_) return false;
+      if (begin_ == end_ || !status_.ok()) return false;
       // Last line without a trailing newline.
       size_t len = end_ - begin_;
       const char* s = buf_.data() + begin_;

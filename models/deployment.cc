@@ -9,6 +9,47 @@ Status Rule(const std::string& degree, int value, const std::string& rule) {
 
 }  // namespace
 
+Result<Deployment> ResolveDeployment(const DeploymentRequest& request) {
+  DeploymentRequest r = request;
+  if (r.model.empty()) {
+    r.model = kDefaultModel;
+    if (r.gpus == 0 && r.tp == 0) r.gpus = kDefaultLayout.gpus;
+    if (r.ep == 0) r.ep = kDefaultLayout.ep;
+    if (r.attn_dp == 0) r.attn_dp = kDefaultLayout.attn_dp;
+    if (r.weights.empty()) r.weights = kDefaultWeights;
+    if (r.kv.empty()) r.kv = kDefaultKv;
+  }
+  if (r.hardware.empty()) r.hardware = kDefaultHardware;
+  if (r.pp == 0) r.pp = 1;
+  if (r.tp == 0) r.tp = r.gpus > 0 ? r.gpus / r.pp : 1;
+  if (r.gpus == 0) r.gpus = r.tp * r.pp;
+  if (r.ep == 0) r.ep = 1;
+  if (r.attn_dp == 0) r.attn_dp = 1;
+
+  Deployment d;
+  FATHOM_ASSIGN_OR_RETURN(d.model, LoadModel(r.model));
+  FATHOM_ASSIGN_OR_RETURN(HardwareCatalog catalog, HardwareCatalog::Load(r.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(d.hardware, catalog.Find(r.hardware));
+  d.layout = {r.gpus, r.tp, r.pp, r.ep, r.attn_dp};
+  FATHOM_RETURN_IF_ERROR(ValidateLayout(d.model, d.layout).WithContext(d.model.name));
+
+  d.precision.moe_weights = d.model.native_moe_weights;
+  d.precision.dense_weights = d.model.native_dense_weights;
+  if (!r.weights.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(DType w, ParseDType(r.weights, "--weights"));
+    d.precision.moe_weights = w;
+    d.precision.dense_weights = w;
+  }
+  if (!r.dense_weights.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(d.precision.dense_weights,
+                            ParseDType(r.dense_weights, "--dense-weights"));
+  }
+  if (!r.kv.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(d.precision.kv, ParseDType(r.kv, "--kv"));
+  }
+  return d;
+}
+
 Result<Runtime> ParseRuntime(std::string_view s) {
   if (s == "python") return Runtime::kPython;
   if (s == "cpp") return Runtime::kCpp;

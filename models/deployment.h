@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "models/dtype.h"
+#include "models/hardware.h"
 #include "models/model_arch.h"
 
 namespace fathom::models {
@@ -44,6 +45,31 @@ inline constexpr std::string_view kDefaultHardware = "b200";
 inline constexpr ParallelLayout kDefaultLayout = {8, 8, 1, 8, 8};
 inline constexpr std::string_view kDefaultWeights = "fp4";
 inline constexpr std::string_view kDefaultKv = "fp8";
+
+// A deployment as the user asked for it (fathom's deployment flags): empty strings and 0 degrees
+// were not given.
+struct DeploymentRequest {
+  std::string model;  // empty: the built-in default deployment
+  std::string hardware;
+  std::vector<std::string> hardware_files;  // GPUs added to the built-in catalogue
+  int gpus = 0, tp = 0, pp = 0, ep = 0, attn_dp = 0;
+  std::string weights, dense_weights, kv;
+};
+
+// A model on a GPU in one layout and precision, loaded and validated.
+struct Deployment {
+  ModelArch model;
+  Hardware hardware;
+  ParallelLayout layout;
+  Precision precision;
+};
+
+// Fills what was not given, loads model and GPU, and validates the layout. Without a model, the
+// built-in default deployment above fills the model, gpus, ep, attn_dp, weights and kv left out;
+// then, for any model: hardware b200, pp 1, tp = gpus / pp (1 without gpus), gpus = tp x pp, ep
+// and attn_dp 1, the checkpoint's own weight formats and bf16 KV. A bad format names its flag
+// (--weights, --dense-weights, --kv); a bad layout the model, the degree and the rule.
+Result<Deployment> ResolveDeployment(const DeploymentRequest& request);
 
 // The engine's host side, whose per-iteration cost (scheduling, sampling, launches) is fitted
 // separately: Python executors (vLLM, SGLang, TensorRT-LLM's PyTorch flow) and C++ ones

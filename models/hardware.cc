@@ -100,6 +100,12 @@ Result<HardwareCatalog> HardwareCatalog::LoadBuiltin() {
   return catalog;
 }
 
+Result<HardwareCatalog> HardwareCatalog::Load(const std::vector<std::string>& extra_files) {
+  FATHOM_ASSIGN_OR_RETURN(HardwareCatalog catalog, LoadBuiltin());
+  for (const auto& file : extra_files) FATHOM_RETURN_IF_ERROR(catalog.AddFile(file));
+  return catalog;
+}
+
 Status HardwareCatalog::AddFile(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Hardware hw, LoadHardwareFile(path));
   by_name_[hw.name] = std::move(hw);

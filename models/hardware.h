@@ -45,6 +45,8 @@ class HardwareCatalog {
  public:
   // Loads every models/hardware/*.json under DataDir().
   static Result<HardwareCatalog> LoadBuiltin();
+  // The built-in GPUs plus those of the user's files (--hardware-file).
+  static Result<HardwareCatalog> Load(const std::vector<std::string>& extra_files);
   Status AddFile(const std::string& path);
 
   // Looks up a GPU by name; the error lists the known names.

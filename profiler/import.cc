@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -10,19 +9,27 @@
 #include "base/csv.h"
 #include "base/format.h"
 #include "base/json_fields.h"
-#include "base/line_reader.h"
 #include "base/sqlite.h"
 #include "models/hardware.h"
 #include "profiler/activity.h"
+#include "profiler/internal/csv_table.h"
 
 namespace fathom::profiler {
 
-Result<ProfileFormat> DetectProfileFormat(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open profile");
-  char head[4096] = {};
-  in.read(head, sizeof(head));
-  const std::string start(head, static_cast<size_t>(in.gcount()));
+Result<ProfileFormat> DetectProfileFormat(const std::string& path, Env* env) {
+  auto file = env->NewSequentialFile(path);
+  if (!file.ok()) return Status::NotFound(path + ": cannot open profile");
+  std::string start(4096, '\0');
+  size_t got = 0;
+  while (got < start.size()) {
+    FATHOM_ASSIGN_OR_RETURN(size_t n, (*file)->Read(start.data() + got, start.size() - got));
+    if (n == 0) {
+      FATHOM_RETURN_IF_ERROR(CheckWholeRead(path, **file, got));
+      break;
+    }
+    got += n;
+  }
+  start.resize(got);
   if (start.rfind("SQLite format 3", 0) == 0) return ProfileFormat::kNsysSqlite;
   const size_t brace = start.find_first_not_of(" \t\r\n");
   if (brace != std::string::npos && (start[brace] == '{' || start[brace] == '['))
@@ -228,54 +235,37 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   return out;
 }
 
-Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return Status::NotFound(path + ": cannot open");
-  LineReader lines(file);
-  std::string_view line;
+Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware,
+                                       Env* env) {
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<CsvTable> table, CsvTable::Open(path, env));
   auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+    return Status::InvalidArgument(path + ":" + std::to_string(table->line_number()) + ": " +
                                    std::string(field) + " = \"" + std::string(value) +
                                    "\": " + rule);
   };
-  std::vector<std::string_view> fields;
-  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
-  const std::string header(line);
-  SplitCsv(header, &fields);
-  std::map<std::string, size_t, std::less<>> column;
-  for (size_t i = 0; i < fields.size(); ++i) column.emplace(std::string(fields[i]), i);
-  const char* dtype_column = column.count("gemm_dtype") ? "gemm_dtype" : "dtype";
+  const char* dtype_column = table->Has("gemm_dtype") ? "gemm_dtype" : "dtype";
   for (const char* name : {"op_name", "m", "n", "k", "latency", dtype_column}) {
-    if (!column.count(name)) {
+    if (!table->Has(name)) {
       return Status::InvalidArgument(
           path + ":1: column '" + name +
           "' missing (a GEMM table has framework, version, "
           "device, op_name, kernel_source, gemm_dtype, m, n, k, latency)");
     }
   }
-  if (hardware.empty() && !column.count("device")) {
+  if (hardware.empty() && !table->Has("device")) {
     return Status::InvalidArgument(path +
                                    ":1: column 'device' missing: give the GPU with --hardware");
   }
-  const size_t columns = fields.size();
-  auto field = [&](const char* name) -> std::string_view {
-    auto it = column.find(name);
-    return it == column.end() ? std::string_view() : fields[it->second];
-  };
+  auto field = [&](const char* name) { return table->field(name); };
 
   OperatorTable out;
   // Per GPU, stack, data type and shape: the fastest kernel source.
   std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>,
            models::OpMeasurement>
       best;
-  while (lines.Next(&line)) {
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    SplitCsv(line, &fields);
-    if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
-                                     std::to_string(fields.size()) + " fields, the header has " +
-                                     std::to_string(columns));
-    }
+  while (true) {
+    FATHOM_ASSIGN_OR_RETURN(bool more, table->Next());
+    if (!more) break;
     if (field("op_name") != "gemm")
       return bad("op_name", field("op_name"), "only gemm rows are read");
     models::OpMeasurement row;

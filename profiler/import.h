@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/status.h"
 #include "models/perf_db.h"
 
@@ -15,7 +16,8 @@ enum class ProfileFormat { kNsysSqlite, kPytorchJson, kGemmTableCsv, kVidurCsv }
 
 // Looks at the file's first bytes: "SQLite format 3", JSON, a CSV header naming op_name and
 // latency, or Vidur's time_stats.<op>.* columns.
-Result<ProfileFormat> DetectProfileFormat(const std::string& path);
+// Files are opened in `env` (borrowed; it must outlive the call only).
+Result<ProfileFormat> DetectProfileFormat(const std::string& path, Env* env = Env::Default());
 
 // Kernel, memcpy and memset records with their enclosing NVTX (or PyTorch user annotation) range.
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path);
@@ -30,7 +32,8 @@ struct OperatorTable {
   std::vector<models::OpMeasurement> rows;
   std::map<std::string, int64_t> skipped;  // data type (or operator) -> rows left out
 };
-Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware);
+Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware,
+                                       Env* env = Env::Default());
 
 // Vidur's profiles (microsoft/vidur, data/profiling): per-layer operator times of one model at
 // each token count and tensor-parallel degree (compute/<gpu>/<model>/mlp.csv: the QKV, output,
@@ -40,7 +43,8 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
 // RoPE, activation, residual add and embedding are left out (counted): the cost model prices no
 // such operator from a shape. The files name no GPU: `hardware`, else a path component naming
 // a catalogue GPU family (h100 -> h100-sxm).
-Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware);
+Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware,
+                                   Env* env = Env::Default());
 
 struct ImportResult {
   int64_t records = 0;  // kernel records or operator rows stored

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "profiler/summary.h"
 
@@ -206,6 +207,25 @@ TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[prof
   REQUIRE_FALSE(f.ok());
   CHECK(f.status().message().find("not an Nsight Systems SQLite export") != std::string::npos);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("DetectProfileFormat and ReadGemmTableCsv: a short read or a failed open names the file",
+          "[profiler]") {
+  const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/gemm_table.csv";
+  const std::string size = std::to_string(std::filesystem::file_size(path));
+  FaultInjectionEnv env;
+  env.short_read_after_bytes = 10;
+  auto format = DetectProfileFormat(path, &env);
+  REQUIRE_FALSE(format.ok());
+  CHECK(format.status().message() == path + ": short read: got 10 of " + size + " bytes");
+  env.short_read_after_bytes = 200;  // past the header, inside the rows
+  auto table = ReadGemmTableCsv(path, "", &env);
+  REQUIRE_FALSE(table.ok());
+  CHECK(table.status().code() == StatusCode::kIoError);
+  CHECK(table.status().message() == path + ": short read: got 200 of " + size + " bytes");
+  CHECK(DetectProfileFormat(path + ".none").status().message() ==
+        path + ".none: cannot open profile");
+  CHECK(ReadGemmTableCsv(path + ".none", "").status().message() == path + ".none: cannot open");
 }
 
 }  // namespace fathom::profiler

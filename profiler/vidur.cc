@@ -1,12 +1,11 @@
 // Vidur's operator and collective profiles as measurement rows (profiler/import.h).
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <tuple>
 
 #include "base/csv.h"
-#include "base/line_reader.h"
 #include "profiler/import.h"
+#include "profiler/internal/csv_table.h"
 
 namespace fathom::profiler {
 namespace {
@@ -23,23 +22,14 @@ Result<std::string> HardwareFromPath(const std::string& path) {
 
 }  // namespace
 
-Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware_flag) {
+Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& hardware_flag,
+                                   Env* env) {
   std::string hardware = hardware_flag;
   if (hardware.empty()) {
     FATHOM_ASSIGN_OR_RETURN(hardware, HardwareFromPath(path));
   }
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return Status::NotFound(path + ": cannot open");
-  LineReader lines(file);
-  std::string_view line;
-  std::vector<std::string_view> fields;
-  if (!lines.Next(&line)) return Status::InvalidArgument(path + ": empty file, no header");
-  const std::string header(line);
-  SplitCsv(header, &fields);
-  std::map<std::string, size_t, std::less<>> column;
-  for (size_t i = 0; i < fields.size(); ++i) column.emplace(std::string(fields[i]), i);
-  const size_t columns = fields.size();
-  const bool network = column.count("num_workers") > 0;
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<CsvTable> table, CsvTable::Open(path, env));
+  const bool network = table->Has("num_workers");
   const std::vector<std::string> needed =
       network ? std::vector<std::string>{"size", "num_workers", "devices_per_node", "collective"}
               : std::vector<std::string>{"n_head",
@@ -50,15 +40,12 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
                                          "num_tokens",
                                          "num_tensor_parallel_workers"};
   for (const std::string& name : needed) {
-    if (!column.count(name))
+    if (!table->Has(name))
       return Status::InvalidArgument(path + ":1: column '" + name + "' missing (a Vidur profile)");
   }
-  auto field = [&](const std::string& name) -> std::string_view {
-    auto it = column.find(name);
-    return it == column.end() ? std::string_view() : fields[it->second];
-  };
+  auto field = [&](const std::string& name) { return table->field(name); };
   auto bad = [&](std::string_view name, std::string_view value, const std::string& rule) {
-    return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
+    return Status::InvalidArgument(path + ":" + std::to_string(table->line_number()) + ": " +
                                    std::string(name) + " = \"" + std::string(value.substr(0, 64)) +
                                    "\": " + rule);
   };
@@ -70,7 +57,7 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
   // The median time of operator `op`, if the file has it.
   auto median_us = [&](const std::string& op, double* us) -> Result<bool> {
     const std::string name = "time_stats." + op + ".median";
-    if (!column.count(name)) return false;
+    if (!table->Has(name)) return false;
     double ms = 0;
     if (!ParseFiniteDouble(field(name), &ms) || ms <= 0)
       return bad(name, field(name), "must be a positive number of ms");
@@ -90,14 +77,9 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
     row.source = "imported";
     rows.emplace(std::make_tuple(row.op, row.m, row.n, row.k, row.extra, row.dims), std::move(row));
   };
-  while (lines.Next(&line)) {
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    SplitCsv(line, &fields);
-    if (fields.size() != columns) {
-      return Status::InvalidArgument(path + ":" + std::to_string(lines.line_number()) + ": " +
-                                     std::to_string(fields.size()) + " fields, the header has " +
-                                     std::to_string(columns));
-    }
+  while (true) {
+    FATHOM_ASSIGN_OR_RETURN(bool more, table->Next());
+    if (!more) break;
     if (network) {
       models::OpMeasurement row;
       int64_t workers = 0, per_node = 0;
@@ -161,7 +143,7 @@ Result<OperatorTable> ReadVidurCsv(const std::string& path, const std::string& h
       row.dims = "model=" + model + " tp=" + std::to_string(tp) + " op=" + p.op;
       add(std::move(row));
     }
-    for (const auto& [name, index] : column) {
+    for (const auto& [name, index] : table->columns()) {
       if (name.rfind("time_stats.", 0) != 0 || name.size() < 7 ||
           name.compare(name.size() - 7, 7, ".median") != 0)
         continue;

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <string>
 
+#include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "models/fit.h"
 #include "profiler/compare.h"
@@ -121,6 +123,19 @@ TEST_CASE(
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains(path + ":2: n_embd = \"4096\""));
   std::remove(path.c_str());
+}
+
+TEST_CASE("Vidur profiles: a short read or a failed open names the file", "[vidur]") {
+  const std::string path = DataDir() + "/profiler/data/vidur/h100/phi-2/mlp.csv";
+  FaultInjectionEnv env;
+  env.short_read_after_bytes = 100000;  // past the header, inside the rows
+  auto table = ReadVidurCsv(path, "", &env);
+  REQUIRE_FALSE(table.ok());
+  CHECK(table.status().code() == StatusCode::kIoError);
+  CHECK(table.status().message() == path + ": short read: got 100000 of " +
+                                        std::to_string(std::filesystem::file_size(path)) +
+                                        " bytes");
+  CHECK(ReadVidurCsv(path + ".none", "").status().message() == path + ".none: cannot open");
 }
 
 }  // namespace fathom::profiler

@@ -10,63 +10,258 @@
 namespace fathom::sim {
 namespace {
 
-Status CheckKnown(const Json& j, const std::string& source, const std::set<std::string>& known) {
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (known.count(it.key()) == 0) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      return Status::InvalidArgument(source + ": field '" + it.key() +
-                                     "': unknown (known: " + list + ")");
-    }
-  }
-  return Status::Ok();
-}
-
-// The most GPUs a deployment or pool spans: far beyond any cluster, and small enough that sums
-// and products of two layout degrees stay within int.
-constexpr int64_t kMaxGpus = 65536;
-
-// A GPU count, parallel degree or instance count from `key` (required without a fallback), as
-// typed: in [1, kMaxGpus], never truncated to int.
-int LayoutCount(JsonFields& f, std::string_view key, std::optional<int64_t> fallback) {
-  const int64_t n = fallback ? f.Int(key, *fallback) : f.Int(key);
-  if (n < 1 || n > kMaxGpus) f.Fail(key, std::to_string(n), "must be in [1, 65536]");
-  return static_cast<int>(std::clamp<int64_t>(n, 1, kMaxGpus));
-}
-
-Result<PoolLayout> PoolFromJson(const Json& j, const std::string& source) {
-  FATHOM_RETURN_IF_ERROR(CheckKnown(j, source, {"instances", "tp", "pp", "ep", "attn_dp"}));
-  JsonFields f(j, source);
-  PoolLayout p;
-  p.instances = LayoutCount(f, "instances", 1);
-  p.tp = LayoutCount(f, "tp", std::nullopt);
-  p.pp = LayoutCount(f, "pp", 1);
-  p.ep = LayoutCount(f, "ep", 1);
-  p.attn_dp = LayoutCount(f, "attn_dp", 1);
-  const int64_t gpus = int64_t{p.instances} * p.tp * p.pp;
-  if (gpus > kMaxGpus) {
-    f.Fail("instances", std::to_string(p.instances),
-           "instances x tp x pp = " + std::to_string(gpus) + " GPUs: must be <= 65536");
-  }
-  FATHOM_RETURN_IF_ERROR(f.status());
-  return p;
-}
-
-OrderedJson PoolToJson(const PoolLayout& p) {
-  OrderedJson j;
-  j["instances"] = p.instances;
-  j["tp"] = p.tp;
-  j["pp"] = p.pp;
-  j["ep"] = p.ep;
-  j["attn_dp"] = p.attn_dp;
-  return j;
-}
-
 std::string_view Name(PreemptionMode m) {
   return m == PreemptionMode::kSwap ? "swap" : "recompute";
 }
 std::string_view Name(AdmissionPolicy a) {
   return a == AdmissionPolicy::kReserve ? "reserve" : "greedy";
+}
+Result<PreemptionMode> ParsePreemption(std::string_view s) {
+  if (s == "recompute") return PreemptionMode::kRecompute;
+  if (s == "swap") return PreemptionMode::kSwap;
+  return Status::InvalidArgument("field 'preemption' = \"" + std::string(s) +
+                                 "\": must be recompute or swap");
+}
+Result<AdmissionPolicy> ParseAdmission(std::string_view s) {
+  if (s == "greedy") return AdmissionPolicy::kGreedy;
+  if (s == "reserve") return AdmissionPolicy::kReserve;
+  return Status::InvalidArgument("field 'admission' = \"" + std::string(s) +
+                                 "\": must be greedy or reserve");
+}
+
+// How a field is read and written: `required` fields have no default; a field is written only
+// when `written` (fields left at a default that means "not set" are left out).
+struct FieldOptions {
+  bool required = false;
+  bool written = true;
+};
+constexpr FieldOptions kRequired{true, true};
+FieldOptions WrittenIf(bool written) { return {false, written}; }
+
+// Reads the fields a table names (DeploymentFields, RunFields, PoolFields) into a struct whose
+// values are the defaults. Fields the table does not name are errors, reported first (a typo must
+// not silently fall back to a default); then the first error in table order.
+class FieldReader {
+ public:
+  // `j` is borrowed; `path` names a nested object ("disaggregated.prefill") after the file.
+  FieldReader(const Json& j, std::string file, std::string path = "")
+      : j_(j), file_(std::move(file)), path_(std::move(path)), f_(j, Source()) {}
+
+  // Keys read elsewhere (the deployment file's "run").
+  void Known(std::string_view key) { known_.emplace(key); }
+
+  void String(std::string_view key, std::string& v, FieldOptions o = {}) {
+    Known(key);
+    v = o.required ? f_.String(key) : f_.String(key, v);
+  }
+  template <typename Integer>
+  void Int(std::string_view key, Integer& v, FieldOptions o = {}) {
+    Known(key);
+    v = static_cast<Integer>(o.required ? f_.Int(key) : f_.Int(key, static_cast<int64_t>(v)));
+  }
+  // An integer in [lo, hi], checked as typed: a cast to int would wrap 2^32 + 3 to 3.
+  void IntIn(std::string_view key, int& v, int64_t lo, int64_t hi, FieldOptions o = {}) {
+    Known(key);
+    const int64_t n = o.required ? f_.Int(key) : f_.Int(key, v);
+    if (n < lo || n > hi) {
+      f_.Fail(key, std::to_string(n),
+              "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    v = static_cast<int>(std::clamp(n, lo, hi));
+  }
+  void Double(std::string_view key, double& v, FieldOptions o = {}) {
+    Known(key);
+    v = o.required ? f_.Double(key) : f_.Double(key, v);
+  }
+  // Read when present, a number then.
+  void Double(std::string_view key, std::optional<double>& v) {
+    Known(key);
+    if (j_.contains(std::string(key))) v = f_.Double(key);
+  }
+  void Bool(std::string_view key, bool& v) {
+    Known(key);
+    v = f_.Bool(key, v);
+  }
+  // A name `parse` turns into `v`; its error is prefixed with the source.
+  template <typename E, typename Parse>
+  void Enum(std::string_view key, E& v, Parse parse, FieldOptions o = {}) {
+    Known(key);
+    const std::string name = o.required ? f_.String(key) : f_.String(key, std::string(Name(v)));
+    if (!f_.status().ok()) return;
+    auto parsed = parse(name);
+    if (!parsed.ok()) return Fail(parsed.status().WithContext(Source()));
+    v = *parsed;
+  }
+  // An object read by `fields` when present and not null (then `present` is set).
+  template <typename Fields>
+  void Object(std::string_view key, bool& present, Fields fields) {
+    Known(key);
+    if (!f_.Has(key)) return;
+    present = true;
+    Member(key, fields);
+  }
+  // An object read by `fields`, required.
+  template <typename Fields>
+  void Member(std::string_view key, Fields fields) {
+    Known(key);
+    const std::string k(key);
+    if (!j_.contains(k) || !j_[k].is_object()) return f_.Fail(key, "", "expected a JSON object");
+    FieldReader sub(j_[k], file_, path_.empty() ? k : path_ + "." + k);
+    fields(sub);
+    Fail(sub.Finish());
+  }
+  // A rule over the fields read so far; `key` and `value` name the field the message blames.
+  void Check(bool ok, std::string_view key, const std::string& value, const std::string& rule) {
+    if (!ok) f_.Fail(key, value, rule);
+  }
+
+  std::string Source() const { return path_.empty() ? file_ : file_ + ": " + path_; }
+  Status Finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (known_.count(it.key()) > 0) continue;
+      std::string list;
+      for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+      return Status::InvalidArgument(Source() + ": field '" + it.key() +
+                                     "': unknown (known: " + list + ")");
+    }
+    return status_.ok() ? f_.status() : status_;
+  }
+
+ private:
+  // Keeps `s` if it is the first error: JsonFields keeps its own first one.
+  void Fail(const Status& s) {
+    if (status_.ok() && f_.status().ok()) status_ = s;
+  }
+
+  const Json& j_;
+  std::string file_, path_;
+  JsonFields f_;
+  Status status_;
+  std::set<std::string, std::less<>> known_;
+};
+
+// Writes the fields a table names, in its order.
+class FieldWriter {
+ public:
+  template <typename T>
+  void String(std::string_view key, const T& v, FieldOptions o = {}) {
+    if (o.written) j_[std::string(key)] = v;
+  }
+  template <typename T>
+  void Int(std::string_view key, const T& v, FieldOptions o = {}) {
+    String(key, v, o);
+  }
+  void IntIn(std::string_view key, int v, int64_t, int64_t, FieldOptions o = {}) {
+    String(key, v, o);
+  }
+  void Double(std::string_view key, double v, FieldOptions o = {}) { String(key, v, o); }
+  void Double(std::string_view key, const std::optional<double>& v) {
+    if (v) String(key, *v);
+  }
+  void Bool(std::string_view key, bool v) { String(key, v); }
+  template <typename E, typename Parse>
+  void Enum(std::string_view key, E v, Parse, FieldOptions o = {}) {
+    String(key, Name(v), o);
+  }
+  template <typename Fields>
+  void Object(std::string_view key, bool present, Fields fields) {
+    if (present) Member(key, fields);
+  }
+  template <typename Fields>
+  void Member(std::string_view key, Fields fields) {
+    FieldWriter sub;
+    fields(sub);
+    j_[std::string(key)] = std::move(sub.j_);
+  }
+  void Check(bool, std::string_view, const std::string&, const std::string&) {}
+
+  OrderedJson json() && { return std::move(j_); }
+
+ private:
+  OrderedJson j_ = OrderedJson::object();
+};
+
+// The most GPUs a deployment or pool spans: far beyond any cluster, and small enough that sums
+// and products of two layout degrees stay within int.
+constexpr int64_t kMaxGpus = 65536;
+
+// The fields of each struct the deployment file holds, in file order: `io` is a FieldReader
+// filling a default struct, or a FieldWriter printing one (then `T` is const).
+
+template <typename Io, typename Pool>
+void PoolFields(Io& io, Pool& p) {
+  io.IntIn("instances", p.instances, 1, kMaxGpus);
+  io.IntIn("tp", p.tp, 1, kMaxGpus, kRequired);
+  io.IntIn("pp", p.pp, 1, kMaxGpus);
+  io.IntIn("ep", p.ep, 1, kMaxGpus);
+  io.IntIn("attn_dp", p.attn_dp, 1, kMaxGpus);
+  const int64_t gpus = int64_t{p.instances} * p.tp * p.pp;
+  io.Check(gpus <= kMaxGpus, "instances", std::to_string(p.instances),
+           "instances x tp x pp = " + std::to_string(gpus) + " GPUs: must be <= 65536");
+}
+
+template <typename Io, typename Config>
+void DeploymentFields(Io& io, Config& d) {
+  io.String("model", d.model);
+  io.String("hardware", d.hardware);
+  io.IntIn("gpus", d.gpus, 1, kMaxGpus);
+  io.IntIn("tp", d.tp, 1, kMaxGpus);
+  io.IntIn("pp", d.pp, 1, kMaxGpus);
+  io.IntIn("ep", d.ep, 1, kMaxGpus);
+  io.IntIn("attn_dp", d.attn_dp, 1, kMaxGpus);
+  io.String("weights", d.weights);
+  io.String("dense_weights", d.dense_weights, WrittenIf(!d.dense_weights.empty()));
+  io.String("kv", d.kv);
+  io.Enum("runtime", d.runtime, models::ParseRuntime);
+  auto& e = d.engine;
+  io.Enum("scheduler", e.scheduler, ParseScheduler);
+  io.Int("max_batch", e.max_batch);
+  io.Int("max_num_tokens", e.max_num_tokens);
+  io.Int("chunk_size", e.chunk_size);
+  io.Int("block_size", e.block_tokens);
+  io.Double("reserve", e.reserve_fraction);
+  io.Enum("preemption", e.preemption, ParsePreemption);
+  io.Enum("admission", e.admission, ParseAdmission);
+  io.Bool("prefix_caching", e.prefix_caching);
+  io.IntIn("mtp", e.mtp_depth, 0, 16);
+  io.Double("acceptance", e.acceptance);
+  io.Double("draft_cost", e.draft_cost, WrittenIf(e.draft_cost != EngineConfig().draft_cost));
+  io.Enum("router", d.router, ParseRouter);
+  io.Object("adp_balance", e.adp_balance, [&](auto& balance) {
+    balance.Int("batching_wait_iters", e.adp_batching_wait_iters);
+    balance.Int("timeout_iters", e.adp_timeout_iters);
+  });
+  io.Int("stream_interval", e.stream_interval, WrittenIf(e.stream_interval > 0));
+  io.Object("disaggregated", d.disaggregated, [&](auto& pools) {
+    pools.Member("prefill", [&](auto& pool) { PoolFields(pool, d.prefill); });
+    pools.Member("decode", [&](auto& pool) { PoolFields(pool, d.decode); });
+  });
+  io.Int("decode_max_batch", d.decode_max_batch,
+         WrittenIf(d.disaggregated && d.decode_max_batch > 0));
+  io.Double("kv_link_gb_per_s", d.kv_link_gb_per_s,
+            WrittenIf(d.disaggregated && d.kv_link_gb_per_s > 0));
+}
+
+template <typename Io, typename Run>
+void RunFields(Io& io, Run& run) {
+  io.Enum("scenario", run.scenario, ParseScenario, kRequired);
+  io.Double("qps", run.qps, WrittenIf(run.qps > 0));
+  io.Int("samples", run.samples, kRequired);
+  io.Int("seed", run.seed);
+  io.String("benchmark", run.benchmark, WrittenIf(!run.benchmark.empty()));
+  io.String("trace", run.trace, WrittenIf(!run.trace.empty()));
+  io.String("stack", run.stack, WrittenIf(!run.stack.empty()));
+  io.Double("ttft_limit_ms", run.ttft_limit_ms);
+  io.Double("tpot_limit_ms", run.tpot_limit_ms);
+  io.Check(run.samples >= 1, "samples", std::to_string(run.samples), "must be >= 1");
+  const bool paced = run.scenario == Scenario::kServer || run.scenario == Scenario::kInteractive;
+  io.Check(!paced || (run.qps > 0 && std::isfinite(run.qps)), "qps", StrFormat("%g", run.qps),
+           "must be > 0 and finite");
+  for (const auto& [name, limit] :
+       {std::pair{"ttft_limit_ms", run.ttft_limit_ms}, {"tpot_limit_ms", run.tpot_limit_ms}}) {
+    io.Check(!limit || (*limit > 0 && std::isfinite(*limit)), name,
+             limit ? StrFormat("%g", *limit) : "", "must be > 0 and finite");
+  }
 }
 
 models::ParallelLayout ToLayout(const PoolLayout& p) {
@@ -82,116 +277,19 @@ int DeploymentConfig::TotalGpus() const {
 
 Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& source) {
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
-  FATHOM_RETURN_IF_ERROR(CheckKnown(j, source,
-                                    {"model",
-                                     "hardware",
-                                     "gpus",
-                                     "tp",
-                                     "pp",
-                                     "ep",
-                                     "attn_dp",
-                                     "weights",
-                                     "dense_weights",
-                                     "kv",
-                                     "scheduler",
-                                     "max_batch",
-                                     "max_num_tokens",
-                                     "chunk_size",
-                                     "block_size",
-                                     "reserve",
-                                     "preemption",
-                                     "admission",
-                                     "prefix_caching",
-                                     "mtp",
-                                     "acceptance",
-                                     "draft_cost",
-                                     "router",
-                                     "disaggregated",
-                                     "decode_max_batch",
-                                     "kv_link_gb_per_s",
-                                     "adp_balance",
-                                     "stream_interval",
-                                     "runtime",
-                                     "run"}));
-  DeploymentConfig d;
-  JsonFields f(j, source);
-  d.model = f.String("model", d.model);
-  d.hardware = f.String("hardware", d.hardware);
-  d.gpus = LayoutCount(f, "gpus", d.gpus);
-  d.tp = LayoutCount(f, "tp", d.tp);
-  d.pp = LayoutCount(f, "pp", d.pp);
-  d.ep = LayoutCount(f, "ep", d.ep);
-  d.attn_dp = LayoutCount(f, "attn_dp", d.attn_dp);
-  d.weights = f.String("weights", d.weights);
-  d.dense_weights = f.String("dense_weights", "");
-  d.kv = f.String("kv", d.kv);
-  const std::string runtime = f.String("runtime", std::string(models::Name(d.runtime)));
-  EngineConfig& e = d.engine;
-  const std::string scheduler = f.String("scheduler", std::string(Name(e.scheduler)));
-  e.max_batch = f.Int("max_batch", e.max_batch);
-  e.max_num_tokens = f.Int("max_num_tokens", e.max_num_tokens);
-  e.chunk_size = f.Int("chunk_size", e.chunk_size);
-  e.block_tokens = f.Int("block_size", e.block_tokens);
-  e.reserve_fraction = f.Double("reserve", e.reserve_fraction);
-  const std::string preemption = f.String("preemption", "recompute");
-  const std::string admission = f.String("admission", "greedy");
-  e.prefix_caching = f.Bool("prefix_caching", false);
-  const int64_t mtp = f.Int("mtp", 0);  // checked as typed: a cast to int would wrap 2^32 + 3 to 3
-  if (mtp < 0 || mtp > 16) f.Fail("mtp", std::to_string(mtp), "must be in [0, 16]");
-  e.mtp_depth = static_cast<int>(std::clamp<int64_t>(mtp, 0, 16));
-  e.acceptance = f.Double("acceptance", 0.0);
-  e.draft_cost = f.Double("draft_cost", e.draft_cost);
-  e.stream_interval = f.Int("stream_interval", e.stream_interval);
-  const std::string router = f.String("router", std::string(Name(d.router)));
-  d.decode_max_batch = f.Int("decode_max_batch", 0);
-  d.kv_link_gb_per_s = f.Double("kv_link_gb_per_s", 0.0);
-  FATHOM_RETURN_IF_ERROR(f.status());
-
-  auto with_source = [&](Status s) { return s.WithContext(source); };
-  auto rt = models::ParseRuntime(runtime);
-  if (!rt.ok()) return with_source(rt.status());
-  d.runtime = *rt;
-  auto sched = ParseScheduler(scheduler);
-  if (!sched.ok()) return with_source(sched.status());
-  e.scheduler = *sched;
-  auto route = ParseRouter(router);
-  if (!route.ok()) return with_source(route.status());
-  d.router = *route;
-  if (preemption != "recompute" && preemption != "swap") {
-    return Status::InvalidArgument(source + ": field 'preemption' = \"" + preemption +
-                                   "\": must be recompute or swap");
-  }
-  e.preemption = preemption == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
-  if (admission != "greedy" && admission != "reserve") {
-    return Status::InvalidArgument(source + ": field 'admission' = \"" + admission +
-                                   "\": must be greedy or reserve");
-  }
-  e.admission = admission == "reserve" ? AdmissionPolicy::kReserve : AdmissionPolicy::kGreedy;
-  if (j.contains("adp_balance") && !j["adp_balance"].is_null()) {
-    const Json& bj = j["adp_balance"];
-    FATHOM_RETURN_IF_ERROR(
-        CheckKnown(bj, source + ": adp_balance", {"batching_wait_iters", "timeout_iters"}));
-    JsonFields bf(bj, source + ": adp_balance");
-    e.adp_balance = true;
-    e.adp_batching_wait_iters = bf.Int("batching_wait_iters", e.adp_batching_wait_iters);
-    e.adp_timeout_iters = bf.Int("timeout_iters", e.adp_timeout_iters);
-    FATHOM_RETURN_IF_ERROR(bf.status());
-  }
-  FATHOM_RETURN_IF_ERROR(with_source(e.Validate()));
-
   if (j.contains("disaggregated") && !j["disaggregated"].is_null()) {
     const Json& dj = j["disaggregated"];
     if (!dj.is_object() || !dj.contains("prefill") || !dj.contains("decode")) {
       return Status::InvalidArgument(source +
                                      ": field 'disaggregated': needs 'prefill' and 'decode' pools");
     }
-    FATHOM_RETURN_IF_ERROR(CheckKnown(dj, source + ": disaggregated", {"prefill", "decode"}));
-    d.disaggregated = true;
-    FATHOM_ASSIGN_OR_RETURN(d.prefill,
-                            PoolFromJson(dj["prefill"], source + ": disaggregated.prefill"));
-    FATHOM_ASSIGN_OR_RETURN(d.decode,
-                            PoolFromJson(dj["decode"], source + ": disaggregated.decode"));
   }
+  DeploymentConfig d;
+  FieldReader reader(j, source);
+  reader.Known("run");  // LoadDeploymentFile reads it
+  DeploymentFields(reader, d);
+  FATHOM_RETURN_IF_ERROR(reader.Finish());
+  FATHOM_RETURN_IF_ERROR(d.engine.Validate().WithContext(source));
   return d;
 }
 
@@ -200,95 +298,28 @@ Result<DeploymentFile> LoadDeploymentFile(const std::string& path) {
   DeploymentFile file;
   FATHOM_ASSIGN_OR_RETURN(file.config, DeploymentFromJson(j, path));
   if (!j.contains("run") || j["run"].is_null()) return file;
-  const std::string source = path + ": run";
   const Json& rj = j["run"];
-  if (!rj.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
-  FATHOM_RETURN_IF_ERROR(CheckKnown(rj, source,
-                                    {"scenario", "qps", "samples", "seed", "benchmark", "trace",
-                                     "stack", "ttft_limit_ms", "tpot_limit_ms"}));
-  JsonFields f(rj, source);
+  if (!rj.is_object()) return Status::InvalidArgument(path + ": run: expected a JSON object");
   RunRecord run;
-  const std::string scenario = f.String("scenario");
-  run.qps = f.Double("qps", 0.0);
-  run.samples = f.Int("samples");
-  run.seed = static_cast<uint64_t>(f.Int("seed", 1));
-  run.benchmark = f.String("benchmark", "");
-  run.trace = f.String("trace", "");
-  run.stack = f.String("stack", "");
-  if (rj.contains("ttft_limit_ms")) run.ttft_limit_ms = f.Double("ttft_limit_ms");
-  if (rj.contains("tpot_limit_ms")) run.tpot_limit_ms = f.Double("tpot_limit_ms");
-  FATHOM_RETURN_IF_ERROR(f.status());
-  auto parsed = ParseScenario(scenario);
-  if (!parsed.ok()) return parsed.status().WithContext(source);
-  run.scenario = *parsed;
-  if (run.samples < 1) f.Fail("samples", std::to_string(run.samples), "must be >= 1");
-  if (run.scenario == Scenario::kServer || run.scenario == Scenario::kInteractive) {
-    if (!(run.qps > 0) || !std::isfinite(run.qps))
-      f.Fail("qps", StrFormat("%g", run.qps), "must be > 0 and finite");
-  }
-  for (const auto& [name, limit] :
-       {std::pair{"ttft_limit_ms", run.ttft_limit_ms}, {"tpot_limit_ms", run.tpot_limit_ms}}) {
-    if (limit && !(*limit > 0 && std::isfinite(*limit)))
-      f.Fail(name, StrFormat("%g", *limit), "must be > 0 and finite");
-  }
-  FATHOM_RETURN_IF_ERROR(f.status());
+  FieldReader reader(rj, path, "run");
+  RunFields(reader, run);
+  FATHOM_RETURN_IF_ERROR(reader.Finish());
   file.run = run;
   return file;
 }
 
 OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run) {
   OrderedJson j = ToJson(d);
-  OrderedJson r;
-  r["scenario"] = Name(run.scenario);
-  if (run.qps > 0) r["qps"] = run.qps;
-  r["samples"] = run.samples;
-  r["seed"] = run.seed;
-  if (!run.benchmark.empty()) r["benchmark"] = run.benchmark;
-  if (!run.trace.empty()) r["trace"] = run.trace;
-  if (!run.stack.empty()) r["stack"] = run.stack;
-  if (run.ttft_limit_ms) r["ttft_limit_ms"] = *run.ttft_limit_ms;
-  if (run.tpot_limit_ms) r["tpot_limit_ms"] = *run.tpot_limit_ms;
-  j["run"] = r;
+  FieldWriter writer;
+  RunFields(writer, run);
+  j["run"] = std::move(writer).json();
   return j;
 }
 
 OrderedJson ToJson(const DeploymentConfig& d) {
-  OrderedJson j;
-  j["model"] = d.model;
-  j["hardware"] = d.hardware;
-  j["gpus"] = d.gpus;
-  j["tp"] = d.tp;
-  j["pp"] = d.pp;
-  j["ep"] = d.ep;
-  j["attn_dp"] = d.attn_dp;
-  j["weights"] = d.weights;
-  if (!d.dense_weights.empty()) j["dense_weights"] = d.dense_weights;
-  j["kv"] = d.kv;
-  j["runtime"] = models::Name(d.runtime);
-  j["scheduler"] = Name(d.engine.scheduler);
-  j["max_batch"] = d.engine.max_batch;
-  j["max_num_tokens"] = d.engine.max_num_tokens;
-  j["chunk_size"] = d.engine.chunk_size;
-  j["block_size"] = d.engine.block_tokens;
-  j["reserve"] = d.engine.reserve_fraction;
-  j["preemption"] = Name(d.engine.preemption);
-  j["admission"] = Name(d.engine.admission);
-  j["prefix_caching"] = d.engine.prefix_caching;
-  j["mtp"] = d.engine.mtp_depth;
-  j["acceptance"] = d.engine.acceptance;
-  if (d.engine.draft_cost != EngineConfig().draft_cost) j["draft_cost"] = d.engine.draft_cost;
-  j["router"] = Name(d.router);
-  if (d.engine.adp_balance) {
-    j["adp_balance"] = {{"batching_wait_iters", d.engine.adp_batching_wait_iters},
-                        {"timeout_iters", d.engine.adp_timeout_iters}};
-  }
-  if (d.engine.stream_interval > 0) j["stream_interval"] = d.engine.stream_interval;
-  if (d.disaggregated) {
-    j["disaggregated"] = {{"prefill", PoolToJson(d.prefill)}, {"decode", PoolToJson(d.decode)}};
-    if (d.decode_max_batch > 0) j["decode_max_batch"] = d.decode_max_batch;
-    if (d.kv_link_gb_per_s > 0) j["kv_link_gb_per_s"] = d.kv_link_gb_per_s;
-  }
-  return j;
+  FieldWriter writer;
+  DeploymentFields(writer, d);
+  return std::move(writer).json();
 }
 
 Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,

@@ -142,35 +142,24 @@ class Engine {
     int64_t max_steps = INT64_MAX;
     enum Counter { kNone, kBatching, kWaiting, kResetWaiting, kResetBoth } counter = kNone;
   };
-  Balance DecideBalance() const;
-  void AdvanceBalance(const Balance& b, int64_t steps);
 
-  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
-                     bool hold_prefills);
-  // Whether a batch could form now: a request waits, or a running sequence is in no batch in
-  // flight (conservative: per-sequence decoders always count). Pipelines ask at every stage-0 end.
-  bool HasIdleWork() const;
-  // How many identical decode steps the formed batch can take at once: until the first sequence
-  // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
-  int64_t FastForwardSteps(const Batch& batch) const;
-  void ShapeBatch(const Batch& batch, int64_t step);
-  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
-  void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
-                   double* swap_bytes);
+  // Speculative decoding (engine.cc).
+  int64_t DecodeStepTokens(const Sequence& s) const;
+  int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
+  double MeanStepTokens() const;  // tokens a decode step generates on average: 1 + accepted drafts
+
+  // KV blocks, admission and preemption (engine_kv.cc).
   bool Admit(Rank& rank, int64_t slot, double* swap_bytes);
   bool Grow(Rank& rank, Sequence& s, int64_t tokens_after);
   void Preempt(Rank& rank, int64_t slot);
   void ReleaseAll(Rank& rank, Sequence& s);
-  int64_t DecodeStepTokens(const Sequence& s) const;
-  int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
-  double MeanStepTokens() const;  // tokens a decode step generates on average: 1 + accepted drafts
   void RemoveRunning(Rank& rank, int64_t slot);
   void RemovePrefilling(Rank& rank, int64_t slot);
   int64_t HeldTokens(const Sequence& s) const;  // tokens its KV blocks cover
   // KV blocks a sequence owns once it holds `tokens` (pinned prefix blocks cover the rest).
   int64_t OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const;
 
-  // Decode cohort (EngineConfig::implicit_decode).
+  // Decode cohorts, EngineConfig::implicit_decode (engine_cohort.cc).
   void Join(Rank& rank, int cohort, int64_t slot);
   void Sync(const Rank& rank, const Cohort& cohort, Sequence& s) const;
   void Dissolve(Rank& rank, int cohort);  // every member back to explicit bookkeeping
@@ -181,6 +170,24 @@ class Engine {
   bool Completes(int cohort, int64_t due, int64_t slot) const;
   void PruneCompletions(int cohort, Cohort& c) const;    // drops stale entries off the top
   bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
+
+  // Batch forming and attention-DP balance (engine_batch.cc).
+  Balance DecideBalance() const;
+  void AdvanceBalance(const Balance& b, int64_t steps);
+  void FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
+                     bool hold_prefills);
+  // Whether a batch could form now: a request waits, or a running sequence is in no batch in
+  // flight (conservative: per-sequence decoders always count). Pipelines ask at every stage-0 end.
+  bool HasIdleWork() const;
+  bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
+  void AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget, bool whole_prompts,
+                   double* swap_bytes);
+
+  // Iteration start and finish, beside TryStart and Finish (engine_iteration.cc).
+  // How many identical decode steps the formed batch can take at once: until the first sequence
+  // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
+  int64_t FastForwardSteps(const Batch& batch) const;
+  void ShapeBatch(const Batch& batch, int64_t step);
 
   int id_;
   EngineRole role_;

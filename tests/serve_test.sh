@@ -8,13 +8,7 @@ fathom=$1
 tmp=$(mktemp -d)
 server=""
 trap '[ -n "$server" ] && kill -9 "$server" 2>/dev/null; [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/serve_test_keep; rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-check() {  # check DESCRIPTION COMMAND...: the command must succeed
-  local what=$1
-  shift
-  if "$@" >/dev/null; then passed=$((passed + 1)); else echo "FAIL: $what"; failed=$((failed + 1)); fi
-}
+source "$(dirname "$0")/lib.sh"
 
 # start_server LOG ARGS...: starts fathom serve on a free port; sets $server and $url.
 start_server() {
@@ -108,17 +102,6 @@ check "loadgen names the failures" grep -q "of 8 requests failed" "$tmp/abort.lo
 check "serve counts the aborted requests" grep -Eq "[1-9][0-9]* aborted" "$tmp/serve2.log"
 
 # Bad launches exit 2 and say why.
-expect_fail() {  # expect_fail PATTERN ARGS...
-  local pattern=$1
-  shift
-  local out
-  out=$("$fathom" "$@" 2>&1)
-  local rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$pattern" <<<"$out"; then passed=$((passed + 1)); else
-    echo "FAIL: fathom $* -> $rc, wanted 2 and '$pattern': $out"
-    failed=$((failed + 1))
-  fi
-}
 expect_fail "--kv-cache-dtype = int3" serve meta-llama/Llama-2-70b-chat-hf -tp 2 --hardware h200 --kv-cache-dtype int3
 expect_fail "does not fit" serve meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm
 expect_fail "--host 203.0.113.9 --port 8000: cannot listen there" serve meta-llama/Llama-2-70b-chat-hf -tp 2 \
@@ -126,5 +109,4 @@ expect_fail "--host 203.0.113.9 --port 8000: cannot listen there" serve meta-lla
 expect_fail "cannot connect (nothing listening there?)" loadgen --url http://127.0.0.1:1 --samples 3 --qps 1 \
   --min-duration 0
 
-echo "serve: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish serve

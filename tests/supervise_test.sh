@@ -11,13 +11,7 @@ fathom=$1
 tmp=$(mktemp -d)
 supervisor=""
 trap '[ -n "$supervisor" ] && kill -TERM "$supervisor" 2>/dev/null && wait "$supervisor"; [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/supervise_test_keep; rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-check() {  # check DESCRIPTION COMMAND...: the command must succeed
-  local what=$1
-  shift
-  if "$@" >/dev/null; then passed=$((passed + 1)); else echo "FAIL: $what"; failed=$((failed + 1)); fi
-}
+source "$(dirname "$0")/lib.sh"
 
 # Llama 2 70B (FP8) on 2 x H200, one replica a GPU, started at 8 running sequences: enough for
 # chat-like requests, too few once outputs are ten times longer.
@@ -126,17 +120,6 @@ check "--advise replaces no replica" bash -c "! grep -q 'rolling replacement' $t
 check "--advise prints the advice" grep -qE "advise +64 seqs" "$tmp/advise.out"
 
 # Bad input exits 2 and says why.
-expect_fail() {  # expect_fail PATTERN ARGS...
-  local pattern=$1
-  shift
-  local out
-  out=$("$fathom" "$@" 2>&1)
-  local rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$pattern" <<<"$out"; then passed=$((passed + 1)); else
-    echo "FAIL: fathom $* -> $rc, wanted 2 and '$pattern': $out"
-    failed=$((failed + 1))
-  fi
-}
 expect_fail "--engine-cmd = sleep 100: must contain {port}" online --supervise --deployment "$tmp/deployment.json" \
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "sleep 100"
 expect_fail "the replica exited before it was healthy" online --supervise --deployment "$tmp/deployment.json" \
@@ -145,5 +128,4 @@ expect_fail "--supervise: fathom runs the replicas; not with --metrics-cmd" onli
   --deployment "$tmp/deployment.json" --metrics-cmd true
 expect_fail "--replicas: only with --supervise" online --replicas 3
 
-echo "supervise: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish supervise

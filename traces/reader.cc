@@ -50,7 +50,7 @@ class TextTraceReader : public TraceReader {
       ++counters_.lines;
       if (!first.empty()) break;
     }
-    if (lines_->io_error()) return Status::IoError(name_ + ": read failed");
+    FATHOM_RETURN_IF_ERROR(lines_->status());
     if (first.empty()) {
       format_ = options_.format == TraceFormat::kAuto ? TraceFormat::kLengthsCsv : options_.format;
       return Status::Ok();  // an empty trace has no requests
@@ -112,7 +112,7 @@ class TextTraceReader : public TraceReader {
         has_pending_ = false;
       } else {
         if (!lines_->Next(&line)) {
-          if (lines_->io_error()) return Status::IoError(name_ + ": read failed");
+          FATHOM_RETURN_IF_ERROR(lines_->status());
           return false;
         }
         ++counters_.lines;
@@ -347,19 +347,20 @@ Result<TraceFormat> ParseTraceFormat(std::string_view text) {
       "\": unknown trace format (auto, csv, azure, mooncake, burstgpt, jsonl)");
 }
 
-Result<std::unique_ptr<TraceReader>> OpenTraceStream(std::FILE* stream, const std::string& name,
+Result<std::unique_ptr<TraceReader>> OpenTraceStream(std::unique_ptr<SequentialFile> file,
+                                                     const std::string& name,
                                                      const ReadOptions& options) {
-  auto reader =
-      std::make_unique<TextTraceReader>(std::make_unique<LineReader>(stream), name, options);
+  auto reader = std::make_unique<TextTraceReader>(
+      std::make_unique<LineReader>(std::move(file), name), name, options);
   FATHOM_RETURN_IF_ERROR(reader->Init());
   return std::unique_ptr<TraceReader>(std::move(reader));
 }
 
-Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path,
-                                               const ReadOptions& options) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::NotFound(path + ": cannot open trace");
-  return OpenTraceStream(f, path, options);
+Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path, const ReadOptions& options,
+                                               Env* env) {
+  Result<std::unique_ptr<SequentialFile>> file = env->NewSequentialFile(path);
+  if (!file.ok()) return Status::NotFound(path + ": cannot open trace");
+  return OpenTraceStream(std::move(*file), path, options);
 }
 
 std::string DefaultTracePath() {

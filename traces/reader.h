@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "base/env.h"
 #include "base/status.h"
 #include "traces/request.h"
 
@@ -53,10 +53,13 @@ class TraceReader {
   virtual TraceFormat format() const = 0;
 };
 
-Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path, const ReadOptions& options);
+// Opens `path` in `env` (borrowed; it must outlive the call only).
+Result<std::unique_ptr<TraceReader>> OpenTrace(const std::string& path, const ReadOptions& options,
+                                               Env* env = Env::Default());
 
-// Reads from an open stream (taking ownership); `name` stands for the file in messages.
-Result<std::unique_ptr<TraceReader>> OpenTraceStream(std::FILE* stream, const std::string& name,
+// Reads from an open file; `name` stands for it in messages.
+Result<std::unique_ptr<TraceReader>> OpenTraceStream(std::unique_ptr<SequentialFile> file,
+                                                     const std::string& name,
                                                      const ReadOptions& options);
 
 // The MLPerf DeepSeek-R1 per-sample lengths shipped with fathom (traces/data/).

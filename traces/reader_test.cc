@@ -312,4 +312,33 @@ TEST_CASE("Transforms: concatenation, mixing by time, equal-issue repeat, exact 
   std::filesystem::remove(b);
 }
 
+TEST_CASE("OpenTrace: a short read is an IoError naming the file, not a shorter trace",
+          "[traces]") {
+  std::string content = "input_length,output_length\n";
+  for (int i = 0; i < 100; ++i) content += "10,20\n";
+  const std::string path = TempFile("fathom_short_trace.csv", content);
+  FaultInjectionEnv env;
+  env.short_read_after_bytes = 100;
+  auto reader = OpenTrace(path, {}, &env);
+  REQUIRE(reader.ok());
+  Request r;
+  int64_t n = 0;
+  Status s;
+  while (true) {
+    auto more = (*reader)->Next(&r);
+    if (!more.ok()) {
+      s = more.status();
+      break;
+    }
+    if (!*more) break;
+    ++n;
+  }
+  CHECK(n < 100);
+  CHECK(s.code() == StatusCode::kIoError);
+  CHECK(s.message() ==
+        path + ": short read: got 100 of " + std::to_string(content.size()) + " bytes");
+  CHECK(OpenTrace(path + ".none", {}).status().message() == path + ".none: cannot open trace");
+  std::filesystem::remove(path);
+}
+
 }  // namespace fathom::traces

@@ -55,10 +55,10 @@ std::string DefaultSetupPath(const std::string& round) {
   return DataDir() + "/models/calibration/published_deployments_" + round + ".json";
 }
 
-Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return Status::NotFound(path + ": cannot open results file");
-  LineReader lines(file);  // also ends CRLF lines, as MLCommons' exports have
+Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path, Env* env) {
+  auto opened = LineReader::Open(path, env);
+  if (!opened.ok()) return Status::NotFound(path + ": cannot open results file");
+  LineReader& lines = **opened;  // also ends CRLF lines, as MLCommons' exports have
   std::string_view view;
   std::string line;
   auto next_line = [&]() {
@@ -66,7 +66,10 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     line.assign(view);
     return true;
   };
-  if (!next_line()) return Status::InvalidArgument(path + ":1: empty file");
+  if (!next_line()) {
+    FATHOM_RETURN_IF_ERROR(lines.status());
+    return Status::InvalidArgument(path + ":1: empty file");
+  }
   const std::vector<std::string> header = SplitCsvLine(line);
   auto col = [&](const std::string& name) {
     auto it = std::find(header.begin(), header.end(), name);
@@ -132,6 +135,7 @@ Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& pat
     }
     rows.push_back(r);
   }
+  FATHOM_RETURN_IF_ERROR(lines.status());
   return rows;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/status.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
@@ -33,8 +34,9 @@ struct PublishedResult {
 };
 
 // Reads the MLPerf results CSV (columns as in models/calibration/mlperf_v5.1.csv); errors name
-// file, line, column and value.
-Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path);
+// file, line, column and value. The file is opened in `env` (borrowed; it must outlive the call).
+Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path,
+                                                          Env* env = Env::Default());
 
 // Which deployment and workload stand for each (model, accelerator, scenario).
 struct CalibrationSetup {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "sim/mlperf.h"
 
@@ -35,6 +36,19 @@ TEST_CASE("LoadPublishedResults: a bad value names file, line and column", "[tun
   CHECK(rows.status().message() ==
         path + ":2: column tokens_per_s: \"fast\" is not a non-negative number");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("LoadPublishedResults: a short read or a failed open names the file", "[tuner]") {
+  const std::string path = DataDir() + "/models/calibration/mlperf_v5.1.csv";
+  FaultInjectionEnv env;
+  env.short_read_after_bytes = 400;  // past the header, inside the rows
+  auto rows = LoadPublishedResults(path, &env);
+  REQUIRE_FALSE(rows.ok());
+  CHECK(rows.status().code() == StatusCode::kIoError);
+  CHECK(rows.status().message() == path + ": short read: got 400 of " +
+                                       std::to_string(std::filesystem::file_size(path)) + " bytes");
+  CHECK(LoadPublishedResults(path + ".none").status().message() ==
+        path + ".none: cannot open results file");
 }
 
 TEST_CASE(

@@ -5,10 +5,10 @@
 #include <set>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "base/files.h"
 #include "base/json_fields.h"
 #include "models/cost_model.h"
+#include "models/hardware.h"
 #include "models/stack.h"
 #include "tuner/calibrate.h"
 #include "tuner/work_pool.h"
@@ -148,7 +148,7 @@ Result<Inputs> Load(const CalibrateFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(
       in.setup, tuner::LoadCalibrationSetup(
                     f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
-  FATHOM_ASSIGN_OR_RETURN(in.catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(in.catalog, models::HardwareCatalog::Load(f.hardware_files));
 
   // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
   // MLPerf round (each stack is fitted and checked on its own round's rows).

@@ -2,9 +2,9 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 
 namespace fathom::cli {
 namespace {
@@ -35,7 +35,7 @@ OrderedJson ToJson(const models::Hardware& hw) {
 std::string Peak(double flops) { return flops > 0 ? StrFormat("%7.0f", flops / 1e12) : "      -"; }
 
 Status List(const HardwareFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, models::HardwareCatalog::Load(f.files));
   if (f.json) {
     OrderedJson all = OrderedJson::array();
     for (const auto* hw : catalog.All()) all.push_back(ToJson(*hw));
@@ -55,7 +55,7 @@ Status List(const HardwareFlags& f) {
 }
 
 Status Show(const HardwareFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, models::HardwareCatalog::Load(f.files));
   FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(f.name));
   std::printf("%s\n", ToJson(hw).dump(2).c_str());
   return Status::Ok();

@@ -3,10 +3,10 @@
 #include <cstdio>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/format.h"
+#include "models/hardware.h"
 #include "sim/deployment_config.h"
 #include "sim/live/loadgen.h"
 #include "sim/mlperf.h"
@@ -93,7 +93,8 @@ Status Run(LoadgenFlags f) {
   int gpus = f.gpus > 0 ? f.gpus : 1;
   if (!f.compare_sim.empty()) {
     FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.compare_sim));
-    FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+    FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                            models::HardwareCatalog::Load(f.hardware_files));
     FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
                             sim::MakeTimeModel(f.time_model, file.config.hardware));
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(file.config, catalog, time_model.factory));

@@ -11,13 +11,13 @@ namespace fathom::cli {
 namespace {
 
 struct MemoryFlags {
-  DeploymentFlags deployment;
+  models::DeploymentRequest deployment;
   models::MemoryOptions options;
   bool json = false;
 };
 
 Status Run(const MemoryFlags& f) {
-  FATHOM_ASSIGN_OR_RETURN(Deployment d, ResolveDeployment(f.deployment));
+  FATHOM_ASSIGN_OR_RETURN(models::Deployment d, models::ResolveDeployment(f.deployment));
   if (f.options.reserve_fraction < 0 || f.options.reserve_fraction >= 1) {
     return Status::InvalidArgument("--reserve = " + std::to_string(f.options.reserve_fraction) +
                                    ": must be in [0, 1)");

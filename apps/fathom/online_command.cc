@@ -10,11 +10,11 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 #include "sim/mlperf.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
@@ -214,7 +214,8 @@ Status RunOnlineCommand(OnlineFlags f) {
     FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, sim::LoadDeploymentFile(f.deployment_file));
     d = file.config;
   }
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
 
   // Service levels: the flags, else the model's MLPerf Server limits.

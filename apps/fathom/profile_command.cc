@@ -8,11 +8,11 @@
 #include <set>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "models/fit.h"
+#include "models/hardware.h"
 #include "models/perf_db.h"
 #include "profiler/compare.h"
 #include "profiler/import.h"
@@ -132,7 +132,8 @@ Status Compare(const ProfileFlags& f) {
     }
     hardware = gpus.front();
   }
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(hardware));
   const std::string calibration_path =
       f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration;

@@ -3,9 +3,9 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "base/csv.h"
 #include "base/files.h"
+#include "models/hardware.h"
 #include "reports/sweep_report.h"
 #include "tuner/results.h"
 
@@ -49,7 +49,8 @@ Status Run(const ReportFlags& f) {
   if (f.plot != "frontier" && f.plot != "cost") {
     return Status::InvalidArgument("--plot = \"" + f.plot + "\": must be frontier or cost");
   }
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(auto prices, ParsePrices(f.prices, catalog));
   FATHOM_ASSIGN_OR_RETURN(auto store, tuner::ResultStore::OpenExisting(f.db));
   FATHOM_ASSIGN_OR_RETURN(auto all, store->Sweeps());

@@ -5,9 +5,9 @@
 #include <thread>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/time_model_flags.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 #include "sim/deployment_config.h"
 #include "sim/live/live_engine.h"
 #include "sim/live/openai_server.h"
@@ -126,7 +126,8 @@ Status Run(const ServeFlags& f) {
   }
   FATHOM_RETURN_IF_ERROR(f.serve.Validate());
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildDeployment(f));
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));

@@ -21,7 +21,7 @@ namespace fathom::cli {
 namespace {
 
 struct SimulateFlags {
-  DeploymentFlags deployment;
+  models::DeploymentRequest deployment;
   std::string deployment_file;
   std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
   const CLI::App* cmd = nullptr;
@@ -82,7 +82,7 @@ Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
       f.admission == "reserve" ? sim::AdmissionPolicy::kReserve : sim::AdmissionPolicy::kGreedy;
   d.engine.acceptance_dist = f.acceptance_dist;
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
-  FATHOM_ASSIGN_OR_RETURN(Deployment resolved, ResolveDeployment(f.deployment));
+  FATHOM_ASSIGN_OR_RETURN(models::Deployment resolved, models::ResolveDeployment(f.deployment));
   d.model = f.deployment.model.empty() ? std::string(models::kDefaultModel) : f.deployment.model;
   d.hardware = resolved.hardware.name;
   d.gpus = resolved.layout.gpus;
@@ -218,7 +218,7 @@ Status Run(SimulateFlags f) {
   const sim::DeploymentConfig& d = file.config;
   const std::string run_from_file = AdoptRun(file.run, &f);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
-                          LoadCatalog(f.deployment.hardware_files));
+                          models::HardwareCatalog::Load(f.deployment.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));

@@ -4,10 +4,10 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 #include "models/stack.h"
 #include "sim/mlperf.h"
 #include "tuner/tuner.h"
@@ -76,7 +76,8 @@ Status Diff(const StackFlags& f) {
     d.engine.max_batch = 512;
     d.engine.max_num_tokens = 4608;
   }
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   tuner::TuneOptions o;
   FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(f.scenario));
   if (o.space.scenario != sim::Scenario::kOffline && !tuner::ServerLike(o.space.scenario)) {

@@ -4,9 +4,9 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/tune_setup.h"
 #include "base/format.h"
+#include "models/hardware.h"
 #include "tuner/sweep.h"
 
 namespace fathom::cli {
@@ -73,7 +73,8 @@ Status Run(const SweepFlags& f) {
     FATHOM_ASSIGN_OR_RETURN(options.shard, tuner::ParseShard(f.shard));
   }
   if (!f.json) options.progress = PrintCellProgress;
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   WorkloadCache workloads;
   const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan,
                                         const tuner::SweepCell& cell) {

@@ -4,11 +4,11 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "apps/fathom/deployment_flags.h"
 #include "apps/fathom/tune_setup.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "models/hardware.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
 #include "tuner/launch.h"
@@ -165,7 +165,8 @@ std::function<void(const tuner::TuneProgress&)> ProgressBar(bool server) {
 }
 
 Status Run(TuneFlags f) {
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, LoadCatalog(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(f.in));
   f.in.options = std::move(setup.options);
   tuner::TuneOptions& o = f.in.options;

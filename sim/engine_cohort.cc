@@ -1,0 +1,182 @@
+// Engine: decode cohorts, the bookkeeping of decoding sequences that step together
+// (EngineConfig::implicit_decode).
+#include <algorithm>
+
+#include "sim/engine.h"
+
+namespace fathom::sim {
+
+int64_t Engine::Cohort::Crossings(int64_t from, int64_t to) const {
+  const int64_t period = static_cast<int64_t>(phase_count.size());
+  int64_t n = 0;
+  if (to - from >= period) {
+    int64_t all = 0;
+    for (int64_t c : phase_count) all += c;
+    n += all * ((to - from) / period);
+    from += (to - from) / period * period;
+  }
+  for (int64_t t = clock + from; t < clock + to; ++t) n += phase_count[t % period];
+  if (from == 0 && to > 0 && ahead_clock == clock) n -= ahead;
+  return n;
+}
+
+// A decoding sequence joins between steps: its KV covers `held` tokens, so it needs a new block
+// when its kv_len reaches held, then every block_tokens steps. Admission may have allocated a
+// whole block ahead (held = kv_len + block_tokens): its phase then skips the current step.
+void Engine::Join(Rank& rank, int cohort, int64_t slot) {
+  Sequence& s = (*slots_)[slot];
+  Cohort& c = rank.cohorts[cohort];
+  const int64_t gap = HeldTokens(s) - s.kv_len;
+  const int64_t remaining = s.output - s.generated;
+  int64_t phase = -1;
+  if (gap < remaining) {
+    FATHOM_CHECK(gap >= 0 && gap <= config_.block_tokens);
+    phase = (c.clock + gap) % config_.block_tokens;
+    ++c.phase_count[phase];
+    if (gap == config_.block_tokens) {
+      if (c.ahead_clock != c.clock) c.ahead = 0;
+      c.ahead_clock = c.clock;
+      ++c.ahead;
+    }
+  }
+  s.cohort = cohort;
+  s.cohort_mark = c.clock;
+  s.cohort_index = c.size();
+  c.members.push_back({slot, phase});
+  c.base += s.kv_len - c.clock;
+  c.completions.push({c.clock + remaining, slot});
+}
+
+void Engine::Sync(const Rank& rank, const Cohort& c, Sequence& s) const {
+  const int64_t steps = c.clock - s.cohort_mark;
+  if (steps == 0) return;
+  s.kv_len += steps;
+  s.generated += steps;
+  s.kv_high = std::max(s.kv_high, s.kv_len);
+  s.owned_blocks = std::max(s.owned_blocks, OwnedBlocksFor(rank, s, s.kv_len));
+  s.cohort_mark = c.clock;
+}
+
+void Engine::Dissolve(Rank& rank, int cohort) {
+  Cohort& c = rank.cohorts[cohort];
+  for (const Cohort::Member& m : c.members) {
+    Sequence& s = (*slots_)[m.slot];
+    Sync(rank, c, s);
+    s.cohort = -1;
+  }
+  c.members.clear();
+  c.base = 0;
+  c.ahead = 0;
+  std::fill(c.phase_count.begin(), c.phase_count.end(), 0);
+  c.completions = {};
+}
+
+// The cohort the next batch's decodes can use: idle cohorts (not in a batch in flight) merge
+// into the largest; a new one is made when every cohort is in flight.
+int Engine::IdleCohort(Rank& rank) {
+  int target = -1;
+  for (int i = 0; i < static_cast<int>(rank.cohorts.size()); ++i) {
+    const Cohort& c = rank.cohorts[i];
+    if (!c.in_flight && (target < 0 || c.size() > rank.cohorts[target].size())) target = i;
+  }
+  if (target < 0) {
+    target = static_cast<int>(rank.cohorts.size());
+    rank.cohorts.emplace_back();
+    rank.cohorts.back().phase_count.assign(config_.block_tokens, 0);
+    return target;
+  }
+  for (int i = 0; i < static_cast<int>(rank.cohorts.size()); ++i) {
+    if (i == target || rank.cohorts[i].in_flight || rank.cohorts[i].size() == 0) continue;
+    std::vector<int64_t> moved;
+    for (const Cohort::Member& m : rank.cohorts[i].members) moved.push_back(m.slot);
+    Dissolve(rank, i);
+    for (int64_t slot : moved) Join(rank, target, slot);
+  }
+  return target;
+}
+
+bool Engine::Busy(const Rank& rank, const Sequence& s) const {
+  return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
+}
+
+// The cohort took `steps` steps; members whose last token that was leave, in admission order.
+void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
+  Cohort& c = rank.cohorts[cohort];
+  c.in_flight = false;
+  c.clock += steps;
+  counters_.decode_tokens += c.size() * steps;
+  counters_.generated_tokens += c.size() * steps;
+  std::vector<int64_t> done;
+  while (!c.completions.empty() && c.completions.top().first <= c.clock) {
+    const auto [due, slot] = c.completions.top();
+    c.completions.pop();
+    if (!Completes(cohort, due, slot)) continue;
+    FATHOM_CHECK(due == c.clock);
+    done.push_back(slot);
+  }
+  PruneCompletions(cohort, c);
+  std::sort(done.begin(), done.end(), [&](int64_t a, int64_t b) {
+    return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order;
+  });
+  // A member preempted and back at once can be due at the same step as its stale entry.
+  done.erase(std::unique(done.begin(), done.end()), done.end());
+  for (int64_t slot : done) {
+    Sequence& s = (*slots_)[slot];
+    Leave(rank, c, s);
+    ReleaseAll(rank, s);
+    RemoveRunning(rank, slot);
+    listener_->OnComplete(slot, now);
+  }
+}
+
+// A completion entry is stale once its member left early (preempted): the slot is elsewhere, or
+// (recycled or rejoined) due at another step.
+bool Engine::Completes(int cohort, int64_t due, int64_t slot) const {
+  const Sequence& s = (*slots_)[slot];
+  return s.cohort == cohort && s.cohort_mark + (s.output - s.generated) == due;
+}
+
+void Engine::PruneCompletions(int cohort, Cohort& c) const {
+  while (!c.completions.empty() &&
+         !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
+    c.completions.pop();
+  }
+}
+
+// A member leaves between steps, its counters brought up to date.
+void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
+  Sync(rank, c, s);
+  const Cohort::Member m = c.members[s.cohort_index];
+  if (m.phase >= 0) {
+    --c.phase_count[m.phase];
+    // Allocated a block ahead when it joined at this step: it was not among this step's crossings.
+    if (c.ahead_clock == c.clock && m.phase == c.clock % config_.block_tokens &&
+        HeldTokens(s) - s.kv_len == config_.block_tokens) {
+      --c.ahead;
+    }
+  }
+  c.base -= s.kv_len - c.clock;
+  c.members[s.cohort_index] = c.members.back();
+  (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
+  c.members.pop_back();
+  s.cohort = -1;
+}
+
+// The cohort's next step needs more KV blocks than are free: preempt the most recently admitted
+// sequences not in a batch in flight until it fits. The explicit walk below ends the same way (it
+// keeps the longest admission-order prefix whose blocks fit), but this visits only the victims.
+void Engine::ShedForCohort(Rank& rank, int cohort) {
+  Cohort& c = rank.cohorts[cohort];
+  size_t end = rank.running.size();
+  while (c.Crossings(0, 1) > rank.kv->Available()) {
+    while (end > 0 && Busy(rank, (*slots_)[rank.running[end - 1]])) --end;
+    if (end == 0) break;
+    const int64_t slot = rank.running[--end];
+    Sequence& s = (*slots_)[slot];
+    if (s.cohort == cohort) Leave(rank, c, s);
+    Preempt(rank, slot);
+  }
+  PruneCompletions(cohort, c);
+}
+
+}  // namespace fathom::sim

@@ -1,0 +1,274 @@
+// Engine: starting an iteration (its length, fast-forwarded decode steps, stage times) and
+// finishing it (tokens produced, sequences that complete or move on).
+#include <algorithm>
+#include <cmath>
+
+#include "sim/engine.h"
+#include "traces/request.h"
+
+namespace fathom::sim {
+
+// With MTP a step generates 1 to 1 + depth tokens (the accepted drafts are drawn per sequence and
+// step when the run ends), so the run is as long as no sequence can finish or outgrow its blocks
+// even if every draft is accepted.
+int64_t Engine::FastForwardSteps(const Batch& batch) const {
+  if (config_.fast_forward <= 1) return 1;
+  if (stage_free_at_.size() > 1) {
+    // A pipeline takes several steps at once only when this batch is all it has: its stages then
+    // run one after another, step after step, and nothing else could start in between.
+    if (!in_flight_.empty()) return 1;
+    for (size_t r = 0; r < batch.ranks.size(); ++r) {
+      const Rank& rank = ranks_[r];
+      const size_t cohort = batch.cohort[r] >= 0 ? rank.cohorts[batch.cohort[r]].size() : 0;
+      if (!rank.waiting.empty() || rank.running.size() != batch.ranks[r].size() + cohort) return 1;
+    }
+  }
+  int64_t steps = config_.fast_forward;
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      steps = std::min(steps, c.completions.top().first - c.clock);
+    }
+    for (const Entry& e : batch.ranks[r]) {
+      if (!e.decode) return 1;
+      const Sequence& s = (*slots_)[e.slot];
+      const int64_t most = DecodeStepTokens(s);
+      steps = std::min(steps, (s.output - s.generated + most - 1) / most);
+    }
+  }
+  steps = std::max<int64_t>(steps, 1);
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    int64_t blocks =
+        batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
+    for (const Entry& e : batch.ranks[r]) {
+      const Sequence& s = (*slots_)[e.slot];
+      blocks += std::max<int64_t>(
+          0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s)) - s.owned_blocks);
+    }
+    if (blocks > ranks_[r].kv->Available()) return 1;
+  }
+  return steps;
+}
+
+void Engine::ShapeBatch(const Batch& batch, int64_t step) {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    shapes_[r] = models::BatchShape{};
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      shapes_[r].AddDecodeSteps(c.size(), static_cast<double>(c.Context() + c.size() * step));
+    }
+    for (const Entry& e : batch.ranks[r]) {
+      const Sequence& s = (*slots_)[e.slot];
+      const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
+      const int64_t grown =
+          e.decode ? std::llround(static_cast<double>(step) * mean_step_tokens_) : step;
+      shapes_[r].Add({e.tokens, s.kv_len + grown, e.decode, samples}, pool_.sliding_window);
+    }
+  }
+}
+
+bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
+                      int64_t* batch_id) {
+  if (stage0_busy_ || !HasIdleWork()) return false;
+  Batch batch;
+  if (!spare_batches_.empty()) {
+    batch = std::move(spare_batches_.back());
+    spare_batches_.pop_back();
+  }
+  batch.ranks.resize(ranks_.size());
+  for (auto& entries : batch.ranks) entries.clear();
+  batch.cohort.assign(ranks_.size(), -1);
+  double swap_bytes = 0;
+  bool any = false;
+  const Balance balance = DecideBalance();
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes, balance.hold);
+    any = any || batch.cohort[r] >= 0 || !batch.ranks[r].empty();
+  }
+  if (!any) {
+    spare_batches_.push_back(std::move(batch));
+    return false;
+  }
+
+  int64_t tokens = 0, sequences = 0;
+  bool decodes = false;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (batch.cohort[r] >= 0) {
+      tokens += ranks_[r].cohorts[batch.cohort[r]].size();
+      sequences += ranks_[r].cohorts[batch.cohort[r]].size();
+      decodes = true;
+    }
+    for (const Entry& e : batch.ranks[r]) {
+      (*slots_)[e.slot].in_flight = true;
+      tokens += e.tokens;
+      decodes = decodes || e.decode;
+    }
+    sequences += static_cast<int64_t>(batch.ranks[r].size());
+  }
+  const double draft = decodes ? 1.0 + config_.mtp_depth * config_.draft_cost : 1.0;
+  const SimTime swap = FromSeconds(swap_bytes / config_.swap_bytes_per_s);
+  auto stage_time = [&](int stage) {
+    return SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, stage).count() * draft));
+  };
+
+  ShapeBatch(batch, 0);
+  int64_t steps = swap_bytes > 0 ? 1 : std::min(FastForwardSteps(batch), balance.max_steps);
+  SimTime t = now;
+  if (steps > 1) {
+    // Stage s of step j takes first + slope * j; a step's stages run one after another (see
+    // FastForwardSteps). Stop after the step during which the horizon passes.
+    const size_t stages = stage_free_at_.size();
+    ff_first_.resize(stages);
+    ff_slope_.resize(stages);
+    ff_end_.resize(stages);
+    for (size_t st = 0; st < stages; ++st) {
+      ff_first_[st] =
+          static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+    }
+    ShapeBatch(batch, steps - 1);
+    for (size_t st = 0; st < stages; ++st) {
+      const double last =
+          static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+      ff_slope_[st] = (last - ff_first_[st]) / static_cast<double>(steps - 1);
+    }
+    double total = 0, stage0 = 0;
+    int64_t taken = 0;
+    while (taken < steps) {
+      for (size_t st = 0; st < stages; ++st) {
+        const double d = ff_first_[st] + ff_slope_[st] * static_cast<double>(taken);
+        if (st == 0) stage0 += d;
+        total += d;
+        ff_end_[st] = total;
+      }
+      ++taken;
+      if (now + SimTime(static_cast<int64_t>(total)) >= horizon) break;
+    }
+    steps = taken;
+    t = now + SimTime(static_cast<int64_t>(std::llround(total)));
+    counters_.busy += SimTime(static_cast<int64_t>(std::llround(stage0)));
+    for (size_t st = 0; st < stages; ++st) {
+      stage_free_at_[st] = now + SimTime(static_cast<int64_t>(std::llround(ff_end_[st])));
+      listener_->OnIteration(id_, static_cast<int>(st), now, stage_free_at_[st], steps,
+                             tokens * steps, sequences);
+    }
+    *stage_free = stage_free_at_[0];
+  } else {
+    for (size_t st = 0; st < stage_free_at_.size(); ++st) {
+      SimTime dur = stage_time(static_cast<int>(st));
+      if (st == 0) dur += swap;
+      dur = std::max(dur, SimTime(1));
+      const SimTime start = std::max(t, stage_free_at_[st]);
+      const SimTime end = start + dur;
+      stage_free_at_[st] = end;
+      listener_->OnIteration(id_, static_cast<int>(st), start, end, 1, tokens, sequences);
+      if (st == 0) {
+        *stage_free = end;
+        counters_.busy += dur;
+      }
+      t = end;
+    }
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (steps > 1) {
+      if (batch.cohort[r] >= 0) {
+        FATHOM_CHECK(
+            ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
+      }
+      for (Entry& e : batch.ranks[r]) {
+        const Sequence& s = (*slots_)[e.slot];
+        FATHOM_CHECK(Grow(ranks_[r], (*slots_)[e.slot], s.kv_len + steps * DecodeStepTokens(s)));
+      }
+    }
+    peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
+  }
+  AdvanceBalance(balance, steps);
+  *done = t;
+  stage0_busy_ = true;
+  batch.id = next_batch_id_++;
+  batch.steps = steps;
+  *batch_id = batch.id;
+  in_flight_.push_back(std::move(batch));
+  counters_.iterations += steps;
+  return true;
+}
+
+void Engine::Finish(int64_t batch_id, SimTime now) {
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [&](const Batch& b) { return b.id == batch_id; });
+  FATHOM_CHECK(it != in_flight_.end());
+  Batch batch = std::move(*it);
+  in_flight_.erase(it);
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    Rank& rank = ranks_[r];
+    if (batch.cohort[r] >= 0) AdvanceCohort(rank, batch.cohort[r], batch.steps, now);
+    int joins = batch.cohort[r];  // where this batch's decoders continue
+    for (const Entry& e : batch.ranks[r]) {
+      Sequence& s = (*slots_)[e.slot];
+      s.in_flight = false;
+      const int64_t generated_before = s.generated;
+      bool sampled = false;
+      if (!e.decode) {
+        counters_.prefill_tokens += e.tokens;
+        // Prompt tokens computed for the first time; the rest recomputes what a preemption lost.
+        const int64_t fresh = std::max<int64_t>(
+            0, std::min(s.kv_len + e.tokens, s.input) - std::max(s.kv_len, s.kv_high));
+        counters_.recomputed_tokens += e.tokens - fresh;
+        s.kv_len += e.tokens;
+        s.kv_high = std::max(s.kv_high, s.kv_len);
+        if (s.kv_len == s.prefill_target) {
+          RemovePrefilling(rank, e.slot);
+          ++s.generated;
+          ++counters_.generated_tokens;
+          sampled = true;
+          if (config_.prefix_caching && !s.prefix.empty()) {
+            const int64_t full =
+                std::min<int64_t>(s.prefix.size(), s.kv_len / traces::kPrefixBlockTokens);
+            if (full > s.pinned_prefix) {
+              s.owned_blocks -= rank.kv->Insert(s.prefix, s.pinned_prefix, full);
+              s.pinned_prefix = full;
+            }
+          }
+        }
+      } else {
+        counters_.decode_tokens += e.tokens * batch.steps;
+        const int64_t produced =
+            std::min<int64_t>(batch.steps + AcceptedDrafts(batch.steps), s.output - s.generated);
+        s.generated += produced;
+        s.kv_len += produced;
+        s.kv_high = std::max(s.kv_high, s.kv_len);
+        counters_.generated_tokens += produced;
+        sampled = true;
+        if (config_.admission == AdmissionPolicy::kGreedy) {
+          // Drafts that were rejected give back their blocks.
+          const int64_t keep = OwnedBlocksFor(rank, s, s.kv_len);
+          if (s.owned_blocks > keep) {
+            rank.kv->Release(s.owned_blocks - keep);
+            s.owned_blocks = keep;
+          }
+        }
+      }
+      if (!sampled) continue;
+      listener_->OnTokens(e.slot, s.generated - generated_before, now);
+      if (!s.has_first_token) {
+        s.has_first_token = true;
+        s.first_token = now;
+        listener_->OnFirstToken(e.slot, now);
+      }
+      if (s.generated >= s.output) {
+        ReleaseAll(rank, s);
+        RemoveRunning(rank, e.slot);
+        listener_->OnComplete(e.slot, now);
+      } else if (role_ == EngineRole::kPrefill && !e.decode) {
+        ReleaseAll(rank, s);
+        RemoveRunning(rank, e.slot);
+        listener_->OnPrefillDone(e.slot, now);
+      } else if (implicit_decode_) {
+        if (joins < 0) joins = IdleCohort(rank);
+        Join(rank, joins, e.slot);
+      }
+    }
+  }
+  spare_batches_.push_back(std::move(batch));
+}
+
+}  // namespace fathom::sim

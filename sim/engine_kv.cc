@@ -1,0 +1,109 @@
+// Engine: KV blocks of each sequence, admission and preemption.
+#include <algorithm>
+#include <iterator>
+
+#include "sim/engine.h"
+#include "traces/request.h"
+
+namespace fathom::sim {
+
+void Engine::RemoveRunning(Rank& rank, int64_t slot) {
+  // From the back: preemption victims are the most recently admitted.
+  auto it = std::find(rank.running.rbegin(), rank.running.rend(), slot);
+  FATHOM_CHECK(it != rank.running.rend());
+  rank.running.erase(std::next(it).base());
+}
+
+int64_t Engine::HeldTokens(const Sequence& s) const {
+  return s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
+}
+
+int64_t Engine::OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const {
+  return rank.kv->BlocksFor(tokens - s.pinned_prefix * traces::kPrefixBlockTokens);
+}
+
+void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
+  auto it = std::find(rank.prefilling.begin(), rank.prefilling.end(), slot);
+  if (it != rank.prefilling.end()) rank.prefilling.erase(it);
+}
+
+void Engine::ReleaseAll(Rank& rank, Sequence& s) {
+  rank.kv->Release(s.owned_blocks);
+  s.owned_blocks = 0;
+  rank.kv->Unpin(s.prefix, s.pinned_prefix);
+  s.pinned_prefix = 0;
+}
+
+bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
+  if (tokens_after <= HeldTokens(s))
+    return true;  // the common decode step: room left in the last block
+  const int64_t need = OwnedBlocksFor(rank, s, tokens_after) - s.owned_blocks;
+  if (need <= 0) return true;
+  if (!rank.kv->Allocate(need)) return false;
+  s.owned_blocks += need;
+  return true;
+}
+
+void Engine::Preempt(Rank& rank, int64_t slot) {
+  Sequence& s = (*slots_)[slot];
+  ++counters_.preemptions;
+  ++s.preemptions;
+  if (config_.preemption == PreemptionMode::kSwap) {
+    s.swapped = true;  // KV moves to host memory; swap-out time joins the current iteration
+    counters_.swapped_bytes += static_cast<int64_t>(s.kv_len * pool_.kv_bytes_per_token);
+  } else {
+    s.kv_len = 0;
+    s.prefill_target = s.input + s.generated;
+  }
+  ReleaseAll(rank, s);
+  RemoveRunning(rank, slot);
+  RemovePrefilling(rank, slot);
+  rank.waiting.push_front(slot);
+}
+
+bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
+  Sequence& s = (*slots_)[slot];
+  KvCacheManager& kv = *rank.kv;
+  const int64_t block = traces::kPrefixBlockTokens;
+  // Prefix blocks already cached on this rank, leaving at least one token to compute.
+  int64_t match = 0;
+  if (!s.swapped && config_.prefix_caching && !s.prefix.empty()) {
+    match = std::min(kv.Peek(s.prefix), std::max<int64_t>(0, (s.prefill_target - 1) / block));
+  }
+  const int64_t kv_after = std::max(s.kv_len, match * block);
+  const bool ready = kv_after >= s.prefill_target;
+  const int64_t first_step = ready ? DecodeStepTokens(s) : 1;
+  const int64_t tokens =
+      config_.admission == AdmissionPolicy::kReserve ? s.input + s.output : kv_after + first_step;
+  const int64_t need = kv.BlocksFor(tokens - match * block);
+  if (need + match * kv.prefix_block_kv_blocks() > kv.Available()) return false;
+
+  if (match > 0) {
+    const int64_t pinned = kv.MatchAndPin(s.prefix);
+    kv.Unpin(std::vector<uint64_t>(s.prefix.begin() + match, s.prefix.begin() + pinned),
+             pinned - match);
+    s.pinned_prefix = match;
+    counters_.cached_tokens +=
+        std::max<int64_t>(0, std::min(match * block, s.input) - std::max(s.kv_len, s.kv_high));
+    s.kv_len = kv_after;
+    s.kv_high = std::max(s.kv_high, s.kv_len);
+  }
+  FATHOM_CHECK(kv.Allocate(need));
+  s.owned_blocks = need;
+  if (s.swapped) {
+    *swap_bytes += s.kv_len * pool_.kv_bytes_per_token;
+    counters_.swapped_bytes += static_cast<int64_t>(s.kv_len * pool_.kv_bytes_per_token);
+    s.swapped = false;
+  }
+  s.admitted_order = admissions_++;
+  rank.waiting.pop_front();
+  rank.running.push_back(slot);
+  if (s.prefilling()) {
+    rank.prefilling.push_back(slot);
+  } else if (implicit_decode_) {
+    rank.loose.push_back(slot);
+  }
+  return true;
+}
+
+}  // namespace fathom::sim
