@@ -139,7 +139,7 @@ expect_fail() {  # expect_fail PATTERN ARGS...
 }
 expect_fail "--engine-cmd = sleep 100: must contain {port}" online --supervise --deployment "$tmp/deployment.json" \
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "sleep 100"
-expect_fail "the replica exited before it was healthy" online --supervise --deployment "$tmp/deployment.json" \
+expect_fail "exited with status 1 before it was healthy" online --supervise --deployment "$tmp/deployment.json" \
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "false {port}"
 expect_fail "--supervise: fathom runs the replicas; not with --metrics-cmd" online --supervise \
   --deployment "$tmp/deployment.json" --metrics-cmd true
