@@ -27,16 +27,19 @@ sim::DeploymentConfig Llama() {
 }
 
 // Replicas are `fathom serve` 10x faster than real time, but `before` runs first in their shell
-// (it may exit, or exec something else).
+// (it may exit, or exec something else). They are programs of their own, checked by their own
+// tests: in a ThreadSanitizer build they report races inside the uninstrumented cpp-httplib
+// library, which would end them at once (the halt_on_error of the test's TSAN_OPTIONS).
 SupervisorOptions ServeReplicas(const std::string& before) {
   SupervisorOptions o;
   const std::string serve =
       DefaultEngineCommand(Llama(), FATHOM_BINARY, "--time-scale 10 --cost-model roofline");
-  o.engine_cmd = "sh -c \"" + before + " exec " + serve + "\"";
+  o.engine_cmd = "env TSAN_OPTIONS=halt_on_error=0 sh -c \"" + before + " exec " + serve + "\"";
   o.replicas = 2;
   o.window_s = 10;
   o.time_scale = 10;
-  o.health_timeout_s = 8;
+  // Under sanitizers a replica takes seconds to start, more on a busy machine.
+  o.health_timeout_s = FATHOM_TIMED ? 8 : 120;
   o.gateway.token = "secret";
   return o;
 }
@@ -130,13 +133,17 @@ TEST_CASE(
   CHECK(exits->why_not.find("(1 seqs, 2048 tokens) exited with status 1 before it was healthy") !=
         std::string::npos);
   CHECK(RoutedLimits(supervisor.gateway_port()) == std::vector<BatchLimits>{{8, 2048}, {8, 2048}});
-  auto silent = supervisor.Apply({2, 2048});
-  REQUIRE(silent.ok());
-  CHECK_FALSE(silent->applied);
-  CHECK(silent->why_not.find(
-            "(2 seqs, 2048 tokens) was not healthy within 8 s (--health-timeout): killed") !=
-        std::string::npos);
-  CHECK(RoutedLimits(supervisor.gateway_port()) == std::vector<BatchLimits>{{8, 2048}, {8, 2048}});
+  // Not healthy in time: a timing, checked where timings hold (the wait is the whole timeout).
+  if (FATHOM_TIMED) {
+    auto silent = supervisor.Apply({2, 2048});
+    REQUIRE(silent.ok());
+    CHECK_FALSE(silent->applied);
+    CHECK(silent->why_not.find(
+              "(2 seqs, 2048 tokens) was not healthy within 8 s (--health-timeout): killed") !=
+          std::string::npos);
+    CHECK(RoutedLimits(supervisor.gateway_port()) ==
+          std::vector<BatchLimits>{{8, 2048}, {8, 2048}});
+  }
   // A good configuration still goes through afterwards.
   auto good = supervisor.Apply({16, 2048});
   REQUIRE(good.ok());
