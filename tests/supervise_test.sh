@@ -3,8 +3,8 @@
 # gateway, 10x faster than real time. The load's lengths shift from chat-like to reasoning-like;
 # the controller's first change is forced to a bad configuration (--inject-limits), which its
 # canary window rolls back; the change is then made for real; a replica killed with SIGKILL is
-# replaced; and every request sent is answered. --advise recommends without replacing. Bad input
-# exits 2 with a clear message.
+# replaced; and every request sent is answered. --advise recommends without replacing, measuring
+# from the replicas' /metrics pages. Bad input exits 2 with a clear message.
 # Usage: supervise_test.sh FATHOM_BINARY
 set -u
 fathom=$1
@@ -95,8 +95,10 @@ check "the last windows hold both p99 limits" \
   bash -c "grep -E '^ +[0-9]+ ' $tmp/online.out | tail -3 | awk '{ if (\$7 < 0) exit 1 }'"
 sql "SELECT event, after_config, round(replace_s, 2), reason FROM journal WHERE event != 'hold'"
 
-# --advise: the same shift recommends a change, journals it, and replaces nothing.
-"$fathom" online --supervise --advise --deployment "$tmp/deployment.json" --cost-model roofline --time-scale $scale \
+# --advise: the same shift recommends a change, journals it, and replaces nothing. Its windows come
+# from the replicas' own /metrics pages.
+"$fathom" online --supervise --advise --metrics-source engines --deployment "$tmp/deployment.json" \
+  --cost-model roofline --time-scale $scale \
   --initial-batch 8 --initial-tokens 2048 --max-batch 8,64 --max-num-tokens 2048 --ttft-ms 2000 --tpot-ms 100 \
   --window-s 10 --min-requests 10 --confirm-windows 1 --warmup-s 60 --probe-s 120 --journal "$tmp/advice.db" \
   --token secret --windows 6 >"$tmp/advise.out" 2>"$tmp/advise.log" &
@@ -122,10 +124,15 @@ check "--advise prints the advice" grep -qE "advise +64 seqs" "$tmp/advise.out"
 # Bad input exits 2 and says why.
 expect_fail "--engine-cmd = sleep 100: must contain {port}" online --supervise --deployment "$tmp/deployment.json" \
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "sleep 100"
-expect_fail "the replica exited before it was healthy" online --supervise --deployment "$tmp/deployment.json" \
+expect_fail "exited with status 1 before it was healthy" online --supervise --deployment "$tmp/deployment.json" \
   --ttft-ms 2000 --tpot-ms 100 --engine-cmd "false {port}"
 expect_fail "--supervise: fathom runs the replicas; not with --metrics-cmd" online --supervise \
   --deployment "$tmp/deployment.json" --metrics-cmd true
 expect_fail "--replicas: only with --supervise" online --replicas 3
+expect_fail "--metrics-source = statsd: must be gateway, engines or prometheus" online --supervise \
+  --deployment "$tmp/deployment.json" --ttft-ms 2000 --tpot-ms 100 --metrics-source statsd
+expect_fail "--metrics-source = prometheus: give --prometheus-url" online --supervise \
+  --deployment "$tmp/deployment.json" --ttft-ms 2000 --tpot-ms 100 --metrics-source prometheus
+expect_fail "--prometheus-url: only with --supervise" online --prometheus-url http://127.0.0.1:9090
 
 finish supervise

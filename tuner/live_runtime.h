@@ -39,7 +39,7 @@ class LiveRuntime : public ServingRuntime {
   static Result<std::unique_ptr<LiveRuntime>> Create(LiveRuntimeOptions options);
 
   Result<std::optional<Window>> Observe() override;
-  Status Apply(const BatchLimits& limits) override;
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override;
 
  private:
   explicit LiveRuntime(LiveRuntimeOptions options) : options_(std::move(options)) {}

@@ -115,7 +115,7 @@ TEST_CASE("LiveRuntime: windows from successive vLLM scrapes, and limits applied
   o.metrics_cmd = "cat " + (dir / "0").string();
   auto failing = LiveRuntime::Create(o);
   REQUIRE(failing.ok());
-  CHECK((*failing)->Apply({64, 4096}).message() ==
+  CHECK((*failing)->Apply({64, 4096}).status().message() ==
         "--apply-cmd = \"exit 3\": exited with status 3");
   o.metrics_cmd = "echo 'up 1'";
   CHECK(LiveRuntime::Create(o).status().message().find("no vllm:request_success_total") !=

@@ -222,6 +222,11 @@ void Controller::Withdraw(const BatchLimits& in_force) {
   guard_.reset();
 }
 
+void Controller::FailedToStart(const BatchLimits& in_force) {
+  unstartable_.push_back(limits_);
+  Withdraw(in_force);
+}
+
 Result<Decision> Controller::Step(const Window& w) {
   Decision d;
   d.limits = limits_;
@@ -279,7 +284,8 @@ Result<Decision> Controller::Step(const Window& w) {
   std::vector<BatchLimits> choices;
   for (const BatchLimits& l : grid_) {
     const bool banned =
-        std::any_of(banned_.begin(), banned_.end(), [&](const auto& b) { return b.first == l; });
+        std::any_of(banned_.begin(), banned_.end(), [&](const auto& b) { return b.first == l; }) ||
+        std::find(unstartable_.begin(), unstartable_.end(), l) != unstartable_.end();
     if (l == limits_ || !banned) choices.push_back(l);
   }
   const double qps = d.forecast_qps * (1 + options_.headroom);
@@ -355,7 +361,13 @@ Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller,
     if (advise && d.action != Decision::Action::kHold) {
       controller.Withdraw(in_force);
     } else if (d.action != Decision::Action::kHold) {
-      FATHOM_RETURN_IF_ERROR(runtime.Apply(d.limits));
+      FATHOM_ASSIGN_OR_RETURN(const ApplyOutcome outcome, runtime.Apply(d.limits));
+      if (!outcome.applied) {
+        controller.FailedToStart(in_force);
+        d.reason += "; rolled back, " + d.limits.Label() + " failed to start: " + outcome.why_not;
+        d.action = Decision::Action::kRollback;
+        d.limits = in_force;
+      }
       ++(d.action == Decision::Action::kApply ? s.changes : s.rollbacks);
     }
     ++s.windows;
@@ -459,8 +471,10 @@ Result<std::optional<Window>> SimulatedRuntime::Observe() {
   return std::optional<Window>(std::move(w));
 }
 
-Status SimulatedRuntime::Apply(const BatchLimits& limits) {
-  return state_->simulator->SetBatchLimits(limits.max_batch, limits.max_num_tokens);
+Result<ApplyOutcome> SimulatedRuntime::Apply(const BatchLimits& limits) {
+  FATHOM_RETURN_IF_ERROR(
+      state_->simulator->SetBatchLimits(limits.max_batch, limits.max_num_tokens));
+  return ApplyOutcome{};
 }
 
 }  // namespace fathom::tuner

@@ -46,14 +46,22 @@ struct Window {
   double ArrivalRate() const { return end_s > start_s ? arrived / (end_s - start_s) : 0; }
 };
 
+// What Apply did: the new limits are in force, or the runtime could not start them and serves on
+// with the limits before (the change is rolled back), for the reason given.
+struct ApplyOutcome {
+  bool applied = true;
+  std::string why_not;
+};
+
 // A serving runtime as the loop sees it.
 class ServingRuntime {
  public:
   virtual ~ServingRuntime() = default;
   // Waits for the current window to end and reports it; nullopt once the runtime has no more.
   virtual Result<std::optional<Window>> Observe() = 0;
-  // Takes effect from the runtime's next batch; running requests keep their place.
-  virtual Status Apply(const BatchLimits& limits) = 0;
+  // Takes effect from the runtime's next batch; running requests keep their place. An error means
+  // the runtime is in no known state, and ends the loop.
+  virtual Result<ApplyOutcome> Apply(const BatchLimits& limits) = 0;
 };
 
 struct OnlineOptions {
@@ -108,6 +116,9 @@ class Controller {
   const BatchLimits& limits() const { return limits_; }
   // The change Step just decided was not applied (advice only): `in_force` stay, nothing is judged.
   void Withdraw(const BatchLimits& in_force);
+  // The runtime could not start the limits Step just chose and still runs `in_force`: those stay,
+  // and the failed limits are never chosen again.
+  void FailedToStart(const BatchLimits& in_force);
 
   // The predicted p99 margin of `limits` at `qps` on the workload sample so far.
   Result<double> PredictMargin(const BatchLimits& limits, double qps) const;
@@ -145,6 +156,7 @@ class Controller {
   };
   std::optional<Guard> guard_;
   std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
+  std::vector<BatchLimits> unstartable_;             // limits the runtime failed to start
 };
 
 struct OnlineSummary {
@@ -177,7 +189,7 @@ class SimulatedRuntime : public ServingRuntime {
   ~SimulatedRuntime() override;
 
   Result<std::optional<Window>> Observe() override;
-  Status Apply(const BatchLimits& limits) override;
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override;
 
  private:
   SimulatedRuntime() = default;

@@ -213,6 +213,60 @@ TEST_CASE(
   }
 }
 
+// A runtime whose every change fails to start (its new replica exits): it serves on with the
+// limits it has, broken windows after broken windows.
+class RefusingRuntime : public ServingRuntime {
+ public:
+  RefusingRuntime(std::vector<traces::Request> data, int windows)
+      : data_(std::move(data)), windows_(windows) {}
+  Result<std::optional<Window>> Observe() override {
+    if (windows_-- <= 0) return std::optional<Window>();
+    Window w = Calm(data_, 200 * static_cast<size_t>(windows_), 200, 3.0);
+    w.ttft_p99_ms = 40000;
+    return std::optional<Window>(w);
+  }
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override {
+    tried.push_back(limits);
+    return ApplyOutcome{false, "the replica on port 1 exited with status 1 before it was healthy"};
+  }
+  std::vector<BatchLimits> tried;
+
+ private:
+  std::vector<traces::Request> data_;
+  int windows_;
+};
+
+TEST_CASE("RunOnline: a change that fails to start is rolled back at once, and never tried again",
+          "[online]") {
+  const auto data = MlperfSet();
+  RefusingRuntime runtime(data, 9);
+  OnlineOptions o = Options();
+  o.cooldown_windows = 0;
+  const BatchLimits initial{32, 8192};
+  auto controller = Make(initial, o);
+  std::vector<Decision> decisions;
+  auto s = RunOnline(runtime, *controller, 0,
+                     [&](const Window&, const Decision& d) { decisions.push_back(d); });
+  REQUIRE(s.ok());
+  // Broken limits: a change every window, each refused, each to limits not tried before.
+  REQUIRE(runtime.tried.size() >= 3);
+  for (size_t i = 0; i < runtime.tried.size(); ++i) {
+    CHECK_FALSE(runtime.tried[i] == initial);
+    for (size_t j = 0; j < i; ++j) CHECK_FALSE(runtime.tried[i] == runtime.tried[j]);
+  }
+  CHECK(s->changes == 0);
+  CHECK(s->rollbacks == static_cast<int64_t>(runtime.tried.size()));
+  for (const Decision& d : decisions) {
+    CHECK(d.limits == initial);
+    if (d.action == Action::kHold) continue;
+    CHECK(d.action == Action::kRollback);
+    CHECK(d.reason.find("; rolled back, ") != std::string::npos);
+    CHECK(d.reason.find(" failed to start: the replica on port 1 exited with status 1 before it "
+                        "was healthy") != std::string::npos);
+  }
+  CHECK(controller->limits() == initial);
+}
+
 TEST_CASE("RunOnline --advise: recommendations are reported, nothing is applied", "[online]") {
   const auto data = MlperfSet();
   traces::SynthSpec load;

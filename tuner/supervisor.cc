@@ -14,6 +14,7 @@
 #include <cmath>
 #include <thread>
 
+#include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "base/stats.h"
@@ -66,11 +67,53 @@ std::string ShellQuote(const std::string& s) {
 bool Exited(pid_t pid, int* status) { return waitpid(pid, status, WNOHANG) == pid; }
 
 std::string ExitText(int status) {
-  return WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                           : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return WIFEXITED(status)
+             ? "exited with status " + std::to_string(WEXITSTATUS(status))
+             : "was killed by signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The window from the gateway's record, its latencies scaled by `time_scale` to engine time.
+Window FromGateway(const sim::GatewayWindow& g, double time_scale) {
+  const double k = time_scale;
+  Window w;
+  w.arrived = g.arrived;
+  w.completed = static_cast<int64_t>(g.finished.size());
+  w.dropped = g.failed;
+  w.in_flight = g.in_flight;
+  w.waiting = g.waiting;
+  std::vector<double> ttft_ms, tpot_ms;
+  for (size_t i = 0; i < g.finished.size(); ++i) {
+    const sim::GatewayRecord& r = g.finished[i];
+    traces::Request q;
+    q.id = static_cast<int64_t>(i);
+    q.input_tokens = std::max<int64_t>(1, r.prompt_tokens);
+    q.output_tokens = std::max<int64_t>(1, r.completion_tokens);
+    w.finished.push_back(q);
+    if (!r.streamed) continue;  // a whole answer has no first-token time of its own
+    ttft_ms.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
+    if (r.completion_tokens > 1) {
+      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 /
+                        static_cast<double>(r.completion_tokens - 1));
+    }
+  }
+  w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
+  w.tpot_p99_ms = tpot_ms.empty() ? 0 : Percentile(tpot_ms, 0.99);
+  return w;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
+
+Result<MetricsSource> ParseMetricsSource(const std::string& name) {
+  if (name == "gateway") return MetricsSource::kGateway;
+  if (name == "engines") return MetricsSource::kEngines;
+  if (name == "prometheus") return MetricsSource::kPrometheus;
+  return Status::InvalidArgument("--metrics-source = " + name.substr(0, 100) +
+                                 ": must be gateway, engines or prometheus");
+}
 
 Status SupervisorOptions::Validate() const {
   if (engine_cmd.empty()) return Status::InvalidArgument("--engine-cmd: empty");
@@ -90,6 +133,15 @@ Status SupervisorOptions::Validate() const {
   FATHOM_RETURN_IF_ERROR(positive(window_s, "--window-s"));
   FATHOM_RETURN_IF_ERROR(positive(time_scale, "--time-scale"));
   FATHOM_RETURN_IF_ERROR(positive(health_timeout_s, "--health-timeout"));
+  if (metrics_source == MetricsSource::kPrometheus) {
+    if (prometheus_url.empty()) {
+      return Status::InvalidArgument(
+          "--metrics-source = prometheus: give --prometheus-url, the server's HTTP API");
+    }
+    FATHOM_RETURN_IF_ERROR(PrometheusApi::Create(prometheus_url).status());
+  } else if (!prometheus_url.empty()) {
+    return Status::InvalidArgument("--prometheus-url: only with --metrics-source prometheus");
+  }
   return gateway.Validate();
 }
 
@@ -121,10 +173,21 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
+  if (s->options_.metrics_source == MetricsSource::kPrometheus) {
+    FATHOM_ASSIGN_OR_RETURN(s->prometheus_, PrometheusApi::Create(s->options_.prometheus_url));
+  }
+  {
+    std::lock_guard<std::mutex> lock(s->mu_);
+    FATHOM_RETURN_IF_ERROR(s->WriteTargetsLocked());
+  }
   s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
   FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
   for (int i = 0; i < s->options_.replicas; ++i)
-    FATHOM_RETURN_IF_ERROR(s->Launch(initial).status());
+    FATHOM_RETURN_IF_ERROR(s->Launch(initial).status().WithContext("--engine-cmd"));
+  if (s->options_.metrics_source == MetricsSource::kEngines) {
+    s->engines_.emplace();
+    FATHOM_RETURN_IF_ERROR(s->engines_->Start(s->ReplicaPorts()));
+  }
   s->window_start_wall_s_ = s->gateway_->Now();
   s->monitor_ = std::thread([raw = s.get()] { raw->Monitor(); });
   return s;
@@ -190,20 +253,21 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(std::chrono::seconds(1));
   client.set_read_timeout(std::chrono::seconds(2));
+  const std::string replica =
+      "the replica on port " + std::to_string(port) + " (" + limits.Label() + ")";
   for (;;) {
     int status = 0;
     if (Exited(pid, &status)) {
-      return Status::Unavailable("--engine-cmd = \"" + command +
-                                 "\": the replica exited before it was healthy (" +
-                                 ExitText(status) + "; its output: --engine-log)");
+      return Status::Unavailable(replica + " " + ExitText(status) +
+                                 " before it was healthy (its output: --engine-log)");
     }
     if (auto r = client.Get("/health"); r && r->status == 200) break;
     if (gateway_->Now() - started > options_.health_timeout_s || stopping_) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      return Status::Unavailable("--engine-cmd = \"" + command + "\": /health not ok within " +
+      return Status::Unavailable(replica + " was not healthy within " +
                                  StrFormat("%g", options_.health_timeout_s) +
-                                 " s (--health-timeout); killed");
+                                 " s (--health-timeout): killed");
     }
     SleepS(0.05);
   }
@@ -212,6 +276,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
     replicas_[id] = Replica{pid, port, limits, false};
+    if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
   gateway_->AddReplica(id, port);
   Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid),
@@ -252,6 +317,7 @@ void Supervisor::Monitor() {
           died.emplace_back(*it);
         }
         it = replicas_.erase(it);
+        if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
       }
     }
     std::vector<std::pair<int, Replica>> failed;
@@ -317,33 +383,27 @@ Result<std::optional<Window>> Supervisor::Observe() {
   }
   // A window that an Apply made longer ends now.
   const double now = gateway_->Now();
-  sim::GatewayWindow g = gateway_->TakeWindow();
   const double k = options_.time_scale;
+  const double start_s = elapsed_s_, end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
+  // The gateway's record is taken whatever the source: it would grow without end otherwise.
+  sim::GatewayWindow g = gateway_->TakeWindow();
   Window w;
-  w.start_s = elapsed_s_;
-  w.end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
-  w.arrived = g.arrived;
-  w.completed = static_cast<int64_t>(g.finished.size());
-  w.dropped = g.failed;
-  w.in_flight = g.in_flight;
-  w.waiting = g.waiting;
-  std::vector<double> ttft_ms, tpot_ms;
-  for (size_t i = 0; i < g.finished.size(); ++i) {
-    const sim::GatewayRecord& r = g.finished[i];
-    traces::Request q;
-    q.id = static_cast<int64_t>(i);
-    q.input_tokens = std::max<int64_t>(1, r.prompt_tokens);
-    q.output_tokens = std::max<int64_t>(1, r.completion_tokens);
-    w.finished.push_back(q);
-    if (!r.streamed) continue;  // a whole answer has no first-token time of its own
-    ttft_ms.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
-    if (r.completion_tokens > 1) {
-      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 /
-                        static_cast<double>(r.completion_tokens - 1));
+  switch (options_.metrics_source) {
+    case MetricsSource::kGateway:
+      w = FromGateway(g, k);
+      break;
+    case MetricsSource::kEngines: {
+      FATHOM_ASSIGN_OR_RETURN(w, engines_->Next(ReplicaPorts(), start_s, end_s));
+      break;
+    }
+    case MetricsSource::kPrometheus: {
+      FATHOM_ASSIGN_OR_RETURN(
+          w, prometheus_->Next(now - window_start_wall_s_, UnixNow(), start_s, end_s));
+      break;
     }
   }
-  w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
-  w.tpot_p99_ms = tpot_ms.empty() ? 0 : Percentile(tpot_ms, 0.99);
+  w.start_s = start_s;
+  w.end_s = end_s;
   elapsed_s_ = w.end_s;
   window_start_wall_s_ = now;
   if (g.retried > 0) {
@@ -353,7 +413,26 @@ Result<std::optional<Window>> Supervisor::Observe() {
   return std::optional<Window>(std::move(w));
 }
 
-Status Supervisor::Apply(const BatchLimits& limits) {
+Status Supervisor::ReplaceWith(const BatchLimits& limits) {
+  // One replica at a time: the new one healthy and routed before the old one leaves routing.
+  for (;;) {
+    std::optional<int> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, r] : replicas_) {
+        if (!r.draining && !(r.limits == limits)) {
+          old = id;
+          break;
+        }
+      }
+    }
+    if (!old) return Status::Ok();
+    FATHOM_RETURN_IF_ERROR(Launch(limits).status());
+    Retire(*old);
+  }
+}
+
+Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   const double started = gateway_->Now();
   BatchLimits launch = limits;
   if (options_.inject_limits && !injected_) {
@@ -362,30 +441,52 @@ Status Supervisor::Apply(const BatchLimits& limits) {
     Log("injected bad configuration (canary test): starting " + launch.Label() + " instead of " +
         limits.Label());
   }
+  BatchLimits before;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    before = target_;
     target_ = launch;
   }
-  // One replica at a time: the new one healthy and routed before the old one leaves routing.
-  for (;;) {
-    std::optional<int> old;
+  ApplyOutcome outcome;
+  if (Status replaced = ReplaceWith(launch); !replaced.ok()) {
+    // The failed replica is gone (Launch killed it) and the old ones still serve; those already
+    // replaced are replaced back. Failing that too leaves no known state: an error.
+    Log("rolling replacement to " + launch.Label() + " failed, rolling back to " + before.Label() +
+        ": " + replaced.message());
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [id, r] : replicas_) {
-        if (!r.draining && !(r.limits == launch)) {
-          old = id;
-          break;
-        }
-      }
+      target_ = before;
     }
-    if (!old) break;
-    FATHOM_RETURN_IF_ERROR(Launch(launch).status());
-    Retire(*old);
+    FATHOM_RETURN_IF_ERROR(ReplaceWith(before).WithContext("rolling back to " + before.Label() +
+                                                           " after " + replaced.message()));
+    outcome.applied = false;
+    outcome.why_not = replaced.message();
   }
   last_replace_s_ = gateway_->Now() - started;
-  Log(StrFormat("rolling replacement to %s done in %.2f s", launch.Label().c_str(),
-                *last_replace_s_));
-  return Status::Ok();
+  Log(StrFormat("rolling replacement to %s %s in %.2f s", launch.Label().c_str(),
+                outcome.applied ? "done" : "rolled back", *last_replace_s_));
+  return outcome;
+}
+
+std::map<int, int> Supervisor::ReplicaPorts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<int, int> ports;
+  for (const auto& [id, r] : replicas_) ports[id] = r.port;
+  return ports;
+}
+
+Status Supervisor::WriteTargetsLocked() const {
+  if (options_.prometheus_targets.empty()) return Status::Ok();
+  OrderedJson groups = OrderedJson::array();
+  for (const auto& [id, r] : replicas_) {
+    OrderedJson g;
+    g["targets"] = OrderedJson::array({"127.0.0.1:" + std::to_string(r.port)});
+    g["labels"]["fathom_replica"] = std::to_string(id);
+    groups.push_back(g);
+  }
+  // Prometheus watches the file: renamed into place, it is never read half-written.
+  return WriteFileAtomic(options_.prometheus_targets, groups.dump(2) + "\n")
+      .WithContext("--prometheus-targets");
 }
 
 }  // namespace fathom::tuner

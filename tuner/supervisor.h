@@ -1,8 +1,11 @@
 // The supervisor behind `fathom online --supervise`: it starts the engine replicas itself as child
 // processes, fronts them with fathom's gateway, reports each window from the gateway's own record
-// of every request, and applies new batch limits by rolling replacement: a new replica with the
-// new flags, healthy before it takes traffic, then the old one drained (SIGTERM). A replica that
-// dies is taken out of routing at once (its requests are retried once on another) and restarted.
+// of every request, the replicas' /metrics pages or a Prometheus server, and applies new batch
+// limits by rolling replacement: a new replica with the new flags, healthy before it takes
+// traffic, then the old one drained (SIGTERM). A new replica that exits or is not healthy in time
+// is killed and the change rolled back: the replicas already replaced are replaced back, and the
+// old ones serve on. A replica that dies is taken out of routing at once (its requests are retried
+// once on another) and restarted.
 #pragma once
 
 #include <atomic>
@@ -17,10 +20,21 @@
 
 #include "base/status.h"
 #include "sim/live/gateway.h"
+#include "tuner/engine_scraper.h"
 #include "tuner/journal.h"
 #include "tuner/online.h"
+#include "tuner/prometheus_api.h"
 
 namespace fathom::tuner {
+
+// Where each window's measurements come from.
+enum class MetricsSource {
+  kGateway,     // the gateway's record of every request: exact arrivals, lengths and latencies
+  kEngines,     // each replica's /metrics page, summed over the replicas
+  kPrometheus,  // a Prometheus server that scrapes the replicas, through its HTTP API
+};
+// "gateway", "engines" or "prometheus" (--metrics-source).
+Result<MetricsSource> ParseMetricsSource(const std::string& name);
 
 struct SupervisorOptions {
   // The command that starts one replica, run by /bin/sh; {port}, {max_num_seqs} and
@@ -32,6 +46,11 @@ struct SupervisorOptions {
   double health_timeout_s = 120;  // wall seconds a new replica has to answer /health
   std::string engine_log;         // the replicas' output is appended here; empty: discarded
   sim::GatewayOptions gateway;
+  MetricsSource metrics_source = MetricsSource::kGateway;
+  std::string prometheus_url;  // with kPrometheus: http://HOST:PORT of its HTTP API
+  // When set, the replicas' addresses are written here whenever they change, as a Prometheus
+  // file_sd_configs target file (JSON, replaced atomically).
+  std::string prometheus_targets;
   // A test of the canary: the first change starts replicas with these limits instead of the chosen
   // ones (a bad configuration the window after it must catch and roll back).
   std::optional<BatchLimits> inject_limits;
@@ -58,8 +77,11 @@ class Supervisor : public ServingRuntime {
 
   int gateway_port() const;
   Result<std::optional<Window>> Observe() override;
-  Status Apply(const BatchLimits& limits) override;
-  // Wall seconds the last Apply took (start, health, shift, drain signal); nullopt before any.
+  // A replacement that fails (a new replica exits or is not healthy within health_timeout_s) is
+  // rolled back: not applied, for the reason the outcome gives.
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override;
+  // Wall seconds the last Apply took (start, health, shift, drain signal, and a rollback's
+  // replacements back); nullopt before any.
   std::optional<double> last_replace_s() const { return last_replace_s_; }
   // Replicas restarted after they died, since the start.
   int64_t restarts() const { return restarts_; }
@@ -72,8 +94,14 @@ class Supervisor : public ServingRuntime {
     bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
   };
   explicit Supervisor(SupervisorOptions options);
-  // Starts a replica, waits until it is healthy, and routes traffic to it; returns its id.
+  // Starts a replica, waits until it is healthy, and routes traffic to it; returns its id. One
+  // that exits first or is not healthy in time is killed, and the error says which.
   Result<int> Launch(const BatchLimits& limits);
+  // Replaces every serving replica not running `limits`, one at a time.
+  Status ReplaceWith(const BatchLimits& limits);
+  std::map<int, int> ReplicaPorts() const;  // id -> port, draining replicas included
+  // Rewrites options_.prometheus_targets (if set) with the replicas now; mu_ held.
+  Status WriteTargetsLocked() const;
   void Retire(int id);  // out of routing, then SIGTERM: it finishes what it has
   void Monitor();       // reaps exits; restarts a replica that died
   std::string ReplicasJson() const;
@@ -81,6 +109,8 @@ class Supervisor : public ServingRuntime {
 
   SupervisorOptions options_;
   std::unique_ptr<sim::Gateway> gateway_;
+  std::optional<EngineScraper> engines_;     // with MetricsSource::kEngines
+  std::optional<PrometheusApi> prometheus_;  // with MetricsSource::kPrometheus
   mutable std::mutex mu_;
   std::map<int, Replica> replicas_;
   int next_id_ = 1;

@@ -47,6 +47,7 @@ struct OnlineFlags {
   tuner::SupervisorOptions supervisor;
   int replicas = 0;         // 0: the deployment's
   std::string engine_args;  // appended to the default engine command
+  std::string metrics_source = "gateway";
   std::string journal;
   std::vector<int64_t> inject_limits;
   std::vector<CLI::Option*> supervise_options;  // only with --supervise
@@ -170,6 +171,7 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
     }
     o.inject_limits = tuner::BatchLimits{f.inject_limits[0], f.inject_limits[1]};
   }
+  FATHOM_ASSIGN_OR_RETURN(o.metrics_source, tuner::ParseMetricsSource(f.metrics_source));
   o.journal = journal;
   o.stop = &stop_requested;
   o.log = [](const std::string& line) {
@@ -374,6 +376,17 @@ void RegisterOnline(CLI::App& app, Status* result) {
   supervised(cmd->add_option("--time-scale", so.time_scale,
                              "The replicas' time scale (fathom serve --time-scale)")
                  ->capture_default_str());
+  supervised(
+      cmd->add_option("--metrics-source", f->metrics_source,
+                      "Where windows are measured: gateway (its record of every request), engines "
+                      "(each replica's /metrics, summed) or prometheus (--prometheus-url)")
+          ->capture_default_str());
+  supervised(cmd->add_option("--prometheus-url", so.prometheus_url,
+                             "With --metrics-source prometheus: the server's HTTP API, e.g. "
+                             "http://127.0.0.1:9090"));
+  supervised(cmd->add_option("--prometheus-targets", so.prometheus_targets,
+                             "Keep the replicas' addresses in this file, for Prometheus's "
+                             "file_sd_configs"));
   supervised(cmd->add_option("--health-timeout", so.health_timeout_s,
                              "Seconds a new replica has to answer /health")
                  ->capture_default_str());
