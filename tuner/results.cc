@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <type_traits>
+#include <variant>
 
 namespace fathom::tuner {
 
@@ -234,28 +236,79 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
   return out;
 }
 
+namespace {
+
+// A stored candidate's figures, each named once for writing and reading (its deployment is stored
+// apart). Written when `stored` says so: a pruned candidate's bound, a failed one's failure and,
+// where a probe broke the limits, that probe's figures.
+using Member = std::variant<bool CandidateResult::*, double CandidateResult::*,
+                            int64_t CandidateResult::*, std::string CandidateResult::*>;
+struct CandidateField {
+  const char* name;
+  Member member;
+  bool (*stored)(const CandidateResult&);
+};
+
+bool Always(const CandidateResult&) { return true; }
+bool Pruned(const CandidateResult& r) { return r.below_qps > 0; }
+bool Failed(const CandidateResult& r) { return !r.valid && r.below_qps == 0; }
+bool FailedProbe(const CandidateResult& r) { return Failed(r) && r.failed_qps > 0; }
+
+const CandidateField kCandidateFields[] = {
+    {"valid", &CandidateResult::valid, Always},
+    {"throughput_tokens_per_s", &CandidateResult::throughput_tokens_per_s, Always},
+    {"tokens_per_s_per_gpu", &CandidateResult::tokens_per_s_per_gpu, Always},
+    {"loadgen_tokens_per_s", &CandidateResult::loadgen_tokens_per_s, Always},
+    {"tokens_per_s_per_user", &CandidateResult::tokens_per_s_per_user, Always},
+    {"qps", &CandidateResult::qps, Always},
+    {"ttft_p99_ms", &CandidateResult::ttft_p99_ms, Always},
+    {"tpot_p99_ms", &CandidateResult::tpot_p99_ms, Always},
+    {"cost_per_million_tokens", &CandidateResult::cost_per_million_tokens, Always},
+    {"bound", &CandidateResult::bound, Always},
+    {"run_samples", &CandidateResult::run_samples, Always},
+    {"run_s", &CandidateResult::run_s, Always},
+    {"below_qps", &CandidateResult::below_qps, Pruned},
+    {"failure", &CandidateResult::failure, Failed},
+    {"failed_qps", &CandidateResult::failed_qps, FailedProbe},
+    {"failed_ttft_p99_ms", &CandidateResult::failed_ttft_p99_ms, FailedProbe},
+    {"failed_tpot_p99_ms", &CandidateResult::failed_tpot_p99_ms, FailedProbe},
+};
+
+}  // namespace
+
+OrderedJson CandidateResult::ToJson() const {
+  OrderedJson j;
+  j["config"] = sim::ToJson(config);
+  for (const CandidateField& field : kCandidateFields) {
+    if (!field.stored(*this)) continue;
+    std::visit([&](auto member) { j[field.name] = this->*member; }, field.member);
+  }
+  return j;
+}
+
 Result<CandidateResult> CandidateFromJson(const sim::DeploymentConfig& config, const Json& j,
                                           const std::string& source) {
   JsonFields f(j, source);
   CandidateResult r;
   r.config = config;
-  r.valid = f.Bool("valid", false);
-  r.throughput_tokens_per_s = f.Double("throughput_tokens_per_s", 0.0);
-  r.tokens_per_s_per_gpu = f.Double("tokens_per_s_per_gpu", 0.0);
-  r.loadgen_tokens_per_s = f.Double("loadgen_tokens_per_s", r.throughput_tokens_per_s);
-  r.tokens_per_s_per_user = f.Double("tokens_per_s_per_user", 0.0);
-  r.qps = f.Double("qps", 0.0);
-  r.ttft_p99_ms = f.Double("ttft_p99_ms", 0.0);
-  r.tpot_p99_ms = f.Double("tpot_p99_ms", 0.0);
-  r.cost_per_million_tokens = f.Double("cost_per_million_tokens", 0.0);
-  r.bound = f.Double("bound", 0.0);
-  r.run_samples = f.Int("run_samples", 0);
-  r.run_s = f.Double("run_s", 0.0);
-  r.failure = f.String("failure", "");
-  r.failed_qps = f.Double("failed_qps", 0.0);
-  r.failed_ttft_p99_ms = f.Double("failed_ttft_p99_ms", 0.0);
-  r.failed_tpot_p99_ms = f.Double("failed_tpot_p99_ms", 0.0);
-  r.below_qps = f.Double("below_qps", 0.0);
+  for (const CandidateField& field : kCandidateFields) {
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(r.*member)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            r.*member = f.Bool(field.name, false);
+          } else if constexpr (std::is_same_v<T, int64_t>) {
+            r.*member = f.Int(field.name, 0);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            r.*member = f.String(field.name, "");
+          } else {
+            r.*member = f.Double(field.name, 0.0);
+          }
+        },
+        field.member);
+  }
+  // Stores written before LoadGen's figure was kept: it was the throughput.
+  if (!j.contains("loadgen_tokens_per_s")) r.loadgen_tokens_per_s = r.throughput_tokens_per_s;
   FATHOM_RETURN_IF_ERROR(f.status());
   r.reused = true;
   return r;

@@ -246,33 +246,6 @@ bool ServerLike(sim::Scenario s) {
   return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive;
 }
 
-OrderedJson CandidateResult::ToJson() const {
-  OrderedJson j;
-  j["config"] = sim::ToJson(config);
-  j["valid"] = valid;
-  j["throughput_tokens_per_s"] = throughput_tokens_per_s;
-  j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
-  j["loadgen_tokens_per_s"] = loadgen_tokens_per_s;
-  j["tokens_per_s_per_user"] = tokens_per_s_per_user;
-  j["qps"] = qps;
-  j["ttft_p99_ms"] = ttft_p99_ms;
-  j["tpot_p99_ms"] = tpot_p99_ms;
-  j["cost_per_million_tokens"] = cost_per_million_tokens;
-  j["bound"] = bound;
-  j["run_samples"] = run_samples;
-  j["run_s"] = run_s;
-  if (below_qps > 0) j["below_qps"] = below_qps;
-  if (!valid && below_qps == 0) {
-    j["failure"] = failure;
-    if (failed_qps > 0) {
-      j["failed_qps"] = failed_qps;
-      j["failed_ttft_p99_ms"] = failed_ttft_p99_ms;
-      j["failed_tpot_p99_ms"] = failed_tpot_p99_ms;
-    }
-  }
-  return j;
-}
-
 OrderedJson SearchFailure::ToJson() const {
   OrderedJson j;
   j["out_of_memory"] = out_of_memory;
