@@ -3,23 +3,17 @@
 #include <algorithm>
 #include <cctype>
 
+#include "sim/live/http_text.h"
+
 namespace fathom::sim {
 namespace {
 
+using http::Lower;
+using http::ParseNumber;
+using http::Trim;
+
 constexpr size_t kMaxHeaderBytes = 64 << 10;
 constexpr size_t kMaxChunkLine = 1024;
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return out;
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 HttpParse Bad(int status, std::string error) {
   HttpParse p;
@@ -27,25 +21,6 @@ HttpParse Bad(int status, std::string error) {
   p.status = status;
   p.error = std::move(error);
   return p;
-}
-
-// A non-negative decimal (`base` 10) or hexadecimal (16) number of at most 15 digits.
-bool ParseSize(std::string_view s, int base, int64_t* out) {
-  if (s.empty() || s.size() > 15) return false;
-  int64_t v = 0;
-  for (char ch : s) {
-    int digit;
-    if (ch >= '0' && ch <= '9') {
-      digit = ch - '0';
-    } else if (base == 16 && std::isxdigit(static_cast<unsigned char>(ch))) {
-      digit = std::tolower(static_cast<unsigned char>(ch)) - 'a' + 10;
-    } else {
-      return false;
-    }
-    v = v * base + digit;
-  }
-  *out = v;
-  return true;
 }
 
 // The chunked body starting at `at`: kComplete with `consumed` the offset past its end.
@@ -60,7 +35,7 @@ HttpParse ParseChunked(std::string_view in, size_t at, int64_t max_body_bytes, s
     std::string_view line = in.substr(at, eol - at);
     line = Trim(line.substr(0, line.find(';')));  // chunk extensions are ignored
     int64_t size = 0;
-    if (!ParseSize(line, 16, &size)) return Bad(400, "malformed chunked body");
+    if (!ParseNumber(line, 16, &size)) return Bad(400, "malformed chunked body");
     if (size > max_body_bytes - static_cast<int64_t>(body->size()))
       return Bad(413, "request body too large");
     at = eol + 2;
@@ -135,7 +110,7 @@ HttpParse ParseHttpRequest(std::string_view in, int64_t max_body_bytes, HttpRequ
     const std::string_view value = Trim(field.substr(colon + 1));
     if (name == "content-length") {
       int64_t n = 0;
-      if (!ParseSize(value, 10, &n) || (content_length >= 0 && n != content_length))
+      if (!ParseNumber(value, 10, &n) || (content_length >= 0 && n != content_length))
         return Bad(400, "malformed Content-Length");
       content_length = n;
     } else if (name == "transfer-encoding") {
