@@ -115,7 +115,7 @@ Status ScenarioConfig::Validate() const {
 
 Status EngineConfig::Validate() const {
   auto bad = [](const char* field, double v, const std::string& rule) {
-    return Status::InvalidArgument(std::string(field) + " = " + std::to_string(v) + ": " + rule);
+    return Status::InvalidArgument(std::string(field) + " = " + StrFormat("%g", v) + ": " + rule);
   };
   if (max_batch < 1) return bad("max_batch", max_batch, "must be >= 1");
   if (max_num_tokens < 1) return bad("max_num_tokens", max_num_tokens, "must be >= 1");

@@ -98,12 +98,12 @@ expect 0 "disaggregated" -- simulate --disagg --prefill-instances 1 --prefill-tp
   --decode-tp 4 --decode-ep 4 --decode-attn-dp 4 --samples 200
 expect 2 'scheduler = "fifo": unknown (one of static, prefill-first, chunked, mixed, decode-first)' -- simulate --scheduler fifo
 expect 2 'runtime = "java": unknown (one of python, cpp)' -- simulate --runtime java
-expect 2 "--qps = 0.000000: must be > 0 for the server scenario" -- simulate --scenario server
-expect 2 "--qps = -2.000000: must be > 0" -- simulate --scenario server --qps -2
+expect 2 "--qps = 0: must be > 0 for the server scenario" -- simulate --scenario server
+expect 2 "--qps = -2: must be > 0" -- simulate --scenario server --qps -2
 expect 2 "deployment_typo.json: field 'max_batch_size': unknown" -- simulate --deployment "$data/deployment_typo.json"
 expect 2 "--tp and --deployment: give the deployment in one place" -- simulate --deployment "$data/deployment_dsr1_b200.json" --tp 4
 expect 2 "the replay scenario needs arrival times" -- simulate --scenario replay
-expect 2 "max_batch = 0.000000: must be >= 1" -- simulate --max-batch 0
+expect 2 "max_batch = 0: must be >= 1" -- simulate --max-batch 0
 simulate_out="$tmp/never.csv"
 "$fathom" simulate --scheduler fifo --requests-out "$simulate_out" >/dev/null 2>&1
 [[ ! -e "$simulate_out" && ! -e "$simulate_out.tmp" ]] || { echo "FAIL: a failed simulate left a file"; failed=$((failed + 1)); }
@@ -133,7 +133,7 @@ expect 0 '"held_out": "llama3.1-405b"' -- calibrate --results "$root/models/cali
   --cross-validate --max-requests 100 --samples 200
 expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests -1
 expect 2 "--samples = 50: must be 0 (whole data sets) or >= 100" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --samples 50
-expect 2 'adp_timeout_iters = 0.000000: must be >= 1' -- simulate --adp-balance --adp-timeout-iters 0
+expect 2 'adp_timeout_iters = 0: must be >= 1' -- simulate --adp-balance --adp-timeout-iters 0
 expect 2 "burstgpt_sample.csv:1: missing column submitter" -- calibrate --results "$data/burstgpt_sample.csv"
 expect 0 '"cost_per_million_tokens"' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
   --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --best-out "$tmp/best.json" --db "$tmp/tune.db"

@@ -228,7 +228,7 @@ Status Run(SimulateFlags f) {
   const bool server =
       sc.scenario == sim::Scenario::kServer || sc.scenario == sim::Scenario::kInteractive;
   if (server && !(sc.qps > 0))
-    return Status::InvalidArgument("--qps = " + std::to_string(sc.qps) + ": must be > 0 for the " +
+    return Status::InvalidArgument("--qps = " + StrFormat("%g", sc.qps) + ": must be > 0 for the " +
                                    f.scenario + " scenario");
   if (!server && sc.qps != 0)
     return Status::InvalidArgument("--qps applies to the server and interactive scenarios only");
