@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace fathom::models {
 
@@ -31,6 +33,9 @@ struct BatchShape {
   double decode_pairs_window = 0;
   double decode_kv = 0;
   double decode_kv_window = 0;
+  // The iteration replays a captured CUDA graph (every rank of it: padded to the graph's batch
+  // size); otherwise it runs eagerly and pays its launches on the host.
+  bool cuda_graph = false;
 
   // `window` is the model's sliding window (0 when it has none).
   void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }
@@ -46,6 +51,23 @@ struct BatchShape {
     decode_sequences += n;
     decode_pairs += kv;
     decode_pairs_window += kv;
+    decode_kv += kv;
+    decode_kv_window += kv;
+  }
+  // `n` dummy decode sequences of `tokens_each` query tokens and no context, as an engine pads a
+  // batch to a captured CUDA graph's size: the same as n Add calls of {tokens_each, 0, decode,
+  // samples} for a window of at least tokens_each.
+  void AddPadding(int64_t n, int64_t tokens_each) {
+    const auto t = static_cast<double>(tokens_each);
+    const double pairs = static_cast<double>(n) * t * (t + 1) / 2;
+    const double kv = static_cast<double>(n) * t;
+    tokens += n * tokens_each;
+    sequences += n;
+    sampled_tokens += n * tokens_each;
+    decode_tokens += n * tokens_each;
+    decode_sequences += n;
+    decode_pairs += pairs;
+    decode_pairs_window += pairs;
     decode_kv += kv;
     decode_kv_window += kv;
   }
@@ -83,5 +105,27 @@ struct BatchShape {
     }
   }
 };
+
+// The attention ranks of one iteration as an engine that captured CUDA graphs for batch `sizes`
+// (ascending) runs them: when every rank only decodes and the largest runs at most the last size,
+// the ranks agree on the smallest size that holds the largest and each, an idle one too, is padded
+// with dummy sequences of `tokens_each` tokens to it (TensorRT-LLM's model_engine.py
+// _get_padded_batch all-gathers the ranks' batch sizes); the iteration replays a graph. Any other
+// iteration runs eagerly, as it is.
+inline void PadToCudaGraph(std::span<BatchShape> ranks, const std::vector<int64_t>& sizes,
+                           int64_t tokens_each) {
+  if (sizes.empty()) return;
+  int64_t widest = 0;
+  for (const BatchShape& shape : ranks) {
+    if (shape.prefill_tokens > 0) return;  // a context request: no graph
+    widest = std::max(widest, shape.decode_sequences);
+  }
+  if (widest > sizes.back()) return;
+  const int64_t graph = *std::lower_bound(sizes.begin(), sizes.end(), widest);
+  for (BatchShape& shape : ranks) {
+    shape.AddPadding(graph - shape.decode_sequences, tokens_each);
+    shape.cuda_graph = true;
+  }
+}
 
 }  // namespace fathom::models

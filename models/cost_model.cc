@@ -11,7 +11,8 @@ namespace fathom::models {
 
 std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
   return {gemm_efficiency,          memory_efficiency,         iteration_overhead_us,
-          per_sequence_overhead_us, cpp_iteration_overhead_us, cpp_per_sequence_overhead_us};
+          per_sequence_overhead_us, cpp_iteration_overhead_us, cpp_per_sequence_overhead_us,
+          eager_launch_us};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -21,6 +22,7 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   per_sequence_overhead_us = v[3];
   cpp_iteration_overhead_us = v[4];
   cpp_per_sequence_overhead_us = v[5];
+  eager_launch_us = v[6];
 }
 
 Status CostParams::Validate() const {
@@ -44,10 +46,22 @@ Status CostParams::Validate() const {
                          {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
                          {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us},
                          {"moe_skew", moe_skew},
-                         {"response_us", response_us}}) {
+                         {"response_us", response_us},
+                         {"eager_launch_us", eager_launch_us}}) {
     if (v < 0)
       return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) +
                                      ": must be >= 0");
+  }
+  if (stream_interval < 0) {
+    return Status::InvalidArgument("stream_interval = " + std::to_string(stream_interval) +
+                                   ": must be >= 0");
+  }
+  for (size_t i = 0; i < cuda_graph_batch_sizes.size(); ++i) {
+    const int64_t b = cuda_graph_batch_sizes[i];
+    if (b < 1 || (i > 0 && b <= cuda_graph_batch_sizes[i - 1])) {
+      return Status::InvalidArgument("cuda_graph_batch_sizes: " + std::to_string(b) +
+                                     ": must be positive and ascending");
+    }
   }
   return Status::Ok();
 }
@@ -69,6 +83,7 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"cpp_per_sequence_overhead_us", &CostParams::cpp_per_sequence_overhead_us},
     {"moe_skew", &CostParams::moe_skew},
     {"response_us", &CostParams::response_us},
+    {"eager_launch_us", &CostParams::eager_launch_us},
 };
 
 Result<Calibration> LoadCalibration(const std::string& path) {
@@ -86,6 +101,26 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   JsonFields pf(j["params"], path + ": params");
   for (const auto& [name, field] : kParamFields) p.*field = pf.Double(name, p.*field);
   FATHOM_RETURN_IF_ERROR(pf.status());
+  if (const Json& sizes = j["params"].value("cuda_graph_batch_sizes", Json()); !sizes.is_null()) {
+    if (!sizes.is_array()) {
+      return Status::InvalidArgument(path +
+                                     ": params: field 'cuda_graph_batch_sizes': expected an array");
+    }
+    for (const Json& b : sizes) {
+      if (!b.is_number_integer()) {
+        return Status::InvalidArgument(path + ": params: field 'cuda_graph_batch_sizes' = " +
+                                       b.dump() + ": entries must be integers");
+      }
+      p.cuda_graph_batch_sizes.push_back(b.get<int64_t>());
+    }
+  }
+  if (const Json& interval = j["params"].value("stream_interval", Json()); !interval.is_null()) {
+    if (!interval.is_number_integer()) {
+      return Status::InvalidArgument(
+          path + ": params: field 'stream_interval' = " + interval.dump() + ": must be an integer");
+    }
+    p.stream_interval = interval.get<int64_t>();
+  }
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
   if (j.contains("stddev") && j["stddev"].is_object()) {
     JsonFields sf(j["stddev"], path + ": stddev");
@@ -109,6 +144,9 @@ OrderedJson ToJson(const Calibration& c) {
   j["fitted_hardware"] = c.fitted_hardware;
   OrderedJson params;
   for (const auto& [name, field] : kParamFields) params[name] = p.*field;
+  if (!p.cuda_graph_batch_sizes.empty())
+    params["cuda_graph_batch_sizes"] = p.cuda_graph_batch_sizes;
+  if (p.stream_interval > 0) params["stream_interval"] = p.stream_interval;
   j["params"] = params;
   OrderedJson sd;
   for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
@@ -169,6 +207,11 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
       response_s_(runtime == Runtime::kCpp ? 0.0 : params.response_us * 1e-6),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
+  if (runtime == Runtime::kCpp) return;
+  graph_sizes_ = params.cuda_graph_batch_sizes;
+  stream_interval_ = params.stream_interval;
+  for (int s = 0; s < num_stages(); ++s)
+    eager_s_.push_back(static_cast<double>(Launches(s)) * params.eager_launch_us * 1e-6);
 }
 
 double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
@@ -216,9 +259,12 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
   return OperatorSeconds(op, hw_, p_, layout_.ep, measured_.get());
 }
 
-double CalibratedModel::OverheadSeconds(int stage, int64_t sequences) const {
-  // Host work happens once per iteration, before its first stage.
-  return stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0;
+double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
+  // Host work happens once per iteration, before its first stage; an eager iteration's launches
+  // on every stage.
+  const double launches = cuda_graph || eager_s_.empty() ? 0.0 : eager_s_[stage];
+  return launches +
+         (stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0);
 }
 
 }  // namespace fathom::models

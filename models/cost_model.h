@@ -47,11 +47,22 @@ struct CostParams {
   // kFitted: it shows in Server capacity, which the least-squares fit does not use; the stacks'
   // files say how it was set.
   double response_us = 0.0;
+  // Python runtimes: host time per operator launched in an iteration that runs eagerly, not
+  // replayed from a captured CUDA graph (PyTorch's dispatch, the Python module code around each
+  // kernel, and the launch), paid in full: an eager iteration of a large model is bound by its
+  // launches. Graph replays pay none of it. The C++ runtime's engines launch from C++ (0).
+  double eager_launch_us = 10.0;
+  // The batch sizes a Python runtime captures CUDA graphs for (TensorRT-LLM's
+  // cuda_graph_config.batch_sizes), when a deployment names none: the stack's.
+  std::vector<int64_t> cuda_graph_batch_sizes;
+  // Tokens per streamed response of a Python front when a deployment names none (0: none).
+  int64_t stream_interval = 0;
 
-  static constexpr int kNumFitted = 6;
+  static constexpr int kNumFitted = 7;
   static constexpr std::array<const char*, kNumFitted> kFitted = {
       "gemm_efficiency",          "memory_efficiency",         "iteration_overhead_us",
-      "per_sequence_overhead_us", "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us"};
+      "per_sequence_overhead_us", "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us",
+      "eager_launch_us"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -114,16 +125,21 @@ class CalibratedModel : public OperatorTimeModel {
 
   double OpSeconds(const Operator& op) const override;
   double ResponseSeconds() const override { return response_s_; }
+  std::vector<int64_t> CudaGraphBatchSizes() const override { return graph_sizes_; }
+  int64_t StreamInterval() const override { return stream_interval_; }
 
  protected:
-  double OverheadSeconds(int stage, int64_t sequences) const override;
+  double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const override;
 
  private:
   Hardware hw_;
   ParallelLayout layout_;
   CostParams p_;
   double host_iteration_us_, host_per_sequence_us_;  // the runtime's host costs
-  double response_s_;  // the Python front's (C++ fronts' are not modelled: 0)
+  double response_s_;                 // the Python front's (C++ fronts' are not modelled: 0)
+  std::vector<int64_t> graph_sizes_;  // the Python runtime's
+  int64_t stream_interval_ = 0;       // the Python front's
+  std::vector<double> eager_s_;       // by stage: host time of an eager iteration's launches
   std::shared_ptr<const MeasuredGemms> measured_;
 };
 

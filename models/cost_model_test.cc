@@ -118,6 +118,7 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
     CostParams params;
     params.iteration_overhead_us = 0;
     params.per_sequence_overhead_us = 0;
+    params.eager_launch_us = 0;
     const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
     CalibratedModel cached(model, hw, c.layout, precision, params);
     CalibratedModel reference(model, hw, c.layout, precision, params);
@@ -167,6 +168,7 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CostParams quiet;
   quiet.iteration_overhead_us = quiet.cpp_iteration_overhead_us = 0;
   quiet.per_sequence_overhead_us = quiet.cpp_per_sequence_overhead_us = 0;
+  quiet.eager_launch_us = 0;
   CostParams host = quiet;
   host.iteration_overhead_us = 3000;
   host.per_sequence_overhead_us = 40;
@@ -184,6 +186,24 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   // A C++ runtime pays its own host costs.
   CHECK(ToSeconds(cpp.StageTime(ranks, 0) - without.StageTime(ranks, 0)) ==
         Approx((500 + 4 * 25) * 1e-6).epsilon(1e-6));
+
+  // An eager iteration pays every kernel's launch on each stage, a graph replay none; the C++
+  // runtime's engines pay none either way.
+  CostParams eager = quiet;
+  eager.eager_launch_us = 20;
+  const CalibratedModel python_eager(model, hw, layout, precision, eager);
+  const CalibratedModel cpp_eager(model, hw, layout, precision, eager, Runtime::kCpp);
+  std::vector<BatchShape> replayed = ranks;
+  replayed[0].cuda_graph = true;
+  for (int stage : {0, 1}) {
+    CHECK(ToSeconds(python_eager.StageTime(ranks, stage) - without.StageTime(ranks, stage)) ==
+          Approx(static_cast<double>(python_eager.Launches(stage)) * 20e-6).epsilon(1e-6));
+    CHECK(python_eager.StageTime(replayed, stage) == without.StageTime(replayed, stage));
+    CHECK(cpp_eager.StageTime(ranks, stage) == without.StageTime(ranks, stage));
+  }
+  // Llama 2 70B's 80 layers on two stages: a norm, four attention GEMMs, attention, a norm, two
+  // MLP GEMMs and the activation, two all-reduces each, and the embedding and head at the ends.
+  CHECK(python_eager.Launches(0) + python_eager.Launches(1) > 80 * 10);
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -438,8 +458,9 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 70, 0.79, 0.41, 2.5, 0.81, 9, 0.3, 0.2, 260, 0.6, 170, 0.4, 0.15};
-  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06};
+  c.params = {0.61, 70,  0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
+              260,  0.6, 170,  0.4,  0.15, 57,   33, {1, 64, 512}, 20};
+  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 7};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";
   const std::string path =

@@ -2,7 +2,9 @@
 // Implementations: the plain roofline (models/roofline.h) and, later, calibrated cost models.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "base/sim_time.h"
 #include "models/batch_shape.h"
@@ -22,6 +24,12 @@ class ExecutionTimeModel {
 
   // Host time of the serving front per streamed response, beside the GPU loop (0: none).
   virtual double ResponseSeconds() const { return 0.0; }
+
+  // The batch sizes the engine captures CUDA graphs for when its deployment names none (empty:
+  // none, every iteration runs eagerly). BatchShape::cuda_graph marks the iterations replayed.
+  virtual std::vector<int64_t> CudaGraphBatchSizes() const { return {}; }
+  // Tokens per streamed response when the deployment names none (0: responses not modelled).
+  virtual int64_t StreamInterval() const { return 0; }
 };
 
 }  // namespace fathom::models

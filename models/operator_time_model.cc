@@ -21,6 +21,7 @@ bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
 
 SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
   int64_t group_tokens = 0, sequences = 0;
+  const bool cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
   for (const auto& r : ranks) {
     group_tokens += r.tokens;
     sequences = std::max(sequences, r.sequences);
@@ -42,7 +43,16 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   }
   // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
   const double experts = Cached(expert_seconds_, group_tokens, stage, true);
-  return FromSeconds(slowest + experts + OverheadSeconds(stage, sequences));
+  return FromSeconds(slowest + experts + OverheadSeconds(stage, sequences, cuda_graph));
+}
+
+int64_t OperatorTimeModel::Launches(int stage) const {
+  BatchShape one;
+  one.AddDecodeSteps(1, 0.0);
+  builder_.Build(one, MoeInput{1}, stage, &scratch_);
+  int64_t n = 0;
+  for (const auto& op : scratch_) n += op.count;
+  return n;
 }
 
 double OperatorTimeModel::Priced() const {

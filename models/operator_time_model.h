@@ -27,13 +27,18 @@ class OperatorTimeModel : public ExecutionTimeModel {
   // Seconds for one instance of `op` (the iteration runs it op.count times).
   virtual double OpSeconds(const Operator& op) const = 0;
   const OperatorBuilder& builder() const { return builder_; }
+  // Kernels one GPU of `stage` launches in an iteration: its operators' instances.
+  int64_t Launches(int stage) const;
   // False when some operator's time may fall as its shape grows (interpolated measurements):
   // then every rank is timed, not only those no other rank dominates.
   void set_monotone(bool monotone) { monotone_ = monotone; }
 
  protected:
-  // Time an iteration spends beyond its operators (scheduling, sampling, host work).
-  virtual double OverheadSeconds(int stage, int64_t sequences) const { return 0.0; }
+  // Time an iteration spends beyond its operators (scheduling, sampling, host work), replayed
+  // from a CUDA graph or run eagerly.
+  virtual double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
+    return 0.0;
+  }
 
  private:
   double Priced() const;  // seconds of scratch_'s operators

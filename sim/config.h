@@ -68,9 +68,15 @@ struct EngineConfig {
   int64_t adp_timeout_iters = 50;
   // Tokens per streamed response (TensorRT-LLM's stream_interval; vLLM streams every token: 1).
   // Each response costs the serving front host time (ExecutionTimeModel::ResponseSeconds) in a
-  // queue beside the GPU loop, which delays what the client sees. 0: responses are not modelled.
-  // Offline runs are not streamed.
+  // queue beside the GPU loop, which delays what the client sees. 0: the runtime's
+  // (ExecutionTimeModel::StreamInterval, the stack's), filled in by Resolve; 0 there too: responses
+  // are not modelled. Offline runs are not streamed.
   int64_t stream_interval = 0;
+  // Batch sizes the engine captured CUDA graphs for, ascending (TensorRT-LLM's
+  // cuda_graph_config.batch_sizes with enable_padding): decode-only iterations within them are
+  // padded and replayed, others run eagerly (models::PadToCudaGraph). Empty: the runtime's
+  // (ExecutionTimeModel::CudaGraphBatchSizes, up to max_batch), filled in by Resolve.
+  std::vector<int64_t> cuda_graph_batch_sizes;
 
   Status Validate() const;
   bool operator==(const EngineConfig&) const = default;

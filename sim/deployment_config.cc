@@ -82,6 +82,18 @@ class FieldReader {
     Known(key);
     v = f_.Bool(key, v);
   }
+  // An array of integers, when present.
+  void IntList(std::string_view key, std::vector<int64_t>& v, FieldOptions = {}) {
+    Known(key);
+    if (!f_.Has(key)) return;
+    const Json& a = j_[std::string(key)];
+    if (!a.is_array()) return f_.Fail(key, a.dump(), "expected an array of integers");
+    v.clear();
+    for (const Json& x : a) {
+      if (!x.is_number_integer()) return f_.Fail(key, x.dump(), "entries must be integers");
+      v.push_back(x.get<int64_t>());
+    }
+  }
   // A name `parse` turns into `v`; its error is prefixed with the source.
   template <typename E, typename Parse>
   void Enum(std::string_view key, E& v, Parse parse, FieldOptions o = {}) {
@@ -159,6 +171,9 @@ class FieldWriter {
     if (v) String(key, *v);
   }
   void Bool(std::string_view key, bool v) { String(key, v); }
+  void IntList(std::string_view key, const std::vector<int64_t>& v, FieldOptions o = {}) {
+    String(key, v, o);
+  }
   template <typename E, typename Parse>
   void Enum(std::string_view key, E v, Parse, FieldOptions o = {}) {
     String(key, Name(v), o);
@@ -232,6 +247,8 @@ void DeploymentFields(Io& io, Config& d) {
     balance.Int("timeout_iters", e.adp_timeout_iters);
   });
   io.Int("stream_interval", e.stream_interval, WrittenIf(e.stream_interval > 0));
+  io.IntList("cuda_graph_batch_sizes", e.cuda_graph_batch_sizes,
+             WrittenIf(!e.cuda_graph_batch_sizes.empty()));
   io.Object("disaggregated", d.disaggregated, [&](auto& pools) {
     pools.Member("prefill", [&](auto& pool) { PoolFields(pool, d.prefill); });
     pools.Member("decode", [&](auto& pool) { PoolFields(pool, d.decode); });
@@ -262,6 +279,19 @@ void RunFields(Io& io, Run& run) {
     io.Check(!limit || (*limit > 0 && std::isfinite(*limit)), name,
              limit ? StrFormat("%g", *limit) : "", "must be > 0 and finite");
   }
+}
+
+// A deployment that names no CUDA-graph sizes or stream interval gets its stack's: the sizes up
+// to its batch limit (the launch command sets cuda_graph_config.max_batch_size to it, and
+// TensorRT-LLM captures that).
+void StackDefaults(const models::ExecutionTimeModel& time, EngineConfig* engine) {
+  if (engine->stream_interval == 0) engine->stream_interval = time.StreamInterval();
+  if (!engine->cuda_graph_batch_sizes.empty()) return;
+  std::vector<int64_t> sizes = time.CudaGraphBatchSizes();
+  if (sizes.empty()) return;
+  while (!sizes.empty() && sizes.back() >= engine->max_batch) sizes.pop_back();
+  sizes.push_back(engine->max_batch);
+  engine->cuda_graph_batch_sizes = std::move(sizes);
 }
 
 models::ParallelLayout ToLayout(const PoolLayout& p) {
@@ -372,6 +402,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
     FATHOM_RETURN_IF_ERROR(models::ValidateLayout(out->model, out->layout));
     FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, out->layout.replicas(), d.engine,
                                             &out->plan, &out->time, "deployment"));
+    StackDefaults(*out->time, &spec.engine);
     return out;
   }
   out->layout = ToLayout(d.prefill);
@@ -384,6 +415,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
                           pool(out->decode_layout, d.decode.instances, spec.decode_engine,
                                &out->decode_plan, &out->decode_time, "decode pool"));
   spec.decode_pool = decode;
+  StackDefaults(*out->decode_time, &spec.decode_engine);
   if (d.kv_link_gb_per_s != 0 &&
       !(d.kv_link_gb_per_s >= 1e-3 && std::isfinite(d.kv_link_gb_per_s))) {
     return Status::InvalidArgument(

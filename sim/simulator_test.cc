@@ -724,6 +724,87 @@ TEST_CASE("Simulator: attention DP ranks step together at the slowest rank's pac
         1.2 * ToSeconds(one_busy));  // the light ranks hide behind the heavy one
 }
 
+// Records the shapes of every iteration it prices.
+class RecordingTime : public models::ExecutionTimeModel {
+ public:
+  SimTime StageTime(std::span<const models::BatchShape> ranks, int) const override {
+    calls.emplace_back(ranks.begin(), ranks.end());
+    return FromSeconds(0.01);
+  }
+  int num_stages() const override { return 1; }
+  mutable std::vector<std::vector<models::BatchShape>> calls;
+};
+
+TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph's batch size",
+          "[sim]") {
+  RecordingTime time;
+  SimulationSpec spec = SingleSlot(&time);
+  spec.pool.ranks = 2;
+  spec.engine.max_batch = 16;
+  spec.engine.cuda_graph_batch_sizes = {1, 4, 8};
+  const traces::Request r{
+      .id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 20, .prefix_blocks = {}};
+  using Items = std::vector<std::pair<traces::Request, double>>;
+  // Four requests spread over the two ranks, all prefilled in the first iteration.
+  auto items = [&](int n) {
+    Items out;
+    for (int i = 0; i < n; ++i) out.push_back({r, 0.0});
+    return out;
+  };
+  RunOk(spec, std::make_unique<ListSource>(items(4)));
+  int padded = 0, eager = 0;
+  for (const auto& ranks : time.calls) {
+    REQUIRE(ranks.size() == 2);
+    const bool prefill = ranks[0].prefill_tokens + ranks[1].prefill_tokens > 0;
+    if (prefill) {
+      // A context request runs the iteration eagerly: nothing padded.
+      ++eager;
+      CHECK(ranks[0].sequences + ranks[1].sequences <= 4);
+      continue;
+    }
+    ++padded;
+    // Both ranks, whatever they run, padded to 4 (the widest rank holds 2 to 4): one-token
+    // dummies with no context.
+    for (const auto& shape : ranks) {
+      CHECK(shape.decode_sequences == 4);
+      CHECK(shape.tokens == 4);
+      CHECK(shape.decode_kv <= 4 * (10 + 20) + 4);
+    }
+  }
+  CHECK(eager >= 1);
+  CHECK(padded >= 1);
+
+  // Past the largest graph, iterations run eagerly at their own size.
+  time.calls.clear();
+  RunOk(spec, std::make_unique<ListSource>(items(20)));
+  bool unpadded = false;
+  for (const auto& ranks : time.calls) {
+    const int64_t widest = std::max(ranks[0].decode_sequences, ranks[1].decode_sequences);
+    if (ranks[0].prefill_tokens + ranks[1].prefill_tokens == 0 && widest > 8) {
+      unpadded = true;
+      CHECK(ranks[0].decode_sequences + ranks[1].decode_sequences == 20);
+    }
+  }
+  CHECK(unpadded);
+}
+
+TEST_CASE("BatchShape: padding is n dummy decode sequences without context", "[sim]") {
+  for (int64_t each : {1, 4}) {
+    models::BatchShape added, padded;
+    for (int i = 0; i < 5; ++i) added.Add({each, 0, true, true}, 0);
+    padded.AddPadding(5, each);
+    CHECK(added.tokens == padded.tokens);
+    CHECK(added.sequences == padded.sequences);
+    CHECK(added.sampled_tokens == padded.sampled_tokens);
+    CHECK(added.decode_tokens == padded.decode_tokens);
+    CHECK(added.decode_sequences == padded.decode_sequences);
+    CHECK(added.decode_pairs == padded.decode_pairs);
+    CHECK(added.decode_pairs_window == padded.decode_pairs_window);
+    CHECK(added.decode_kv == padded.decode_kv);
+    CHECK(added.decode_kv_window == padded.decode_kv_window);
+  }
+}
+
 TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]") {
   DeepSeek ds;
   SimulationSpec spec = ds.Spec(Scenario::kServer);

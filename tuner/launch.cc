@@ -79,7 +79,14 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   y += StrFormat("enable_chunked_prefill: %s\n",
                  d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");
   y += "cuda_graph_config:\n  enable_padding: true\n";
-  y += StrFormat("  max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
+  if (d.engine.cuda_graph_batch_sizes.empty()) {
+    y += StrFormat("  max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
+  } else {
+    std::string sizes;
+    for (int64_t b : d.engine.cuda_graph_batch_sizes)
+      sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
+    y += "  batch_sizes: [" + sizes + "]\n";
+  }
   y += "kv_cache_config:\n";
   y += StrFormat("  dtype: %s\n", d.kv == "fp8" ? "fp8" : "auto");
   y += StrFormat("  free_gpu_memory_fraction: %.2f\n", 1.0 - d.engine.reserve_fraction);

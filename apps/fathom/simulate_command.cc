@@ -467,6 +467,10 @@ void RegisterSimulate(CLI::App& app, Status* result) {
                       "Tokens per streamed response; each costs the stack's response_us in the "
                       "serving front (0: not modelled)")
           ->capture_default_str());
+  dep(cmd->add_option("--cuda-graph-batch-sizes", e.cuda_graph_batch_sizes,
+                      "Batch sizes with captured CUDA graphs, ascending (decode-only iterations "
+                      "are padded to the next one; empty: no padding)")
+          ->delimiter(','));
   dep(cmd->add_option("--router", f->router,
                       "round-robin, least-outstanding, least-kv or prefix-aware")
           ->capture_default_str());
