@@ -496,23 +496,56 @@ double Cost(const RowsResidual& f, const std::array<double, models::CostParams::
 
 // Simulated metrics are piecewise constant in the parameters and the cost has several basins,
 // which a local solver does not leave: start it from the best of `start` and a coarse grid of
-// physically plausible points.
+// physically plausible points. The Python runtime's rows depend on its host costs only, the C++
+// runtime's on theirs (`cpp_residual` marks their residuals), so each runtime's corner is chosen
+// on its own rows: gemm {0.5, 0.8} x memory {0.5, 0.85}, then iteration {2, 12, 30 ms} x
+// sequence {5, 40 us} x eager launch {10, 80 us} for Python and the first two for C++.
 std::array<double, models::CostParams::kNumFitted> BestStart(
     const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& start,
-    double start_cost, int residuals,
+    double start_cost, const std::vector<bool>& cpp_residual,
     const std::array<bool, models::CostParams::kNumFitted>& held) {
+  using Params = std::array<double, models::CostParams::kNumFitted>;
+  constexpr double kGemm[2] = {0.5, 0.8}, kMemory[2] = {0.5, 0.85},
+                   kIteration[3] = {2000, 12000, 30000}, kSequence[2] = {5, 40},
+                   kEager[2] = {10, 80};
+  const int residuals = static_cast<int>(cpp_residual.size());
   auto best = start;
   double best_cost = start_cost;
-  // The corners of gemm {0.5, 0.8} x memory {0.5, 0.85} x iteration {2, 15 ms} x sequence {5, 40
-  // us}, the host costs the same for both runtimes.
-  constexpr double kCorners[4][2] = {{0.5, 0.8}, {0.5, 0.85}, {2000, 15000}, {5, 40}};
-  for (int corner = 0; corner < 16; ++corner) {
-    auto axis = [&](int i) { return kCorners[i][(corner >> (3 - i)) & 1]; };
-    std::array<double, models::CostParams::kNumFitted> x = {axis(0), axis(1), axis(2),
-                                                            axis(3), axis(2), axis(3)};
-    for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
-      if (held[k]) x[k] = start[k];
+  std::set<Params> tried;
+  for (int g = 0; g < 4; ++g) {
+    Params base = start;
+    if (!held[0]) base[0] = kGemm[g >> 1];
+    if (!held[1]) base[1] = kMemory[g & 1];
+    if (g > 0 && held[0] && held[1]) break;  // one operator corner when both are held
+    double python_best = std::numeric_limits<double>::infinity(), cpp_best = python_best;
+    Params python = base, cpp = base;
+    for (int c = 0; c < 12; ++c) {
+      Params x = base;
+      x[2] = x[4] = kIteration[c >> 2];
+      x[3] = x[5] = kSequence[(c >> 1) & 1];
+      x[6] = kEager[c & 1];
+      for (int k = 2; k < models::CostParams::kNumFitted; ++k) {
+        if (held[k]) x[k] = start[k];
+      }
+      if (!tried.insert(x).second) continue;  // held parameters make corners coincide
+      std::vector<double> r(residuals);
+      const double* block = x.data();
+      if (!f(&block, r.data())) continue;
+      double python_cost = 0, cpp_cost = 0;
+      for (int i = 0; i < residuals; ++i)
+        (cpp_residual[i] ? cpp_cost : python_cost) += 0.5 * r[i] * r[i];
+      if (python_cost < python_best) {
+        python_best = python_cost;
+        python = x;
+      }
+      if (cpp_cost < cpp_best) {
+        cpp_best = cpp_cost;
+        cpp = x;
+      }
     }
+    Params x = python;
+    x[4] = cpp[4];
+    x[5] = cpp[5];
     if (const double cost = Cost(f, x, residuals); cost < best_cost) {
       best_cost = cost;
       best = x;
@@ -571,12 +604,17 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
       residual, ceres::TAKE_OWNERSHIP, diff);
   cost->AddParameterBlock(models::CostParams::kNumFitted);
   cost->SetNumResiduals(residuals);
+  std::vector<bool> cpp_residual;
+  for (const auto& r : rows) {
+    const bool is_cpp = FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp;
+    cpp_residual.insert(cpp_residual.end(), r.offline() ? 1 : 3, is_cpp);
+  }
   std::array<double, models::CostParams::kNumFitted> x = BestStart(
-      *residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), residuals, held);
+      *residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), cpp_residual, held);
   ceres::Problem problem;
   problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
-  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0},
-               upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0};
+  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0},
+               upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 500.0};
   for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
     problem.SetParameterLowerBound(x.data(), i, lower[i]);
     problem.SetParameterUpperBound(x.data(), i, upper[i]);

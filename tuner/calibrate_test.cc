@@ -206,7 +206,7 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   constexpr int64_t kRequests = 1000;
   // Published figures made by known parameters: DeepSeek-R1 (python runtime) and Llama rows (cpp).
   models::Calibration truth = *start;
-  truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0});
+  truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0, 20.0});
   std::vector<PublishedResult> rows;
   for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
   auto pool = MakeThreadWorkPool(0);
@@ -223,7 +223,10 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   INFO(fit.status().message());
   REQUIRE(fit.ok());
   CHECK(iterations == fit->iterations);
-  CHECK(fit->final_cost < 0.2 * fit->initial_cost);
+  // From the best start on the grid (the cost Ceres starts at) the solver only improves, to about
+  // 6% rms over the 13 log errors.
+  CHECK(fit->final_cost <= fit->initial_cost);
+  CHECK(fit->final_cost < 0.05);
   // The fitted parameters reproduce the rows...
   auto again = calibrator.PredictRows(rows, fit->calibration);
   REQUIRE(again.ok());
