@@ -102,6 +102,13 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               d.ep = l.ep;
               d.attn_dp = l.attn_dp;
               out.feasible.push_back(d);
+              if (s.adp_balance && l.attn_dp > 1) {
+                const bool offline = s.scenario == sim::Scenario::kOffline;
+                d.engine.adp_balance = true;
+                d.engine.adp_batching_wait_iters = offline ? 10 : 2;
+                d.engine.adp_timeout_iters = offline ? 500 : 6;
+                out.feasible.push_back(d);
+              }
             }
             if (!s.disaggregated || s.gpus < 2 || s.scenario == sim::Scenario::kOffline) continue;
             // Disaggregated: split the GPUs into a prefill and a decode pool (one instance each,

@@ -332,6 +332,39 @@ TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, an
   CHECK(formats("h200") == std::set<std::string>{"fp8/bf16", "fp8/fp8"});
 }
 
+TEST_CASE("Enumerate: attention-DP layouts also run with balancing, at the scenario's counts",
+          "[tuner]") {
+  for (sim::Scenario scenario : {sim::Scenario::kOffline, sim::Scenario::kServer}) {
+    SearchSpace space;
+    space.scenario = scenario;
+    space.disaggregated = false;
+    auto cands = Enumerate(space, Catalog());
+    REQUIRE(cands.ok());
+    // Each aggregated layout with attention DP appears once without balancing and once with it.
+    int64_t plain = 0, balanced = 0, single_rank = 0;
+    for (const auto& d : cands->feasible) {
+      if (d.attn_dp == 1) {
+        CHECK_FALSE(d.engine.adp_balance);
+        ++single_rank;
+      } else if (d.engine.adp_balance) {
+        ++balanced;
+        const bool offline = scenario == sim::Scenario::kOffline;
+        CHECK(d.engine.adp_batching_wait_iters == (offline ? 10 : 2));
+        CHECK(d.engine.adp_timeout_iters == (offline ? 500 : 6));
+      } else {
+        ++plain;
+      }
+    }
+    CHECK(single_rank > 0);
+    CHECK(balanced > 0);
+    CHECK(balanced == plain);
+    space.adp_balance = false;
+    auto without = Enumerate(space, Catalog());
+    REQUIRE(without.ok());
+    CHECK(static_cast<int64_t>(without->feasible.size()) == plain + single_rank);
+  }
+}
+
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.space.disaggregated = false;
