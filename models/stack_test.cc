@@ -17,7 +17,10 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
     CHECK_FALSE(s.calibrated_on.empty());
     auto c = LoadCalibration(s.CalibrationPath());
     INFO(c.status().message());
-    CHECK(c.ok());
+    REQUIRE(c.ok());
+    // The CUDA-graph sizes the stack documents are the ones its calibration simulates.
+    CHECK(s.features.at("cuda_graph_batch_sizes").get<std::vector<int64_t>>() ==
+          c->params.cuda_graph_batch_sizes);
   }
   CHECK(DefaultCalibrationPath() == stacks->back().CalibrationPath());
   CHECK(StackForRound(*stacks, "v5.1")->name == "trtllm-1.0");

@@ -27,7 +27,7 @@ figure() { sed -nE "s/.*$1.*/\\1/p" "$2" | head -1; }
 # Accuracy against the shipped MLPerf rows.
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1.csv) >"$tmp/v51.txt" 2>&1
 summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%)'
-claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt")"
+claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt") (Offline rows $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/v51.txt"))"
 claim "are off by $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v51.txt") in the median"
 # The highest QPS DeepSeek-R1 on 8xB200 holds, against its submitters' (columns QPS pub, QPS max).
 range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
@@ -46,8 +46,9 @@ claim "there fathom is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v51.txt") off in t
 claim "2 70B Interactive on 8xH200 come out $(span "$tmp/v51.txt" NF '$3 == "h200" && ($4 == "llama3.1-405b" || $5 == "Interactive") && $5 != "Offline"')% below"
 claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" NF '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
-claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput"
-claim "It reproduces its rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline $(span "$tmp/v60.txt" NF '$5 == "Offline"')% low), $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies and $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") on Server capacity"
+claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline within $(span "$tmp/v60.txt" NF '$5 == "Offline"' | cut -d- -f2)%) and $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies"
+claim "capacity is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") off"
+claim "and $(awk '$2 == "Nebius" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v60.txt")% off for the one who pushed to 14"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv --stack trtllm-1.0) >"$tmp/v60_old.txt" 2>&1
 claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% low Offline and its capacity $(span "$tmp/v60_old.txt" NF '$5 == "Server"')% low"
 
