@@ -160,4 +160,14 @@ Status EngineConfig::Validate() const {
   return Status::Ok();
 }
 
+std::vector<int64_t> CudaGraphSizes(const EngineConfig& config,
+                                    const models::ExecutionTimeModel& time) {
+  if (!config.cuda_graph_batch_sizes.empty()) return config.cuda_graph_batch_sizes;
+  std::vector<int64_t> sizes = time.CudaGraphBatchSizes();
+  if (sizes.empty()) return sizes;
+  while (!sizes.empty() && sizes.back() >= config.max_batch) sizes.pop_back();
+  sizes.push_back(config.max_batch);
+  return sizes;
+}
+
 }  // namespace fathom::sim

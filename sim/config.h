@@ -8,6 +8,7 @@
 
 #include "base/json_fields.h"
 #include "base/status.h"
+#include "models/execution_time.h"
 
 namespace fathom::sim {
 
@@ -69,18 +70,24 @@ struct EngineConfig {
   // Tokens per streamed response (TensorRT-LLM's stream_interval; vLLM streams every token: 1).
   // Each response costs the serving front host time (ExecutionTimeModel::ResponseSeconds) in a
   // queue beside the GPU loop, which delays what the client sees. 0: the runtime's
-  // (ExecutionTimeModel::StreamInterval, the stack's), filled in by Resolve; 0 there too: responses
-  // are not modelled. Offline runs are not streamed.
+  // (ExecutionTimeModel::StreamInterval, the stack's); 0 there too: responses are not modelled.
+  // Offline runs are not streamed.
   int64_t stream_interval = 0;
   // Batch sizes the engine captured CUDA graphs for, ascending (TensorRT-LLM's
   // cuda_graph_config.batch_sizes with enable_padding): decode-only iterations within them are
   // padded and replayed, others run eagerly (models::PadToCudaGraph). Empty: the runtime's
-  // (ExecutionTimeModel::CudaGraphBatchSizes, up to max_batch), filled in by Resolve.
+  // (CudaGraphSizes).
   std::vector<int64_t> cuda_graph_batch_sizes;
 
   Status Validate() const;
   bool operator==(const EngineConfig&) const = default;
 };
+
+// The batch sizes an engine of `config` on `time` replays CUDA graphs for: the deployment's own,
+// else the runtime's below its batch limit and the limit itself (the launch command sets
+// cuda_graph_config.max_batch_size to it, and TensorRT-LLM captures that).
+std::vector<int64_t> CudaGraphSizes(const EngineConfig& config,
+                                    const models::ExecutionTimeModel& time);
 
 // The KV link of disaggregated serving (pools and their layouts live in SimulationSpec).
 struct DisaggConfig {

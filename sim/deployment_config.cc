@@ -281,19 +281,6 @@ void RunFields(Io& io, Run& run) {
   }
 }
 
-// A deployment that names no CUDA-graph sizes or stream interval gets its stack's: the sizes up
-// to its batch limit (the launch command sets cuda_graph_config.max_batch_size to it, and
-// TensorRT-LLM captures that).
-void StackDefaults(const models::ExecutionTimeModel& time, EngineConfig* engine) {
-  if (engine->stream_interval == 0) engine->stream_interval = time.StreamInterval();
-  if (!engine->cuda_graph_batch_sizes.empty()) return;
-  std::vector<int64_t> sizes = time.CudaGraphBatchSizes();
-  if (sizes.empty()) return;
-  while (!sizes.empty() && sizes.back() >= engine->max_batch) sizes.pop_back();
-  sizes.push_back(engine->max_batch);
-  engine->cuda_graph_batch_sizes = std::move(sizes);
-}
-
 models::ParallelLayout ToLayout(const PoolLayout& p) {
   return {p.instances * p.tp * p.pp, p.tp, p.pp, p.ep, p.attn_dp};
 }
@@ -402,7 +389,6 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
     FATHOM_RETURN_IF_ERROR(models::ValidateLayout(out->model, out->layout));
     FATHOM_ASSIGN_OR_RETURN(spec.pool, pool(out->layout, out->layout.replicas(), d.engine,
                                             &out->plan, &out->time, "deployment"));
-    StackDefaults(*out->time, &spec.engine);
     return out;
   }
   out->layout = ToLayout(d.prefill);
@@ -415,7 +401,6 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
                           pool(out->decode_layout, d.decode.instances, spec.decode_engine,
                                &out->decode_plan, &out->decode_time, "decode pool"));
   spec.decode_pool = decode;
-  StackDefaults(*out->decode_time, &spec.decode_engine);
   if (d.kv_link_gb_per_s != 0 &&
       !(d.kv_link_gb_per_s >= 1e-3 && std::isfinite(d.kv_link_gb_per_s))) {
     return Status::InvalidArgument(

@@ -62,6 +62,7 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
   if (config.mtp_depth > 0)
     accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
   mean_step_tokens_ = MeanStepTokens();
+  graph_sizes_ = CudaGraphSizes(config_, *pool.time);
 }
 
 int64_t Engine::Outstanding(int rank) const {

@@ -77,6 +77,7 @@ class Engine {
   void SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
     config_.max_batch = max_batch;
     config_.max_num_tokens = max_num_tokens;
+    graph_sizes_ = CudaGraphSizes(config_, *pool_.time);  // a restarted engine captures anew
   }
   // Queues a sequence on one of this engine's ranks.
   void Enqueue(int rank, int64_t slot);
@@ -200,6 +201,7 @@ class Engine {
   std::vector<Batch> in_flight_;
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
+  std::vector<int64_t> graph_sizes_;  // CudaGraphSizes
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;

@@ -65,7 +65,7 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
       shapes_[r].Add({e.tokens, s.kv_len + grown, e.decode, samples}, pool_.sliding_window);
     }
   }
-  models::PadToCudaGraph(shapes_, config_.cuda_graph_batch_sizes, 1 + config_.mtp_depth);
+  models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
 }
 
 bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,

@@ -90,7 +90,9 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
       ids->push_back(id);
       // LoadGen's Offline scenario takes each sample whole: nothing is streamed.
       const bool streamed = spec_.scenario.scenario != Scenario::kOffline;
-      responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? config.stream_interval : 0);
+      const int64_t interval =
+          config.stream_interval > 0 ? config.stream_interval : pool.time->StreamInterval();
+      responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? interval : 0);
       last_stage_.push_back(pool.time->num_stages() - 1);
     }
   };

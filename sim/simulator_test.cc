@@ -788,6 +788,25 @@ TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph
   CHECK(unpadded);
 }
 
+TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's up to the batch limit",
+          "[sim]") {
+  class Runtime : public RecordingTime {
+   public:
+    std::vector<int64_t> CudaGraphBatchSizes() const override { return {1, 2, 4, 8, 16}; }
+  } runtime;
+  RecordingTime none;
+  EngineConfig e;
+  e.max_batch = 6;
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 6});
+  e.max_batch = 8;
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8});
+  e.max_batch = 40;
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8, 16, 40});
+  CHECK(CudaGraphSizes(e, none).empty());  // no graphs: every iteration eager
+  e.cuda_graph_batch_sizes = {3, 5};
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{3, 5});
+}
+
 TEST_CASE("BatchShape: padding is n dummy decode sequences without context", "[sim]") {
   for (int64_t each : {1, 4}) {
     models::BatchShape added, padded;

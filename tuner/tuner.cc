@@ -88,7 +88,7 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
                   pool.sliding_window);
       }
     }
-    models::PadToCudaGraph(ranks, engine.cuda_graph_batch_sizes, 1 + engine.mtp_depth);
+    models::PadToCudaGraph(ranks, sim::CudaGraphSizes(engine, *pool.time), 1 + engine.mtp_depth);
     double slowest = 0, crossing = 0;
     for (int s = 0; s < stages; ++s) {
       const double t = ToSeconds(pool.time->StageTime(ranks, s));
