@@ -465,11 +465,12 @@ void RegisterSimulate(CLI::App& app, Status* result) {
           ->capture_default_str());
   dep(cmd->add_option("--stream-interval", e.stream_interval,
                       "Tokens per streamed response; each costs the stack's response_us in the "
-                      "serving front (0: not modelled)")
+                      "serving front (0: the stack's)")
           ->capture_default_str());
   dep(cmd->add_option("--cuda-graph-batch-sizes", e.cuda_graph_batch_sizes,
                       "Batch sizes with captured CUDA graphs, ascending (decode-only iterations "
-                      "are padded to the next one; empty: no padding)")
+                      "are padded to the next one and replayed, others run eagerly; default: the "
+                      "stack's up to --max-batch)")
           ->delimiter(','));
   dep(cmd->add_option("--router", f->router,
                       "round-robin, least-outstanding, least-kv or prefix-aware")
