@@ -96,6 +96,25 @@ int64_t JsonFields::Int(std::string_view key, int64_t fallback) {
   return Has(key) ? Int(key) : fallback;
 }
 
+std::vector<int64_t> JsonFields::IntList(std::string_view key, std::vector<int64_t> fallback) {
+  if (!Has(key)) return fallback;
+  const Json* a = Find(key, "array");
+  if (a == nullptr) return fallback;
+  if (!a->is_array()) {
+    Fail(key, a->dump(), "expected an array of integers");
+    return fallback;
+  }
+  std::vector<int64_t> out;
+  for (const Json& x : *a) {
+    if (!x.is_number_integer()) {
+      Fail(key, x.dump(), "entries must be integers");
+      return fallback;
+    }
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
 double JsonFields::Double(std::string_view key) {
   const Json* v = Find(key, "number");
   if (v == nullptr) return 0.0;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -35,6 +36,8 @@ class JsonFields {
   std::string String(std::string_view key);
   std::string String(std::string_view key, std::string fallback);
   bool Bool(std::string_view key, bool fallback);
+  // An array of integers, or `fallback` when the field is absent.
+  std::vector<int64_t> IntList(std::string_view key, std::vector<int64_t> fallback);
 
   // Records a rule violation for `key` unless an earlier error is already recorded.
   void Fail(std::string_view key, const std::string& value, const std::string& rule);

@@ -100,27 +100,9 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   }
   JsonFields pf(j["params"], path + ": params");
   for (const auto& [name, field] : kParamFields) p.*field = pf.Double(name, p.*field);
+  p.cuda_graph_batch_sizes = pf.IntList("cuda_graph_batch_sizes", p.cuda_graph_batch_sizes);
+  p.stream_interval = pf.Int("stream_interval", p.stream_interval);
   FATHOM_RETURN_IF_ERROR(pf.status());
-  if (const Json& sizes = j["params"].value("cuda_graph_batch_sizes", Json()); !sizes.is_null()) {
-    if (!sizes.is_array()) {
-      return Status::InvalidArgument(path +
-                                     ": params: field 'cuda_graph_batch_sizes': expected an array");
-    }
-    for (const Json& b : sizes) {
-      if (!b.is_number_integer()) {
-        return Status::InvalidArgument(path + ": params: field 'cuda_graph_batch_sizes' = " +
-                                       b.dump() + ": entries must be integers");
-      }
-      p.cuda_graph_batch_sizes.push_back(b.get<int64_t>());
-    }
-  }
-  if (const Json& interval = j["params"].value("stream_interval", Json()); !interval.is_null()) {
-    if (!interval.is_number_integer()) {
-      return Status::InvalidArgument(
-          path + ": params: field 'stream_interval' = " + interval.dump() + ": must be an integer");
-    }
-    p.stream_interval = interval.get<int64_t>();
-  }
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
   if (j.contains("stddev") && j["stddev"].is_object()) {
     JsonFields sf(j["stddev"], path + ": stddev");

@@ -85,14 +85,7 @@ class FieldReader {
   // An array of integers, when present.
   void IntList(std::string_view key, std::vector<int64_t>& v, FieldOptions = {}) {
     Known(key);
-    if (!f_.Has(key)) return;
-    const Json& a = j_[std::string(key)];
-    if (!a.is_array()) return f_.Fail(key, a.dump(), "expected an array of integers");
-    v.clear();
-    for (const Json& x : a) {
-      if (!x.is_number_integer()) return f_.Fail(key, x.dump(), "entries must be integers");
-      v.push_back(x.get<int64_t>());
-    }
+    v = f_.IntList(key, v);
   }
   // A name `parse` turns into `v`; its error is prefixed with the source.
   template <typename E, typename Parse>

@@ -659,11 +659,9 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     }
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
-  bool python = false, cpp = false;
-  for (const auto& r : rows) {
-    const bool is_cpp = FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp;
-    (is_cpp ? cpp : python) = true;
-  }
+  const bool cpp = std::find(cpp_residual.begin(), cpp_residual.end(), true) != cpp_residual.end(),
+             python =
+                 std::find(cpp_residual.begin(), cpp_residual.end(), false) != cpp_residual.end();
   if (python != cpp) {
     auto fitted = out.calibration.params.Fitted();
     const int from = python ? kPythonHost : kCppHost, to = python ? kCppHost : kPythonHost;
