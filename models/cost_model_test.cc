@@ -454,6 +454,24 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   CostParams p;
   p.memory_efficiency = 1.5;
   CHECK(p.Validate().message() == "memory_efficiency = 1.500000: must be in (0, 1]");
+  // The CUDA-graph sizes and stream interval: the file, the field, the value and the rule.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"cuda_graph_batch_sizes": 8})",
+       "cal.json: params: field 'cuda_graph_batch_sizes' = 8: expected an array of integers"},
+      {R"({"cuda_graph_batch_sizes": [1, 2.5]})",
+       "cal.json: params: field 'cuda_graph_batch_sizes' = 2.5: entries must be integers"},
+      {R"({"cuda_graph_batch_sizes": [4, 2]})",
+       "cal.json: cuda_graph_batch_sizes: 2: must be positive and ascending"},
+      {R"({"stream_interval": "x"})",
+       "cal.json: params: field 'stream_interval' = \"x\": must be an integer"},
+      {R"({"stream_interval": -1})", "cal.json: stream_interval = -1: must be >= 0"},
+  };
+  for (const auto& [params, message] : bad) {
+    auto loaded = CalibrationFromJson(Json::parse(std::string(R"({"params": )") + params + "}"),
+                                      "cal.json");
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.status().message() == message);
+  }
 }
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
