@@ -467,8 +467,8 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
       {R"({"stream_interval": -1})", "cal.json: stream_interval = -1: must be >= 0"},
   };
   for (const auto& [params, message] : bad) {
-    auto loaded = CalibrationFromJson(Json::parse(std::string(R"({"params": )") + params + "}"),
-                                      "cal.json");
+    auto loaded =
+        CalibrationFromJson(Json::parse(std::string(R"({"params": )") + params + "}"), "cal.json");
     REQUIRE_FALSE(loaded.ok());
     CHECK(loaded.status().message() == message);
   }
