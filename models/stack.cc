@@ -15,6 +15,7 @@ OrderedJson Stack::ToJson() const {
   j["version"] = version;
   j["calibrated_on"] = calibrated_on;
   j["calibration"] = calibration;
+  j["cpp_runtime_model_types"] = cpp_model_types;
   j["features"] = features;
   j["sources"] = sources;
   return j;
@@ -48,6 +49,15 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path) {
       if (!r.is_string())
         return Status::InvalidArgument(where + ": field 'calibrated_on': must hold strings");
       s.calibrated_on.push_back(r.get<std::string>());
+    }
+    if (e.contains("cpp_runtime_model_types")) {
+      const Json& types = e["cpp_runtime_model_types"];
+      if (!types.is_array() ||
+          !std::all_of(types.begin(), types.end(), [](const Json& t) { return t.is_string(); })) {
+        return Status::InvalidArgument(
+            where + ": field 'cpp_runtime_model_types': must be an array of model_type strings");
+      }
+      for (const Json& t : types) s.cpp_model_types.push_back(t.get<std::string>());
     }
     if (e.contains("features")) {
       if (!e["features"].is_object())

@@ -17,7 +17,10 @@ struct Stack {
   std::string version;                     // release and toolchain
   std::vector<std::string> calibrated_on;  // MLPerf rounds whose rows fitted it ("v6.0")
   std::string calibration;                 // calibration file, relative to the data directory
-  OrderedJson features;                    // what the release offers, from its harness configs
+  // The config.json model_types the release also serves as TensorRT engines under its C++
+  // executor; every model runs on its Python runtime.
+  std::vector<std::string> cpp_model_types;
+  OrderedJson features;  // what the release offers, from its harness configs
   std::string sources;
 
   std::string CalibrationPath() const;

@@ -23,6 +23,11 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
           c->params.cuda_graph_batch_sizes);
   }
   CHECK(DefaultCalibrationPath() == stacks->back().CalibrationPath());
+  // MLPerf ran the Llamas as TensorRT engines under the C++ executor, DeepSeek-R1 on PyTorch.
+  for (const Stack& s : *stacks) {
+    CHECK(s.cpp_model_types == std::vector<std::string>{"llama", "mixtral"});
+    CHECK(s.ToJson().at("cpp_runtime_model_types").size() == 2);
+  }
   CHECK(StackForRound(*stacks, "v5.1")->name == "trtllm-1.0");
   CHECK(StackForRound(*stacks, "v6.0")->name == "trtllm-1.2");
   CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(),
@@ -50,6 +55,14 @@ TEST_CASE("Stacks: a broken stacks file names the entry and the field", "[stack]
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("stacks[1]") && Catch::Contains("twice"));
+  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
+                              "calibration": "c.json", "calibrated_on": ["v1"],
+                              "cpp_runtime_model_types": ["llama", 7]}]})";
+  bad = LoadStacks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == path +
+                                      ": stacks[0]: field 'cpp_runtime_model_types': must be an "
+                                      "array of model_type strings");
   std::remove(path.c_str());
 }
 

@@ -52,6 +52,7 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
                 std::to_string(d.gpus / (d.tp * d.pp));
   layout +=
       " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
+  if (d.runtime == models::Runtime::kCpp) layout += " C++";  // TensorRT engines, C++ executor
   return layout;
 }
 

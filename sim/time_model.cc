@@ -1,5 +1,6 @@
 #include "sim/time_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "models/roofline.h"
@@ -36,6 +37,7 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
     }
     path = stack.CalibrationPath();
     out.stack = stack.name;
+    out.cpp_model_types = stack.cpp_model_types;
   } else if (!f.stack.empty()) {
     return Status::InvalidArgument("--stack and --calibration: give one");
   }
@@ -52,6 +54,14 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
   }
   out.measured = measured;
   out.factory = CalibratedFactory(out.calibration.params, measured);
+  return out;
+}
+
+std::vector<models::Runtime> TimeModel::Runtimes(const std::string& model_type) const {
+  std::vector<models::Runtime> out = {models::Runtime::kPython};
+  if (std::find(cpp_model_types.begin(), cpp_model_types.end(), model_type) !=
+      cpp_model_types.end())
+    out.push_back(models::Runtime::kCpp);
   return out;
 }
 

@@ -25,6 +25,10 @@ struct TimeModel {
   std::shared_ptr<const models::MeasuredGemms> measured;
   bool roofline = false;
   std::string stack;  // the stack whose calibration it is; empty for a calibration file or roofline
+  // The runtimes `model_type` runs on: the Python runtime, and the stack's C++ executor where the
+  // stack serves that model_type as TensorRT engines (models/stacks.json).
+  std::vector<models::Runtime> Runtimes(const std::string& model_type) const;
+  std::vector<std::string> cpp_model_types;  // the stack's; empty without one
 };
 
 // The calibrated cost model with these parameters (and measured GEMMs, which may be null).

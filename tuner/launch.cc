@@ -78,10 +78,13 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   y += StrFormat("max_num_tokens: %lld\n", static_cast<long long>(d.engine.max_num_tokens));
   y += StrFormat("enable_chunked_prefill: %s\n",
                  d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");
-  y += "cuda_graph_config:\n  enable_padding: true\n";
-  if (d.engine.cuda_graph_batch_sizes.empty()) {
+  if (d.runtime == models::Runtime::kCpp) {
+    // TensorRT engines: no PyTorch-flow CUDA graphs (the C++ executor runs the engine).
+  } else if (d.engine.cuda_graph_batch_sizes.empty()) {
+    y += "cuda_graph_config:\n  enable_padding: true\n";
     y += StrFormat("  max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
   } else {
+    y += "cuda_graph_config:\n  enable_padding: true\n";
     std::string sizes;
     for (int64_t b : d.engine.cuda_graph_batch_sizes)
       sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
@@ -101,12 +104,12 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
 std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p,
                    const std::string& yaml_name) {
   return StrFormat(
-      "trtllm-serve %s --backend pytorch --tp_size %d --pp_size %d --ep_size %d --max_batch_size "
+      "trtllm-serve %s --backend %s --tp_size %d --pp_size %d --ep_size %d --max_batch_size "
       "%lld "
       "--max_num_tokens %lld --kv_cache_free_gpu_memory_fraction %.2f --extra_llm_api_options %s",
-      id.c_str(), p.tp, p.pp, p.ep, static_cast<long long>(p.max_batch),
-      static_cast<long long>(d.engine.max_num_tokens), 1.0 - d.engine.reserve_fraction,
-      yaml_name.c_str());
+      id.c_str(), d.runtime == models::Runtime::kCpp ? "tensorrt" : "pytorch", p.tp, p.pp, p.ep,
+      static_cast<long long>(p.max_batch), static_cast<long long>(d.engine.max_num_tokens),
+      1.0 - d.engine.reserve_fraction, yaml_name.c_str());
 }
 
 }  // namespace

@@ -79,67 +79,72 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
       FATHOM_ASSIGN_OR_RETURN(models::DType kt, models::ParseDType(kv, "--kv"));
       const models::Precision precision{wt, wt, kt};
       for (int depth : mtp) {
-        for (int64_t batch : s.max_batch) {
-          for (int64_t tokens : s.max_num_tokens) {
-            sim::DeploymentConfig base;
-            base.model = s.model;
-            base.hardware = s.hardware;
-            base.weights = w;
-            base.kv = kv;
-            base.engine.max_batch = batch;
-            base.engine.max_num_tokens = tokens;
-            base.engine.mtp_depth = depth;
-            base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
-            for (const models::ParallelLayout& l : layouts(s.gpus)) {
-              if (!Fits(model, hw, l, precision, batch, tokens, &out)) {
-                ++out.infeasible;
-                continue;
-              }
-              sim::DeploymentConfig d = base;
-              d.gpus = l.gpus;
-              d.tp = l.tp;
-              d.pp = l.pp;
-              d.ep = l.ep;
-              d.attn_dp = l.attn_dp;
-              out.feasible.push_back(d);
-              if (s.adp_balance && l.attn_dp > 1) {
-                const bool offline = s.scenario == sim::Scenario::kOffline;
-                d.engine.adp_balance = true;
-                d.engine.adp_batching_wait_iters = offline ? 10 : 2;
-                d.engine.adp_timeout_iters = offline ? 500 : 6;
-                out.feasible.push_back(d);
-              }
-            }
-            if (!s.disaggregated || s.gpus < 2 || s.scenario == sim::Scenario::kOffline) continue;
-            // Disaggregated: split the GPUs into a prefill and a decode pool (one instance each,
-            // or several prefill instances when the split is uneven).
-            for (int prefill_gpus = 1; prefill_gpus < s.gpus; prefill_gpus *= 2) {
-              const int decode_gpus = s.gpus - prefill_gpus;
-              for (int ptp : PowersOfTwoUpTo(std::min(prefill_gpus, domain))) {
-                const int pinst = prefill_gpus / ptp;
-                if (pinst * ptp != prefill_gpus) continue;
-                const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
-                if (!Fits(model, hw, pl, precision, batch, tokens, &out)) {
+        for (models::Runtime runtime : s.runtimes) {
+          for (int64_t batch : s.max_batch) {
+            for (int64_t tokens : s.max_num_tokens) {
+              sim::DeploymentConfig base;
+              base.model = s.model;
+              base.hardware = s.hardware;
+              base.weights = w;
+              base.kv = kv;
+              base.engine.max_batch = batch;
+              base.engine.max_num_tokens = tokens;
+              base.engine.mtp_depth = depth;
+              base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
+              base.runtime = runtime;
+              for (const models::ParallelLayout& l : layouts(s.gpus)) {
+                if (!Fits(model, hw, l, precision, batch, tokens, &out)) {
                   ++out.infeasible;
                   continue;
                 }
-                for (int dtp : PowersOfTwoUpTo(std::min(decode_gpus, domain))) {
-                  if (decode_gpus % dtp != 0) continue;
-                  const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1,
-                                                  model.is_moe() ? dtp : 1};
-                  if (!Fits(model, hw, dl, precision, batch, tokens, &out)) {
+                // TensorRT engines have no attention DP (a PyTorch-flow feature).
+                if (runtime == models::Runtime::kCpp && l.attn_dp > 1) continue;
+                sim::DeploymentConfig d = base;
+                d.gpus = l.gpus;
+                d.tp = l.tp;
+                d.pp = l.pp;
+                d.ep = l.ep;
+                d.attn_dp = l.attn_dp;
+                out.feasible.push_back(d);
+                if (s.adp_balance && l.attn_dp > 1) {
+                  const bool offline = s.scenario == sim::Scenario::kOffline;
+                  d.engine.adp_balance = true;
+                  d.engine.adp_batching_wait_iters = offline ? 10 : 2;
+                  d.engine.adp_timeout_iters = offline ? 500 : 6;
+                  out.feasible.push_back(d);
+                }
+              }
+              if (!s.disaggregated || s.gpus < 2 || s.scenario == sim::Scenario::kOffline) continue;
+              // Disaggregated: split the GPUs into a prefill and a decode pool (one instance each,
+              // or several prefill instances when the split is uneven).
+              for (int prefill_gpus = 1; prefill_gpus < s.gpus; prefill_gpus *= 2) {
+                const int decode_gpus = s.gpus - prefill_gpus;
+                for (int ptp : PowersOfTwoUpTo(std::min(prefill_gpus, domain))) {
+                  const int pinst = prefill_gpus / ptp;
+                  if (pinst * ptp != prefill_gpus) continue;
+                  const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
+                  if (!Fits(model, hw, pl, precision, batch, tokens, &out)) {
                     ++out.infeasible;
                     continue;
                   }
-                  sim::DeploymentConfig d = base;
-                  d.disaggregated = true;
-                  d.prefill = {pinst, ptp, 1, pl.ep, 1};
-                  d.decode = {decode_gpus / dtp, dtp, 1, dl.ep, dl.attn_dp};
-                  d.gpus = s.gpus;
-                  d.tp = dtp;
-                  d.ep = dl.ep;
-                  d.attn_dp = dl.attn_dp;
-                  out.feasible.push_back(d);
+                  for (int dtp : PowersOfTwoUpTo(std::min(decode_gpus, domain))) {
+                    if (decode_gpus % dtp != 0) continue;
+                    const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1,
+                                                    model.is_moe() ? dtp : 1};
+                    if (!Fits(model, hw, dl, precision, batch, tokens, &out)) {
+                      ++out.infeasible;
+                      continue;
+                    }
+                    sim::DeploymentConfig d = base;
+                    d.disaggregated = true;
+                    d.prefill = {pinst, ptp, 1, pl.ep, 1};
+                    d.decode = {decode_gpus / dtp, dtp, 1, dl.ep, dl.attn_dp};
+                    d.gpus = s.gpus;
+                    d.tp = dtp;
+                    d.ep = dl.ep;
+                    d.attn_dp = dl.attn_dp;
+                    out.feasible.push_back(d);
+                  }
                 }
               }
             }

@@ -365,6 +365,32 @@ TEST_CASE("Enumerate: attention-DP layouts also run with balancing, at the scena
   }
 }
 
+TEST_CASE("Enumerate: each runtime the stack offers, TensorRT engines without attention DP",
+          "[tuner]") {
+  SearchSpace space;  // DeepSeek-R1: attention-DP layouts among them
+  space.disaggregated = false;
+  auto python = Enumerate(space, Catalog());
+  REQUIRE(python.ok());
+  for (const auto& d : python->feasible) CHECK(d.runtime == models::Runtime::kPython);
+  space.runtimes = {models::Runtime::kPython, models::Runtime::kCpp};
+  auto both = Enumerate(space, Catalog());
+  REQUIRE(both.ok());
+  int64_t cpp = 0, single_rank = 0;
+  for (const auto& d : python->feasible) single_rank += d.attn_dp == 1;
+  for (const auto& d : both->feasible) {
+    if (d.runtime != models::Runtime::kCpp) continue;
+    ++cpp;
+    CHECK(d.attn_dp == 1);
+    CHECK_FALSE(d.engine.adp_balance);
+  }
+  // The C++ runtime adds a copy of every single-rank layout, and nothing else.
+  CHECK(cpp == single_rank);
+  CHECK(both->feasible.size() == python->feasible.size() + static_cast<size_t>(cpp));
+  std::set<std::string> keys;
+  for (const auto& d : both->feasible) keys.insert(CandidateKey(d));
+  CHECK(keys.size() == both->feasible.size());  // the runtime is part of a candidate's key
+}
+
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.space.disaggregated = false;
@@ -424,7 +450,12 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   REQUIRE_FALSE(bad_runtime.ok());
   CHECK(bad_runtime.status().message() ==
         "x.json: runtime = \"java\": unknown (one of python, cpp)");
+  // TensorRT engines: trtllm-serve's tensorrt backend, no PyTorch-flow CUDA-graph options.
+  CHECK(MakeLaunchCommands(d).trtllm.find("--backend tensorrt") != std::string::npos);
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("cuda_graph_config") == std::string::npos);
   d.runtime = models::Runtime::kPython;
+  CHECK(MakeLaunchCommands(d).trtllm.find("--backend pytorch") != std::string::npos);
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("cuda_graph_config") != std::string::npos);
   // Layout numbers as typed: never truncated to int (4294967304 read as 8), never overflowing one.
   CHECK(
       sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==

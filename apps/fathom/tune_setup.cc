@@ -1,5 +1,6 @@
 #include "apps/fathom/tune_setup.h"
 
+#include "models/model_arch.h"
 #include "traces/transforms.h"
 
 namespace fathom::cli {
@@ -35,6 +36,8 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
                           sim::MakeTimeModel(in.time_model, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
+  FATHOM_ASSIGN_OR_RETURN(models::ModelArch arch, models::LoadModel(o.space.model));
+  o.space.runtimes = time_model.Runtimes(arch.model_type);
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
 
   FATHOM_ASSIGN_OR_RETURN(Workload workload,
