@@ -454,10 +454,17 @@ std::vector<double> Residuals(const std::vector<RowPrediction>& preds) {
   return r;
 }
 
-double HalfSumOfSquares(const std::vector<double>& r) {
-  double sum = 0;
-  for (double v : r) sum += v * v;
-  return 0.5 * sum;
+// Robust log(predicted / published) of each server-type row's capacity (the highest QPS within
+// the benchmark's p99 limits) against the published QPS, in row order; rows without one are 0.
+std::vector<double> CapacityResiduals(const std::vector<RowPrediction>& preds) {
+  std::vector<double> r;
+  for (const RowPrediction& p : preds) {
+    if (p.row.offline()) continue;
+    r.push_back(p.has_capacity && p.row.target_qps > 0
+                    ? RobustLogError(p.capacity_qps, p.row.target_qps)
+                    : 0.0);
+  }
+  return r;
 }
 
 // Residuals of all rows for one parameter vector: robust log(predicted / published) of
@@ -469,15 +476,22 @@ struct RowsResidual {
   const Calibrator* calibrator;
   models::Calibration base;
 
-  bool operator()(double const* const* params, double* residuals) const {
+  // The calibration at `params`; an error where they are not valid.
+  Result<models::Calibration> At(const double* params) const {
     models::Calibration c = base;
     std::array<double, models::CostParams::kNumFitted> x;
-    std::copy(params[0], params[0] + x.size(), x.begin());
+    std::copy(params, params + x.size(), x.begin());
     // Central differences probe just outside the bounds; overheads are clamped at zero there.
     for (size_t k = kPythonHost; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
     c.params.SetFitted(x);
-    if (!c.params.Validate().ok()) return false;
-    auto pred = calibrator->PredictRows(*rows, c);
+    FATHOM_RETURN_IF_ERROR(c.params.Validate());
+    return c;
+  }
+
+  bool operator()(double const* const* params, double* residuals) const {
+    auto c = At(params[0]);
+    if (!c.ok()) return false;
+    auto pred = calibrator->PredictRows(*rows, *c);
     if (!pred.ok()) return false;
     const std::vector<double> r = Residuals(*pred);
     std::copy(r.begin(), r.end(), residuals);
@@ -485,40 +499,70 @@ struct RowsResidual {
   }
 };
 
-// Half the sum of squared residuals at `x` (Ceres's cost), or infinity where it cannot be priced.
-double Cost(const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& x,
-            int residuals) {
-  std::vector<double> r(residuals);
-  const double* block = x.data();
-  if (!f(&block, r.data())) return std::numeric_limits<double>::infinity();
-  return HalfSumOfSquares(r);
+// The cost at `x` of each runtime's rows (0: Python, 1: C++), in two parts: half the sum of
+// squared residuals of their throughput and p99s (what the local solver fits) and of their Server
+// capacity against the published QPS (a step function of the parameters, invisible to the
+// solver's differences, but it tells apart basins that the p99s at the published QPS price about
+// the same). Infinite where `x` cannot be priced.
+struct BasinCosts {
+  std::array<double, 2> fit = {kInf, kInf}, capacity = {kInf, kInf};
+  double Total() const { return fit[0] + fit[1] + capacity[0] + capacity[1]; }
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+};
+BasinCosts CostsAt(const RowsResidual& f,
+                   const std::array<double, models::CostParams::kNumFitted>& x,
+                   const std::vector<bool>& cpp_row) {
+  auto c = f.At(x.data());
+  if (!c.ok()) return {};
+  auto pred = f.calibrator->PredictRows(*f.rows, *c);
+  if (!pred.ok() || !f.calibrator->PredictCapacity(&*pred, *c).ok()) return {};
+  const std::vector<double> r = Residuals(*pred), capacity = CapacityResiduals(*pred);
+  BasinCosts costs;
+  costs.fit = costs.capacity = {0, 0};
+  size_t i = 0, k = 0;
+  for (size_t row = 0; row < pred->size(); ++row) {
+    const int runtime = cpp_row[row] ? 1 : 0;
+    for (int n = (*pred)[row].row.offline() ? 1 : 3; n > 0; --n, ++i)
+      costs.fit[runtime] += 0.5 * r[i] * r[i];
+    if (!(*pred)[row].row.offline()) {
+      costs.capacity[runtime] += 0.5 * capacity[k] * capacity[k];
+      ++k;
+    }
+  }
+  return costs;
 }
 
 // Simulated metrics are piecewise constant in the parameters and the cost has several basins,
 // which a local solver does not leave: start it from the best of `start` and a coarse grid of
 // physically plausible points. The Python runtime's rows depend on its host costs only, the C++
-// runtime's on theirs (`cpp_residual` marks their residuals), so each runtime's corner is chosen
-// on its own rows: gemm {0.5, 0.8} x memory {0.5, 0.85}, then iteration {2, 12, 30 ms} x
-// sequence {5, 40 us} x eager launch {10, 80 us} for Python and the first two for C++.
-std::array<double, models::CostParams::kNumFitted> BestStart(
-    const RowsResidual& f, const std::array<double, models::CostParams::kNumFitted>& start,
-    double start_cost, const std::vector<bool>& cpp_residual,
-    const std::array<bool, models::CostParams::kNumFitted>& held) {
+// runtime's on theirs (`cpp_row` marks their rows), so each runtime's corner is chosen on its own
+// rows: gemm {0.5, 0.8} x memory {0.5, 0.85}, then iteration {2, 12, 30 ms} x sequence {5, 40 us}
+// x eager launch {10, 80 us} for Python and the first two for C++. Two starts: the best on the
+// throughput and p99s alone, and the best with the Server capacity too (CostsAt).
+struct Starts {
+  std::array<double, models::CostParams::kNumFitted> by_fit, by_total;
+};
+Starts BestStarts(const RowsResidual& f,
+                  const std::array<double, models::CostParams::kNumFitted>& start,
+                  const std::vector<bool>& cpp_row,
+                  const std::array<bool, models::CostParams::kNumFitted>& held) {
   using Params = std::array<double, models::CostParams::kNumFitted>;
   constexpr double kGemm[2] = {0.5, 0.8}, kMemory[2] = {0.5, 0.85},
                    kIteration[3] = {2000, 12000, 30000}, kSequence[2] = {5, 40},
                    kEager[2] = {10, 80};
-  const int residuals = static_cast<int>(cpp_residual.size());
-  auto best = start;
-  double best_cost = start_cost;
+  const BasinCosts at_start = CostsAt(f, start, cpp_row);
+  Starts out{start, start};
+  double best_fit = at_start.fit[0] + at_start.fit[1], best_total = at_start.Total();
   std::set<Params> tried;
   for (int g = 0; g < 4; ++g) {
     Params base = start;
     if (!held[0]) base[0] = kGemm[g >> 1];
     if (!held[1]) base[1] = kMemory[g & 1];
     if (g > 0 && held[0] && held[1]) break;  // one operator corner when both are held
-    double python_best = std::numeric_limits<double>::infinity(), cpp_best = python_best;
-    Params python = base, cpp = base;
+    // Each runtime's best corner on the fit alone ([0]) and with capacity ([1]).
+    std::array<std::array<double, 2>, 2> best_cost = {
+        {{BasinCosts::kInf, BasinCosts::kInf}, {BasinCosts::kInf, BasinCosts::kInf}}};
+    std::array<std::array<Params, 2>, 2> corner = {{{base, base}, {base, base}}};
     for (int c = 0; c < 12; ++c) {
       Params x = base;
       x[2] = x[4] = kIteration[c >> 2];
@@ -528,30 +572,33 @@ std::array<double, models::CostParams::kNumFitted> BestStart(
         if (held[k]) x[k] = start[k];
       }
       if (!tried.insert(x).second) continue;  // held parameters make corners coincide
-      std::vector<double> r(residuals);
-      const double* block = x.data();
-      if (!f(&block, r.data())) continue;
-      double python_cost = 0, cpp_cost = 0;
-      for (int i = 0; i < residuals; ++i)
-        (cpp_residual[i] ? cpp_cost : python_cost) += 0.5 * r[i] * r[i];
-      if (python_cost < python_best) {
-        python_best = python_cost;
-        python = x;
-      }
-      if (cpp_cost < cpp_best) {
-        cpp_best = cpp_cost;
-        cpp = x;
+      const BasinCosts costs = CostsAt(f, x, cpp_row);
+      for (int runtime = 0; runtime < 2; ++runtime) {
+        const double by[2] = {costs.fit[runtime], costs.fit[runtime] + costs.capacity[runtime]};
+        for (int j = 0; j < 2; ++j) {
+          if (by[j] < best_cost[j][runtime]) {
+            best_cost[j][runtime] = by[j];
+            corner[j][runtime] = x;
+          }
+        }
       }
     }
-    Params x = python;
-    x[4] = cpp[4];
-    x[5] = cpp[5];
-    if (const double cost = Cost(f, x, residuals); cost < best_cost) {
-      best_cost = cost;
-      best = x;
+    for (int j = 0; j < 2; ++j) {
+      Params x = corner[j][0];  // the Python corner, with the C++ corner's host costs
+      x[kCppHost] = corner[j][1][kCppHost];
+      x[kCppHost + 1] = corner[j][1][kCppHost + 1];
+      const BasinCosts costs = CostsAt(f, x, cpp_row);
+      if (j == 0 && costs.fit[0] + costs.fit[1] < best_fit) {
+        best_fit = costs.fit[0] + costs.fit[1];
+        out.by_fit = x;
+      }
+      if (j == 1 && costs.Total() < best_total) {
+        best_total = costs.Total();
+        out.by_total = x;
+      }
     }
   }
-  return best;
+  return out;
 }
 
 class ProgressCallback : public ceres::IterationCallback {
@@ -596,72 +643,97 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
                                    std::to_string(models::CostParams::kNumFitted) + " residuals");
   }
   // Every row must simulate (a clear error now rather than a failed fit later).
-  FATHOM_ASSIGN_OR_RETURN(std::vector<RowPrediction> at_start, PredictRows(rows, start));
-  ceres::NumericDiffOptions diff;
-  diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
-  auto* residual = new RowsResidual{&rows, this, start};
-  auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
-      residual, ceres::TAKE_OWNERSHIP, diff);
-  cost->AddParameterBlock(models::CostParams::kNumFitted);
-  cost->SetNumResiduals(residuals);
-  std::vector<bool> cpp_residual;
-  for (const auto& r : rows) {
-    const bool is_cpp = FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp;
-    cpp_residual.insert(cpp_residual.end(), r.offline() ? 1 : 3, is_cpp);
-  }
-  std::array<double, models::CostParams::kNumFitted> x = BestStart(
-      *residual, start.params.Fitted(), HalfSumOfSquares(Residuals(at_start)), cpp_residual, held);
-  ceres::Problem problem;
-  problem.AddResidualBlock(cost, nullptr, x.data());  // the residuals are robust already
-  const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0},
-               upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 500.0};
-  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-    problem.SetParameterLowerBound(x.data(), i, lower[i]);
-    problem.SetParameterUpperBound(x.data(), i, upper[i]);
-  }
+  FATHOM_RETURN_IF_ERROR(PredictRows(rows, start).status());
   if (held_indices.size() == static_cast<size_t>(models::CostParams::kNumFitted)) {
     return Status::InvalidArgument("--free: no parameter left to fit");
   }
-  if (!held_indices.empty())
-    problem.SetManifold(x.data(),
-                        new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
-  ceres::Solver::Options options;
-  options.max_num_iterations = 25;
-  options.function_tolerance = 1e-4;
-  ProgressCallback callback(progress);
-  if (progress) options.callbacks.push_back(&callback);
+  using Params = std::array<double, models::CostParams::kNumFitted>;
+  const RowsResidual rows_residual{&rows, this, start};
+  std::vector<bool> cpp_row;
+  for (const auto& r : rows)
+    cpp_row.push_back(FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp);
+  // Ceres's least squares from `x`, in place, into `summary`; or, given `variance`, the
+  // parameters' variances at `x` (NaN where Ceres cannot compute them).
+  auto solve = [&](Params* x, ceres::Solver::Summary* summary, Params* variance) {
+    ceres::NumericDiffOptions diff;
+    diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
+    auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
+        new RowsResidual(rows_residual), ceres::TAKE_OWNERSHIP, diff);
+    cost->AddParameterBlock(models::CostParams::kNumFitted);
+    cost->SetNumResiduals(residuals);
+    ceres::Problem problem;
+    problem.AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
+    const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0},
+                 upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 500.0};
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+      problem.SetParameterLowerBound(x->data(), i, lower[i]);
+      problem.SetParameterUpperBound(x->data(), i, upper[i]);
+    }
+    if (!held_indices.empty())
+      problem.SetManifold(x->data(),
+                          new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
+    if (variance == nullptr) {
+      ceres::Solver::Options options;
+      options.max_num_iterations = 25;
+      options.function_tolerance = 1e-4;
+      ProgressCallback callback(progress);
+      if (progress) options.callbacks.push_back(&callback);
+      ceres::Solve(options, &problem, summary);
+      return;
+    }
+    ceres::Covariance::Options cov_options;
+    cov_options.algorithm_type = ceres::DENSE_SVD;
+    cov_options.null_space_rank = -1;
+    ceres::Covariance covariance(cov_options);
+    std::vector<std::pair<const double*, const double*>> blocks = {{x->data(), x->data()}};
+    if (!covariance.Compute(blocks, &problem)) {
+      variance->fill(std::numeric_limits<double>::quiet_NaN());
+      return;
+    }
+    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
+    covariance.GetCovarianceBlock(x->data(), x->data(), cov);
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i)
+      (*variance)[i] = cov[i * models::CostParams::kNumFitted + i];
+  };
+  // The solver from each start; the result with the lower cost, Server capacity included.
+  const Starts starts = BestStarts(rows_residual, start.params.Fitted(), cpp_row, held);
+  Params x = starts.by_fit;
   ceres::Solver::Summary summary;
-  ceres::Solve(options, &problem, &summary);
+  solve(&x, &summary, nullptr);
   if (!summary.IsSolutionUsable())
     return Status::InvalidArgument("calibration fit failed: " + summary.message);
+  int iterations = static_cast<int>(summary.iterations.size());
+  if (starts.by_total != starts.by_fit) {
+    Params y = starts.by_total;
+    ceres::Solver::Summary other;
+    solve(&y, &other, nullptr);
+    iterations += static_cast<int>(other.iterations.size());
+    if (other.IsSolutionUsable() &&
+        CostsAt(rows_residual, y, cpp_row).Total() < CostsAt(rows_residual, x, cpp_row).Total()) {
+      x = y;
+      summary = other;
+    }
+  }
 
   FitOutcome out;
   out.calibration = start;
   out.calibration.params.SetFitted(x);
-  out.iterations = static_cast<int>(summary.iterations.size());
+  out.iterations = iterations;
   out.initial_cost = summary.initial_cost;
   out.final_cost = summary.final_cost;
-  // Parameter uncertainty: Ceres's covariance, scaled by the residual variance.
-  ceres::Covariance::Options cov_options;
-  cov_options.algorithm_type = ceres::DENSE_SVD;
-  cov_options.null_space_rank = -1;
-  ceres::Covariance covariance(cov_options);
-  std::vector<std::pair<const double*, const double*>> blocks = {{x.data(), x.data()}};
-  if (covariance.Compute(blocks, &problem)) {
-    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
-    covariance.GetCovarianceBlock(x.data(), x.data(), cov);
-    const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
-    const double s2 = 2.0 * summary.final_cost / dof;
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-      out.calibration.stddev[i] =
-          held[i] ? start.stddev[i]
-                  : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
-    }
+  // Parameter uncertainty: Ceres's covariance at the result, scaled by the residual variance.
+  Params variance;
+  solve(&x, nullptr, &variance);
+  const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
+  const double s2 = 2.0 * summary.final_cost / dof;
+  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+    if (std::isnan(variance[i])) continue;  // no covariance: the start's stand
+    out.calibration.stddev[i] =
+        held[i] ? start.stddev[i] : std::sqrt(std::max(0.0, variance[i] * s2));
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
-  const bool cpp = std::find(cpp_residual.begin(), cpp_residual.end(), true) != cpp_residual.end(),
-             python =
-                 std::find(cpp_residual.begin(), cpp_residual.end(), false) != cpp_residual.end();
+  const bool cpp = std::find(cpp_row.begin(), cpp_row.end(), true) != cpp_row.end(),
+             python = std::find(cpp_row.begin(), cpp_row.end(), false) != cpp_row.end();
   if (python != cpp) {
     auto fitted = out.calibration.params.Fitted();
     const int from = python ? kPythonHost : kCppHost, to = python ? kCppHost : kPythonHost;

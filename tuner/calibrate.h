@@ -99,7 +99,7 @@ double RobustLogError(double predicted, double published);
 
 struct FitOutcome {
   models::Calibration calibration;
-  int iterations = 0;
+  int iterations = 0;  // solver iterations, from every start
   double initial_cost = 0, final_cost = 0;
 };
 
@@ -140,11 +140,14 @@ class Calibrator {
                          const models::Calibration& calibration) const;
 
   // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
-  // the best of `start` and a coarse grid of plausible points. A runtime none of the rows runs on
-  // is left unconstrained by them: it takes the fitted runtime's host costs (the best evidence)
-  // unless they are held.
-  // `free_params` (names of CostParams::kFitted; empty: all) are fitted and the others held at
-  // `start`'s values, as a stack calibrated on few rows keeps what those rows cannot tell.
+  // the best of `start` and a coarse grid of plausible points, twice: from the best start on those
+  // residuals and from the best with the Server rows' capacity too (against their published QPS:
+  // a step in the parameters that the solver's differences do not see, but which tells basins
+  // apart), keeping the result with the lower cost, capacity included. A runtime none of the rows
+  // runs on is left unconstrained by them: it takes the fitted runtime's host costs (the best
+  // evidence) unless they are held. `free_params` (names of CostParams::kFitted; empty: all) are
+  // fitted and the others held at `start`'s values, as a stack calibrated on few rows keeps what
+  // those rows cannot tell.
   Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows,
                                     const models::Calibration& start,
                                     const FitProgress& progress = {},

@@ -211,6 +211,13 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
   auto pool = MakeThreadWorkPool(0);
   const Calibrator calibrator(*setup, *catalog, kRequests, pool.get());
+  // Each Server row runs at the highest QPS within its limits, as a submitter would.
+  auto capacity = calibrator.PredictRows(rows, truth);
+  REQUIRE(capacity.ok());
+  REQUIRE(calibrator.PredictCapacity(&*capacity, truth).ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if ((*capacity)[i].has_capacity) rows[i].target_qps = (*capacity)[i].capacity_qps;
+  }
   auto made = calibrator.PredictRows(rows, truth);
   REQUIRE(made.ok());
   for (size_t i = 0; i < rows.size(); ++i) {
