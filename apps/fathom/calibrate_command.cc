@@ -259,6 +259,7 @@ Status Run(const CalibrateFlags& f) {
     }
   }
   if (f.json) std::printf("%s\n", out.dump(2).c_str());
+  std::fflush(stdout);  // the table before the closing line, where both reach one terminal or file
   std::fprintf(stderr,
                "calibrate: %lld work items on %d %s; the coordinator's own time %.2f ms an item\n",
                static_cast<long long>(calibrator.items()), pool->workers(),
