@@ -80,6 +80,8 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
       const models::Precision precision{wt, wt, kt};
       for (int depth : mtp) {
         for (models::Runtime runtime : s.runtimes) {
+          // TensorRT engines are built for NVIDIA GPUs only.
+          if (runtime == models::Runtime::kCpp && hw.vendor != "nvidia") continue;
           for (int64_t batch : s.max_batch) {
             for (int64_t tokens : s.max_num_tokens) {
               sim::DeploymentConfig base;

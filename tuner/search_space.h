@@ -30,7 +30,7 @@ struct SearchSpace {
   bool adp_balance = true;
   std::vector<int> mtp = {0};  // MTP depths; the interactive scenario adds 3 for models with MTP
   // The engine's host side: the Python runtime, and TensorRT engines under the C++ executor where
-  // the stack serves the model so (sim::TimeModel::Runtimes).
+  // the stack serves the model so (sim::TimeModel::Runtimes) and the GPU is NVIDIA's.
   std::vector<models::Runtime> runtimes = {models::Runtime::kPython};
 };
 

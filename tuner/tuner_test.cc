@@ -389,6 +389,12 @@ TEST_CASE("Enumerate: each runtime the stack offers, TensorRT engines without at
   std::set<std::string> keys;
   for (const auto& d : both->feasible) keys.insert(CandidateKey(d));
   CHECK(keys.size() == both->feasible.size());  // the runtime is part of a candidate's key
+  // No TensorRT engines on AMD GPUs.
+  space.hardware = "mi355x";
+  auto amd = Enumerate(space, Catalog());
+  REQUIRE(amd.ok());
+  REQUIRE_FALSE(amd->feasible.empty());
+  for (const auto& d : amd->feasible) CHECK(d.runtime == models::Runtime::kPython);
 }
 
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
