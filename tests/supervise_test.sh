@@ -66,7 +66,18 @@ check "chat-like phase: every request answered" jq -e '.failed_requests == 0 and
 load "$tmp/reasoning.csv" 2 500 "$tmp/reasoning.json" &
 client=$!
 sleep 12
-victim=$(curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" | jq -r '[.[] | select(.draining | not)][0].pid')
+# A replica in routing, not the canary of the injected configuration (1 sequence): killing the
+# canary would end its window early and replace the rollback checked below with a restart. While
+# the canary runs, the others may all be draining, so wait (at most 10 s) for one, else take any.
+victim=""
+for _ in $(seq 1 100); do
+  victim=$(curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" |
+    jq -r '[.[] | select((.draining | not) and .max_num_seqs != 1)][0].pid // empty')
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || victim=$(curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" |
+  jq -r '[.[] | select(.draining | not)][0].pid')
 kill -KILL "$victim"
 wait "$client"
 check "reasoning-like phase, a replica killed: every request answered" \
