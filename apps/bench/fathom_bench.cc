@@ -16,6 +16,7 @@
 #include "base/stats.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
+#include "models/model_arch.h"
 #include "models/roofline.h"
 #include "profiler/activity.h"
 #include "sim/deployment_config.h"
@@ -227,9 +228,9 @@ void Tunes(int repeat) {
                             {"llama2-70b", "h200", 8, sim::Scenario::kOffline},
                             {"llama2-70b", "h200", 8, sim::Scenario::kServer}};
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  const models::CostParams params =
-      models::LoadCalibration(models::DefaultCalibrationPath())->params;
   for (const System& sys : systems) {
+    // As `fathom tune` sets it up: the newest stack, and the runtimes it serves the model on.
+    const sim::TimeModel time_model = *sim::MakeTimeModel({}, sys.hardware);
     tuner::TuneOptions o;
     o.space.model = sys.model;
     o.space.hardware = sys.hardware;
@@ -238,7 +239,8 @@ void Tunes(int repeat) {
     const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), sys.model);
     o.benchmark = b->name;
     o.dataset = *traces::BenchmarkDataset(*b);
-    o.make_time = sim::CalibratedFactory(params, nullptr);
+    o.make_time = time_model.factory;
+    o.space.runtimes = time_model.Runtimes(models::LoadModel(sys.model)->model_type);
     tuner::TuneResult r;
     const double s = Median(repeat, [&] { r = *tuner::Tune(o, *catalog); });
     const bool server = sys.scenario != sim::Scenario::kOffline;
