@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -583,19 +584,23 @@ Starts BestStarts(const RowsResidual& f,
         }
       }
     }
+    // The Python corner with the C++ corner's host costs, by each measure (priced once when the
+    // two coincide).
+    std::array<Params, 2> joined;
     for (int j = 0; j < 2; ++j) {
-      Params x = corner[j][0];  // the Python corner, with the C++ corner's host costs
-      x[kCppHost] = corner[j][1][kCppHost];
-      x[kCppHost + 1] = corner[j][1][kCppHost + 1];
-      const BasinCosts costs = CostsAt(f, x, cpp_row);
-      if (j == 0 && costs.fit[0] + costs.fit[1] < best_fit) {
-        best_fit = costs.fit[0] + costs.fit[1];
-        out.by_fit = x;
-      }
-      if (j == 1 && costs.Total() < best_total) {
-        best_total = costs.Total();
-        out.by_total = x;
-      }
+      joined[j] = corner[j][0];
+      joined[j][kCppHost] = corner[j][1][kCppHost];
+      joined[j][kCppHost + 1] = corner[j][1][kCppHost + 1];
+    }
+    const BasinCosts by_fit = CostsAt(f, joined[0], cpp_row);
+    const BasinCosts by_total = joined[1] == joined[0] ? by_fit : CostsAt(f, joined[1], cpp_row);
+    if (by_fit.fit[0] + by_fit.fit[1] < best_fit) {
+      best_fit = by_fit.fit[0] + by_fit.fit[1];
+      out.by_fit = joined[0];
+    }
+    if (by_total.Total() < best_total) {
+      best_total = by_total.Total();
+      out.by_total = joined[1];
     }
   }
   return out;
@@ -652,61 +657,48 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   std::vector<bool> cpp_row;
   for (const auto& r : rows)
     cpp_row.push_back(FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp);
-  // Ceres's least squares from `x`, in place, into `summary`; or, given `variance`, the
-  // parameters' variances at `x` (NaN where Ceres cannot compute them).
-  auto solve = [&](Params* x, ceres::Solver::Summary* summary, Params* variance) {
+  // The least-squares problem over the parameters at `x` (held ones fixed, within bounds).
+  auto problem_at = [&](Params* x) {
     ceres::NumericDiffOptions diff;
     diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
     auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
         new RowsResidual(rows_residual), ceres::TAKE_OWNERSHIP, diff);
     cost->AddParameterBlock(models::CostParams::kNumFitted);
     cost->SetNumResiduals(residuals);
-    ceres::Problem problem;
-    problem.AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
+    auto problem = std::make_unique<ceres::Problem>();
+    problem->AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
     const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0},
                  upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 500.0};
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-      problem.SetParameterLowerBound(x->data(), i, lower[i]);
-      problem.SetParameterUpperBound(x->data(), i, upper[i]);
+      problem->SetParameterLowerBound(x->data(), i, lower[i]);
+      problem->SetParameterUpperBound(x->data(), i, upper[i]);
     }
     if (!held_indices.empty())
-      problem.SetManifold(x->data(),
-                          new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
-    if (variance == nullptr) {
-      ceres::Solver::Options options;
-      options.max_num_iterations = 25;
-      options.function_tolerance = 1e-4;
-      ProgressCallback callback(progress);
-      if (progress) options.callbacks.push_back(&callback);
-      ceres::Solve(options, &problem, summary);
-      return;
-    }
-    ceres::Covariance::Options cov_options;
-    cov_options.algorithm_type = ceres::DENSE_SVD;
-    cov_options.null_space_rank = -1;
-    ceres::Covariance covariance(cov_options);
-    std::vector<std::pair<const double*, const double*>> blocks = {{x->data(), x->data()}};
-    if (!covariance.Compute(blocks, &problem)) {
-      variance->fill(std::numeric_limits<double>::quiet_NaN());
-      return;
-    }
-    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
-    covariance.GetCovarianceBlock(x->data(), x->data(), cov);
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i)
-      (*variance)[i] = cov[i * models::CostParams::kNumFitted + i];
+      problem->SetManifold(x->data(),
+                           new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
+    return problem;
+  };
+  // Ceres from `x`, in place.
+  auto solve = [&](Params* x, ceres::Solver::Summary* summary) {
+    ceres::Solver::Options options;
+    options.max_num_iterations = 25;
+    options.function_tolerance = 1e-4;
+    ProgressCallback callback(progress);
+    if (progress) options.callbacks.push_back(&callback);
+    ceres::Solve(options, problem_at(x).get(), summary);
   };
   // The solver from each start; the result with the lower cost, Server capacity included.
   const Starts starts = BestStarts(rows_residual, start.params.Fitted(), cpp_row, held);
   Params x = starts.by_fit;
   ceres::Solver::Summary summary;
-  solve(&x, &summary, nullptr);
+  solve(&x, &summary);
   if (!summary.IsSolutionUsable())
     return Status::InvalidArgument("calibration fit failed: " + summary.message);
   int iterations = static_cast<int>(summary.iterations.size());
   if (starts.by_total != starts.by_fit) {
     Params y = starts.by_total;
     ceres::Solver::Summary other;
-    solve(&y, &other, nullptr);
+    solve(&y, &other);
     iterations += static_cast<int>(other.iterations.size());
     if (other.IsSolutionUsable() &&
         CostsAt(rows_residual, y, cpp_row).Total() < CostsAt(rows_residual, x, cpp_row).Total()) {
@@ -721,15 +713,24 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   out.iterations = iterations;
   out.initial_cost = summary.initial_cost;
   out.final_cost = summary.final_cost;
-  // Parameter uncertainty: Ceres's covariance at the result, scaled by the residual variance.
-  Params variance;
-  solve(&x, nullptr, &variance);
-  const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
-  const double s2 = 2.0 * summary.final_cost / dof;
-  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-    if (std::isnan(variance[i])) continue;  // no covariance: the start's stand
-    out.calibration.stddev[i] =
-        held[i] ? start.stddev[i] : std::sqrt(std::max(0.0, variance[i] * s2));
+  // Parameter uncertainty: Ceres's covariance at the result, scaled by the residual variance;
+  // where it cannot be computed the start's stands.
+  ceres::Covariance::Options cov_options;
+  cov_options.algorithm_type = ceres::DENSE_SVD;
+  cov_options.null_space_rank = -1;
+  ceres::Covariance covariance(cov_options);
+  const auto problem = problem_at(&x);
+  const std::vector<std::pair<const double*, const double*>> blocks = {{x.data(), x.data()}};
+  if (covariance.Compute(blocks, problem.get())) {
+    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
+    covariance.GetCovarianceBlock(x.data(), x.data(), cov);
+    const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
+    const double s2 = 2.0 * summary.final_cost / dof;
+    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+      out.calibration.stddev[i] =
+          held[i] ? start.stddev[i]
+                  : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
+    }
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
   const bool cpp = std::find(cpp_row.begin(), cpp_row.end(), true) != cpp_row.end(),
