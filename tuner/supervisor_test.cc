@@ -58,6 +58,10 @@ class Client {
       }
     });
   }
+  // A failed check ends the test without Stop: the thread still ends.
+  ~Client() {
+    if (thread_.joinable()) Stop();
+  }
   // Stops, and returns (answered, failed).
   std::pair<int64_t, int64_t> Stop() {
     stop_ = true;
@@ -71,10 +75,14 @@ class Client {
   std::atomic<int64_t> answered_{0}, failed_{0};
 };
 
-// The limits of the replicas in routing, from the gateway's control endpoint.
+// The limits of the replicas in routing, from the gateway's control endpoint (which may answer
+// slowly under ThreadSanitizer on a busy machine).
 std::vector<BatchLimits> RoutedLimits(int gateway_port) {
   httplib::Client c("127.0.0.1", gateway_port);
+  c.set_connection_timeout(std::chrono::seconds(30));
+  c.set_read_timeout(std::chrono::seconds(60));
   auto r = c.Get("/fathom/replicas", {{"Authorization", "Bearer secret"}});
+  INFO("GET /fathom/replicas: " << httplib::to_string(r.error()));
   REQUIRE(r);
   auto j = ParseJson(r->body, "/fathom/replicas");
   REQUIRE(j.ok());
