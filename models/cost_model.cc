@@ -10,9 +10,15 @@
 namespace fathom::models {
 
 std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
-  return {gemm_efficiency,          memory_efficiency,         iteration_overhead_us,
-          per_sequence_overhead_us, cpp_iteration_overhead_us, cpp_per_sequence_overhead_us,
-          eager_launch_us};
+  return {gemm_efficiency,
+          memory_efficiency,
+          iteration_overhead_us,
+          per_sequence_overhead_us,
+          cpp_iteration_overhead_us,
+          cpp_per_sequence_overhead_us,
+          cpp_launch_us,
+          eager_launch_us,
+          fp4_gemm_efficiency};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -22,7 +28,9 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   per_sequence_overhead_us = v[3];
   cpp_iteration_overhead_us = v[4];
   cpp_per_sequence_overhead_us = v[5];
-  eager_launch_us = v[6];
+  cpp_launch_us = v[6];
+  eager_launch_us = v[7];
+  fp4_gemm_efficiency = v[8];
 }
 
 Status CostParams::Validate() const {
@@ -32,6 +40,7 @@ Status CostParams::Validate() const {
                                    ": must be in (0, 1]");
   };
   FATHOM_RETURN_IF_ERROR(fraction("gemm_efficiency", gemm_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("fp4_gemm_efficiency", fp4_gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
@@ -45,6 +54,7 @@ Status CostParams::Validate() const {
                          {"per_sequence_overhead_us", per_sequence_overhead_us},
                          {"cpp_iteration_overhead_us", cpp_iteration_overhead_us},
                          {"cpp_per_sequence_overhead_us", cpp_per_sequence_overhead_us},
+                         {"cpp_launch_us", cpp_launch_us},
                          {"moe_skew", moe_skew},
                          {"response_us", response_us},
                          {"eager_launch_us", eager_launch_us}}) {
@@ -69,6 +79,7 @@ Status CostParams::Validate() const {
 // Every parameter with its name in a calibration file, for reading and writing it.
 constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"gemm_efficiency", &CostParams::gemm_efficiency},
+    {"fp4_gemm_efficiency", &CostParams::fp4_gemm_efficiency},
     {"gemm_m_half", &CostParams::gemm_m_half},
     {"memory_efficiency", &CostParams::memory_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
@@ -81,6 +92,7 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"per_sequence_overhead_us", &CostParams::per_sequence_overhead_us},
     {"cpp_iteration_overhead_us", &CostParams::cpp_iteration_overhead_us},
     {"cpp_per_sequence_overhead_us", &CostParams::cpp_per_sequence_overhead_us},
+    {"cpp_launch_us", &CostParams::cpp_launch_us},
     {"moe_skew", &CostParams::moe_skew},
     {"response_us", &CostParams::response_us},
     {"eager_launch_us", &CostParams::eager_launch_us},
@@ -187,14 +199,26 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
       host_per_sequence_us_(runtime == Runtime::kCpp ? params.cpp_per_sequence_overhead_us
                                                      : params.per_sequence_overhead_us),
       response_s_(runtime == Runtime::kCpp ? 0.0 : params.response_us * 1e-6),
+      graphs_(runtime == Runtime::kPython),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
-  if (runtime == Runtime::kCpp) return;
+  const double launch_us = graphs_ ? params.eager_launch_us : params.cpp_launch_us;
+  for (int s = 0; s < num_stages(); ++s)
+    launch_s_.push_back(static_cast<double>(Launches(s)) * launch_us * 1e-6);
+  if (!graphs_) return;
   graph_sizes_ = params.cuda_graph_batch_sizes;
   stream_interval_ = params.stream_interval;
-  for (int s = 0; s < num_stages(); ++s)
-    eager_s_.push_back(static_cast<double>(Launches(s)) * params.eager_launch_us * 1e-6);
 }
+
+namespace {
+
+// The fraction of `hw`'s dense peak for GEMMs in `t` that large ones reach.
+double GemmPeakEfficiency(const CostParams& p, const Hardware& hw, DType t) {
+  const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.peak_fp4_flops > 0;
+  return fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency;
+}
+
+}  // namespace
 
 double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
                        const MeasuredGemms* measured) {
@@ -206,7 +230,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       if (measured) {
         if (auto t = measured->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
       }
-      const double eff = p.gemm_efficiency * op.m / (op.m + p.gemm_m_half);
+      const double eff = GemmPeakEfficiency(p, hw, op.dtype) * op.m / (op.m + p.gemm_m_half);
       return std::max(op.flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
     }
     case OpKind::kGroupedGemm: {
@@ -219,7 +243,8 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
           ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(ep))) : 0.0;
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double per_expert = rows / std::max(1.0, op.active_groups);
-      const double eff = p.gemm_efficiency * per_expert / (per_expert + p.gemm_m_half);
+      const double eff =
+          GemmPeakEfficiency(p, hw, op.dtype) * per_expert / (per_expert + p.gemm_m_half);
       const double flops = op.flops * rows / mean;
       return std::max(flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
     }
@@ -241,11 +266,15 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
   return OperatorSeconds(op, hw_, p_, layout_.ep, measured_.get());
 }
 
+double CalibratedModel::AheadLaunchSeconds(int stage) const {
+  return graphs_ ? 0.0 : launch_s_[stage];
+}
+
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
   // Host work happens once per iteration, before its first stage; an eager iteration's launches
   // on every stage.
-  const double launches = cuda_graph || eager_s_.empty() ? 0.0 : eager_s_[stage];
-  return launches +
+  const double eager = graphs_ && !cuda_graph ? launch_s_[stage] : 0.0;
+  return eager +
          (stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0);
 }
 

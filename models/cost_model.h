@@ -24,7 +24,13 @@ namespace fathom::models {
 
 // Few parameters, each a physical quantity. The fitted ones are listed in kFitted.
 struct CostParams {
-  double gemm_efficiency = 0.70;       // fraction of dense peak large GEMMs reach
+  double gemm_efficiency = 0.70;  // fraction of dense peak large GEMMs reach
+  // The same for block-scaled FP4 GEMMs on FP4 tensor cores (NVFP4, MXFP4), which public kernels
+  // run at a smaller fraction of their peak than FP8 and BF16 ones (scale-factor handling): on
+  // B200, vLLM's CUTLASS NVFP4 GEMM 3,904 TFLOP/s at 16384x6144x4096 (0.43 of 9,000; its FP8
+  // GEMM 0.57 of 4,500 on the same shape, vllm-project/vllm PRs 20646 and 19566) and FlashInfer's
+  // 3,370 at M = 1,024 (0.37, which the small-M loss puts at 0.43 for large M; flashinfer PR 1979).
+  double fp4_gemm_efficiency = 0.43;
   double gemm_m_half = 64;             // rows at which a GEMM reaches half of that (small-M loss)
   double memory_efficiency = 0.80;     // fraction of HBM bandwidth streaming kernels reach
   double attention_efficiency = 0.45;  // fraction of peak prefill attention reaches
@@ -40,6 +46,9 @@ struct CostParams {
   double per_sequence_overhead_us = 0.5;
   double cpp_iteration_overhead_us = 250;
   double cpp_per_sequence_overhead_us = 0.5;
+  // The C++ runtime's host time per kernel launched: TensorRT engines enqueued kernel by kernel
+  // (MLPerf's Llama engines run without CUDA graphs) ahead of the GPU, which runs meanwhile.
+  double cpp_launch_us = 5.0;
   double moe_skew = 0.0;  // routing skew: scales the spread of tokens per GPU beyond multinomial
   // The Python serving front's host time per streamed response (detokenise, hand the tokens to
   // the client), over all its workers: a queue beside the GPU loop that every streamed response
@@ -49,8 +58,9 @@ struct CostParams {
   double response_us = 0.0;
   // Python runtimes: host time per operator launched in an iteration that runs eagerly, not
   // replayed from a captured CUDA graph (PyTorch's dispatch, the Python module code around each
-  // kernel, and the launch), paid in full: an eager iteration of a large model is bound by its
-  // launches. Graph replays pay none of it. The C++ runtime's engines launch from C++ (0).
+  // kernel, and the launch), paid in full: the eager step synchronises with the host (the MoE
+  // path reads its routing counts back), so its launches do not run ahead of the GPU. Graph
+  // replays pay none of it.
   double eager_launch_us = 10.0;
   // The batch sizes a Python runtime captures CUDA graphs for (TensorRT-LLM's
   // cuda_graph_config.batch_sizes), when a deployment names none: the stack's.
@@ -58,11 +68,16 @@ struct CostParams {
   // Tokens per streamed response of a Python front when a deployment names none (0: none).
   int64_t stream_interval = 0;
 
-  static constexpr int kNumFitted = 7;
-  static constexpr std::array<const char*, kNumFitted> kFitted = {
-      "gemm_efficiency",          "memory_efficiency",         "iteration_overhead_us",
-      "per_sequence_overhead_us", "cpp_iteration_overhead_us", "cpp_per_sequence_overhead_us",
-      "eager_launch_us"};
+  static constexpr int kNumFitted = 9;
+  static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency",
+                                                                  "memory_efficiency",
+                                                                  "iteration_overhead_us",
+                                                                  "per_sequence_overhead_us",
+                                                                  "cpp_iteration_overhead_us",
+                                                                  "cpp_per_sequence_overhead_us",
+                                                                  "cpp_launch_us",
+                                                                  "eager_launch_us",
+                                                                  "fp4_gemm_efficiency"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -129,6 +144,7 @@ class CalibratedModel : public OperatorTimeModel {
   int64_t StreamInterval() const override { return stream_interval_; }
 
  protected:
+  double AheadLaunchSeconds(int stage) const override;
   double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const override;
 
  private:
@@ -139,7 +155,8 @@ class CalibratedModel : public OperatorTimeModel {
   double response_s_;                 // the Python front's (C++ fronts' are not modelled: 0)
   std::vector<int64_t> graph_sizes_;  // the Python runtime's
   int64_t stream_interval_ = 0;       // the Python front's
-  std::vector<double> eager_s_;       // by stage: host time of an eager iteration's launches
+  bool graphs_;                       // whether the runtime replays CUDA graphs (Python)
+  std::vector<double> launch_s_;      // by stage: host time of an iteration's launches, when paid
   std::shared_ptr<const MeasuredGemms> measured_;
 };
 

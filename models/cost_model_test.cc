@@ -168,7 +168,7 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CostParams quiet;
   quiet.iteration_overhead_us = quiet.cpp_iteration_overhead_us = 0;
   quiet.per_sequence_overhead_us = quiet.cpp_per_sequence_overhead_us = 0;
-  quiet.eager_launch_us = 0;
+  quiet.eager_launch_us = quiet.cpp_launch_us = 0;
   CostParams host = quiet;
   host.iteration_overhead_us = 3000;
   host.per_sequence_overhead_us = 40;
@@ -187,23 +187,59 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CHECK(ToSeconds(cpp.StageTime(ranks, 0) - without.StageTime(ranks, 0)) ==
         Approx((500 + 4 * 25) * 1e-6).epsilon(1e-6));
 
-  // An eager iteration pays every kernel's launch on each stage, a graph replay none; the C++
-  // runtime's engines pay none either way.
-  CostParams eager = quiet;
-  eager.eager_launch_us = 20;
-  const CalibratedModel python_eager(model, hw, layout, precision, eager);
-  const CalibratedModel cpp_eager(model, hw, layout, precision, eager, Runtime::kCpp);
-  std::vector<BatchShape> replayed = ranks;
-  replayed[0].cuda_graph = true;
-  for (int stage : {0, 1}) {
-    CHECK(ToSeconds(python_eager.StageTime(ranks, stage) - without.StageTime(ranks, stage)) ==
-          Approx(static_cast<double>(python_eager.Launches(stage)) * 20e-6).epsilon(1e-6));
-    CHECK(python_eager.StageTime(replayed, stage) == without.StageTime(replayed, stage));
-    CHECK(cpp_eager.StageTime(ranks, stage) == without.StageTime(ranks, stage));
+  // An eager iteration pays every kernel's launch on each stage, a graph replay none. The C++
+  // runtime's engines launch theirs on every iteration, ahead of the GPU, which runs meanwhile: a
+  // stage takes the longer of the two, the launches when they are slow (50 us each), the
+  // operators when they are quick.
+  for (double launch_us : {50.0, 0.5}) {
+    CostParams launching = quiet;
+    launching.eager_launch_us = launching.cpp_launch_us = launch_us;
+    const CalibratedModel python_eager(model, hw, layout, precision, launching);
+    const CalibratedModel cpp_engine(model, hw, layout, precision, launching, Runtime::kCpp);
+    std::vector<BatchShape> replayed = ranks;
+    replayed[0].cuda_graph = true;
+    for (int stage : {0, 1}) {
+      INFO(launch_us << " us a launch, stage " << stage);
+      const double operators = ToSeconds(without.StageTime(ranks, stage));
+      const double launches = static_cast<double>(python_eager.Launches(stage)) * launch_us * 1e-6;
+      CHECK((launch_us > 1 ? launches > 2 * operators : launches < operators / 2));
+      CHECK(ToSeconds(python_eager.StageTime(ranks, stage)) ==
+            Approx(operators + launches).epsilon(1e-6));
+      CHECK(python_eager.StageTime(replayed, stage) == without.StageTime(replayed, stage));
+      CHECK(ToSeconds(cpp_engine.StageTime(ranks, stage)) ==
+            Approx(std::max(operators, launches)).epsilon(1e-6));
+      CHECK(cpp_engine.StageTime(replayed, stage) == cpp_engine.StageTime(ranks, stage));
+    }
   }
+  const CalibratedModel python_eager(model, hw, layout, precision, quiet);
   // Llama 2 70B's 80 layers on two stages: a norm, four attention GEMMs, attention, a norm, two
   // MLP GEMMs and the activation, two all-reduces each, and the embedding and head at the ends.
   CHECK(python_eager.Launches(0) + python_eager.Launches(1) > 80 * 10);
+}
+
+TEST_CASE("OperatorSeconds: FP4 GEMMs on FP4 tensor cores run at their own fraction of peak",
+          "[models]") {
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  const Hardware b200 = *catalog->Find("b200"), h200 = *catalog->Find("h200");
+  REQUIRE(b200.peak_fp4_flops > 0);
+  REQUIRE(h200.peak_fp4_flops == 0);
+  CostParams p;
+  p.gemm_efficiency = 0.8;
+  p.fp4_gemm_efficiency = 0.4;
+  p.kernel_floor_us = 0;
+  // Compute-bound: 8192 rows of an 8192 x 8192 weight.
+  Operator gemm = Gemm("g", 1, 8192, 8192, 8192, DType::kFp8);
+  const double rows = 8192.0 / (8192 + p.gemm_m_half);  // the small-M loss, the same for all
+  for (DType t : {DType::kNvfp4, DType::kMxfp4}) {
+    gemm.dtype = t;
+    CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4 * rows)));
+    // A GPU without FP4 tensor cores runs it at its FP8 peak, at the GEMM efficiency.
+    CHECK(OperatorSeconds(gemm, h200, p, 1) ==
+          Approx(gemm.flops / (h200.peak_fp8_flops * 0.8 * rows)));
+  }
+  gemm.dtype = DType::kFp8;
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.8 * rows)));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -476,9 +512,9 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 70,  0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
-              260,  0.6, 170,  0.4,  0.15, 57,   33, {1, 64, 512}, 20};
-  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 7};
+  c.params = {0.61, 0.47, 70,  0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
+              260,  0.6,  170, 0.4,  6.5,  0.15, 57,   33, {1, 64, 512}, 20};
+  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";
   const std::string path =

@@ -43,7 +43,8 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   }
   // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
   const double experts = Cached(expert_seconds_, group_tokens, stage, true);
-  return FromSeconds(slowest + experts + OverheadSeconds(stage, sequences, cuda_graph));
+  return FromSeconds(std::max(slowest + experts, AheadLaunchSeconds(stage)) +
+                     OverheadSeconds(stage, sequences, cuda_graph));
 }
 
 int64_t OperatorTimeModel::Launches(int stage) const {

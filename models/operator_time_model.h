@@ -34,8 +34,12 @@ class OperatorTimeModel : public ExecutionTimeModel {
   void set_monotone(bool monotone) { monotone_ = monotone; }
 
  protected:
-  // Time an iteration spends beyond its operators (scheduling, sampling, host work), replayed
-  // from a CUDA graph or run eagerly.
+  // Host time launching a stage's kernels ahead of the GPU: launches with no host
+  // synchronisation between them are asynchronous, the GPU running each kernel while the host
+  // launches the next, so a stage takes the longer of its operators and its launches.
+  virtual double AheadLaunchSeconds(int stage) const { return 0.0; }
+  // Host time the GPU waits for (scheduling, sampling, handing out tokens, and launches that
+  // synchronise with the host), in an iteration replayed from a CUDA graph or run eagerly.
   virtual double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
     return 0.0;
   }

@@ -438,8 +438,9 @@ double RobustLogError(double predicted, double published) {
 
 namespace {
 
-// First index of each runtime's (per-iteration, per-sequence) host pair in CostParams::kFitted.
-constexpr int kPythonHost = 2, kCppHost = 4;
+// First index of each runtime's (per-iteration, per-sequence) host pair in CostParams::kFitted,
+// and of each runtime's host time per launch.
+constexpr int kPythonHost = 2, kCppHost = 4, kCppLaunch = 6, kEagerLaunch = 7;
 
 // Robust log(predicted / published) of throughput and, for server-type rows, of p99 TTFT and
 // TPOT, in row order.
@@ -538,8 +539,8 @@ BasinCosts CostsAt(const RowsResidual& f,
 // physically plausible points. The Python runtime's rows depend on its host costs only, the C++
 // runtime's on theirs (`cpp_row` marks their rows), so each runtime's corner is chosen on its own
 // rows: gemm {0.5, 0.8} x memory {0.5, 0.85}, then iteration {2, 12, 30 ms} x sequence {5, 40 us}
-// x eager launch {10, 80 us} for Python and the first two for C++. Two starts: the best on the
-// throughput and p99s alone, and the best with the Server capacity too (CostsAt).
+// x launch (Python eager {10, 80 us}, C++ {2, 10 us}). Two starts: the best on the throughput and
+// p99s alone, and the best with the Server capacity too (CostsAt).
 struct Starts {
   std::array<double, models::CostParams::kNumFitted> by_fit, by_total;
 };
@@ -550,7 +551,7 @@ Starts BestStarts(const RowsResidual& f,
   using Params = std::array<double, models::CostParams::kNumFitted>;
   constexpr double kGemm[2] = {0.5, 0.8}, kMemory[2] = {0.5, 0.85},
                    kIteration[3] = {2000, 12000, 30000}, kSequence[2] = {5, 40},
-                   kEager[2] = {10, 80};
+                   kEager[2] = {10, 80}, kCpp[2] = {2, 10};
   const BasinCosts at_start = CostsAt(f, start, cpp_row);
   Starts out{start, start};
   double best_fit = at_start.fit[0] + at_start.fit[1], best_total = at_start.Total();
@@ -568,7 +569,8 @@ Starts BestStarts(const RowsResidual& f,
       Params x = base;
       x[2] = x[4] = kIteration[c >> 2];
       x[3] = x[5] = kSequence[(c >> 1) & 1];
-      x[6] = kEager[c & 1];
+      x[kEagerLaunch] = kEager[c & 1];
+      x[kCppLaunch] = kCpp[c & 1];
       for (int k = 2; k < models::CostParams::kNumFitted; ++k) {
         if (held[k]) x[k] = start[k];
       }
@@ -589,8 +591,7 @@ Starts BestStarts(const RowsResidual& f,
     std::array<Params, 2> joined;
     for (int j = 0; j < 2; ++j) {
       joined[j] = corner[j][0];
-      joined[j][kCppHost] = corner[j][1][kCppHost];
-      joined[j][kCppHost + 1] = corner[j][1][kCppHost + 1];
+      for (int k : {kCppHost, kCppHost + 1, kCppLaunch}) joined[j][k] = corner[j][1][k];
     }
     const BasinCosts by_fit = CostsAt(f, joined[0], cpp_row);
     const BasinCosts by_total = joined[1] == joined[0] ? by_fit : CostsAt(f, joined[1], cpp_row);
@@ -643,9 +644,10 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   }
   int residuals = 0;
   for (const auto& r : rows) residuals += r.offline() ? 1 : 3;
-  if (residuals < models::CostParams::kNumFitted) {
-    return Status::InvalidArgument("calibration needs at least " +
-                                   std::to_string(models::CostParams::kNumFitted) + " residuals");
+  const int free_count = models::CostParams::kNumFitted - static_cast<int>(held_indices.size());
+  if (residuals < free_count) {
+    return Status::InvalidArgument("calibration needs at least " + std::to_string(free_count) +
+                                   " residuals (one a free parameter)");
   }
   // Every row must simulate (a clear error now rather than a failed fit later).
   FATHOM_RETURN_IF_ERROR(PredictRows(rows, start).status());
@@ -667,8 +669,9 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     cost->SetNumResiduals(residuals);
     auto problem = std::make_unique<ceres::Problem>();
     problem->AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
-    const double lower[] = {0.05, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0},
-                 upper[] = {1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 500.0};
+    const double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0, 0, 0, 0, 0, 0.05},
+                 upper[models::CostParams::kNumFitted] = {1.0,   1.0,   50000.0, 500.0, 50000.0,
+                                                          500.0, 100.0, 500.0,   1.0};
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
       problem->SetParameterLowerBound(x->data(), i, lower[i]);
       problem->SetParameterUpperBound(x->data(), i, upper[i]);
