@@ -293,7 +293,8 @@ TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
 
 TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the column",
           "[models]") {
-  const std::string path = "perf_db_dims_test.db";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_perf_db_dims_test.db").string();
   std::remove(path.c_str());
   {
     // A database written before the dims column existed.
