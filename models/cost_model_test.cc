@@ -502,6 +502,9 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
       {R"({"stream_interval": "x"})",
        "cal.json: params: field 'stream_interval' = \"x\": must be an integer"},
       {R"({"stream_interval": -1})", "cal.json: stream_interval = -1: must be >= 0"},
+      {R"({"fp4_gemm_efficiency": 0})",
+       "cal.json: fp4_gemm_efficiency = 0.000000: must be in (0, 1]"},
+      {R"({"cpp_launch_us": -1})", "cal.json: cpp_launch_us = -1.000000: must be >= 0"},
   };
   for (const auto& [params, message] : bad) {
     auto loaded =

@@ -256,6 +256,12 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   CHECK(y[2] == y[4]);
   CHECK(y[3] == y[5]);
   CHECK(cpp_fit->calibration.stddev[2] == cpp_fit->calibration.stddev[4]);
+
+  // A fit needs a residual a free parameter: one Offline row is one residual.
+  auto few = calibrator.FitToPublished({rows[0]}, *start);
+  REQUIRE_FALSE(few.ok());
+  CHECK(few.status().message() == "calibration needs at least 9 residuals (one a free parameter)");
+  CHECK(calibrator.FitToPublished({rows[0]}, *start, {}, {"iteration_overhead_us"}).ok());
 }
 
 // What a prediction says, to compare runs exactly.
