@@ -199,13 +199,13 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
       host_per_sequence_us_(runtime == Runtime::kCpp ? params.cpp_per_sequence_overhead_us
                                                      : params.per_sequence_overhead_us),
       response_s_(runtime == Runtime::kCpp ? 0.0 : params.response_us * 1e-6),
-      graphs_(runtime == Runtime::kPython),
+      launches_ahead_(runtime == Runtime::kCpp),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
-  const double launch_us = graphs_ ? params.eager_launch_us : params.cpp_launch_us;
+  const double launch_us = launches_ahead_ ? params.cpp_launch_us : params.eager_launch_us;
   for (int s = 0; s < num_stages(); ++s)
     launch_s_.push_back(static_cast<double>(Launches(s)) * launch_us * 1e-6);
-  if (!graphs_) return;
+  if (launches_ahead_) return;  // no CUDA graphs, no Python front
   graph_sizes_ = params.cuda_graph_batch_sizes;
   stream_interval_ = params.stream_interval;
 }
@@ -267,13 +267,13 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
 }
 
 double CalibratedModel::AheadLaunchSeconds(int stage) const {
-  return graphs_ ? 0.0 : launch_s_[stage];
+  return launches_ahead_ ? launch_s_[stage] : 0.0;
 }
 
 double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
   // Host work happens once per iteration, before its first stage; an eager iteration's launches
   // on every stage.
-  const double eager = graphs_ && !cuda_graph ? launch_s_[stage] : 0.0;
+  const double eager = launches_ahead_ || cuda_graph ? 0.0 : launch_s_[stage];
   return eager +
          (stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0);
 }

@@ -155,7 +155,7 @@ class CalibratedModel : public OperatorTimeModel {
   double response_s_;                 // the Python front's (C++ fronts' are not modelled: 0)
   std::vector<int64_t> graph_sizes_;  // the Python runtime's
   int64_t stream_interval_ = 0;       // the Python front's
-  bool graphs_;                       // whether the runtime replays CUDA graphs (Python)
+  bool launches_ahead_;               // the C++ runtime's: launches run ahead of the GPU
   std::vector<double> launch_s_;      // by stage: host time of an iteration's launches, when paid
   std::shared_ptr<const MeasuredGemms> measured_;
 };

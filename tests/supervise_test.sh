@@ -69,15 +69,17 @@ sleep 12
 # A replica in routing, not the canary of the injected configuration (1 sequence): killing the
 # canary would end its window early and replace the rollback checked below with a restart. While
 # the canary runs, the others may all be draining, so wait (at most 10 s) for one, else take any.
+routed() {  # routed JQ_FILTER: the first replica in routing that also matches it, or nothing
+  curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" |
+    jq -r "[.[] | select((.draining | not) and ($1))][0].pid // empty"
+}
 victim=""
 for _ in $(seq 1 100); do
-  victim=$(curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" |
-    jq -r '[.[] | select((.draining | not) and .max_num_seqs != 1)][0].pid // empty')
+  victim=$(routed '.max_num_seqs != 1')
   [ -n "$victim" ] && break
   sleep 0.1
 done
-[ -n "$victim" ] || victim=$(curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas" |
-  jq -r '[.[] | select(.draining | not)][0].pid')
+[ -n "$victim" ] || victim=$(routed 'true')
 kill -KILL "$victim"
 wait "$client"
 check "reasoning-like phase, a replica killed: every request answered" \

@@ -567,11 +567,11 @@ Starts BestStarts(const RowsResidual& f,
     std::array<std::array<Params, 2>, 2> corner = {{{base, base}, {base, base}}};
     for (int c = 0; c < 12; ++c) {
       Params x = base;
-      x[2] = x[4] = kIteration[c >> 2];
-      x[3] = x[5] = kSequence[(c >> 1) & 1];
+      x[kPythonHost] = x[kCppHost] = kIteration[c >> 2];
+      x[kPythonHost + 1] = x[kCppHost + 1] = kSequence[(c >> 1) & 1];
       x[kEagerLaunch] = kEager[c & 1];
       x[kCppLaunch] = kCpp[c & 1];
-      for (int k = 2; k < models::CostParams::kNumFitted; ++k) {
+      for (int k = kPythonHost; k < models::CostParams::kNumFitted; ++k) {
         if (held[k]) x[k] = start[k];
       }
       if (!tried.insert(x).second) continue;  // held parameters make corners coincide
