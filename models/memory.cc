@@ -132,9 +132,11 @@ MemoryPlan PlanMemory(const ModelArch& m, const Hardware& hw, const ParallelLayo
 
   plan.activation_bytes = ActivationBytes(m, l, o);
   plan.runtime_bytes = o.runtime_overhead_bytes;
-  plan.reserve_bytes = hw.memory_bytes * o.reserve_fraction;
-  plan.kv_budget_bytes = hw.memory_bytes - plan.reserve_bytes - plan.runtime_bytes -
-                         plan.activation_bytes - plan.weights_bytes - plan.sliding_kv_bytes;
+  const double free_bytes = hw.memory_bytes - plan.runtime_bytes - plan.activation_bytes -
+                            plan.weights_bytes - plan.sliding_kv_bytes;
+  plan.reserve_bytes = o.kv_free_fraction > 0 ? std::max(0.0, free_bytes) * (1 - o.kv_free_fraction)
+                                              : hw.memory_bytes * o.reserve_fraction;
+  plan.kv_budget_bytes = free_bytes - plan.reserve_bytes;
   const double per_token = plan.kv_bytes_per_token_full_layers > 0
                                ? plan.kv_bytes_per_token_full_layers
                                : plan.kv_bytes_per_token;

@@ -14,6 +14,9 @@ struct MemoryOptions {
   int64_t max_num_tokens = 8192;   // tokens in one engine iteration (sizes activation buffers)
   int64_t max_batch = 256;         // sequences per attention rank (sizes the logits buffer)
   double reserve_fraction = 0.10;  // of HBM left unused, as vLLM's gpu_memory_utilization = 0.9
+  // When > 0, the KV cache takes this fraction of the memory left after weights, activations and
+  // runtime instead (TensorRT-LLM's kv_cache_free_gpu_memory_fraction); reserve_fraction is unused.
+  double kv_free_fraction = 0;
   double runtime_overhead_bytes = 2.0 * (1 << 30);  // CUDA context, GEMM/NCCL workspaces, graphs
   int64_t min_kv_tokens = 0;  // KV that must fit besides weights; 0 means max_num_tokens
 };
@@ -39,7 +42,7 @@ struct MemoryPlan {
 
   double activation_bytes = 0;
   double runtime_bytes = 0;
-  double reserve_bytes = 0;
+  double reserve_bytes = 0;        // HBM left unused (with kv_free_fraction: the rest of the free)
   double kv_budget_bytes = 0;      // memory - weights - activations - runtime - reserve - sliding
   int64_t kv_capacity_tokens = 0;  // tokens this GPU's attention rank can hold (per DP rank)
   bool fits = false;

@@ -110,6 +110,24 @@ TEST_CASE("PlanMemory: capacity = what is left after weights, activations, runti
   CHECK(plan.kv_capacity_tokens == static_cast<int64_t>(left / (80 * 2 * 8 * 128)));
 }
 
+TEST_CASE("PlanMemory: a KV fraction of free memory takes that share of what weights leave",
+          "[models]") {
+  // TensorRT-LLM's kv_cache_free_gpu_memory_fraction: the MLPerf B200 Llama 2 harness sets 0.95.
+  Setup s = Make("llama2-70b", "b200");
+  Precision p{DType::kNvfp4, DType::kNvfp4, DType::kFp8};
+  MemoryOptions o;
+  o.kv_free_fraction = 0.95;
+  const MemoryPlan plan = PlanMemory(s.model, s.hw, Layout(1, 1, 1, 1, 1), p, o);
+  const double free =
+      s.hw.memory_bytes - plan.weights_bytes - plan.activation_bytes - plan.runtime_bytes;
+  CHECK(plan.kv_budget_bytes == Approx(0.95 * free));
+  CHECK(plan.reserve_bytes == Approx(0.05 * free));
+  // More KV than 10% of HBM held back leaves: 180 GB less 40 GB of FP4 weights, 9% more.
+  const MemoryPlan reserved = PlanMemory(s.model, s.hw, Layout(1, 1, 1, 1, 1), p, {});
+  CHECK(plan.kv_capacity_tokens > reserved.kv_capacity_tokens * 1.05);
+  CHECK(plan.kv_capacity_tokens < reserved.kv_capacity_tokens * 1.15);
+}
+
 TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the rule",
           "[models]") {
   Setup s = Make("deepseek-r1", "b200");

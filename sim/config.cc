@@ -128,6 +128,8 @@ Status EngineConfig::Validate() const {
   }
   if (reserve_fraction < 0 || reserve_fraction >= 1)
     return bad("reserve", reserve_fraction, "must be in [0, 1)");
+  if (kv_free_fraction < 0 || kv_free_fraction > 1)
+    return bad("kv_free_fraction", kv_free_fraction, "must be in [0, 1] (0: use reserve)");
   if (swap_bytes_per_s <= 0) return bad("swap_bytes_per_s", swap_bytes_per_s, "must be > 0");
   if (mtp_depth < 0 || mtp_depth > 16) return bad("mtp_depth", mtp_depth, "must be in [0, 16]");
   if (acceptance < 0 || acceptance > 1) return bad("acceptance", acceptance, "must be in [0, 1]");

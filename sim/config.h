@@ -41,6 +41,10 @@ struct EngineConfig {
   int64_t chunk_size = 0;          // max prefill tokens of one sequence per iteration; 0 = budget
   int64_t block_tokens = 32;       // KV block size
   double reserve_fraction = 0.10;  // HBM kept free
+  // When > 0, the KV cache takes this fraction of the memory that weights, activations and the
+  // runtime leave free, and reserve_fraction is unused (TensorRT-LLM's
+  // kv_cache_free_gpu_memory_fraction, MLPerf harnesses' kvcache_free_gpu_mem_frac).
+  double kv_free_fraction = 0;
   PreemptionMode preemption = PreemptionMode::kRecompute;
   AdmissionPolicy admission = AdmissionPolicy::kGreedy;
   bool prefix_caching = false;

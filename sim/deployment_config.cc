@@ -228,6 +228,7 @@ void DeploymentFields(Io& io, Config& d) {
   io.Int("chunk_size", e.chunk_size);
   io.Int("block_size", e.block_tokens);
   io.Double("reserve", e.reserve_fraction);
+  io.Double("kv_free_fraction", e.kv_free_fraction, WrittenIf(e.kv_free_fraction > 0));
   io.Enum("preemption", e.preemption, ParsePreemption);
   io.Enum("admission", e.admission, ParseAdmission);
   io.Bool("prefix_caching", e.prefix_caching);
@@ -357,6 +358,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
     mo.max_num_tokens = engine.max_num_tokens;
     mo.max_batch = engine.max_batch;
     mo.reserve_fraction = engine.reserve_fraction;
+    mo.kv_free_fraction = engine.kv_free_fraction;
     *plan = models::PlanMemory(out->model, out->hardware, layout, out->precision, mo);
     if (!plan->fits)
       return Status::InvalidArgument(std::string(what) + " " + layout.ToString() +

@@ -44,6 +44,7 @@ DeploymentConfig EveryField() {
   e.chunk_size = 512;
   e.block_tokens = 64;
   e.reserve_fraction = 0.15;
+  e.kv_free_fraction = 0.9;
   e.preemption = PreemptionMode::kSwap;
   e.admission = AdmissionPolicy::kReserve;
   e.prefix_caching = true;
@@ -101,8 +102,8 @@ TEST_CASE("DeploymentConfig: the file keeps its fields in one order, defaults le
       ToJson(EveryField(), EveryRunField()).dump() ==
       R"({"model":"llama2-70b","hardware":"h200","gpus":16,"tp":4,"pp":2,"ep":2,"attn_dp":2,"weig)"
       R"(hts":"fp8","dense_weights":"bf16","kv":"bf16","runtime":"cpp","scheduler":"mixed","max_b)"
-      R"(atch":96,"max_num_tokens":3000,"chunk_size":512,"block_size":64,"reserve":0.15,"preempti)"
-      R"(on":"swap","admission":"reserve","prefix_caching":true,"mtp":3,"acceptance":0.7,"draft_c)"
+      R"(atch":96,"max_num_tokens":3000,"chunk_size":512,"block_size":64,"reserve":0.15,"kv_free_)"
+      R"(fraction":0.9,"preemption":"swap","admission":"reserve","prefix_caching":true,"mtp":3,"acceptance":0.7,"draft_c)"
       R"(ost":0.05,"router":"prefix-aware","adp_balance":{"batching_wait_iters":7,"timeout_iters")"
       R"(:90},"stream_interval":4,"cuda_graph_batch_sizes":[1,8,96],)"
       R"("disaggregated":{"prefill":{"instances":2,"tp":4,"pp":1,"ep":2,"attn_dp":1},"decode)"
@@ -139,10 +140,13 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        ": field 'typo': unknown (known: acceptance, admission, adp_balance, attn_dp, block_size, "
        "chunk_size, cuda_graph_batch_sizes, decode_max_batch, dense_weights, disaggregated, "
        "draft_cost, ep, gpus, "
-       "hardware, kv, kv_link_gb_per_s, max_batch, max_num_tokens, model, mtp, pp, preemption, "
+       "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_num_tokens, model, mtp, "
+       "pp, preemption, "
        "prefix_caching, reserve, router, run, runtime, scheduler, stream_interval, tp, weights)"},
       {R"({"max_batch": "a"})", ": field 'max_batch' = \"a\": must be an integer"},
       {R"({"max_batch": 0})", ": max_batch = 0: must be >= 1"},
+      {R"({"kv_free_fraction": 1.5})",
+       ": kv_free_fraction = 1.5: must be in [0, 1] (0: use reserve)"},
       {R"({"cuda_graph_batch_sizes": 8})",
        ": field 'cuda_graph_batch_sizes' = 8: expected an array of integers"},
       {R"({"cuda_graph_batch_sizes": [1, "2"]})",

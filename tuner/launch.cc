@@ -61,6 +61,13 @@ std::string Sglang(const std::string& id, const sim::DeploymentConfig& d, const 
   return s;
 }
 
+// TensorRT-LLM sizes its KV cache as a fraction of the memory its weights leave free: the
+// deployment's own when it names one, else the share of HBM the reserve leaves.
+double TrtllmFreeFraction(const sim::DeploymentConfig& d) {
+  return d.engine.kv_free_fraction > 0 ? d.engine.kv_free_fraction
+                                       : 1.0 - d.engine.reserve_fraction;
+}
+
 std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   std::string y;
   y += StrFormat("tensor_parallel_size: %d\n", p.tp);
@@ -92,7 +99,7 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   }
   y += "kv_cache_config:\n";
   y += StrFormat("  dtype: %s\n", d.kv == "fp8" ? "fp8" : "auto");
-  y += StrFormat("  free_gpu_memory_fraction: %.2f\n", 1.0 - d.engine.reserve_fraction);
+  y += StrFormat("  free_gpu_memory_fraction: %.2f\n", TrtllmFreeFraction(d));
   y += StrFormat("  enable_block_reuse: %s\n", d.engine.prefix_caching ? "true" : "false");
   if (d.engine.mtp_depth > 0) {
     y += StrFormat("speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: %d\n",
@@ -109,7 +116,7 @@ std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const 
       "--max_num_tokens %lld --kv_cache_free_gpu_memory_fraction %.2f --extra_llm_api_options %s",
       id.c_str(), d.runtime == models::Runtime::kCpp ? "tensorrt" : "pytorch", p.tp, p.pp, p.ep,
       static_cast<long long>(p.max_batch), static_cast<long long>(d.engine.max_num_tokens),
-      1.0 - d.engine.reserve_fraction, yaml_name.c_str());
+      TrtllmFreeFraction(d), yaml_name.c_str());
 }
 
 }  // namespace

@@ -439,6 +439,14 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
   CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
   CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
+  // TensorRT-LLM's KV share is of the memory the weights leave: the deployment's when it names one.
+  CHECK(c.trtllm.find("--kv_cache_free_gpu_memory_fraction 0.90") != std::string::npos);
+  d.engine.kv_free_fraction = 0.95;
+  CHECK(MakeLaunchCommands(d).trtllm.find("--kv_cache_free_gpu_memory_fraction 0.95") !=
+        std::string::npos);
+  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("free_gpu_memory_fraction: 0.95") !=
+        std::string::npos);
+  d.engine.kv_free_fraction = 0;
   d.engine.adp_balance = true;
   d.engine.adp_batching_wait_iters = 10;
   d.engine.adp_timeout_iters = 500;

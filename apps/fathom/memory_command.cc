@@ -22,6 +22,11 @@ Status Run(const MemoryFlags& f) {
     return Status::InvalidArgument("--reserve = " + std::to_string(f.options.reserve_fraction) +
                                    ": must be in [0, 1)");
   }
+  if (f.options.kv_free_fraction < 0 || f.options.kv_free_fraction > 1) {
+    return Status::InvalidArgument(
+        "--kv-free-fraction = " + std::to_string(f.options.kv_free_fraction) +
+        ": must be in [0, 1] (0: use --reserve)");
+  }
   const models::MemoryPlan p =
       models::PlanMemory(d.model, d.hardware, d.layout, d.precision, f.options);
   if (f.json) {
@@ -105,6 +110,9 @@ void RegisterMemory(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--reserve", f->options.reserve_fraction, "Fraction of HBM kept free")
       ->capture_default_str();
+  cmd->add_option("--kv-free-fraction", f->options.kv_free_fraction,
+                  "KV cache as this fraction of the memory weights, activations and runtime "
+                  "leave (TensorRT-LLM's kv_cache_free_gpu_memory_fraction; replaces --reserve)");
   cmd->add_option("--min-kv-tokens", f->options.min_kv_tokens,
                   "KV tokens that must fit besides weights (default: max-num-tokens)");
   cmd->add_flag("--json", f->json, "Print JSON");

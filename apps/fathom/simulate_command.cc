@@ -440,6 +440,10 @@ void RegisterSimulate(CLI::App& app, Status* result) {
           ->capture_default_str());
   dep(cmd->add_option("--reserve", e.reserve_fraction, "Fraction of HBM kept free")
           ->capture_default_str());
+  dep(cmd->add_option(
+      "--kv-free-fraction", e.kv_free_fraction,
+      "KV cache as this fraction of the memory weights, activations and runtime "
+      "leave (TensorRT-LLM's kv_cache_free_gpu_memory_fraction; replaces --reserve)"));
   dep(cmd->add_option("--preemption", f->preemption, "recompute or swap")->capture_default_str());
   dep(cmd->add_option("--admission", f->admission,
                       "greedy (vLLM) or reserve (TRT-LLM guaranteed no evict)")
