@@ -1,5 +1,6 @@
 // Engine: forming each rank's next batch under the scheduler policy, and attention-DP balance.
 #include <algorithm>
+#include <limits>
 
 #include "sim/engine.h"
 
@@ -16,9 +17,10 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
       // The whole cohort steps, its newest members shed if the KV cache is short; when it
       // outnumbers the token budget, every member goes back to the explicit path below, which
       // picks one by one.
-      if (c.size() <= *budget) ShedForCohort(rank, idle);
+      const int64_t room = std::min(*budget, Seats(rank, *entries, -1));
+      if (c.size() <= room) ShedForCohort(rank, idle);
       const int64_t blocks = c.Crossings(0, 1);
-      if (c.size() > 0 && c.size() <= *budget && blocks <= rank.kv->Available()) {
+      if (c.size() > 0 && c.size() <= room && blocks <= rank.kv->Available()) {
         FATHOM_CHECK(rank.kv->Allocate(blocks));
         c.in_flight = true;
         *cohort = idle;
@@ -43,7 +45,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
       continue;
     }
     const int64_t step = DecodeStepTokens(s);
-    if (step > *budget) break;
+    if (step > *budget || Seats(rank, *entries, *cohort) <= 0) break;
     bool preempted_self = false;
     while (!Grow(rank, s, s.kv_len + step)) {
       // Out of blocks: preempt the most recently admitted sequence not yet in this batch.
@@ -70,7 +72,15 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
   return any;
 }
 
-void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budget,
+int64_t Engine::Seats(const Rank& rank, const std::vector<Entry>& entries, int cohort) const {
+  // Without a pipeline the running limit bounds the batch (and sequences running past a lowered
+  // limit keep stepping).
+  if (pool_.time->num_stages() == 1) return std::numeric_limits<int64_t>::max();
+  const int64_t in_cohort = cohort >= 0 ? rank.cohorts[cohort].size() : 0;
+  return config_.max_batch - static_cast<int64_t>(entries.size()) - in_cohort;
+}
+
+void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, int64_t* budget,
                          bool whole_prompts, double* swap_bytes) {
   const int64_t chunk_cap = config_.chunk_size > 0 ? config_.chunk_size : config_.max_num_tokens;
   auto plan = [&](const Sequence& s) -> int64_t {
@@ -79,7 +89,7 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
     return std::min({remaining, chunk_cap, *budget});
   };
   for (int64_t slot : rank.prefilling) {
-    if (*budget <= 0) return;
+    if (*budget <= 0 || Seats(rank, *entries, cohort) <= 0) return;
     Sequence& s = (*slots_)[slot];
     if (s.in_flight) continue;
     const int64_t tokens = plan(s);
@@ -88,8 +98,8 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int64_t* budge
     *budget -= tokens;
   }
   const bool admit = config_.scheduler != SchedulerKind::kStatic;
-  while (admit && *budget > 0 && !rank.waiting.empty() &&
-         static_cast<int64_t>(rank.running.size()) < config_.max_batch) {
+  while (admit && *budget > 0 && !rank.waiting.empty() && Seats(rank, *entries, cohort) > 0 &&
+         static_cast<int64_t>(rank.running.size()) < MaxRunning()) {
     const int64_t slot = rank.waiting.front();
     Sequence& s = (*slots_)[slot];
     if (whole_prompts && !entries->empty() && s.prefill_target - s.kv_len > *budget) return;
@@ -117,7 +127,7 @@ Engine::Balance Engine::DecideBalance() const {
     for (int64_t slot : rank.prefilling) prefill = prefill || !(*slots_)[slot].in_flight;
     all_prefill = all_prefill && prefill;
     all_decode = all_decode && decoding > 0;
-    all_free = all_free && decoding < config_.max_batch;
+    all_free = all_free && decoding < MaxRunning();
   }
   Balance b;
   if (all_free && all_prefill) {
@@ -172,23 +182,23 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
   switch (config_.scheduler) {
     case SchedulerKind::kChunked:
       AddDecodes(rank, entries, cohort, &budget);
-      AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes);
       break;
     case SchedulerKind::kMixed:
       AddDecodes(rank, entries, cohort, &budget);
-      AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
       break;
     case SchedulerKind::kPrefillFirst:
-      AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
       if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
     case SchedulerKind::kDecodeFirst: {
       const auto decoding = static_cast<int64_t>(rank.running.size() - rank.prefilling.size());
-      const bool crowded = 2 * static_cast<int64_t>(rank.running.size()) > config_.max_batch;
+      const bool crowded = 2 * static_cast<int64_t>(rank.running.size()) > MaxRunning();
       if (decoding > 0 && (crowded || rank.waiting.empty())) {
         AddDecodes(rank, entries, cohort, &budget);
       } else {
-        AddPrefills(rank, entries, &budget, /*whole_prompts=*/true, swap_bytes);
+        AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
         if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       }
       break;
@@ -196,12 +206,11 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
     case SchedulerKind::kStatic:
       // A new batch forms only when the previous one has drained.
       if (rank.running.empty()) {
-        while (!rank.waiting.empty() &&
-               static_cast<int64_t>(rank.running.size()) < config_.max_batch &&
+        while (!rank.waiting.empty() && static_cast<int64_t>(rank.running.size()) < MaxRunning() &&
                Admit(rank, rank.waiting.front(), swap_bytes)) {
         }
       }
-      AddPrefills(rank, entries, &budget, /*whole_prompts=*/false, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes);
       if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
   }
@@ -215,7 +224,8 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
     Preempt(rank, rank.running.back());
     budget = config_.max_num_tokens;
     AddDecodes(rank, entries, cohort, &budget);
-    AddPrefills(rank, entries, &budget, config_.scheduler != SchedulerKind::kChunked, swap_bytes);
+    AddPrefills(rank, entries, *cohort, &budget, config_.scheduler != SchedulerKind::kChunked,
+                swap_bytes);
   }
 }
 

@@ -711,6 +711,21 @@ TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with 
   CHECK(two.duration_s < 2 * one.duration_s);
 }
 
+TEST_CASE("Simulator: a pipeline runs a microbatch of up to max_batch on every stage", "[sim]") {
+  // TensorRT-LLM admits max_batch_size x pp_size sequences, one microbatch per stage in flight.
+  FakeTime time(0.01, false, /*stages=*/2);
+  SimulationSpec spec = SingleSlot(&time);  // max_batch 1
+  spec.scenario.scenario = Scenario::kOffline;
+  const SimulationResult one = RunOk(spec, OfflineSource(Dataset(1, 10, 10), 1, 1));
+  CHECK(one.duration_s == Approx(10 * 0.02));
+  // The second sequence runs beside the first, a stage behind it, not after it.
+  const SimulationResult two = RunOk(spec, OfflineSource(Dataset(2, 10, 10), 2, 1));
+  CHECK(two.duration_s == Approx(10 * 0.02 + 0.01));
+  // A third waits for the first one's slot.
+  const SimulationResult three = RunOk(spec, OfflineSource(Dataset(3, 10, 10), 3, 1));
+  CHECK(three.duration_s == Approx(2 * 10 * 0.02));
+}
+
 TEST_CASE("Simulator: attention DP ranks step together at the slowest rank's pace", "[sim]") {
   DeepSeek ds;
   std::vector<models::BatchShape> ranks(8);
