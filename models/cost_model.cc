@@ -214,7 +214,7 @@ namespace {
 
 // The fraction of `hw`'s dense peak for GEMMs in `t` that large ones reach.
 double GemmPeakEfficiency(const CostParams& p, const Hardware& hw, DType t) {
-  const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.peak_fp4_flops > 0;
+  const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.HasFp4Cores();
   return fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency;
 }
 

@@ -14,7 +14,7 @@ double Hardware::PeakFlops(DType t) const {
   switch (t) {
     case DType::kNvfp4:
     case DType::kMxfp4:
-      if (peak_fp4_flops > 0) return peak_fp4_flops;
+      if (HasFp4Cores()) return peak_fp4_flops;
       [[fallthrough]];
     case DType::kFp8:
       if (peak_fp8_flops > 0) return peak_fp8_flops;

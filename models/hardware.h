@@ -25,6 +25,8 @@ struct Hardware {
   double power_watts = 0;
   double price_per_gpu_hour_usd = 0;
 
+  // Whether block-scaled FP4 (NVFP4, MXFP4) runs natively on tensor cores.
+  bool HasFp4Cores() const { return peak_fp4_flops > 0; }
   // Dense peak for GEMMs in `t`; formats without native support run at the next wider one.
   double PeakFlops(DType t) const;
 };

@@ -46,8 +46,8 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
     return Status::InvalidArgument("--gpus = " + std::to_string(s.gpus) + ": must be >= 1");
   std::vector<std::string> weights = s.weights;
   if (weights.empty())
-    weights = hw.peak_fp4_flops > 0 ? std::vector<std::string>{"fp4", "fp8"}
-                                    : std::vector<std::string>{"fp8"};
+    weights =
+        hw.HasFp4Cores() ? std::vector<std::string>{"fp4", "fp8"} : std::vector<std::string>{"fp8"};
   std::vector<int> mtp = s.mtp;
   if (s.scenario == sim::Scenario::kInteractive && model.mtp_layers > 0 &&
       std::find(mtp.begin(), mtp.end(), 3) == mtp.end()) {
