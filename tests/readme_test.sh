@@ -38,7 +38,8 @@ range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
     p = $(NF-2); s = $(NF-1)
     if (n++ == 0) { plo = phi = p; slo = shi = s }
     if (p < plo) plo = p; if (p > phi) phi = p; if (s < slo) slo = s; if (s > shi) shi = s }
-  END { printf "%.1f-%.1f QPS where its submitters reached %.1f-%.1f", slo, shi, plo, phi }' "$tmp/v51.txt")
+  END { lo = sprintf("%.1f", slo); hi = sprintf("%.1f", shi)
+        printf "%s QPS where its submitters reached %.1f-%.1f", (lo == hi ? lo : lo "-" hi), plo, phi }' "$tmp/v51.txt")
 claim "DeepSeek-R1 on 8xB200 holds the limits at $range"
 # span FILE FIELD FILTER: "lo-hi" of |FIELD| (rounded) over the table rows matching the awk FILTER.
 span() {
