@@ -67,8 +67,9 @@ DecodeSide Decoding(const sim::ResolvedDeployment& r) {
 // evenly into m microbatches, a round takes at least m times the slowest stage's time for one
 // microbatch (each stage serves every microbatch) and at least the sum of the stages' times (a
 // microbatch crosses every stage). The simulator forms as many microbatches as keep the stages
-// busy, so the round is the least of these over m = 1..stages: with a large per-iteration cost
-// on one stage, fewer and larger microbatches can be faster than one per stage.
+// busy, each of at most max_batch, so the round is the least of these over the m in 1..stages
+// that fit the batch: with a large per-iteration cost on one stage, fewer and larger
+// microbatches can be faster than one per stage.
 struct DecodeRate {
   double tokens_per_s = 0;
   double round_s = 0;
@@ -80,6 +81,7 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
   double round = std::numeric_limits<double>::infinity();
   std::vector<models::BatchShape> ranks(pool.ranks);
   for (int m = 1; m <= stages; ++m) {
+    if ((batch + m - 1) / m > engine.max_batch) continue;
     const int64_t micro = std::max<int64_t>(1, batch / m);
     for (auto& shape : ranks) {
       shape = models::BatchShape{};
@@ -102,12 +104,13 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
   return {pool.instances * tokens_per_round / round, round};
 }
 
-// The largest batch per rank: max_batch, and what the KV cache holds at `mean_context`.
+// The largest batch per rank: max_batch on every pipeline stage, and what the KV cache holds at
+// `mean_context`.
 int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
   const auto [pool, engine] = Decoding(r);
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
-  return std::max<int64_t>(
-      1, std::min<int64_t>(engine.max_batch, static_cast<int64_t>(kv_tokens / mean_context)));
+  return std::max<int64_t>(1, std::min<int64_t>(engine.max_batch * pool.time->num_stages(),
+                                                static_cast<int64_t>(kv_tokens / mean_context)));
 }
 
 // Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
