@@ -84,6 +84,10 @@ struct EngineConfig {
   std::vector<int64_t> cuda_graph_batch_sizes;
 
   Status Validate() const;
+  // Sequences an instance's rank may run at once with `stages` pipeline stages: a microbatch of up
+  // to max_batch on each (TensorRT-LLM's max_batch_size * pp_size: the C++ executor's capacity
+  // scheduler and the PyTorch flow's sequence slots).
+  int64_t MaxRunning(int stages) const { return max_batch * stages; }
   bool operator==(const EngineConfig&) const = default;
 };
 

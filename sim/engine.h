@@ -79,10 +79,6 @@ class Engine {
     config_.max_num_tokens = max_num_tokens;
     graph_sizes_ = CudaGraphSizes(config_, *pool_.time);  // a restarted engine captures anew
   }
-  // Sequences a rank may run at once: one microbatch of up to max_batch per pipeline stage in
-  // flight (TensorRT-LLM's max_batch_size * pp_size: the C++ executor's capacity scheduler and the
-  // PyTorch flow's sequence slots), max_batch without a pipeline.
-  int64_t MaxRunning() const { return config_.max_batch * pool_.time->num_stages(); }
   // Queues a sequence on one of this engine's ranks.
   void Enqueue(int rank, int64_t slot);
   // Starts a batch if the first stage is free and there is work. Returns the time the first
@@ -187,6 +183,8 @@ class Engine {
   bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
   void AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, int64_t* budget,
                    bool whole_prompts, double* swap_bytes);
+  int stages() const { return static_cast<int>(stage_free_at_.size()); }
+  int64_t MaxRunning() const { return config_.MaxRunning(stages()); }
   // Sequences the batch being formed may still take: a pipeline's microbatch holds max_batch.
   int64_t Seats(const Rank& rank, const std::vector<Entry>& entries, int cohort) const;
 

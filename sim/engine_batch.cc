@@ -75,7 +75,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
 int64_t Engine::Seats(const Rank& rank, const std::vector<Entry>& entries, int cohort) const {
   // Without a pipeline the running limit bounds the batch (and sequences running past a lowered
   // limit keep stepping).
-  if (pool_.time->num_stages() == 1) return std::numeric_limits<int64_t>::max();
+  if (stages() == 1) return std::numeric_limits<int64_t>::max();
   const int64_t in_cohort = cohort >= 0 ? rank.cohorts[cohort].size() : 0;
   return config_.max_batch - static_cast<int64_t>(entries.size()) - in_cohort;
 }

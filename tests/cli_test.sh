@@ -46,6 +46,8 @@ expect 2 "missing_field_config.json: field 'num_hidden_layers': missing (require
 expect 2 "hardware 'tpu': unknown" -- hardware show tpu
 expect 2 "model 'gpt-9'" -- model show gpt-9
 expect 2 "--reserve = 1.500000: must be in [0, 1)" -- memory --reserve 1.5
+expect 2 "--kv-free-fraction = 1.500000: must be in [0, 1] (0: use --reserve)" -- memory --kv-free-fraction 1.5
+expect 2 "kv_free_fraction = -0.5: must be in [0, 1] (0: use reserve)" -- simulate --kv-free-fraction -0.5 --samples 10
 expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- memory --bogus
 expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
 expect 2 'unknown command "srve" for fathom (did you mean serve?)' -- srve --help

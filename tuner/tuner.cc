@@ -109,7 +109,7 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
 int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
   const auto [pool, engine] = Decoding(r);
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
-  return std::max<int64_t>(1, std::min<int64_t>(engine.max_batch * pool.time->num_stages(),
+  return std::max<int64_t>(1, std::min<int64_t>(engine.MaxRunning(pool.time->num_stages()),
                                                 static_cast<int64_t>(kv_tokens / mean_context)));
 }
 
