@@ -40,7 +40,9 @@ struct Window {
   int64_t waiting =
       0;  // of those, requests still without a first token (vLLM's num_requests_waiting)
   std::vector<traces::Request> finished;  // lengths of the finished requests (no times)
-  // TTFT of the first tokens in the window, TPOT of the requests finished in it; 0 when none.
+  // TTFT of the first tokens in the window (from the gateway: of the requests finished in it, and
+  // of the streams still waiting at their age so far), TPOT of the requests finished in it; 0
+  // when none.
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
 
   double ArrivalRate() const { return end_s > start_s ? arrived / (end_s - start_s) : 0; }

@@ -96,6 +96,9 @@ Window FromGateway(const sim::GatewayWindow& g, double time_scale) {
                         static_cast<double>(r.completion_tokens - 1));
     }
   }
+  // A stream still waiting has a TTFT of at least its age: counted, a queue that serves few of its
+  // requests cannot hide behind the few it finishes fast (or the ones a draining replica finishes).
+  for (const double age_s : g.waiting_stream_ages_s) ttft_ms.push_back(age_s * k * 1e3);
   w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
   w.tpot_p99_ms = tpot_ms.empty() ? 0 : Percentile(tpot_ms, 0.99);
   return w;

@@ -172,6 +172,7 @@ Gateway::Gateway(GatewayOptions options)
         ++window_.arrived;
         ++in_flight_;
         ++waiting_;
+        if (x->stream) streams_waiting_since_.insert(x->record.arrival_s);
       }
       if (!x->stream) {
         Forward(*x);
@@ -261,6 +262,8 @@ GatewayWindow Gateway::TakeWindow() {
   window_ = GatewayWindow();
   w.in_flight = in_flight_;
   w.waiting = waiting_;
+  const double now = Now();
+  for (const double since : streams_waiting_since_) w.waiting_stream_ages_s.push_back(now - since);
   return w;
 }
 
@@ -289,18 +292,23 @@ void Gateway::Release(int id) {
   if (--it->second.outstanding == 0 && !it->second.routed) replicas_.erase(it);
 }
 
+void Gateway::StopWaiting(const Exchange& x) {
+  --waiting_;
+  if (x.stream) streams_waiting_since_.erase(streams_waiting_since_.find(x.record.arrival_s));
+}
+
 void Gateway::FirstToken(Exchange& x) {
   if (!x.waiting) return;
   x.waiting = false;
   std::lock_guard<std::mutex> lock(mu_);
   x.record.first_token_s = Now();
-  --waiting_;
+  StopWaiting(x);
 }
 
 void Gateway::Finish(const Exchange& x) {
   std::lock_guard<std::mutex> lock(mu_);
   --in_flight_;
-  if (x.waiting) --waiting_;
+  if (x.waiting) StopWaiting(x);
   if (x.record.retried) {
     ++window_.retried;
     window_.retry_cause = x.retry_cause;

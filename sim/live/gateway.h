@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <string>
 #include <thread>
@@ -54,6 +55,8 @@ struct GatewayWindow {
   std::string retry_cause;  // why the last of them was
   int64_t in_flight = 0;    // at the window's end
   int64_t waiting = 0;      // of those, without a first token yet
+  // Of those, each stream's seconds since it arrived: a lower bound on its TTFT to come.
+  std::vector<double> waiting_stream_ages_s;
   std::vector<GatewayRecord> finished;
 };
 
@@ -90,6 +93,7 @@ class Gateway {
   // Runs one request on a replica, and on another if that one fails before the answer is whole.
   void Forward(Exchange& x);
   void FirstToken(Exchange& x);
+  void StopWaiting(const Exchange& x);  // under mu_
   // (id, port) of the replica to use, counted as outstanding; waits for one (replica_wait_s).
   std::optional<std::pair<int, int>> Pick(int exclude);
   void Release(int id);
@@ -112,6 +116,7 @@ class Gateway {
   std::map<int, Replica> replicas_;
   GatewayWindow window_;
   int64_t in_flight_ = 0, waiting_ = 0;
+  std::multiset<double> streams_waiting_since_;  // arrival of each stream without a first token
 };
 
 }  // namespace fathom::sim

@@ -602,18 +602,29 @@ TEST_CASE(
   // No replica yet: the request waits for one.
   std::string waited;
   std::thread early([&] { waited = Stream(url, 5, false); });
+  GatewayWindow w;
+  while (w.waiting == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    w = gateway.TakeWindow();
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  w = gateway.TakeWindow();  // it waits for its first token, as old as it is
+  CHECK(w.waiting == 1);
+  REQUIRE(w.waiting_stream_ages_s.size() == 1);
+  CHECK(w.waiting_stream_ages_s[0] >= 0.19);
   gateway.AddReplica(9, other.server.port());
   early.join();
   CHECK(Count(waited, " tok") == 5);
   gateway.RemoveReplica(9);
-  CHECK(gateway.TakeWindow().finished.size() == 1);
+  w = gateway.TakeWindow();
+  CHECK(w.finished.size() == 1);
+  CHECK(w.waiting_stream_ages_s.empty());
 
   // Nothing listens on replica 1's port: the request goes to replica 2.
   gateway.AddReplica(1, dead_port);
   gateway.AddReplica(2, other.server.port());
   CHECK(Count(Stream(url, 20, false), " tok") == 20);
-  GatewayWindow w = gateway.TakeWindow();
+  w = gateway.TakeWindow();
   CHECK(w.retried == 1);
   CHECK(w.failed == 0);
   gateway.RemoveReplica(1);
