@@ -193,8 +193,9 @@ Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action,
 
 // A change made while both limits held must keep them (its window is a canary). Otherwise: TPOT
 // follows the batches formed at once, so it is judged directly; TTFT also carries the wait of
-// requests queued before the change, so a broken TTFT counts against the change only when the
-// queue grows faster than it did before it.
+// requests queued before the change, so a broken TTFT counts against the change only while the
+// waiting queue still grows: a change made to mend broken limits must at least stop that (one that
+// only slows it, or serves fewer requests to fewer arrivals, leaves the limits broken for good).
 std::string Controller::Worse(const Window& w) const {
   if (w.dropped > 0) return std::to_string(w.dropped) + " requests dropped";
   if (guard_->held && w.completed > 0 && Margin(w.ttft_p99_ms, w.tpot_p99_ms) < 0) {
@@ -209,7 +210,7 @@ std::string Controller::Worse(const Window& w) const {
            " after)";
   }
   if (w.ttft_p99_ms > options_.ttft_limit_ms &&
-      last_queue_growth_ > std::max<int64_t>(0, guard_->queue_growth)) {
+      last_queue_growth_ > 0) {
     return "p99 TTFT " + StrFormat("%.0f", w.ttft_p99_ms) +
            " ms broke the limit and the queue grew by " + std::to_string(last_queue_growth_) +
            " (" + std::to_string(guard_->queue_growth) + " the window before)";

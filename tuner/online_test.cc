@@ -124,24 +124,30 @@ TEST_CASE("Controller: acts at once while the limits break, and undoes a change 
   }
 }
 
-TEST_CASE("Controller: dropped requests undo a change, and a queue that only drains does not",
-          "[online]") {
+TEST_CASE(
+    "Controller: dropped requests undo a change, and so does a queue that still grows; one that "
+    "only drains does not",
+    "[online]") {
   const auto data = MlperfSet();
-  for (bool drop : {true, false}) {
+  enum After { kDrops, kStillGrows, kDrains };
+  for (After after_change : {kDrops, kStillGrows, kDrains}) {
     auto c = Make({32, 8192});
     Window broken = Calm(data, 0, 200, 3.0);
     broken.ttft_p99_ms = 40000;
     broken.waiting = 300;  // grew by 300 in the window
     REQUIRE(c->Step(broken)->action == Action::kApply);
-    // After the change TTFT still breaks (requests queued before it), but the queue shrinks.
+    // After the change TTFT still breaks (requests queued before it); the queue shrinks, or grows
+    // more slowly than before.
     Window after = broken;
-    after.waiting = 250;
-    after.dropped = drop ? 3 : 0;
+    after.waiting = after_change == kStillGrows ? 350 : 250;
+    after.dropped = after_change == kDrops ? 3 : 0;
     auto d = c->Step(after);
     REQUIRE(d.ok());
     INFO(d->reason);
-    CHECK(d->action == (drop ? Action::kRollback : Action::kHold));
-    if (drop) CHECK(d->reason.find("3 requests dropped") != std::string::npos);
+    CHECK(d->action == (after_change == kDrains ? Action::kHold : Action::kRollback));
+    if (after_change == kDrops) CHECK(d->reason.find("3 requests dropped") != std::string::npos);
+    if (after_change == kStillGrows)
+      CHECK(d->reason.find("the queue grew by 50 (300 the window before)") != std::string::npos);
   }
 }
 

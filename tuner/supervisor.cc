@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -379,12 +380,14 @@ std::string Supervisor::ReplicasJson() const {
 }
 
 Result<std::optional<Window>> Supervisor::Observe() {
-  const double end_wall = window_start_wall_s_ + options_.window_s / options_.time_scale;
+  // The window after an Apply runs a whole window past the replacement, so that the change is
+  // judged on the new replicas serving, not on the old ones draining.
+  const double end_wall = std::max(window_end_wall_s_,
+                                   window_start_wall_s_ + options_.window_s / options_.time_scale);
   while (gateway_->Now() < end_wall) {
     if (options_.stop && *options_.stop) return std::optional<Window>();
     SleepS(0.02);
   }
-  // A window that an Apply made longer ends now.
   const double now = gateway_->Now();
   const double k = options_.time_scale;
   const double start_s = elapsed_s_, end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
@@ -466,6 +469,7 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
     outcome.why_not = replaced.message();
   }
   last_replace_s_ = gateway_->Now() - started;
+  window_end_wall_s_ = gateway_->Now() + options_.window_s / options_.time_scale;
   Log(StrFormat("rolling replacement to %s %s in %.2f s", launch.Label().c_str(),
                 outcome.applied ? "done" : "rolled back", *last_replace_s_));
   return outcome;

@@ -118,6 +118,7 @@ class Supervisor : public ServingRuntime {
   bool injected_ = false;
   double elapsed_s_ = 0;  // engine time at the current window's start
   double window_start_wall_s_ = 0;
+  double window_end_wall_s_ = 0;  // a window after an Apply ends no earlier (its canary)
   std::optional<double> last_replace_s_;
   std::atomic<int64_t> restarts_{0};
   std::atomic<bool> stopping_{false};
