@@ -209,8 +209,7 @@ std::string Controller::Worse(const Window& w) const {
            StrFormat("%.2f", guard_->tpot_margin) + " before, " + StrFormat("%.2f", tpot) +
            " after)";
   }
-  if (w.ttft_p99_ms > options_.ttft_limit_ms &&
-      last_queue_growth_ > 0) {
+  if (w.ttft_p99_ms > options_.ttft_limit_ms && last_queue_growth_ > 0) {
     return "p99 TTFT " + StrFormat("%.0f", w.ttft_p99_ms) +
            " ms broke the limit and the queue grew by " + std::to_string(last_queue_growth_) +
            " (" + std::to_string(guard_->queue_growth) + " the window before)";

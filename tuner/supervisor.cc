@@ -382,8 +382,8 @@ std::string Supervisor::ReplicasJson() const {
 Result<std::optional<Window>> Supervisor::Observe() {
   // The window after an Apply runs a whole window past the replacement, so that the change is
   // judged on the new replicas serving, not on the old ones draining.
-  const double end_wall = std::max(window_end_wall_s_,
-                                   window_start_wall_s_ + options_.window_s / options_.time_scale);
+  const double end_wall =
+      std::max(window_end_wall_s_, window_start_wall_s_ + options_.window_s / options_.time_scale);
   while (gateway_->Now() < end_wall) {
     if (options_.stop && *options_.stop) return std::optional<Window>();
     SleepS(0.02);
