@@ -34,22 +34,23 @@ HeldLimits LimitsMs(const TuneOptions& o) {
   return l;
 }
 
-double MeanOutput(const std::vector<traces::Request>& data) {
-  double sum = 0;
-  for (const auto& r : data) sum += static_cast<double>(r.output_tokens);
-  return data.empty() ? 1.0 : sum / static_cast<double>(data.size());
-}
-
-// The decode context an average generated token sees: sum over requests of output x (input +
-// output / 2), divided by the output tokens.
-double MeanDecodeContext(const std::vector<traces::Request>& data) {
-  double weighted = 0, tokens = 0;
+// What a tune's bounds need of its workload: request-averaged lengths, and the decode context an
+// average generated token sees (sum over requests of output x (input + output / 2), divided by the
+// output tokens).
+struct WorkloadMeans {
+  double input = 0, output = 1, decode_context = 1;
+};
+WorkloadMeans Means(const std::vector<traces::Request>& data) {
+  double in = 0, out = 0, weighted = 0;
   for (const auto& r : data) {
-    const double out = static_cast<double>(r.output_tokens);
-    weighted += out * (static_cast<double>(r.input_tokens) + out / 2);
-    tokens += out;
+    const double o = static_cast<double>(r.output_tokens);
+    in += static_cast<double>(r.input_tokens);
+    out += o;
+    weighted += o * (static_cast<double>(r.input_tokens) + o / 2);
   }
-  return tokens > 0 ? weighted / tokens : 1.0;
+  if (data.empty() || !(out > 0)) return {};
+  const auto n = static_cast<double>(data.size());
+  return {in / n, out / n, weighted / out};
 }
 
 // The pool that generates the tokens (the decode pool when disaggregated) and its engine.
@@ -62,21 +63,30 @@ DecodeSide Decoding(const sim::ResolvedDeployment& r) {
   return {r.spec.pool, r.spec.engine};
 }
 
-// `batch` decoding sequences per rank at `mean_context`: tokens/s of the pool, and the seconds
-// between a sequence's tokens. Every sequence advances once per round. With the batch split
-// evenly into m microbatches, a round takes at least m times the slowest stage's time for one
-// microbatch (each stage serves every microbatch) and at least the sum of the stages' times (a
-// microbatch crosses every stage). The simulator forms as many microbatches as keep the stages
-// busy, each of at most max_batch, so the round is the least of these over the m in 1..stages
-// that fit the batch: with a large per-iteration cost on one stage, fewer and larger
+// `batch` decoding sequences per rank at the workload's mean decode context: tokens/s of the pool,
+// and the seconds between a sequence's tokens. Every sequence advances once per round. With the
+// batch split evenly into m microbatches, a round takes at least m times the slowest stage's time
+// for one microbatch (each stage serves every microbatch) and at least the sum of the stages'
+// times (a microbatch crosses every stage). The simulator forms as many microbatches as keep the
+// stages busy, each of at most max_batch, so the round is the least of these over the m in
+// 1..stages that fit the batch: with a large per-iteration cost on one stage, fewer and larger
 // microbatches can be faster than one per stage.
+//
+// An aggregated engine also prefills every prompt: each token generated brings input / output
+// prompt tokens, spread over the steps (step time is convex, so an even spread costs least). The
+// share is priced as the decode-only step prices it (a captured graph where the batch has one)
+// and as whole prompts of the mean input plus a piece of one, whose attention is no more than the
+// prompts' own. A decode pool prefills nothing; with prefix caching, no prompt token is sure to be
+// computed.
 struct DecodeRate {
   double tokens_per_s = 0;
   double round_s = 0;
 };
 
-DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, int64_t batch) {
+DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, int64_t batch) {
   const auto [pool, engine] = Decoding(r);
+  const bool prefills = !r.spec.decode_pool && !engine.prefix_caching;
+  const auto prompt = static_cast<int64_t>(w.input);
   const int stages = pool.time->num_stages();
   double round = std::numeric_limits<double>::infinity();
   std::vector<models::BatchShape> ranks(pool.ranks);
@@ -86,11 +96,20 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, double mean_context, 
     for (auto& shape : ranks) {
       shape = models::BatchShape{};
       for (int64_t i = 0; i < micro; ++i) {
-        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(mean_context), true, true},
+        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(w.decode_context), true, true},
                   pool.sliding_window);
       }
     }
     models::PadToCudaGraph(ranks, sim::CudaGraphSizes(engine, *pool.time), 1 + engine.mtp_depth);
+    if (prefills && prompt > 0) {
+      const double prompts = static_cast<double>(micro * (1 + engine.mtp_depth)) / w.output;
+      const auto piece = static_cast<int64_t>((prompts - std::floor(prompts)) * w.input);
+      for (auto& shape : ranks) {
+        for (int64_t i = 0; i < static_cast<int64_t>(prompts); ++i)
+          shape.Add({prompt, 0, false, false}, pool.sliding_window);
+        if (piece > 0) shape.Add({piece, 0, false, false}, pool.sliding_window);
+      }
+    }
     double slowest = 0, crossing = 0;
     for (int s = 0; s < stages; ++s) {
       const double t = ToSeconds(pool.time->StageTime(ranks, s));
@@ -113,29 +132,29 @@ int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
                                                 static_cast<int64_t>(kv_tokens / mean_context)));
 }
 
-// Upper bound on tokens/s. The workload fixes the decode work: its tokens and the contexts they
-// attend to. A step's time is convex in its batch's sequences and contexts, so the total is at
-// least (tokens / full batch) steps of a full batch at the mean decode context (Jensen), with the
-// batch limited by max_batch and by the KV cache at that context, and split evenly over the
-// pipeline's microbatches. Prefill adds time, so leaving it out keeps this an upper bound.
-double ThroughputBound(const sim::ResolvedDeployment& r, double mean_context) {
-  return FullBatchRate(r, mean_context, BatchCap(r, mean_context)).tokens_per_s;
+// Upper bound on tokens/s. The workload fixes the work: its tokens, the contexts they attend to,
+// and its prompts. A step's time is convex in its batch's sequences, contexts and prompt tokens, so
+// the total is at least (tokens / full batch) steps of a full batch at the mean decode context with
+// an even share of the prefill (Jensen), with the batch limited by max_batch and by the KV cache
+// at that context, and split evenly over the pipeline's microbatches.
+double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
+  return FullBatchRate(r, w, BatchCap(r, w.decode_context)).tokens_per_s;
 }
 
 // Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
 // (per token generated) stays within the TPOT limit. An estimate, not a bound: prefill, queueing
 // and the spread of contexts move the real figure either way.
-double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, double mean_context,
+double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
                                 double tpot_limit_s) {
   const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);
-  int64_t lo = 1, hi = BatchCap(r, mean_context);
-  if (const DecodeRate full = FullBatchRate(r, mean_context, hi); full.round_s <= limit)
+  int64_t lo = 1, hi = BatchCap(r, w.decode_context);
+  if (const DecodeRate full = FullBatchRate(r, w, hi); full.round_s <= limit)
     return full.tokens_per_s;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    (FullBatchRate(r, mean_context, mid).round_s <= limit ? lo : hi) = mid;
+    (FullBatchRate(r, w, mid).round_s <= limit ? lo : hi) = mid;
   }
-  return FullBatchRate(r, mean_context, lo).tokens_per_s;
+  return FullBatchRate(r, w, lo).tokens_per_s;
 }
 
 struct Probe {
@@ -273,8 +292,9 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   CandidateResult c;
   c.config = d;
   const bool server = ServerLike(o.space.scenario);
-  const double tok_bound = ThroughputBound(*resolved, MeanDecodeContext(o.dataset));
-  c.bound = server ? tok_bound / MeanOutput(o.dataset) : tok_bound;
+  const WorkloadMeans means = Means(o.dataset);
+  const double tok_bound = ThroughputBound(*resolved, means);
+  c.bound = server ? tok_bound / means.output : tok_bound;
   const double price =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
@@ -290,10 +310,8 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     constexpr double kQpsTolerance = 1.02;
     const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
     const double estimate =
-        tpot_ms
-            ? LatencyLimitedTokensPerS(*resolved, MeanDecodeContext(o.dataset), *tpot_ms * 1e-3) /
-                  MeanOutput(o.dataset)
-            : c.bound;
+        tpot_ms ? LatencyLimitedTokensPerS(*resolved, means, *tpot_ms * 1e-3) / means.output
+                : c.bound;
     double lo = 0, hi = c.bound;
     Probe lowest_failed;
     if (beat > 0 && beat * kQpsTolerance < hi) {
@@ -545,8 +563,7 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   const std::map<std::string, Json>& stored = log.stored;
 
   // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
-  const double mean_context = MeanDecodeContext(o.dataset);
-  const double mean_output = MeanOutput(o.dataset);
+  const WorkloadMeans means = Means(o.dataset);
   struct Item {
     sim::DeploymentConfig config;
     std::string key;
@@ -555,8 +572,8 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   std::vector<Item> items;
   for (const auto& d : cands.feasible) {
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
-    const double b = ThroughputBound(*resolved, mean_context);
-    items.push_back({d, CandidateKey(d), server ? b / mean_output : b});
+    const double b = ThroughputBound(*resolved, means);
+    items.push_back({d, CandidateKey(d), server ? b / means.output : b});
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.bound > b.bound; });
