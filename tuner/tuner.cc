@@ -142,8 +142,8 @@ double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w)
 }
 
 // Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
-// (per token generated) stays within the TPOT limit. An estimate, not a bound: prefill, queueing
-// and the spread of contexts move the real figure either way.
+// (per token generated) stays within the TPOT limit. An estimate, not a bound: queueing and the
+// spread of contexts and prompts move the real figure either way.
 double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
                                 double tpot_limit_s) {
   const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);

@@ -90,6 +90,34 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
   }
 }
 
+TEST_CASE("Evaluate: the bound counts the prompts' prefill, except with prefix caching",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  o.offline_samples = 20;
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.gpus = 1;
+  d.tp = 1;
+  d.ep = 1;
+  d.attn_dp = 1;
+  d.weights = "fp8";
+  d.kv = "fp8";
+  d.engine.max_batch = 64;
+  auto bound = [&](int64_t input, bool prefix_caching) {
+    for (auto& r : o.dataset) r.input_tokens = input;
+    d.engine.prefix_caching = prefix_caching;
+    auto c = Evaluate(d, o, Catalog());
+    INFO(c.status().message());
+    REQUIRE(c.ok());
+    CHECK(c->bound >= c->Objective(false));
+    return c->bound;
+  };
+  // Prefix caching makes no prompt token certain work, so its bound leaves the prefill out.
+  CHECK(bound(2000, false) < bound(2000, true));
+  CHECK(bound(2000, false) < bound(200, false));
+}
+
 TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts",
           "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kOffline);
