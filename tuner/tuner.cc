@@ -157,6 +157,18 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const Workload
   return FullBatchRate(r, w, lo).tokens_per_s;
 }
 
+// Server-type searches probe a fixed grid of rates kQpsStep apart (Evaluate): searches from
+// different starts probe the same rates, so they agree wherever validity is monotone in the rate.
+constexpr double kQpsStep = 1.02;
+double GridRate(int64_t k) { return std::exp(static_cast<double>(k) * std::log(kQpsStep)); }
+int64_t GridAtOrBelow(double qps) {  // the highest grid index whose rate is at most `qps`
+  return static_cast<int64_t>(std::floor(std::log(qps) / std::log(kQpsStep) + 1e-9));
+}
+// The highest rate a QPS search may find, given the bound on the long-run rate: the grid rate
+// above it (a run of finite length can pass a little above the long-run rate, as B200 Llama 2 70B
+// Server passes 365 QPS on a bound of 364.6).
+double QpsCeiling(double qps_bound) { return GridRate(GridAtOrBelow(qps_bound) + 1); }
+
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
@@ -177,13 +189,15 @@ const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
   return traces::FindBenchmark(traces::MlperfBenchmarks(), o.benchmark);
 }
 
-// Requests a Server/Interactive probe at `qps` issues: `probe_duration_s` of arrivals, at least
-// the benchmark's minimum Server run and `probe_min_samples`, at most `probe_max_samples`.
+// Requests a Server/Interactive probe at `qps` issues, as LoadGen counts a run's: whole data sets
+// covering `probe_duration_s` of arrivals, the benchmark's minimum Server run and
+// `probe_min_samples`; at most `probe_max_samples`.
 int64_t ProbeSamples(const TuneOptions& o, double qps) {
   const traces::Benchmark* b = BenchmarkOf(o);
   const int64_t least = std::max(o.probe_min_samples, b != nullptr ? b->server_min_query_count : 0);
-  const double wanted = std::min(std::ceil(qps * o.probe_duration_s), 1e15);
-  return std::min(std::max(least, static_cast<int64_t>(wanted)), o.probe_max_samples);
+  const auto n = sim::LoadGenServerSamples(static_cast<int64_t>(o.dataset.size()), qps,
+                                           o.probe_duration_s, least);
+  return std::min(n, o.probe_max_samples);
 }
 
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
@@ -294,7 +308,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
   const bool server = ServerLike(o.space.scenario);
   const WorkloadMeans means = Means(o.dataset);
   const double tok_bound = ThroughputBound(*resolved, means);
-  c.bound = server ? tok_bound / means.output : tok_bound;
+  c.bound = server ? QpsCeiling(tok_bound / means.output) : tok_bound;
   const double price =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
@@ -304,45 +318,52 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(share.one, o, catalog, share.instances));
     scale = share.instances;
   } else {
-    // The highest QPS whose p99s meet the limits, to within kQpsTolerance. The first probe sits
-    // just below the bound (batch-limited candidates get there), the second at the TPOT-limited
-    // estimate, then bisection in log space; valid probes run to the end and cost the most.
-    constexpr double kQpsTolerance = 1.02;
+    // The highest grid rate whose p99s meet the limits (GridRate). The first probe is the grid
+    // rate just below the bound (batch-limited candidates get there), the second the TPOT-limited
+    // estimate, then bisection between the highest rate that passed and the lowest that failed
+    // (at first the one above the ceiling, taken to); valid probes run to the end and cost the
+    // most.
     const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
     const double estimate =
         tpot_ms ? LatencyLimitedTokensPerS(*resolved, means, *tpot_ms * 1e-3) / means.output
                 : c.bound;
-    double lo = 0, hi = c.bound;
+    if (!(c.bound > 0)) return c;
+    std::optional<int64_t> lo;
+    int64_t hi = GridAtOrBelow(c.bound) + 1;
     Probe lowest_failed;
-    if (beat > 0 && beat * kQpsTolerance < hi) {
-      // Only a QPS above the best found so far matters: probe just above it first.
-      const double q = beat * kQpsTolerance;
-      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
-      if (!p.valid) {
-        c.below_qps = q;
-        return c;
-      }
-      lo = q;
-      best = p;
-    }
-    for (int probe = 0; probe < o.qps_steps && hi > 0 && (lo == 0 || hi / lo > kQpsTolerance);
-         ++probe) {
-      double q = lo > 0 ? std::sqrt(lo * hi) : hi / 2;
-      if (probe == 0 && hi / kQpsTolerance > lo) q = hi / kQpsTolerance;
-      if (probe == 1 && lo == 0 && estimate < hi / kQpsTolerance) q = estimate;
-      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, q));
+    bool failed = false;
+    auto probe = [&](int64_t k) -> Result<bool> {
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, GridRate(k)));
       if (p.valid) {
-        lo = q;
+        lo = k;
         best = p;
       } else {
-        hi = q;
+        hi = k;
         lowest_failed = p;
+        failed = true;
+      }
+      return p.valid;
+    };
+    if (beat > 0 && GridAtOrBelow(beat) + 1 < hi) {
+      // Only a rate above the best found so far matters: probe the next one up first.
+      const int64_t k = GridAtOrBelow(beat) + 1;
+      FATHOM_ASSIGN_OR_RETURN(bool valid, probe(k));
+      if (!valid) {
+        c.below_qps = GridRate(k);
+        return c;
       }
     }
-    c.qps = lo;
-    if (lo == 0 && hi > 0) {
+    constexpr int64_t kHalve = 35;  // grid steps in a factor of 2 (1.02^35 = 2.0)
+    for (int n = 0; n < o.qps_steps && (!lo || hi - *lo > 1); ++n) {
+      int64_t k = lo ? *lo + (hi - *lo) / 2 : hi - kHalve;
+      if (n == 0 && !lo) k = hi - 2;
+      if (n == 1 && !lo && GridAtOrBelow(estimate) < hi - 1) k = GridAtOrBelow(estimate);
+      FATHOM_RETURN_IF_ERROR(probe(k).status());
+    }
+    if (lo) c.qps = GridRate(*lo);
+    if (!lo && failed) {
       c.failure = Failure(lowest_failed);
-      c.failed_qps = hi;
+      c.failed_qps = GridRate(hi);
       c.failed_ttft_p99_ms = lowest_failed.result.ttft_p99_ms;
       c.failed_tpot_p99_ms = lowest_failed.result.tpot_p99_ms;
     }
@@ -573,7 +594,7 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   for (const auto& d : cands.feasible) {
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
     const double b = ThroughputBound(*resolved, means);
-    items.push_back({d, CandidateKey(d), server ? b / means.output : b});
+    items.push_back({d, CandidateKey(d), server ? QpsCeiling(b / means.output) : b});
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.bound > b.bound; });

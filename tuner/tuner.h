@@ -70,7 +70,9 @@ struct CandidateResult {
   double qps = 0;                    // highest valid QPS (server-type scenarios)
   double ttft_p99_ms = 0, tpot_p99_ms = 0;
   double cost_per_million_tokens = 0;
-  double bound = 0;  // analytical upper bound on the objective
+  // Analytical upper bound on the objective (server-type: on the QPS the search can find, the grid
+  // rate above the bound on the long-run rate).
+  double bound = 0;
   // The run behind the figures: samples issued (over all instances) and LoadGen's measured time.
   int64_t run_samples = 0;
   double run_s = 0;
@@ -183,8 +185,8 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
                                   const models::HardwareCatalog& catalog);
 
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
-// with `beat` > 0 the search first probes just above `beat` and stops there (below_qps) when the
-// candidate breaks the limits, since it cannot then beat `beat`.
+// with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)
+// when the candidate breaks the limits, since it cannot then beat `beat`.
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
                                  const models::HardwareCatalog& catalog, double beat = 0);
 
