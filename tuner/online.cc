@@ -60,6 +60,8 @@ Status OnlineOptions::Validate() const {
       check(cooldown_windows >= 0, "--cooldown-windows", cooldown_windows, ">= 0"));
   FATHOM_RETURN_IF_ERROR(check(ban_windows >= 0, "--ban-windows", ban_windows, ">= 0"));
   FATHOM_RETURN_IF_ERROR(
+      check(distrust_windows >= 1, "--distrust-windows", distrust_windows, ">= 1"));
+  FATHOM_RETURN_IF_ERROR(
       check(min_requests >= 1, "--min-requests", static_cast<double>(min_requests), ">= 1"));
   FATHOM_RETURN_IF_ERROR(check(history_requests >= min_requests, "--history-requests",
                                static_cast<double>(history_requests), ">= --min-requests"));
@@ -183,6 +185,8 @@ Decision Controller::Change(Decision d, BatchLimits to, Decision::Action action,
     guard_.reset();
   }
   limits_ = to;
+  predicted_in_force_ = kNan;
+  contradicted_ = 0;
   d.limits = to;
   d.action = action;
   windows_since_change_ = 0;
@@ -217,8 +221,35 @@ std::string Controller::Worse(const Window& w) const {
   return "";
 }
 
+std::optional<BatchLimits> Controller::Distrust(const Window& w, double observed_margin) {
+  ++window_;
+  if (w.completed < options_.min_requests) return std::nullopt;  // too little to judge by
+  if (observed_margin >= 0) {
+    contradicted_ = 0;
+    auto held = std::find_if(last_held_.begin(), last_held_.end(),
+                             [&](const auto& h) { return h.first == limits_; });
+    if (held == last_held_.end()) held = last_held_.insert(last_held_.end(), {limits_, 0});
+    held->second = window_;
+    return std::nullopt;
+  }
+  contradicted_ = predicted_in_force_ >= 0 ? contradicted_ + 1 : 0;  // NaN: no prediction
+  if (contradicted_ < options_.distrust_windows) return std::nullopt;
+  std::optional<BatchLimits> back;
+  int64_t latest = 0;
+  for (const auto& [limits, when] : last_held_) {
+    const bool banned = std::any_of(banned_.begin(), banned_.end(),
+                                    [&](const auto& b) { return b.first == limits; });
+    if (!(limits == limits_) && !banned && when > latest) {
+      back = limits;
+      latest = when;
+    }
+  }
+  return back;
+}
+
 void Controller::Withdraw(const BatchLimits& in_force) {
   limits_ = in_force;
+  predicted_in_force_ = kNan;
   guard_.reset();
 }
 
@@ -266,6 +297,15 @@ Result<Decision> Controller::Step(const Window& w) {
     }
     guard_.reset();
   }
+  if (const std::optional<BatchLimits> back = Distrust(w, d.observed_margin)) {
+    banned_.emplace_back(limits_, options_.ban_windows);
+    d.reason = StrFormat(
+                   "%d windows running broke the p99 limits (margin %.2f now) where the model "
+                   "predicts %.2f for ",
+                   contradicted_, d.observed_margin, predicted_in_force_) +
+               limits_.Label() + ": back to " + back->Label() + ", the last other limits that held";
+    return Change(d, *back, Decision::Action::kRollback, w);
+  }
   if (static_cast<int64_t>(sample_.size()) < options_.min_requests) {
     d.reason = "too little evidence: " + std::to_string(sample_.size()) + " of " +
                std::to_string(options_.min_requests) + " finished requests";
@@ -298,7 +338,7 @@ Result<Decision> Controller::Step(const Window& w) {
     if (choices[i] == limits_) current = i;
     if (*margins[i] > *margins[best]) best = i;
   }
-  d.current_margin = *margins[current];
+  d.current_margin = predicted_in_force_ = *margins[current];
   d.best_margin = *margins[best];
   const std::string at = " at " + StrFormat("%.2f", qps) + " QPS";
   // Far past the limits, margins differ by noise: the gain needed grows with the shortfall.

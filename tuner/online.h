@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,9 +75,13 @@ struct OnlineOptions {
   double min_gain =
       0.1;  // change only for a predicted margin this much better (a fraction of
             // the limits); undo a change whose window's TPOT margin is this much worse
-  int confirm_windows = 2;    // the same choice this many windows running (1 while limits break)
-  int cooldown_windows = 2;   // windows after a change before the next
-  int ban_windows = 10;       // an undone choice is not tried again for this long
+  int confirm_windows = 2;   // the same choice this many windows running (1 while limits break)
+  int cooldown_windows = 2;  // windows after a change before the next
+  int ban_windows = 10;      // an undone choice is not tried again for this long
+  // The watchdog: when this many windows running break the p99 limits that the model predicts
+  // the limits in force keep, the model is wrong about them; back to the other limits that held
+  // most recently.
+  int distrust_windows = 5;
   int64_t min_requests = 30;  // finished requests needed to predict, and for the guard to judge
   int64_t history_requests = 2000;  // the workload sample: the latest finished requests
   // Each prediction issues Poisson traffic at the planned rate for warmup_s, unmeasured, then
@@ -133,6 +138,9 @@ class Controller {
   Decision Change(Decision d, BatchLimits to, Decision::Action action, const Window& w);
   // Why the window after a change says it made things worse; empty when it did not.
   std::string Worse(const Window& w) const;
+  // Counts the windows whose p99s contradict the prediction for the limits in force, and where
+  // enough have, the other limits that held most recently (not banned) to go back to.
+  std::optional<BatchLimits> Distrust(const Window& w, double observed_margin);
 
   // Each prediction resolves its own copy (time models keep caches and are not shared by threads).
   sim::DeploymentConfig deployment_;
@@ -158,7 +166,13 @@ class Controller {
   };
   std::optional<Guard> guard_;
   std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
-  std::vector<BatchLimits> unstartable_;             // limits the runtime failed to start
+  // The watchdog's evidence: the latest predicted margin of the limits in force (NaN until
+  // predicted), the windows running that broke it, and the window each limits last held in.
+  double predicted_in_force_ = std::numeric_limits<double>::quiet_NaN();
+  int contradicted_ = 0;
+  int64_t window_ = 0;
+  std::vector<std::pair<BatchLimits, int64_t>> last_held_;
+  std::vector<BatchLimits> unstartable_;  // limits the runtime failed to start
 };
 
 struct OnlineSummary {

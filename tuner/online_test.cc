@@ -151,6 +151,57 @@ TEST_CASE(
   }
 }
 
+// The model can be wrong about the limits it chose: it predicts they keep the p99s while the
+// runtime shows them broken, window after window. The watchdog trusts the runtime.
+TEST_CASE(
+    "Controller: limits the runtime shows breaking where the model predicts they hold are undone "
+    "for the last other limits that held",
+    "[online]") {
+  const auto data = MlperfSet();
+  OnlineOptions o = Options();
+  o.distrust_windows = 2;
+  auto c = Make({32, 8192}, o);
+  // 32 sequences a rank hold in these windows, though the model predicts otherwise: it changes.
+  REQUIRE(c->Step(Calm(data, 0, 200, 3.0))->action == Action::kHold);
+  auto d = c->Step(Calm(data, 200, 200, 3.0));
+  REQUIRE(d->action == Action::kApply);
+  const BatchLimits chosen = d->limits;
+  REQUIRE(c->Step(Calm(data, 400, 200, 3.0))->action == Action::kHold);  // the canary holds
+  // Then every window breaks TTFT while the model still predicts the new limits keep it.
+  std::vector<Decision> after;
+  for (int i = 0; i < 8 && (after.empty() || after.back().action == Action::kHold); ++i) {
+    Window broken = Calm(data, 600 + 200 * i, 200, 3.0);
+    broken.ttft_p99_ms = 40000;
+    d = c->Step(broken);
+    REQUIRE(d.ok());
+    after.push_back(*d);
+  }
+  INFO(after.back().reason);
+  REQUIRE(after.back().action == Action::kRollback);
+  CHECK(after.back().limits == BatchLimits{32, 8192});
+  CHECK(after.back().reason.find("back to 32 seqs, 8192 tokens, the last other limits that held") !=
+        std::string::npos);
+  // The cooldown's last window, one to predict, two contradicting the prediction.
+  CHECK(after.size() == 4);
+  CHECK(after[1].current_margin >= 0);
+  // The distrusted limits are not chosen again while banned.
+  for (int i = 0; i < 4; ++i) {
+    d = c->Step(Calm(data, 2400 + 200 * i, 200, 3.0));
+    REQUIRE(d.ok());
+    CHECK_FALSE(d->limits == chosen);
+  }
+
+  // With no other limits known to hold, there is nothing to go back to: it holds.
+  auto fresh = Make(chosen, o);
+  for (int i = 0; i < 6; ++i) {
+    Window broken = Calm(data, 200 * i, 200, 3.0);
+    broken.ttft_p99_ms = 40000;
+    d = fresh->Step(broken);
+    REQUIRE(d.ok());
+    CHECK(d->action != Action::kRollback);
+  }
+}
+
 TEST_CASE("Controller: choices it cannot make are errors naming the rule", "[online]") {
   OnlineOptions o = Options();
   o.max_batch = {512};

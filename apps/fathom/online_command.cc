@@ -442,6 +442,10 @@ void RegisterOnline(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--ban-windows", o.ban_windows, "Windows a rolled-back choice is not tried again")
       ->capture_default_str();
+  cmd->add_option("--distrust-windows", o.distrust_windows,
+                  "Windows running that break the p99s the model predicts the limits in force "
+                  "keep, before going back to the last other limits that held")
+      ->capture_default_str();
   cmd->add_option("--min-requests", o.min_requests, "Finished requests needed to predict or judge")
       ->capture_default_str();
   cmd->add_option("--history-requests", o.history_requests,
