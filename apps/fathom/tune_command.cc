@@ -335,12 +335,14 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--dataset-samples", f->in.dataset_samples,
                   "Draw this many samples from the trace (seeded)");
   cmd->add_option("--probe-duration", f->in.options.probe_duration_s,
-                  "Server: seconds of arrivals per QPS probe")
+                  "Server: seconds of arrivals per QPS probe (at least the benchmark's minimum "
+                  "run, in whole data sets)")
       ->capture_default_str();
   cmd->add_option("--probe-max-samples", f->in.options.probe_max_samples,
                   "Server: requests per QPS probe at most")
       ->capture_default_str();
-  cmd->add_option("--qps-steps", f->in.options.qps_steps, "Server: bisection steps")
+  cmd->add_option("--qps-steps", f->in.options.qps_steps,
+                  "Server: probes of the QPS search (a grid of rates 2% apart)")
       ->capture_default_str();
   cmd->add_option("--jobs", f->in.options.jobs, "Worker threads (default: all cores)");
   cmd->add_option("--db", f->in.options.db_path,
