@@ -232,6 +232,10 @@ std::optional<BatchLimits> Controller::Distrust(const Window& w, double observed
     held->second = window_;
     return std::nullopt;
   }
+  // As a change is judged (Worse): a broken TTFT counts against the limits only while the waiting
+  // queue does not shrink; a backlog draining neither counts nor clears the count.
+  const bool tpot_broken = w.completed > 0 && w.tpot_p99_ms > options_.tpot_limit_ms;
+  if (!tpot_broken && last_queue_growth_ < 0) return std::nullopt;
   contradicted_ = predicted_in_force_ >= 0 ? contradicted_ + 1 : 0;  // NaN: no prediction
   if (contradicted_ < options_.distrust_windows) return std::nullopt;
   std::optional<BatchLimits> back;
@@ -299,6 +303,7 @@ Result<Decision> Controller::Step(const Window& w) {
   }
   if (const std::optional<BatchLimits> back = Distrust(w, d.observed_margin)) {
     banned_.emplace_back(limits_, options_.ban_windows);
+    std::erase_if(last_held_, [&](const auto& h) { return h.first == limits_; });
     d.reason = StrFormat(
                    "%d windows running broke the p99 limits (margin %.2f now) where the model "
                    "predicts %.2f for ",

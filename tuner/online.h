@@ -78,9 +78,10 @@ struct OnlineOptions {
   int confirm_windows = 2;   // the same choice this many windows running (1 while limits break)
   int cooldown_windows = 2;  // windows after a change before the next
   int ban_windows = 10;      // an undone choice is not tried again for this long
-  // The watchdog: when this many windows running break the p99 limits that the model predicts
-  // the limits in force keep, the model is wrong about them; back to the other limits that held
-  // most recently.
+  // The watchdog: when this many windows break the p99 limits that the model predicts the limits
+  // in force keep (TTFT only while the waiting queue does not shrink), the model is wrong about
+  // them; back to the other limits that held most recently, and the distrusted ones are no
+  // longer taken to have held.
   int distrust_windows = 5;
   int64_t min_requests = 30;  // finished requests needed to predict, and for the guard to judge
   int64_t history_requests = 2000;  // the workload sample: the latest finished requests

@@ -167,11 +167,13 @@ TEST_CASE(
   REQUIRE(d->action == Action::kApply);
   const BatchLimits chosen = d->limits;
   REQUIRE(c->Step(Calm(data, 400, 200, 3.0))->action == Action::kHold);  // the canary holds
-  // Then every window breaks TTFT while the model still predicts the new limits keep it.
+  // Then every window breaks TTFT while the model still predicts the new limits keep it, and the
+  // waiting queue grows, but in the third, where it drains (that one does not count).
   std::vector<Decision> after;
   for (int i = 0; i < 8 && (after.empty() || after.back().action == Action::kHold); ++i) {
     Window broken = Calm(data, 600 + 200 * i, 200, 3.0);
     broken.ttft_p99_ms = 40000;
+    broken.waiting = i == 2 ? 0 : 100 + 10 * i;
     d = c->Step(broken);
     REQUIRE(d.ok());
     after.push_back(*d);
@@ -181,8 +183,9 @@ TEST_CASE(
   CHECK(after.back().limits == BatchLimits{32, 8192});
   CHECK(after.back().reason.find("back to 32 seqs, 8192 tokens, the last other limits that held") !=
         std::string::npos);
-  // The cooldown's last window, one to predict, two contradicting the prediction.
-  CHECK(after.size() == 4);
+  // The cooldown's last window, one to predict, the draining one, two contradicting the
+  // prediction.
+  CHECK(after.size() == 5);
   CHECK(after[1].current_margin >= 0);
   // The distrusted limits are not chosen again while banned.
   for (int i = 0; i < 4; ++i) {
