@@ -162,12 +162,16 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const Workload
 constexpr double kQpsStep = 1.02;
 double GridRate(int64_t k) { return std::exp(static_cast<double>(k) * std::log(kQpsStep)); }
 int64_t GridAtOrBelow(double qps) {  // the highest grid index whose rate is at most `qps`
-  return static_cast<int64_t>(std::floor(std::log(qps) / std::log(kQpsStep) + 1e-9));
+  constexpr double kEnds = 1e6;      // beyond any rate a double holds (1.02^1e6 overflows)
+  const double k = std::floor(std::log(qps) / std::log(kQpsStep) + 1e-9);
+  return static_cast<int64_t>(k > -kEnds ? std::min(k, kEnds) : -kEnds);  // 0 or NaN: the bottom
 }
 // The highest rate a QPS search may find, given the bound on the long-run rate: the grid rate
 // above it (a run of finite length can pass a little above the long-run rate, as B200 Llama 2 70B
 // Server passes 365 QPS on a bound of 364.6).
-double QpsCeiling(double qps_bound) { return GridRate(GridAtOrBelow(qps_bound) + 1); }
+double QpsCeiling(double qps_bound) {
+  return qps_bound > 0 ? GridRate(GridAtOrBelow(qps_bound) + 1) : 0.0;
+}
 
 struct Probe {
   sim::SimulationResult result;
@@ -357,7 +361,8 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     for (int n = 0; n < o.qps_steps && (!lo || hi - *lo > 1); ++n) {
       int64_t k = lo ? *lo + (hi - *lo) / 2 : hi - kHalve;
       if (n == 0 && !lo) k = hi - 2;
-      if (n == 1 && !lo && GridAtOrBelow(estimate) < hi - 1) k = GridAtOrBelow(estimate);
+      if (n == 1 && !lo && estimate > 0 && GridAtOrBelow(estimate) < hi - 1)
+        k = GridAtOrBelow(estimate);
       FATHOM_RETURN_IF_ERROR(probe(k).status());
     }
     if (lo) c.qps = GridRate(*lo);
