@@ -222,33 +222,26 @@ std::string Controller::Worse(const Window& w) const {
 }
 
 std::optional<BatchLimits> Controller::Distrust(const Window& w, double observed_margin) {
-  ++window_;
   if (w.completed < options_.min_requests) return std::nullopt;  // too little to judge by
   if (observed_margin >= 0) {
     contradicted_ = 0;
-    auto held = std::find_if(last_held_.begin(), last_held_.end(),
-                             [&](const auto& h) { return h.first == limits_; });
-    if (held == last_held_.end()) held = last_held_.insert(last_held_.end(), {limits_, 0});
-    held->second = window_;
+    std::erase(held_, limits_);
+    held_.push_back(limits_);
     return std::nullopt;
   }
-  // As a change is judged (Worse): a broken TTFT counts against the limits only while the waiting
-  // queue does not shrink; a backlog draining neither counts nor clears the count.
+  // A broken TTFT also carries the wait of requests queued before (as in Worse): it counts against
+  // the limits only while the waiting queue does not shrink; a backlog draining neither counts
+  // nor clears the count.
   const bool tpot_broken = w.completed > 0 && w.tpot_p99_ms > options_.tpot_limit_ms;
   if (!tpot_broken && last_queue_growth_ < 0) return std::nullopt;
   contradicted_ = predicted_in_force_ >= 0 ? contradicted_ + 1 : 0;  // NaN: no prediction
   if (contradicted_ < options_.distrust_windows) return std::nullopt;
-  std::optional<BatchLimits> back;
-  int64_t latest = 0;
-  for (const auto& [limits, when] : last_held_) {
-    const bool banned = std::any_of(banned_.begin(), banned_.end(),
-                                    [&](const auto& b) { return b.first == limits; });
-    if (!(limits == limits_) && !banned && when > latest) {
-      back = limits;
-      latest = when;
-    }
+  for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
+    const bool banned =
+        std::any_of(banned_.begin(), banned_.end(), [&](const auto& b) { return b.first == *it; });
+    if (!(*it == limits_) && !banned) return *it;
   }
-  return back;
+  return std::nullopt;
 }
 
 void Controller::Withdraw(const BatchLimits& in_force) {
@@ -303,7 +296,7 @@ Result<Decision> Controller::Step(const Window& w) {
   }
   if (const std::optional<BatchLimits> back = Distrust(w, d.observed_margin)) {
     banned_.emplace_back(limits_, options_.ban_windows);
-    std::erase_if(last_held_, [&](const auto& h) { return h.first == limits_; });
+    std::erase(held_, limits_);
     d.reason = StrFormat(
                    "%d windows running broke the p99 limits (margin %.2f now) where the model "
                    "predicts %.2f for ",

@@ -168,11 +168,10 @@ class Controller {
   std::optional<Guard> guard_;
   std::vector<std::pair<BatchLimits, int>> banned_;  // choice, windows left
   // The watchdog's evidence: the latest predicted margin of the limits in force (NaN until
-  // predicted), the windows running that broke it, and the window each limits last held in.
+  // predicted), the windows running that broke it, and the limits that held, latest last.
   double predicted_in_force_ = std::numeric_limits<double>::quiet_NaN();
   int contradicted_ = 0;
-  int64_t window_ = 0;
-  std::vector<std::pair<BatchLimits, int64_t>> last_held_;
+  std::vector<BatchLimits> held_;
   std::vector<BatchLimits> unstartable_;  // limits the runtime failed to start
 };
 

@@ -327,11 +327,11 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     // estimate, then bisection between the highest rate that passed and the lowest that failed
     // (at first the one above the ceiling, taken to); valid probes run to the end and cost the
     // most.
+    if (!(c.bound > 0)) return c;
     const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
     const double estimate =
         tpot_ms ? LatencyLimitedTokensPerS(*resolved, means, *tpot_ms * 1e-3) / means.output
                 : c.bound;
-    if (!(c.bound > 0)) return c;
     std::optional<int64_t> lo;
     int64_t hi = GridAtOrBelow(c.bound) + 1;
     Probe lowest_failed;
