@@ -217,6 +217,10 @@ TEST_CASE("Controller: choices it cannot make are errors naming the rule", "[onl
   o.history_requests = 10;
   c = Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, Catalog(), Calibrated());
   CHECK(c.status().message() == "--history-requests = 10: must be >= --min-requests");
+  o = Options();
+  o.distrust_windows = 0;
+  c = Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, Catalog(), Calibrated());
+  CHECK(c.status().message() == "--distrust-windows = 0: must be >= 1");
   sim::DeploymentConfig disagg;
   disagg.disaggregated = true;
   c = Controller::Create(disagg, {256, 8192}, Options(), Catalog(), Calibrated());
