@@ -40,9 +40,10 @@ struct BatchShape {
   // `window` is the model's sliding window (0 when it has none).
   void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }
   void Remove(const SequenceStep& s, int64_t window) { Accumulate(s, window, -1.0); }
-  // `n` one-token decode steps whose contexts sum to `context_sum`, for a model without a
-  // sliding window: the same as n Add calls.
-  void AddDecodeSteps(int64_t n, double context_sum) {
+  // `n` one-token decode steps whose contexts sum to `context_sum` and whose KV tokens, each
+  // capped at the sliding window, sum to `window_kv` (context_sum + n without a window): the
+  // same as n Add calls.
+  void AddDecodeSteps(int64_t n, double context_sum, double window_kv) {
     const double kv = context_sum + static_cast<double>(n);
     tokens += n;
     sequences += n;
@@ -50,9 +51,9 @@ struct BatchShape {
     decode_tokens += n;
     decode_sequences += n;
     decode_pairs += kv;
-    decode_pairs_window += kv;
+    decode_pairs_window += window_kv;
     decode_kv += kv;
-    decode_kv_window += kv;
+    decode_kv_window += window_kv;
   }
   // `n` dummy decode sequences of `tokens_each` query tokens and no context, as an engine pads a
   // batch to a captured CUDA graph's size: the same as n Add calls of {tokens_each, 0, decode,

@@ -49,7 +49,7 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
 
 int64_t OperatorTimeModel::Launches(int stage) const {
   BatchShape one;
-  one.AddDecodeSteps(1, 0.0);
+  one.AddDecodeSteps(1, 0.0, 1.0);
   builder_.Build(one, MoeInput{1}, stage, &scratch_);
   int64_t n = 0;
   for (const auto& op : scratch_) n += op.count;
@@ -85,7 +85,7 @@ double OperatorTimeModel::Cached(std::vector<std::vector<double>>& cache, int64_
     t = Priced();
   } else {
     BatchShape shape;
-    shape.AddDecodeSteps(count, 0.0);
+    shape.AddDecodeSteps(count, 0.0, static_cast<double>(count));
     builder_.Build(shape, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
     t = 0.0;
     for (const auto& op : scratch_) {

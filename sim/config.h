@@ -61,8 +61,8 @@ struct EngineConfig {
   int64_t fast_forward = 64;
   // Decoding sequences that step together advance implicitly (one counter per rank; completions
   // and KV-block crossings from a heap and per-phase counts), so an iteration costs O(changes),
-  // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP,
-  // pipelines, sliding windows and token budgets below the batch limit (and tests, when false).
+  // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP
+  // and token budgets below the batch limit (and tests, when false).
   bool implicit_decode = true;
   // TensorRT-LLM's attention-DP balancing (attention_dp_config.enable_balance): new prefills wait
   // until every attention rank has one (at most `adp_timeout_iters` iterations, and never while

@@ -58,7 +58,7 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
                                             config.prefix_caching);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
-  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0 && pool.sliding_window == 0;
+  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0;
   if (config.mtp_depth > 0)
     accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
   mean_step_tokens_ = MeanStepTokens();

@@ -98,26 +98,36 @@ class Engine {
   };
   // A rank's decoding sequences while they all step together. Members' own counters stand still;
   // the cohort counts its steps (`clock`) and knows, without visiting members, their summed
-  // context, who completes at which step and how many need a new KV block at each step.
+  // context (and for a sliding-window model its windowed sum), who completes at which step and
+  // how many need a new KV block at each step.
   struct Cohort {
     struct Member {
       int64_t slot;
       int64_t phase;  // needs a new block when clock % block_tokens == phase; -1: never again
+      bool filling;   // sliding window: its context has not yet filled the window
     };
+    using Due = std::pair<int64_t, int64_t>;  // (clock, slot); stale once the member left early
+    using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<Due>>;
     std::vector<Member> members;
     bool in_flight = false;  // part of a batch in the pipeline
     int64_t clock = 0;
     int64_t base = 0;  // sum of (kv_len - cohort_mark): summed context = base + size * clock
     std::vector<int64_t> phase_count;  // members per phase
-    using Due =
-        std::pair<int64_t, int64_t>;  // (clock at completion, slot); stale once it left early
-    std::priority_queue<Due, std::vector<Due>, std::greater<Due>> completions;
+    DueQueue completions;              // at the clock of their last token
+    // Sliding window: a step reads kv_len + 1 windowed KV tokens of each member still filling
+    // the window (their sum of kv_len - cohort_mark: filling_base), the window of the others.
+    int64_t filling = 0, filling_base = 0;
+    DueQueue fills;  // at the clock from which each reads the whole window
     // Members that joined at step `ahead_clock` with a block allocated ahead: their phase is
     // registered but they need no block at that step.
     int64_t ahead = 0, ahead_clock = -1;
 
     int64_t size() const { return static_cast<int64_t>(members.size()); }
     int64_t Context() const { return base + size() * clock; }
+    // Windowed KV tokens read by the step `step` steps ahead (before any member fills it).
+    int64_t WindowKv(int64_t step, int64_t window) const {
+      return window * (size() - filling) + filling_base + filling * (clock + step + 1);
+    }
     // KV blocks the members need for steps clock + from .. clock + to - 1.
     int64_t Crossings(int64_t from, int64_t to) const;
   };
@@ -169,7 +179,8 @@ class Engine {
   void Leave(const Rank& rank, Cohort& c, Sequence& s) const;
   void ShedForCohort(Rank& rank, int cohort);
   bool Completes(int cohort, int64_t due, int64_t slot) const;
-  void PruneCompletions(int cohort, Cohort& c) const;    // drops stale entries off the top
+  bool Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
+  void PruneStale(int cohort, Cohort& c) const;          // drops stale entries off the queues' tops
   bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
 
   // Batch forming and attention-DP balance (engine_batch.cc).

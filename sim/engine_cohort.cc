@@ -39,10 +39,17 @@ void Engine::Join(Rank& rank, int cohort, int64_t slot) {
       ++c.ahead;
     }
   }
+  const int64_t window = pool_.sliding_window;
+  const bool filling = window > 0 && s.kv_len < window;
+  if (filling) {
+    ++c.filling;
+    c.filling_base += s.kv_len - c.clock;
+    c.fills.push({c.clock + window - s.kv_len, slot});
+  }
   s.cohort = cohort;
   s.cohort_mark = c.clock;
   s.cohort_index = c.size();
-  c.members.push_back({slot, phase});
+  c.members.push_back({slot, phase, filling});
   c.base += s.kv_len - c.clock;
   c.completions.push({c.clock + remaining, slot});
 }
@@ -66,6 +73,8 @@ void Engine::Dissolve(Rank& rank, int cohort) {
   }
   c.members.clear();
   c.base = 0;
+  c.filling = c.filling_base = 0;
+  c.fills = {};
   c.ahead = 0;
   std::fill(c.phase_count.begin(), c.phase_count.end(), 0);
   c.completions = {};
@@ -106,6 +115,17 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   c.clock += steps;
   counters_.decode_tokens += c.size() * steps;
   counters_.generated_tokens += c.size() * steps;
+  // Fast-forward stops where a member fills the window, so each does so at a step's end.
+  while (!c.fills.empty() && c.fills.top().first <= c.clock) {
+    const auto [due, slot] = c.fills.top();
+    c.fills.pop();
+    if (!Fills(c, cohort, due, slot)) continue;
+    FATHOM_CHECK(due == c.clock);
+    const Sequence& s = (*slots_)[slot];
+    c.members[s.cohort_index].filling = false;
+    --c.filling;
+    c.filling_base -= s.kv_len - s.cohort_mark;
+  }
   std::vector<int64_t> done;
   while (!c.completions.empty() && c.completions.top().first <= c.clock) {
     const auto [due, slot] = c.completions.top();
@@ -114,7 +134,6 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
     FATHOM_CHECK(due == c.clock);
     done.push_back(slot);
   }
-  PruneCompletions(cohort, c);
   std::sort(done.begin(), done.end(), [&](int64_t a, int64_t b) {
     return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order;
   });
@@ -127,6 +146,7 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
     RemoveRunning(rank, slot);
     listener_->OnComplete(slot, now);
   }
+  PruneStale(cohort, c);
 }
 
 // A completion entry is stale once its member left early (preempted): the slot is elsewhere, or
@@ -136,10 +156,22 @@ bool Engine::Completes(int cohort, int64_t due, int64_t slot) const {
   return s.cohort == cohort && s.cohort_mark + (s.output - s.generated) == due;
 }
 
-void Engine::PruneCompletions(int cohort, Cohort& c) const {
+// A fill entry is stale once its member left (the slot may since be another request's, here or
+// elsewhere) or filled the window already.
+bool Engine::Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
+  const Sequence& s = (*slots_)[slot];
+  return s.instance == id_ && s.cohort == cohort && &ranks_[s.rank].cohorts[cohort] == &c &&
+         c.members[s.cohort_index].filling &&
+         s.cohort_mark + pool_.sliding_window - s.kv_len == due;
+}
+
+void Engine::PruneStale(int cohort, Cohort& c) const {
   while (!c.completions.empty() &&
          !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
     c.completions.pop();
+  }
+  while (!c.fills.empty() && !Fills(c, cohort, c.fills.top().first, c.fills.top().second)) {
+    c.fills.pop();
   }
 }
 
@@ -156,6 +188,10 @@ void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
     }
   }
   c.base -= s.kv_len - c.clock;
+  if (m.filling) {
+    --c.filling;
+    c.filling_base -= s.kv_len - c.clock;
+  }
   c.members[s.cohort_index] = c.members.back();
   (*slots_)[c.members[s.cohort_index].slot].cohort_index = s.cohort_index;
   c.members.pop_back();
@@ -176,7 +212,7 @@ void Engine::ShedForCohort(Rank& rank, int cohort) {
     if (s.cohort == cohort) Leave(rank, c, s);
     Preempt(rank, slot);
   }
-  PruneCompletions(cohort, c);
+  PruneStale(cohort, c);
 }
 
 }  // namespace fathom::sim

@@ -28,12 +28,19 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
     if (batch.cohort[r] >= 0) {
       const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
       steps = std::min(steps, c.completions.top().first - c.clock);
+      if (!c.fills.empty()) steps = std::min(steps, c.fills.top().first - c.clock);
     }
     for (const Entry& e : batch.ranks[r]) {
       if (!e.decode) return 1;
       const Sequence& s = (*slots_)[e.slot];
       const int64_t most = DecodeStepTokens(s);
       steps = std::min(steps, (s.output - s.generated + most - 1) / most);
+      // A run's step times are interpolated between its first and last: it ends before a
+      // sequence's context fills the sliding window (its windowed attention stops growing).
+      const int64_t window = pool_.sliding_window;
+      if (window > 0 && s.kv_len < window) {
+        steps = std::min(steps, std::max<int64_t>(1, (window - s.kv_len - e.tokens) / most + 1));
+      }
     }
   }
   steps = std::max<int64_t>(steps, 1);
@@ -55,7 +62,11 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     shapes_[r] = models::BatchShape{};
     if (batch.cohort[r] >= 0) {
       const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
-      shapes_[r].AddDecodeSteps(c.size(), static_cast<double>(c.Context() + c.size() * step));
+      const int64_t context = c.Context() + c.size() * step;
+      const int64_t window = pool_.sliding_window;
+      shapes_[r].AddDecodeSteps(
+          c.size(), static_cast<double>(context),
+          static_cast<double>(window > 0 ? c.WindowKv(step, window) : context + c.size()));
     }
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];

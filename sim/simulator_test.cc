@@ -554,6 +554,53 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   same(pipelined.Spec(Scenario::kOffline, 60000), [&] { return OfflineSource(data, 600, 1); });
 }
 
+TEST_CASE("Simulator: implicit decode bookkeeping matches the explicit path with a sliding window",
+          "[sim]") {
+  // gpt-oss-120b alternates 128-token sliding-window layers with full ones: a decoding cohort
+  // tracks its windowed KV, which grows until each member's context fills the window. Prompts as
+  // short as 1 token fill it during decode; pipelines keep a cohort per microbatch.
+  const models::ModelArch model = *models::LoadModel("gpt-oss-120b");
+  REQUIRE(model.sliding_window == 128);
+  const models::Hardware hw = *(*models::HardwareCatalog::LoadBuiltin()).Find("b200");
+  const models::Precision precision{models::DType::kMxfp4, models::DType::kBf16,
+                                    models::DType::kFp8};
+  std::vector<traces::Request> data(800);
+  Rng rng(11);
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i].id = static_cast<int64_t>(i);
+    data[i].input_tokens = 1 + static_cast<int64_t>(rng.Below(300));
+    data[i].output_tokens = 1 + static_cast<int64_t>(rng.Below(400));
+  }
+  for (const models::ParallelLayout& layout :
+       {models::ParallelLayout{1, 1, 1, 1, 1}, models::ParallelLayout{2, 1, 2, 1, 1}}) {
+    INFO(layout.ToString());
+    const models::RooflineModel time(model, hw, layout, precision);
+    auto same = [&](SimulationSpec spec, auto make_source) {
+      spec.engine.implicit_decode = true;
+      const SimulationResult implicit = RunOk(spec, make_source());
+      spec.engine.implicit_decode = false;
+      const SimulationResult explicit_ = RunOk(spec, make_source());
+      CHECK(implicit.completed_requests == static_cast<int64_t>(data.size()));
+      CHECK(implicit.ToJson().dump() == explicit_.ToJson().dump());
+    };
+    SimulationSpec spec;
+    spec.pool.time = &time;
+    spec.pool.sliding_window = model.sliding_window;
+    spec.pool.kv_blocks_per_rank = 200000 / 32;
+    spec.engine.max_batch = 256;
+    spec.engine.max_num_tokens = 2048;
+    spec.scenario.scenario = Scenario::kServer;
+    spec.scenario.min_duration_s = 0;
+    spec.total_gpus = layout.gpus;
+    same(spec, [&] { return PoissonSource(data, 800, 40.0, 3); });
+    // KV pressure: members leave the cohort (preempted) while still filling the window.
+    spec.pool.kv_blocks_per_rank = 12000 / 32;
+    spec.engine.fast_forward = 1;
+    spec.scenario.scenario = Scenario::kOffline;
+    same(spec, [&] { return OfflineSource(data, 800, 1); });
+  }
+}
+
 TEST_CASE("Simulator: every scheduler serves every request", "[sim]") {
   DeepSeek ds;
   auto data = MlperfSet();

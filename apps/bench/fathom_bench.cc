@@ -226,7 +226,8 @@ void Tunes(int repeat) {
                             {"deepseek-r1", "gb200", 72, sim::Scenario::kOffline},
                             {"deepseek-r1", "gb300", 288, sim::Scenario::kOffline},
                             {"llama2-70b", "h200", 8, sim::Scenario::kOffline},
-                            {"llama2-70b", "h200", 8, sim::Scenario::kServer}};
+                            {"llama2-70b", "h200", 8, sim::Scenario::kServer},
+                            {"gpt-oss-120b", "b200", 8, sim::Scenario::kServer}};
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   for (const System& sys : systems) {
     // As `fathom tune` sets it up: the newest stack, and the runtimes it serves the model on.
