@@ -1,5 +1,7 @@
 #include "tuner/search_space.h"
 
+#include <cmath>
+
 #include "base/format.h"
 #include "models/memory.h"
 
@@ -15,13 +17,15 @@ std::vector<int> PowersOfTwoUpTo(int n) {
 // Whether a layout runs at all and fits in memory; what it lacks where it does not fit is recorded
 // in `out` for a search that finds nothing to explain itself.
 bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-          const models::Precision& p, int64_t max_batch, int64_t max_tokens, Candidates* out) {
+          const models::Precision& p, int64_t max_batch, int64_t max_tokens,
+          double sequence_kv_tokens, Candidates* out) {
   if (!models::ValidateLayout(m, l).ok()) return false;
   models::MemoryOptions o;
   o.max_batch = max_batch;
   o.max_num_tokens = max_tokens;
-  // Room for at least a full batch of average-sized requests (2k tokens each) on every rank.
-  o.min_kv_tokens = std::max<int64_t>(max_tokens, max_batch * 2048 / 4);
+  // Room for a full batch of sequences of SearchSpace::sequence_kv_tokens on every rank.
+  o.min_kv_tokens = std::max<int64_t>(
+      max_tokens, static_cast<int64_t>(std::ceil(max_batch * sequence_kv_tokens)));
   const models::MemoryPlan plan = models::PlanMemory(m, hw, l, p, o);
   if (plan.fits) return true;
   const double lacking = std::max(
@@ -95,7 +99,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
               base.runtime = runtime;
               for (const models::ParallelLayout& l : layouts(s.gpus)) {
-                if (!Fits(model, hw, l, precision, batch, tokens, &out)) {
+                if (!Fits(model, hw, l, precision, batch, tokens, s.sequence_kv_tokens, &out)) {
                   ++out.infeasible;
                   continue;
                 }
@@ -125,7 +129,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                   const int pinst = prefill_gpus / ptp;
                   if (pinst * ptp != prefill_gpus) continue;
                   const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
-                  if (!Fits(model, hw, pl, precision, batch, tokens, &out)) {
+                  if (!Fits(model, hw, pl, precision, batch, tokens, s.sequence_kv_tokens, &out)) {
                     ++out.infeasible;
                     continue;
                   }
@@ -133,7 +137,8 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                     if (decode_gpus % dtp != 0) continue;
                     const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1,
                                                     model.is_moe() ? dtp : 1};
-                    if (!Fits(model, hw, dl, precision, batch, tokens, &out)) {
+                    if (!Fits(model, hw, dl, precision, batch, tokens, s.sequence_kv_tokens,
+                              &out)) {
                       ++out.infeasible;
                       continue;
                     }

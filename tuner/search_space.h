@@ -20,7 +20,11 @@ struct SearchSpace {
   sim::Scenario scenario = sim::Scenario::kOffline;
   std::vector<std::string> weights;  // empty: what the GPU runs natively (fp4 and fp8, else fp8)
   std::vector<std::string> kv = {"fp8", "bf16"};
-  std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024};
+  std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024, 2048};
+  // KV tokens a running sequence holds, for the batch limits worth trying: a limit is left out
+  // where the KV cache cannot hold that many sequences of this size (the cache, not the limit,
+  // would bind). Tune sets it from the workload: its prompt plus half its output, at most 512.
+  double sequence_kv_tokens = 512;
   std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
   bool disaggregated = true;  // also try prefill/decode pools splitting the GPUs
   // Also try TensorRT-LLM's attention-DP balancing on layouts with attention DP, with the counts

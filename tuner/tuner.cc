@@ -517,7 +517,11 @@ Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog
                                    " in this scenario: give --ttft-ms and --tpot-ms");
   }
   PreparedTune p;
-  FATHOM_ASSIGN_OR_RETURN(p.candidates, Enumerate(o.space, catalog));
+  SearchSpace space = o.space;
+  const WorkloadMeans means = Means(o.dataset);
+  space.sequence_kv_tokens =
+      std::min(space.sequence_kv_tokens, std::max(1.0, means.input + means.output / 2));
+  FATHOM_ASSIGN_OR_RETURN(p.candidates, Enumerate(space, catalog));
   FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(o.space.hardware));
   SweepInfo& info = p.info;
   // The sweep id covers everything a result depends on.
