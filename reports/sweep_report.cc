@@ -5,7 +5,6 @@
 
 #include "base/format.h"
 #include "reports/svg_plot.h"
-#include "tuner/launch.h"
 
 namespace fathom::reports {
 namespace {
@@ -56,8 +55,7 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
   return layout;
 }
 
-std::string LaunchMarkdown(const sim::DeploymentConfig& d) {
-  const tuner::LaunchCommands l = tuner::MakeLaunchCommands(d);
+std::string LaunchMarkdown(const tuner::LaunchCommands& l) {
   return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml +
          "```\n";
 }
@@ -154,6 +152,7 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps,
     if (price == options_.prices.end()) price = options_.prices.find("");
     v.price = price != options_.prices.end() ? price->second : s.info.price_per_gpu_hour;
     if (auto hw = catalog.Find(s.info.hardware); hw.ok()) v.power_watts = hw->power_watts;
+    if (!v.ranked.empty()) v.launch = tuner::MakeLaunchCommands(v.ranked.front().config, catalog);
     views_.push_back(std::move(v));
   }
   for (View& v : views_) {
@@ -317,7 +316,7 @@ std::string SweepReport::Text() const {
       out += "No valid candidate.\n";
     } else {
       out += RankingTable(v.ranked, options_.top, v.price).Text();
-      out += "\nLaunch the best:\n\n" + LaunchMarkdown(v.ranked.front().config);
+      out += "\nLaunch the best:\n\n" + LaunchMarkdown(v.launch);
     }
     out += "\nPareto frontier (tokens/s per GPU against tokens/s per user): " +
            std::to_string(v.frontier.size()) + " points\n";
@@ -340,7 +339,7 @@ std::string SweepReport::Markdown() const {
       out += "No valid candidate.\n";
     } else {
       out += RankingTable(v.ranked, options_.top, v.price).Markdown();
-      out += "\n### Launch the best\n\n" + LaunchMarkdown(v.ranked.front().config);
+      out += "\n### Launch the best\n\n" + LaunchMarkdown(v.launch);
     }
     out += "\n### Pareto frontier\n\n";
     out += v.frontier.empty() ? "No valid candidate.\n" : FrontierTable(v).Markdown();
@@ -437,7 +436,7 @@ Result<std::string> SweepReport::Html() const {
     if (v.ranked.empty()) {
       out += "<p>No valid candidate.</p>\n";
     } else {
-      const tuner::LaunchCommands l = tuner::MakeLaunchCommands(v.ranked.front().config);
+      const tuner::LaunchCommands& l = v.launch;
       out += RankingTable(v.ranked, options_.top, v.price).Html();
       out += "<h3>Launch the best</h3>\n<pre>" + EscapeXml(Commands(l)) + "</pre>\n<p>" +
              EscapeXml(kTrtllmOptions) + "</p>\n<pre>" + EscapeXml(l.trtllm_yaml) + "</pre>\n";

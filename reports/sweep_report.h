@@ -11,6 +11,7 @@
 #include "models/hardware.h"
 #include "reports/table.h"
 #include "sim/deployment_config.h"
+#include "tuner/launch.h"
 #include "tuner/results.h"
 #include "tuner/tuner.h"
 
@@ -28,7 +29,7 @@ std::string LayoutLabel(const sim::DeploymentConfig& d);
 
 // A deployment's launch commands (vLLM, SGLang, TensorRT-LLM) in a ```sh fence and TensorRT-LLM's
 // options file (extra.yaml) in a ```yaml fence: Markdown that reads as well on a terminal.
-std::string LaunchMarkdown(const sim::DeploymentConfig& d);
+std::string LaunchMarkdown(const tuner::LaunchCommands& l);
 
 // The first `top` of `ranked` with their layouts, limits and metrics; costs at `usd_per_gpu_hour`
 // where it is > 0, else as stored. Offline candidates (no QPS) show "-" for QPS and TTFT p99: there
@@ -69,8 +70,9 @@ class SweepReport {
     tuner::SweepInfo info;
     std::string label;  // model, GPUs and scenario; with the id where two sweeps share them
     std::vector<tuner::CandidateResult> simulated, ranked, frontier;
-    double price = 0;        // USD per GPU-hour the report costs at
-    double power_watts = 0;  // per GPU; 0: unknown
+    double price = 0;              // USD per GPU-hour the report costs at
+    double power_watts = 0;        // per GPU; 0: unknown
+    tuner::LaunchCommands launch;  // the best's, when one is valid
   };
   double Cost(const View& v, const tuner::CandidateResult& c) const;
   Table Overview() const;

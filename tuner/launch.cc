@@ -1,6 +1,9 @@
 #include "tuner/launch.h"
 
+#include <cmath>
+
 #include "base/format.h"
+#include "models/memory.h"
 
 namespace fathom::tuner {
 namespace {
@@ -8,7 +11,51 @@ namespace {
 struct Pool {
   int tp, pp, ep, attn_dp, instances;
   int64_t max_batch;
+  // What each engine's memory flag must say for the KV cache the deployment plans: the share of
+  // each GPU's HBM for engines that size their memory so (vLLM's gpu_memory_utilization, SGLang's
+  // mem_fraction_static), and the KV cache's share of the memory the weights leave for
+  // TensorRT-LLM (free_gpu_memory_fraction).
+  double hbm_share, kv_free;
 };
+
+// The memory flags of a pool from its memory plan, rounded down to the hundredth they print. Where
+// the model or GPU is unknown here, or the layout is not one: the reserve's share of HBM, and for
+// TensorRT-LLM the deployment's kv_free_fraction or that share.
+Pool MakePool(const sim::DeploymentConfig& d, int tp, int pp, int ep, int attn_dp, int instances,
+              int64_t max_batch, const models::HardwareCatalog& catalog) {
+  const double reserve_share = 1.0 - d.engine.reserve_fraction;
+  Pool p{tp,
+         pp,
+         ep,
+         attn_dp,
+         instances,
+         max_batch,
+         reserve_share,
+         d.engine.kv_free_fraction > 0 ? d.engine.kv_free_fraction : reserve_share};
+  const auto model = models::LoadModel(d.model);
+  const auto hw = catalog.Find(d.hardware);
+  const auto weights = models::ParseDType(d.weights, "weights");
+  const auto dense =
+      models::ParseDType(d.dense_weights.empty() ? d.weights : d.dense_weights, "dense_weights");
+  const auto kv = models::ParseDType(d.kv, "kv");
+  const models::ParallelLayout layout{tp * pp, tp, pp, ep, attn_dp};
+  if (!model.ok() || !hw.ok() || !weights.ok() || !dense.ok() || !kv.ok() ||
+      !models::ValidateLayout(*model, layout).ok())
+    return p;
+  models::MemoryOptions o;
+  o.max_num_tokens = d.engine.max_num_tokens;
+  o.max_batch = max_batch;
+  o.reserve_fraction = d.engine.reserve_fraction;
+  o.kv_free_fraction = d.engine.kv_free_fraction;
+  const models::MemoryPlan plan =
+      models::PlanMemory(*model, *hw, layout, {*weights, *dense, *kv}, o);
+  const double free_bytes = plan.kv_budget_bytes + plan.reserve_bytes;
+  if (!(free_bytes > 0) || !(plan.kv_budget_bytes > 0)) return p;
+  auto hundredths = [](double x) { return std::floor(x * 100.0 + 1e-6) / 100.0; };
+  p.hbm_share = hundredths(1.0 - plan.reserve_bytes / hw->memory_bytes);
+  if (d.engine.kv_free_fraction <= 0) p.kv_free = hundredths(plan.kv_budget_bytes / free_bytes);
+  return p;
+}
 
 std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Pool& p,
                  const char* role) {
@@ -27,7 +74,7 @@ std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Po
                  static_cast<long long>(d.engine.max_num_tokens));
   if (d.engine.scheduler == sim::SchedulerKind::kChunked) s += " --enable-chunked-prefill";
   if (d.kv == "fp8") s += " --kv-cache-dtype fp8";
-  s += StrFormat(" --gpu-memory-utilization %.2f", 1.0 - d.engine.reserve_fraction);
+  s += StrFormat(" --gpu-memory-utilization %.2f", p.hbm_share);
   if (d.engine.prefix_caching) s += " --enable-prefix-caching";
   if (d.engine.mtp_depth > 0) {
     s += StrFormat(
@@ -49,7 +96,7 @@ std::string Sglang(const std::string& id, const sim::DeploymentConfig& d, const 
                  static_cast<long long>(p.max_batch * p.attn_dp),
                  static_cast<long long>(d.engine.max_num_tokens));
   if (d.kv == "fp8") s += " --kv-cache-dtype fp8_e4m3";
-  s += StrFormat(" --mem-fraction-static %.2f", 1.0 - d.engine.reserve_fraction);
+  s += StrFormat(" --mem-fraction-static %.2f", p.hbm_share);
   if (!d.engine.prefix_caching) s += " --disable-radix-cache";
   if (d.engine.mtp_depth > 0) {
     s += StrFormat(
@@ -59,13 +106,6 @@ std::string Sglang(const std::string& id, const sim::DeploymentConfig& d, const 
   }
   if (role != nullptr) s += StrFormat(" --disaggregation-mode %s", role);
   return s;
-}
-
-// TensorRT-LLM sizes its KV cache as a fraction of the memory its weights leave free: the
-// deployment's own when it names one, else the share of HBM the reserve leaves.
-double TrtllmFreeFraction(const sim::DeploymentConfig& d) {
-  return d.engine.kv_free_fraction > 0 ? d.engine.kv_free_fraction
-                                       : 1.0 - d.engine.reserve_fraction;
 }
 
 std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
@@ -99,7 +139,7 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
   }
   y += "kv_cache_config:\n";
   y += StrFormat("  dtype: %s\n", d.kv == "fp8" ? "fp8" : "auto");
-  y += StrFormat("  free_gpu_memory_fraction: %.2f\n", TrtllmFreeFraction(d));
+  y += StrFormat("  free_gpu_memory_fraction: %.2f\n", p.kv_free);
   y += StrFormat("  enable_block_reuse: %s\n", d.engine.prefix_caching ? "true" : "false");
   if (d.engine.mtp_depth > 0) {
     y += StrFormat("speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: %d\n",
@@ -116,7 +156,7 @@ std::string Trtllm(const std::string& id, const sim::DeploymentConfig& d, const 
       "--max_num_tokens %lld --kv_cache_free_gpu_memory_fraction %.2f --extra_llm_api_options %s",
       id.c_str(), d.runtime == models::Runtime::kCpp ? "tensorrt" : "pytorch", p.tp, p.pp, p.ep,
       static_cast<long long>(p.max_batch), static_cast<long long>(d.engine.max_num_tokens),
-      TrtllmFreeFraction(d), yaml_name.c_str());
+      p.kv_free, yaml_name.c_str());
 }
 
 }  // namespace
@@ -160,11 +200,15 @@ std::optional<ServedModel> FromHuggingFaceId(const std::string& id) {
 
 int Instances(const sim::DeploymentConfig& d) { return d.gpus / (d.tp * d.pp); }
 
-LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d) {
+LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d,
+                                  const models::HardwareCatalog& catalog) {
   const std::string id = HuggingFaceId(d.model, d.weights);
+  auto pool = [&](int tp, int pp, int ep, int attn_dp, int instances, int64_t max_batch) {
+    return MakePool(d, tp, pp, ep, attn_dp, instances, max_batch, catalog);
+  };
   LaunchCommands c;
   if (!d.disaggregated) {
-    const Pool p{d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch};
+    const Pool p = pool(d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch);
     const std::string replicas =
         p.instances > 1 ? StrFormat("  # one per replica, %d replicas", p.instances) : "";
     c.vllm = Vllm(id, d, p, nullptr) + replicas;
@@ -173,11 +217,11 @@ LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d) {
     c.trtllm_yaml = TrtllmYaml(d, p);
     return c;
   }
-  const Pool prefill{d.prefill.tp,      d.prefill.pp,        d.prefill.ep,
-                     d.prefill.attn_dp, d.prefill.instances, d.engine.max_batch};
+  const Pool prefill = pool(d.prefill.tp, d.prefill.pp, d.prefill.ep, d.prefill.attn_dp,
+                            d.prefill.instances, d.engine.max_batch);
   const int64_t decode_batch = d.decode_max_batch > 0 ? d.decode_max_batch : d.engine.max_batch;
-  const Pool decode{d.decode.tp,      d.decode.pp,        d.decode.ep,
-                    d.decode.attn_dp, d.decode.instances, decode_batch};
+  const Pool decode = pool(d.decode.tp, d.decode.pp, d.decode.ep, d.decode.attn_dp,
+                           d.decode.instances, decode_batch);
   c.vllm = Vllm(id, d, prefill, "prefill pool (with a KV connector, e.g. --kv-transfer-config)") +
            "\n" + Vllm(id, d, decode, "decode pool");
   c.sglang = Sglang(id, d, prefill, "prefill") + "\n" + Sglang(id, d, decode, "decode");

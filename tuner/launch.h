@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "models/hardware.h"
 #include "sim/deployment_config.h"
 
 namespace fathom::tuner {
@@ -16,8 +17,10 @@ struct LaunchCommands {
 };
 
 // Flag names follow the engines' documentation (vLLM engine arguments, SGLang server arguments,
-// trtllm-serve options and LlmArgs). Disaggregated deployments get one command per pool.
-LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d);
+// trtllm-serve options and LlmArgs). Disaggregated deployments get one command per pool. Each
+// engine's memory flag gives it the KV cache the deployment plans (`catalog` holds its GPU).
+LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d,
+                                  const models::HardwareCatalog& catalog);
 
 // Engine instances (replicas) of an aggregated deployment: one per tp x pp GPUs.
 int Instances(const sim::DeploymentConfig& d);

@@ -18,14 +18,14 @@ std::vector<int> PowersOfTwoUpTo(int n) {
 // in `out` for a search that finds nothing to explain itself.
 bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
           const models::Precision& p, int64_t max_batch, int64_t max_tokens,
-          double sequence_kv_tokens, Candidates* out) {
+          const SearchSpace& space, Candidates* out) {
   if (!models::ValidateLayout(m, l).ok()) return false;
   models::MemoryOptions o;
   o.max_batch = max_batch;
   o.max_num_tokens = max_tokens;
   // Room for a full batch of sequences of SearchSpace::sequence_kv_tokens on every rank.
   o.min_kv_tokens = std::max<int64_t>(
-      max_tokens, static_cast<int64_t>(std::ceil(max_batch * sequence_kv_tokens)));
+      max_tokens, static_cast<int64_t>(std::ceil(max_batch * space.sequence_kv_tokens)));
   const models::MemoryPlan plan = models::PlanMemory(m, hw, l, p, o);
   if (plan.fits) return true;
   const double lacking = std::max(
@@ -99,7 +99,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
               base.runtime = runtime;
               for (const models::ParallelLayout& l : layouts(s.gpus)) {
-                if (!Fits(model, hw, l, precision, batch, tokens, s.sequence_kv_tokens, &out)) {
+                if (!Fits(model, hw, l, precision, batch, tokens, s, &out)) {
                   ++out.infeasible;
                   continue;
                 }
@@ -129,7 +129,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                   const int pinst = prefill_gpus / ptp;
                   if (pinst * ptp != prefill_gpus) continue;
                   const models::ParallelLayout pl{ptp, ptp, 1, model.is_moe() ? ptp : 1, 1};
-                  if (!Fits(model, hw, pl, precision, batch, tokens, s.sequence_kv_tokens, &out)) {
+                  if (!Fits(model, hw, pl, precision, batch, tokens, s, &out)) {
                     ++out.infeasible;
                     continue;
                   }
@@ -137,8 +137,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                     if (decode_gpus % dtp != 0) continue;
                     const models::ParallelLayout dl{dtp, dtp, 1, model.is_moe() ? dtp : 1,
                                                     model.is_moe() ? dtp : 1};
-                    if (!Fits(model, hw, dl, precision, batch, tokens, s.sequence_kv_tokens,
-                              &out)) {
+                    if (!Fits(model, hw, dl, precision, batch, tokens, s, &out)) {
                       ++out.infeasible;
                       continue;
                     }

@@ -158,8 +158,9 @@ std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limi
 }
 
 std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const models::HardwareCatalog& catalog,
                                  const std::string& fathom_path, const std::string& extra) {
-  std::string s = MakeLaunchCommands(deployment).vllm;
+  std::string s = MakeLaunchCommands(deployment, catalog).vllm;
   s = s.substr(0, s.find("  #"));  // "# one per replica": each replica is one process here
   s.replace(0, std::string("vllm").size(), ShellQuote(fathom_path));
   Placeholder(&s, "--max-num-seqs", "{max_num_seqs}");

@@ -63,9 +63,11 @@ struct SupervisorOptions {
 // The command for one replica: `engine_cmd` with its placeholders filled in.
 std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port);
 
-// The default engine command: fathom's own vLLM launch command for `deployment`, run by the fathom
-// binary at `fathom_path` (`fathom serve`), the limits and port left as placeholders, then `extra`.
+// The default engine command: fathom's own vLLM launch command for `deployment` (whose GPU
+// `catalog` holds), run by the fathom binary at `fathom_path` (`fathom serve`), the limits and
+// port left as placeholders, then `extra`.
 std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const models::HardwareCatalog& catalog,
                                  const std::string& fathom_path, const std::string& extra);
 
 class Supervisor : public ServingRuntime {

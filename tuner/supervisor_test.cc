@@ -33,7 +33,8 @@ sim::DeploymentConfig Llama() {
 SupervisorOptions ServeReplicas(const std::string& before) {
   SupervisorOptions o;
   const std::string serve =
-      DefaultEngineCommand(Llama(), FATHOM_BINARY, "--time-scale 10 --cost-model roofline");
+      DefaultEngineCommand(Llama(), *models::HardwareCatalog::LoadBuiltin(), FATHOM_BINARY,
+                           "--time-scale 10 --cost-model roofline");
   o.engine_cmd = "env TSAN_OPTIONS=halt_on_error=0 sh -c \"" + before + " exec " + serve + "\"";
   o.replicas = 2;
   o.window_s = 10;
@@ -104,11 +105,12 @@ TEST_CASE(
   d.model = "llama2-70b";
   d.hardware = "h200";
   d.gpus = 2;
-  d.tp = 1;
+  d.tp = d.ep = d.attn_dp = 1;
   d.weights = d.kv = "fp8";
   d.engine.max_batch = 256;
   d.engine.max_num_tokens = 8192;
-  const std::string cmd = DefaultEngineCommand(d, "/opt/fathom's/fathom", "--time-scale 10");
+  const std::string cmd = DefaultEngineCommand(d, *models::HardwareCatalog::LoadBuiltin(),
+                                               "/opt/fathom's/fathom", "--time-scale 10");
   CHECK(cmd.rfind("'/opt/fathom'\\''s/fathom' serve meta-llama/Llama-2-70b-chat-hf ", 0) == 0);
   CHECK(
       cmd.find("--max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_num_batched_tokens}") !=

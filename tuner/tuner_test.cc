@@ -6,7 +6,9 @@
 #include <set>
 
 #include "base/files.h"
+#include "base/format.h"
 #include "models/cost_model.h"
+#include "models/memory.h"
 #include "sim/mlperf.h"
 #include "sim/simulator.h"
 #include "sim/time_model.h"
@@ -520,7 +522,7 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   sim::DeploymentConfig d;  // DeepSeek-R1, TP8 / EP8 / attention DP8, FP4, FP8 KV
   d.engine.max_batch = 512;
   d.engine.max_num_tokens = 4608;
-  const LaunchCommands c = MakeLaunchCommands(d);
+  const LaunchCommands c = MakeLaunchCommands(d, Catalog());
   CHECK(c.trtllm.find("nvidia/DeepSeek-R1-FP4") != std::string::npos);
   CHECK(c.trtllm.find(
             "--tp_size 8 --pp_size 1 --ep_size 8 --max_batch_size 512 --max_num_tokens 4608") !=
@@ -535,19 +537,48 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
   CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
   CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
-  // TensorRT-LLM's KV share is of the memory the weights leave: the deployment's when it names one.
-  CHECK(c.trtllm.find("--kv_cache_free_gpu_memory_fraction 0.90") != std::string::npos);
+  // Each engine's memory flag gives it the KV cache the memory plan holds: TensorRT-LLM a share
+  // of the memory the weights leave (the deployment's when it names one), vLLM and SGLang a share
+  // of HBM, rounded down to the hundredth.
+  const models::ModelArch ds = *models::LoadModel("deepseek-r1");
+  const models::Hardware b200 = *Catalog().Find("b200");
+  auto plan = [&](double kv_free_fraction) {
+    models::MemoryOptions o;
+    o.max_num_tokens = 4608;
+    o.max_batch = 512;
+    o.kv_free_fraction = kv_free_fraction;
+    return models::PlanMemory(ds, b200, {8, 8, 1, 8, 8},
+                              {models::DType::kNvfp4, models::DType::kNvfp4, models::DType::kFp8},
+                              o);
+  };
+  auto hundredths = [](double x) { return StrFormat("%.2f", std::floor(x * 100 + 1e-6) / 100); };
+  const models::MemoryPlan by_reserve = plan(0);
+  const std::string trt_share = hundredths(by_reserve.kv_budget_bytes /
+                                           (by_reserve.kv_budget_bytes + by_reserve.reserve_bytes));
+  CHECK(trt_share < "0.90");  // 10% of HBM is more than 10% of what the weights leave
+  CHECK(c.trtllm.find("--kv_cache_free_gpu_memory_fraction " + trt_share) != std::string::npos);
+  CHECK(c.vllm.find("--gpu-memory-utilization 0.90") != std::string::npos);
+  CHECK(c.sglang.find("--mem-fraction-static 0.90") != std::string::npos);
   d.engine.kv_free_fraction = 0.95;
-  CHECK(MakeLaunchCommands(d).trtllm.find("--kv_cache_free_gpu_memory_fraction 0.95") !=
-        std::string::npos);
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("free_gpu_memory_fraction: 0.95") !=
+  const LaunchCommands by_free = MakeLaunchCommands(d, Catalog());
+  const std::string hbm_share = hundredths(1 - plan(0.95).reserve_bytes / b200.memory_bytes);
+  CHECK(hbm_share > "0.90");
+  CHECK(by_free.trtllm.find("--kv_cache_free_gpu_memory_fraction 0.95") != std::string::npos);
+  CHECK(by_free.trtllm_yaml.find("free_gpu_memory_fraction: 0.95") != std::string::npos);
+  CHECK(by_free.vllm.find("--gpu-memory-utilization " + hbm_share) != std::string::npos);
+  CHECK(by_free.sglang.find("--mem-fraction-static " + hbm_share) != std::string::npos);
+  // A layout that is not one (EP 8 on TP 1) has no memory plan: the reserve's share.
+  sim::DeploymentConfig broken;
+  broken.tp = 1;
+  CHECK(MakeLaunchCommands(broken, Catalog()).vllm.find("--gpu-memory-utilization 0.90") !=
         std::string::npos);
   d.engine.kv_free_fraction = 0;
   d.engine.adp_balance = true;
   d.engine.adp_batching_wait_iters = 10;
   d.engine.adp_timeout_iters = 500;
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("attention_dp_config:\n  enable_balance: true\n  "
-                                               "batching_wait_iters: 10\n  timeout_iters: 500\n") !=
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("attention_dp_config:\n  enable_balance: true\n  "
+                              "batching_wait_iters: 10\n  timeout_iters: 500\n") !=
         std::string::npos);
   // The deployment file keeps it, and the runtime.
   d.runtime = models::Runtime::kCpp;
@@ -561,11 +592,13 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(bad_runtime.status().message() ==
         "x.json: runtime = \"java\": unknown (one of python, cpp)");
   // TensorRT engines: trtllm-serve's tensorrt backend, no PyTorch-flow CUDA-graph options.
-  CHECK(MakeLaunchCommands(d).trtllm.find("--backend tensorrt") != std::string::npos);
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("cuda_graph_config") == std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend tensorrt") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") ==
+        std::string::npos);
   d.runtime = models::Runtime::kPython;
-  CHECK(MakeLaunchCommands(d).trtllm.find("--backend pytorch") != std::string::npos);
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find("cuda_graph_config") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend pytorch") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") !=
+        std::string::npos);
   // Layout numbers as typed: never truncated to int (4294967304 read as 8), never overflowing one.
   CHECK(
       sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==
@@ -579,12 +612,13 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("adp_balance") != std::string::npos);
   d.engine.mtp_depth = 3;
-  CHECK(MakeLaunchCommands(d).trtllm_yaml.find(
-            "decoding_type: MTP\n  num_nextn_predict_layers: 3") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("decoding_type: MTP\n  num_nextn_predict_layers: 3") !=
+        std::string::npos);
   d.disaggregated = true;
   d.prefill = {2, 4, 1, 4, 1};
   d.decode = {1, 8, 1, 8, 8};
-  const LaunchCommands dis = MakeLaunchCommands(d);
+  const LaunchCommands dis = MakeLaunchCommands(d, Catalog());
   CHECK(dis.sglang.find("--disaggregation-mode prefill") != std::string::npos);
   CHECK(dis.sglang.find("--disaggregation-mode decode") != std::string::npos);
 }

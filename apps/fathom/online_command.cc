@@ -145,6 +145,7 @@ void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
 // The supervised runtime: replicas of `d` started with `initial`, behind the gateway, journaled.
 Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
                                                       const sim::DeploymentConfig& d,
+                                                      const models::HardwareCatalog& catalog,
                                                       tuner::BatchLimits initial,
                                                       tuner::Journal* journal) {
   tuner::SupervisorOptions& o = f.supervisor;
@@ -157,7 +158,7 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
       return Status::Unavailable(
           "--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
     o.engine_cmd =
-        tuner::DefaultEngineCommand(d, self,
+        tuner::DefaultEngineCommand(d, catalog, self,
                                     StrFormat("--time-scale %g --cost-model %s", o.time_scale,
                                               f.time_model.cost_model.c_str()) +
                                         (f.engine_args.empty() ? "" : " " + f.engine_args));
@@ -264,7 +265,7 @@ Status RunOnlineCommand(OnlineFlags f) {
   }
   tuner::Supervisor* supervisor = nullptr;
   if (f.supervise) {
-    FATHOM_ASSIGN_OR_RETURN(auto s, Supervised(f, d, initial, journal.get()));
+    FATHOM_ASSIGN_OR_RETURN(auto s, Supervised(f, d, catalog, initial, journal.get()));
     supervisor = s.get();
     runtime = std::move(s);
   } else if (live) {

@@ -195,7 +195,7 @@ Status Run(TuneFlags f) {
   }
   if (res.ranked.empty()) return ExplainFailure(f, res, workload_note, stack);
   const tuner::CandidateResult& best = res.ranked.front();
-  const tuner::LaunchCommands launch = tuner::MakeLaunchCommands(best.config);
+  const tuner::LaunchCommands launch = tuner::MakeLaunchCommands(best.config, catalog);
   // The best deployment with the run behind its figures, which `simulate --deployment` repeats; a
   // data set drawn with --dataset-samples cannot be drawn again there, so that run is not carried.
   sim::RunRecord run;
@@ -287,7 +287,7 @@ Status Run(TuneFlags f) {
       best_json.dump().c_str());
   if (f.in.dataset_samples > 0)
     std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
-  std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(best.config).c_str());
+  std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(launch).c_str());
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n",
               res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
