@@ -101,6 +101,20 @@ struct DeepSeek {
   }
 };
 
+// `n` requests with uniform random lengths in [min_input, min_input + input_span) and
+// [1, 1 + output_span).
+std::vector<traces::Request> RandomRequests(size_t n, uint64_t seed, int64_t min_input,
+                                            uint64_t input_span, uint64_t output_span) {
+  std::vector<traces::Request> d(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    d[i].id = static_cast<int64_t>(i);
+    d[i].input_tokens = min_input + static_cast<int64_t>(rng.Below(input_span));
+    d[i].output_tokens = 1 + static_cast<int64_t>(rng.Below(output_span));
+  }
+  return d;
+}
+
 std::vector<traces::Request> MlperfSet() {
   traces::ReadOptions o;
   o.max_output = 20000;
@@ -515,13 +529,7 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   // Short sequences crowding a small cache: the cohort sheds its newest members, which come back
   // and can leave again within a few steps.
   {
-    std::vector<traces::Request> shorts(3000);
-    Rng rng(3);
-    for (size_t i = 0; i < shorts.size(); ++i) {
-      shorts[i].id = static_cast<int64_t>(i);
-      shorts[i].input_tokens = 50 + static_cast<int64_t>(rng.Below(400));
-      shorts[i].output_tokens = 1 + static_cast<int64_t>(rng.Below(300));
-    }
+    const std::vector<traces::Request> shorts = RandomRequests(3000, 3, 50, 400, 300);
     for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
       SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/40000);
       spec.engine.preemption = mode;
@@ -564,13 +572,7 @@ TEST_CASE("Simulator: implicit decode bookkeeping matches the explicit path with
   const models::Hardware hw = *(*models::HardwareCatalog::LoadBuiltin()).Find("b200");
   const models::Precision precision{models::DType::kMxfp4, models::DType::kBf16,
                                     models::DType::kFp8};
-  std::vector<traces::Request> data(800);
-  Rng rng(11);
-  for (size_t i = 0; i < data.size(); ++i) {
-    data[i].id = static_cast<int64_t>(i);
-    data[i].input_tokens = 1 + static_cast<int64_t>(rng.Below(300));
-    data[i].output_tokens = 1 + static_cast<int64_t>(rng.Below(400));
-  }
+  const std::vector<traces::Request> data = RandomRequests(800, 11, 1, 300, 400);
   for (const models::ParallelLayout& layout :
        {models::ParallelLayout{1, 1, 1, 1, 1}, models::ParallelLayout{2, 1, 2, 1, 1}}) {
     INFO(layout.ToString());

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "base/format.h"
-#include "models/memory.h"
+#include "models/roofline.h"
 
 namespace fathom::tuner {
 namespace {
@@ -18,11 +18,11 @@ struct Pool {
   double hbm_share, kv_free;
 };
 
-// The memory flags of a pool from its memory plan, rounded down to the hundredth they print. Where
-// the model or GPU is unknown here, or the layout is not one: the reserve's share of HBM, and for
-// TensorRT-LLM the deployment's kv_free_fraction or that share.
+// The memory flags of a pool from the memory plan the simulator runs it with (`plan`, null where
+// the deployment does not resolve), rounded down to the hundredth they print; without a plan, the
+// reserve's share of HBM and, for TensorRT-LLM, the deployment's kv_free_fraction or that share.
 Pool MakePool(const sim::DeploymentConfig& d, int tp, int pp, int ep, int attn_dp, int instances,
-              int64_t max_batch, const models::HardwareCatalog& catalog) {
+              int64_t max_batch, const models::MemoryPlan* plan, double hbm_bytes) {
   const double reserve_share = 1.0 - d.engine.reserve_fraction;
   Pool p{tp,
          pp,
@@ -32,28 +32,12 @@ Pool MakePool(const sim::DeploymentConfig& d, int tp, int pp, int ep, int attn_d
          max_batch,
          reserve_share,
          d.engine.kv_free_fraction > 0 ? d.engine.kv_free_fraction : reserve_share};
-  const auto model = models::LoadModel(d.model);
-  const auto hw = catalog.Find(d.hardware);
-  const auto weights = models::ParseDType(d.weights, "weights");
-  const auto dense =
-      models::ParseDType(d.dense_weights.empty() ? d.weights : d.dense_weights, "dense_weights");
-  const auto kv = models::ParseDType(d.kv, "kv");
-  const models::ParallelLayout layout{tp * pp, tp, pp, ep, attn_dp};
-  if (!model.ok() || !hw.ok() || !weights.ok() || !dense.ok() || !kv.ok() ||
-      !models::ValidateLayout(*model, layout).ok())
-    return p;
-  models::MemoryOptions o;
-  o.max_num_tokens = d.engine.max_num_tokens;
-  o.max_batch = max_batch;
-  o.reserve_fraction = d.engine.reserve_fraction;
-  o.kv_free_fraction = d.engine.kv_free_fraction;
-  const models::MemoryPlan plan =
-      models::PlanMemory(*model, *hw, layout, {*weights, *dense, *kv}, o);
-  const double free_bytes = plan.kv_budget_bytes + plan.reserve_bytes;
-  if (!(free_bytes > 0) || !(plan.kv_budget_bytes > 0)) return p;
+  if (plan == nullptr || !(plan->kv_budget_bytes > 0)) return p;
   auto hundredths = [](double x) { return std::floor(x * 100.0 + 1e-6) / 100.0; };
-  p.hbm_share = hundredths(1.0 - plan.reserve_bytes / hw->memory_bytes);
-  if (d.engine.kv_free_fraction <= 0) p.kv_free = hundredths(plan.kv_budget_bytes / free_bytes);
+  p.hbm_share = hundredths(1.0 - plan->reserve_bytes / hbm_bytes);
+  if (d.engine.kv_free_fraction <= 0) {
+    p.kv_free = hundredths(plan->kv_budget_bytes / (plan->kv_budget_bytes + plan->reserve_bytes));
+  }
   return p;
 }
 
@@ -203,12 +187,20 @@ int Instances(const sim::DeploymentConfig& d) { return d.gpus / (d.tp * d.pp); }
 LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d,
                                   const models::HardwareCatalog& catalog) {
   const std::string id = HuggingFaceId(d.model, d.weights);
-  auto pool = [&](int tp, int pp, int ep, int attn_dp, int instances, int64_t max_batch) {
-    return MakePool(d, tp, pp, ep, attn_dp, instances, max_batch, catalog);
-  };
+  // The simulator's memory plans (its time models are not needed here: the roofline's are cheap).
+  const auto resolved =
+      sim::Resolve(d, catalog,
+                   [](const models::ModelArch& m, const models::Hardware& hw,
+                      const models::ParallelLayout& l, const models::Precision& p,
+                      models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+                     return std::make_unique<models::RooflineModel>(m, hw, l, p);
+                   });
+  const sim::ResolvedDeployment* r = resolved.ok() ? resolved->get() : nullptr;
+  const double hbm_bytes = r != nullptr ? r->hardware.memory_bytes : 0;
   LaunchCommands c;
   if (!d.disaggregated) {
-    const Pool p = pool(d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch);
+    const Pool p = MakePool(d, d.tp, d.pp, d.ep, d.attn_dp, Instances(d), d.engine.max_batch,
+                            r != nullptr ? &r->plan : nullptr, hbm_bytes);
     const std::string replicas =
         p.instances > 1 ? StrFormat("  # one per replica, %d replicas", p.instances) : "";
     c.vllm = Vllm(id, d, p, nullptr) + replicas;
@@ -217,11 +209,13 @@ LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d,
     c.trtllm_yaml = TrtllmYaml(d, p);
     return c;
   }
-  const Pool prefill = pool(d.prefill.tp, d.prefill.pp, d.prefill.ep, d.prefill.attn_dp,
-                            d.prefill.instances, d.engine.max_batch);
+  const Pool prefill =
+      MakePool(d, d.prefill.tp, d.prefill.pp, d.prefill.ep, d.prefill.attn_dp, d.prefill.instances,
+               d.engine.max_batch, r != nullptr ? &r->plan : nullptr, hbm_bytes);
   const int64_t decode_batch = d.decode_max_batch > 0 ? d.decode_max_batch : d.engine.max_batch;
-  const Pool decode = pool(d.decode.tp, d.decode.pp, d.decode.ep, d.decode.attn_dp,
-                           d.decode.instances, decode_batch);
+  const Pool decode =
+      MakePool(d, d.decode.tp, d.decode.pp, d.decode.ep, d.decode.attn_dp, d.decode.instances,
+               decode_batch, r != nullptr ? &r->decode_plan : nullptr, hbm_bytes);
   c.vllm = Vllm(id, d, prefill, "prefill pool (with a KV connector, e.g. --kv-transfer-config)") +
            "\n" + Vllm(id, d, decode, "decode pool");
   c.sglang = Sglang(id, d, prefill, "prefill") + "\n" + Sglang(id, d, decode, "decode");

@@ -395,16 +395,17 @@ TEST_CASE("Prepare: batch limits are tried where the KV cache holds the workload
   // Llama 2 70B in FP4 on one B200 holds about 800k FP8 KV tokens: 2,048 sequences of 512
   // tokens do not fit, 2,048 of MLPerf's (190-token prompts, 294-token answers) do, and there a
   // batch limit of 2,048 holds more Server QPS than 1,024 (fathom simulate: 355 against 338 QPS).
-  auto batches = [](int64_t input, int64_t output) {
+  SearchSpace space;
+  space.model = "llama2-70b";
+  space.hardware = "b200";
+  space.gpus = 1;
+  space.weights = {"fp4"};
+  space.kv = {"fp8"};
+  space.max_num_tokens = {2048};
+  space.disaggregated = false;
+  auto batches = [&](int64_t input, int64_t output) {
     TuneOptions o;
-    o.space.model = "llama2-70b";
-    o.space.hardware = "b200";
-    o.space.gpus = 1;
-    o.space.weights = {"fp4"};
-    o.space.kv = {"fp8"};
-    o.space.max_num_tokens = {2048};
-    o.space.disaggregated = false;
-    o.space.scenario = sim::Scenario::kOffline;
+    o.space = space;
     o.dataset.assign(64, traces::Request{});
     for (traces::Request& r : o.dataset) {
       r.input_tokens = input;
@@ -419,14 +420,7 @@ TEST_CASE("Prepare: batch limits are tried where the KV cache holds the workload
   CHECK(batches(190, 294).count(2048) == 1);
   CHECK(batches(2000, 2000).count(2048) == 0);  // at most 512 tokens a sequence are assumed
   CHECK(batches(2000, 2000).count(1024) == 1);
-  SearchSpace space;
-  space.model = "llama2-70b";
-  space.hardware = "b200";
-  space.gpus = 1;
-  space.weights = {"fp4"};
-  space.kv = {"fp8"};
   space.max_batch = {2048};
-  space.disaggregated = false;
   CHECK(Enumerate(space, Catalog())->feasible.empty());  // 512 tokens a sequence by default
 }
 
