@@ -25,13 +25,20 @@ start_server() {
   exit 1
 }
 
-# wait_running: until the engine has requests running (by its /metrics).
-wait_running() {
-  for _ in $(seq 1 200); do
-    curl -s "$url/metrics" | grep -Eq '^vllm:num_requests_running\{[^}]*\} [1-9]' && return 0
+# admitted: requests the engine has taken in, by its /metrics: running, waiting and finished.
+admitted() {
+  curl -s "$url/metrics" |
+    awk '/^vllm:(num_requests_running|num_requests_waiting|request_success_total)\{/ { s += $2 } END { print s + 0 }'
+}
+
+# wait_admitted N: until the engine has taken in N requests, so that a drain that follows finds
+# none of a client's requests still on the way in (those would be refused, rightly).
+wait_admitted() {
+  for _ in $(seq 1 500); do
+    [ "$(admitted)" -ge "$1" ] && return 0
     sleep 0.02
   done
-  echo "FAIL: no request started running"
+  echo "FAIL: the engine never took in $1 requests"
 }
 
 # Llama 2 70B on 2 x H200 as vLLM would be launched, 10x faster than real time.
@@ -74,10 +81,11 @@ check "/metrics shows vLLM's counters" \
   bash -c "curl -sf $url/metrics | grep -q '^vllm:generation_tokens_total{model_name=\"meta-llama/Llama-2-70b-chat-hf\"} [1-9]'"
 
 # SIGTERM with requests in flight: admission stops, they finish, the process exits 0.
+before=$(admitted)
 "$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario offline --samples 20 --min-duration 0 \
   --time-scale 10 >"$tmp/drain.log" 2>&1 &
 client=$!
-wait_running
+wait_admitted $((before + 20))
 kill -TERM "$server"
 wait "$server"
 check "serve exits 0 after SIGTERM" test $? -eq 0
@@ -92,7 +100,7 @@ start_server "$tmp/serve2.log" "${launch[@]}" --shutdown-timeout 0.2 --time-scal
 "$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario offline --samples 8 --min-duration 0 \
   >"$tmp/abort.log" 2>&1 &
 client=$!
-wait_running
+wait_admitted 8
 kill -TERM "$server"
 wait "$server"
 server=""
