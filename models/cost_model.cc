@@ -46,7 +46,7 @@ Status CostParams::Validate() const {
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
   if (comm_overlap < 0 || comm_overlap > 1)
     return Status::InvalidArgument("comm_overlap must be in [0, 1]");
-  for (auto [name, v] : {std::pair{"gemm_m_half", gemm_m_half},
+  for (auto [name, v] : {std::pair{"gemm_stream_share", gemm_stream_share},
                          {"kernel_floor_us", kernel_floor_us},
                          {"collective_latency_us", collective_latency_us},
                          {"collective_hop_latency_us", collective_hop_latency_us},
@@ -80,7 +80,7 @@ Status CostParams::Validate() const {
 constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"gemm_efficiency", &CostParams::gemm_efficiency},
     {"fp4_gemm_efficiency", &CostParams::fp4_gemm_efficiency},
-    {"gemm_m_half", &CostParams::gemm_m_half},
+    {"gemm_stream_share", &CostParams::gemm_stream_share},
     {"memory_efficiency", &CostParams::memory_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
     {"kernel_floor_us", &CostParams::kernel_floor_us},
@@ -109,6 +109,17 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   CostParams& p = c.params;
   if (!j.contains("params") || !j["params"].is_object()) {
     return Status::InvalidArgument(path + ": field 'params': missing (required object)");
+  }
+  // A misspelt or retired parameter would silently take its default: refused, by name.
+  for (const auto& [key, value] : j["params"].items()) {
+    const bool known = key == "cuda_graph_batch_sizes" || key == "stream_interval" ||
+                       std::ranges::any_of(kParamFields, [&](auto f) { return key == f.first; });
+    if (known) continue;
+    return Status::InvalidArgument(
+        path + ": params: field '" + key + "': not a cost parameter" +
+        (key == "gemm_m_half" ? " (an older fathom's small-M loss; refit it as gemm_stream_share "
+                                "with `fathom profile compare --fit --out FILE`)"
+                              : ""));
   }
   JsonFields pf(j["params"], path + ": params");
   for (const auto& [name, field] : kParamFields) p.*field = pf.Double(name, p.*field);
@@ -212,10 +223,10 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
 
 namespace {
 
-// The fraction of `hw`'s dense peak for GEMMs in `t` that large ones reach.
-double GemmPeakEfficiency(const CostParams& p, const Hardware& hw, DType t) {
+// The FLOP/s large GEMMs in `t` reach on `hw`.
+double GemmFlops(const CostParams& p, const Hardware& hw, DType t) {
   const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.HasFp4Cores();
-  return fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency;
+  return hw.PeakFlops(t) * (fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency);
 }
 
 }  // namespace
@@ -230,8 +241,10 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       if (measured) {
         if (auto t = measured->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
       }
-      const double eff = GemmPeakEfficiency(p, hw, op.dtype) * op.m / (op.m + p.gemm_m_half);
-      return std::max(op.flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+      const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
+      return std::max(op.flops / GemmFlops(p, hw, op.dtype) + p.gemm_stream_share * weights / bw,
+                      op.bytes / bw) +
+             floor;
     }
     case OpKind::kGroupedGemm: {
       if (op.m == 0) return 0.0;
@@ -242,11 +255,12 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       const double spread =
           ep > 1 ? std::sqrt(2.0 * mean * std::log(static_cast<double>(ep))) : 0.0;
       const double rows = mean + spread * (1.0 + p.moe_skew);
-      const double per_expert = rows / std::max(1.0, op.active_groups);
-      const double eff =
-          GemmPeakEfficiency(p, hw, op.dtype) * per_expert / (per_expert + p.gemm_m_half);
+      const double weights =
+          std::max(1.0, op.active_groups) * op.n * op.k * BytesPerElement(op.dtype);
       const double flops = op.flops * rows / mean;
-      return std::max(flops / (hw.PeakFlops(op.dtype) * eff), op.bytes / bw) + floor;
+      return std::max(flops / GemmFlops(p, hw, op.dtype) + p.gemm_stream_share * weights / bw,
+                      op.bytes / bw) +
+             floor;
     }
     case OpKind::kAttention: {
       const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);

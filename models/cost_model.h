@@ -29,15 +29,19 @@ struct CostParams {
   // run at a smaller fraction of their peak than FP8 and BF16 ones (scale-factor handling): on
   // B200, vLLM's CUTLASS NVFP4 GEMM 3,904 TFLOP/s at 16384x6144x4096 (0.43 of 9,000; its FP8
   // GEMM 0.57 of 4,500 on the same shape, vllm-project/vllm PRs 20646 and 19566) and FlashInfer's
-  // 3,370 at M = 1,024 (0.37, which the small-M loss puts at 0.43 for large M; flashinfer PR 1979).
+  // 3,370 at M = 1,024 (0.37 with the small-M loss in it; flashinfer PR 1979).
   double fp4_gemm_efficiency = 0.43;
-  double gemm_m_half = 64;             // rows at which a GEMM reaches half of that (small-M loss)
-  double memory_efficiency = 0.80;     // fraction of HBM bandwidth streaming kernels reach
-  double attention_efficiency = 0.45;  // fraction of peak prefill attention reaches
-  double kernel_floor_us = 2.0;        // shortest kernel (launch and tail, CUDA graphs on)
-  double link_efficiency = 0.82;       // fraction of link bandwidth collectives reach (NCCL's
-                                       // protocol costs about 20% of NVLink's line rate)
-  double collective_latency_us = 8.0;  // alpha of one collective (launch and setup)
+  // The small-M loss: the share of the time to stream a GEMM's weights from HBM that adds to its
+  // math (pipeline fill and the weight reads the math does not hide). A loss in bandwidth, so it
+  // carries to GPUs and formats by their bandwidth and weight bytes, not by their FLOPs: on an
+  // H100 in BF16 a share of 0.71 costs what 166 more rows would.
+  double gemm_stream_share = 0.5;
+  double memory_efficiency = 0.80;         // fraction of HBM bandwidth streaming kernels reach
+  double attention_efficiency = 0.45;      // fraction of peak prefill attention reaches
+  double kernel_floor_us = 2.0;            // shortest kernel (launch and tail, CUDA graphs on)
+  double link_efficiency = 0.82;           // fraction of link bandwidth collectives reach (NCCL's
+                                           // protocol costs about 20% of NVLink's line rate)
+  double collective_latency_us = 8.0;      // alpha of one collective (launch and setup)
   double collective_hop_latency_us = 0.0;  // and of each step of its algorithm (ring: 2 (n - 1))
   double comm_overlap = 0.0;               // fraction of communication hidden behind compute
   // Host work per iteration (scheduler, sampling, launches), and per running sequence in it, for

@@ -228,18 +228,47 @@ TEST_CASE("OperatorSeconds: FP4 GEMMs on FP4 tensor cores run at their own fract
   p.gemm_efficiency = 0.8;
   p.fp4_gemm_efficiency = 0.4;
   p.kernel_floor_us = 0;
+  p.gemm_stream_share = 0;  // no small-M loss: the math alone
   // Compute-bound: 8192 rows of an 8192 x 8192 weight.
   Operator gemm = Gemm("g", 1, 8192, 8192, 8192, DType::kFp8);
-  const double rows = 8192.0 / (8192 + p.gemm_m_half);  // the small-M loss, the same for all
   for (DType t : {DType::kNvfp4, DType::kMxfp4}) {
     gemm.dtype = t;
-    CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4 * rows)));
+    CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4)));
     // A GPU without FP4 tensor cores runs it at its FP8 peak, at the GEMM efficiency.
-    CHECK(OperatorSeconds(gemm, h200, p, 1) ==
-          Approx(gemm.flops / (h200.peak_fp8_flops * 0.8 * rows)));
+    CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_fp8_flops * 0.8)));
   }
   gemm.dtype = DType::kFp8;
-  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.8 * rows)));
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.8)));
+}
+
+TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by bandwidth and bytes",
+          "[models]") {
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  const Hardware h100 = *catalog->Find("h100-sxm"), h200 = *catalog->Find("h200");
+  REQUIRE(h100.peak_fp8_flops == h200.peak_fp8_flops);
+  CostParams p;
+  p.kernel_floor_us = 0;
+  p.gemm_stream_share = 0.7;
+  // 256 rows of Llama 2 70B's gate and up projections: compute-bound, plus the loss.
+  auto loss = [&](const Hardware& hw, DType t) {
+    const Operator gemm = Gemm("g", 1, 256, 57344, 8192, t);
+    return OperatorSeconds(gemm, hw, p, 1) - gemm.flops / (hw.PeakFlops(t) * p.gemm_efficiency);
+  };
+  const double weights_s = 57344.0 * 8192 * 2 / (h100.hbm_bytes_per_s * p.memory_efficiency);
+  CHECK(loss(h100, DType::kBf16) == Approx(0.7 * weights_s));
+  // The same FP8 peak with 1.43x the bandwidth (H200): the loss shrinks with the bandwidth, and
+  // FP8 weights stream in about half the BF16 time.
+  CHECK(loss(h200, DType::kFp8) / loss(h100, DType::kFp8) ==
+        Approx(h100.hbm_bytes_per_s / h200.hbm_bytes_per_s));
+  CHECK(loss(h100, DType::kFp8) / loss(h100, DType::kBf16) ==
+        Approx(BytesPerElement(DType::kFp8) / 2));
+  // A grouped GEMM streams the weights of the experts its tokens reach.
+  const Operator grouped = GroupedGemm("e", 1, 8192, 4096, 7168, 256, 40, DType::kFp8);
+  CHECK(OperatorSeconds(grouped, h200, p, 1) ==  // one GPU (ep 1): no spread of the routing
+        Approx(grouped.flops / (h200.peak_fp8_flops * p.gemm_efficiency) +
+               0.7 * 40 * 4096 * 7168 * BytesPerElement(DType::kFp8) /
+                   (h200.hbm_bytes_per_s * p.memory_efficiency)));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -438,7 +467,7 @@ TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measure
   Setup s;
   CostParams truth;
   truth.gemm_efficiency = 0.62;
-  truth.gemm_m_half = 48;
+  truth.gemm_stream_share = 0.5;
   truth.kernel_floor_us = 4.0;
   truth.memory_efficiency = 0.72;
   Rng rng(3);
@@ -465,7 +494,7 @@ TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measure
   REQUIRE(fit.ok());
   CHECK(fit->measurements == 53);
   CHECK(fit->efficiency == Approx(truth.gemm_efficiency).epsilon(0.05));
-  CHECK(fit->m_half == Approx(truth.gemm_m_half).epsilon(0.2));
+  CHECK(fit->stream_share == Approx(truth.gemm_stream_share).epsilon(0.2));
   CHECK(fit->floor_us == Approx(truth.kernel_floor_us).epsilon(0.2));
   CHECK(fit->memory_efficiency == Approx(truth.memory_efficiency).epsilon(0.05));
   CHECK(fit->stddev[0] > 0);
@@ -505,6 +534,11 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
       {R"({"fp4_gemm_efficiency": 0})",
        "cal.json: fp4_gemm_efficiency = 0.000000: must be in (0, 1]"},
       {R"({"cpp_launch_us": -1})", "cal.json: cpp_launch_us = -1.000000: must be >= 0"},
+      {R"({"gemm_efficency": 0.7})",
+       "cal.json: params: field 'gemm_efficency': not a cost parameter"},
+      {R"({"gemm_m_half": 166})",
+       "cal.json: params: field 'gemm_m_half': not a cost parameter (an older fathom's small-M "
+       "loss; refit it as gemm_stream_share with `fathom profile compare --fit --out FILE`)"},
   };
   for (const auto& [params, message] : bad) {
     auto loaded =
@@ -516,7 +550,7 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 70,  0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
+  c.params = {0.61, 0.47, 0.7, 0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
               260,  0.6,  170, 0.4,  6.5,  0.15, 57,   33, {1, 64, 512}, 20};
   c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03};
   c.fitted_hardware = {"h200", "b200"};

@@ -7,10 +7,10 @@
 namespace fathom::models {
 namespace {
 
-// `base` with the GEMM curve p = {efficiency, m_half, floor_us, memory_efficiency}.
+// `base` with the GEMM curve p = {efficiency, stream_share, floor_us, memory_efficiency}.
 CostParams WithCurve(CostParams base, const double* p) {
   base.gemm_efficiency = p[0];
-  base.gemm_m_half = p[1];
+  base.gemm_stream_share = p[1];
   base.kernel_floor_us = p[2];
   base.memory_efficiency = p[3];
   return base;
@@ -131,7 +131,7 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
 }
 
 CostParams GemmFit::Applied(const CostParams& base) const {
-  const double p[4] = {efficiency, m_half, floor_us, memory_efficiency};
+  const double p[4] = {efficiency, stream_share, floor_us, memory_efficiency};
   return WithCurve(base, p);
 }
 
@@ -140,10 +140,10 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
   // The price is a max of compute and memory terms, flat in whichever does not bind: a local
   // solver stays wherever the start puts each row. Solve from the start and from the corners of
   // a coarse grid of plausible curves, and keep the best.
-  std::vector<std::array<double, 4>> starts = {
-      {start.gemm_efficiency, start.gemm_m_half, start.kernel_floor_us, start.memory_efficiency}};
+  std::vector<std::array<double, 4>> starts = {{start.gemm_efficiency, start.gemm_stream_share,
+                                                start.kernel_floor_us, start.memory_efficiency}};
   for (double eff : {0.5, 0.9}) {
-    for (double mem : {0.5, 0.9}) starts.push_back({eff, 64.0, 3.0, mem});
+    for (double mem : {0.5, 0.9}) starts.push_back({eff, 0.5, 3.0, mem});
   }
   std::optional<GemmFit> best;
   double best_cost = 0;
@@ -177,7 +177,7 @@ Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardw
     if (!summary.IsSolutionUsable()) continue;
     if (best && summary.final_cost >= best_cost) continue;
     fit.efficiency = p[0];
-    fit.m_half = p[1];
+    fit.stream_share = p[1];
     fit.floor_us = p[2];
     fit.memory_efficiency = p[3];
     fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);

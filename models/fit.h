@@ -20,17 +20,18 @@ namespace fathom::models {
 Result<Operator> MeasuredOperator(const OpMeasurement& row);
 
 struct GemmFit {
-  double efficiency = 0, m_half = 0, floor_us = 0, memory_efficiency = 0;
+  double efficiency = 0, stream_share = 0, floor_us = 0, memory_efficiency = 0;
   std::array<double, 4> stddev = {0, 0, 0, 0};
   int measurements = 0;
   double rms_log_error = 0;
   CostParams Applied(const CostParams& base) const;  // `base` with the four fitted values
 };
 
-// Fits the cost model's own GEMM price, max(flops / (peak x efficiency x M / (M + m_half)),
-// bytes / (bandwidth x memory efficiency)) + floor, to GEMM and grouped GEMM measurements: the
-// four parameters from `start`, with a robust loss on log time. Small-M rows (streaming weights)
-// set the memory efficiency, large-M rows the GEMM efficiency.
+// Fits the cost model's own GEMM price, max(flops / (peak x efficiency) + stream share x weight
+// bytes / bandwidth, bytes / bandwidth) + floor (bandwidth x memory efficiency), to GEMM and
+// grouped GEMM measurements: the four parameters from `start`, with a robust loss on log time.
+// Small-M rows (streaming weights) set the memory efficiency and the stream share, large-M rows
+// the GEMM efficiency.
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                              const CostParams& start);
 

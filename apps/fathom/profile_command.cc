@@ -207,7 +207,7 @@ Status Compare(const ProfileFlags& f) {
     if (fit->gemm) {
       const models::GemmFit& g = *fit->gemm;
       j["gemm_efficiency"] = value(g.efficiency, g.stddev[0], p.gemm_efficiency);
-      j["gemm_m_half"] = value(g.m_half, g.stddev[1], p.gemm_m_half);
+      j["gemm_stream_share"] = value(g.stream_share, g.stddev[1], p.gemm_stream_share);
       j["kernel_floor_us"] = value(g.floor_us, g.stddev[2], p.kernel_floor_us);
       j["memory_efficiency"] = value(g.memory_efficiency, g.stddev[3], p.memory_efficiency);
       j["measurements"] = g.measurements;
@@ -264,8 +264,8 @@ Status Compare(const ProfileFlags& f) {
       std::printf("  GEMM curve, %d rows:\n", g.measurements);
       std::printf("  gemm_efficiency  %8.3f +- %.3f  (%.3f)\n", g.efficiency, g.stddev[0],
                   p.gemm_efficiency);
-      std::printf("  gemm_m_half      %8.1f +- %.1f  (%.1f)\n", g.m_half, g.stddev[1],
-                  p.gemm_m_half);
+      std::printf("  gemm_stream_share %7.3f +- %.3f  (%.3f)\n", g.stream_share, g.stddev[1],
+                  p.gemm_stream_share);
       std::printf("  kernel_floor_us  %8.2f +- %.2f  (%.2f)\n", g.floor_us, g.stddev[2],
                   p.kernel_floor_us);
       std::printf("  memory_efficiency %7.3f +- %.3f  (%.3f)\n", g.memory_efficiency, g.stddev[3],
