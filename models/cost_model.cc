@@ -223,10 +223,16 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
 
 namespace {
 
-// The FLOP/s large GEMMs in `t` reach on `hw`.
-double GemmFlops(const CostParams& p, const Hardware& hw, DType t) {
+// A GEMM in `t` of `flops` over `weight_bytes` of weights, `bytes` of HBM traffic in all: its math
+// at the fraction of peak large GEMMs reach plus the small-M loss (a share of the weights'
+// streaming time), or the whole traffic where that is longer; then the kernel floor.
+double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flops,
+                   double weight_bytes, double bytes) {
   const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.HasFp4Cores();
-  return hw.PeakFlops(t) * (fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency);
+  const double peak = hw.PeakFlops(t) * (fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency);
+  const double bw = hw.hbm_bytes_per_s * p.memory_efficiency;
+  return std::max(flops / peak + p.gemm_stream_share * weight_bytes / bw, bytes / bw) +
+         p.kernel_floor_us * 1e-6;
 }
 
 }  // namespace
@@ -242,9 +248,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
         if (auto t = measured->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
       }
       const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
-      return std::max(op.flops / GemmFlops(p, hw, op.dtype) + p.gemm_stream_share * weights / bw,
-                      op.bytes / bw) +
-             floor;
+      return GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes);
     }
     case OpKind::kGroupedGemm: {
       if (op.m == 0) return 0.0;
@@ -257,10 +261,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double weights =
           std::max(1.0, op.active_groups) * op.n * op.k * BytesPerElement(op.dtype);
-      const double flops = op.flops * rows / mean;
-      return std::max(flops / GemmFlops(p, hw, op.dtype) + p.gemm_stream_share * weights / bw,
-                      op.bytes / bw) +
-             floor;
+      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes);
     }
     case OpKind::kAttention: {
       const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);
