@@ -111,7 +111,8 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
     return Status::InvalidArgument(path + ": field 'params': missing (required object)");
   }
   // A misspelt or retired parameter would silently take its default: refused, by name.
-  for (const auto& [key, value] : j["params"].items()) {
+  for (const auto& item : j["params"].items()) {
+    const std::string& key = item.key();
     const bool known = key == "cuda_graph_batch_sizes" || key == "stream_interval" ||
                        std::ranges::any_of(kParamFields, [&](auto f) { return key == f.first; });
     if (known) continue;
