@@ -42,17 +42,57 @@ Result<std::optional<LatencyLimits>> Limits(const Json& obj, const char* key,
   return std::optional<LatencyLimits>(l);
 }
 
-// Output lengths min(round(exp(mu + sigma z)), cap), at least 1.
-int64_t Length(double mu, double sigma, double z, int64_t cap) {
-  const double v = std::exp(std::min(mu + sigma * z, 40.0));
-  return std::clamp<int64_t>(std::llround(v), 1, cap);
+// A length exp(log_length) rounded, at least 1 and at most `cap`.
+int64_t Capped(double log_length, int64_t cap) {
+  return std::clamp<int64_t>(std::llround(std::exp(std::min(log_length, 40.0))), 1, cap);
+}
+
+// The quantile function of a table of (probability, value) points, linear between them.
+double Quantile(const std::vector<std::pair<double, double>>& table, double u) {
+  auto hi = std::lower_bound(table.begin(), table.end(), u,
+                             [](const auto& point, double p) { return point.first < p; });
+  if (hi == table.begin()) return hi->second;
+  if (hi == table.end()) return table.back().second;
+  const auto& [p0, q0] = *(hi - 1);
+  return q0 + (hi->second - q0) * (u - p0) / (hi->first - p0);
+}
+
+Result<std::vector<std::pair<double, double>>> QuantileTable(const Json& lengths, const char* key,
+                                                             const std::string& where) {
+  const std::string rule = where + ": field '" + key + "': must be [probability, multiple of " +
+                           "the mean] pairs, probabilities rising from 0 to 1, values positive " +
+                           "and not falling";
+  const Json& a = lengths[key];
+  if (!a.is_array() || a.size() < 2) return Status::InvalidArgument(rule);
+  std::vector<std::pair<double, double>> table;
+  for (const Json& point : a) {
+    if (!point.is_array() || point.size() != 2 || !point[0].is_number() || !point[1].is_number())
+      return Status::InvalidArgument(rule);
+    const double p = point[0].get<double>(), q = point[1].get<double>();
+    const bool ok = std::isfinite(q) && q > 0 &&
+                    (table.empty() ? p == 0 : p > table.back().first && q >= table.back().second);
+    if (!ok) return Status::InvalidArgument(rule);
+    table.emplace_back(p, q);
+  }
+  if (table.back().first != 1) return Status::InvalidArgument(rule);
+  return table;
+}
+
+// The log of a drawn length of mean `mean`: at the standard normal draw z's probability in the
+// quantile table, or lognormal (log-space sigma) where there is no table.
+double LogLength(const std::vector<std::pair<double, double>>& quantiles, double sigma, double mean,
+                 double z) {
+  if (quantiles.empty()) return std::log(mean) - sigma * sigma / 2 + sigma * z;
+  return std::log(mean * Quantile(quantiles, 0.5 * std::erfc(-z / std::sqrt(2.0))));
 }
 
 }  // namespace
 
 std::string Benchmark::LengthsNote() const {
   if (!trace.empty()) return "per-sample lengths";
-  std::string note = "lognormal from published statistics";
+  std::string note = output_quantiles.empty()
+                         ? "lognormal from published statistics"
+                         : "outputs from published latency percentiles, lognormal inputs";
   if (!assumed.empty()) {
     note += " (assumed:";
     for (const auto& a : assumed) note += " " + a;
@@ -108,8 +148,13 @@ Result<std::vector<Benchmark>> LoadBenchmarks(const std::string& path) {
     } else {
       b.input_mean = lf.Double("input_mean");
       b.input_sigma = lf.Double("input_sigma");
-      b.output_sigma = lf.Double("output_sigma");
       b.max_input = lf.Int("max_input");
+      if (lf.Has("output_quantiles")) {
+        FATHOM_ASSIGN_OR_RETURN(b.output_quantiles,
+                                QuantileTable(l, "output_quantiles", where + ".lengths"));
+      } else {
+        b.output_sigma = lf.Double("output_sigma");
+      }
     }
     FATHOM_RETURN_IF_ERROR(lf.status());
     FATHOM_ASSIGN_OR_RETURN(b.assumed, Strings(l, "assumed", where + ".lengths"));
@@ -159,21 +204,26 @@ Result<std::vector<Request>> BenchmarkDataset(const Benchmark& b) {
     FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTrace(DataDir() + "/" + b.trace, o));
     return ReadAll(*reader);
   }
-  // Independent lognormal input and output (the published figures say nothing of a correlation);
-  // the output's mu is bisected until the capped draws' mean is the reference.
+  // Independent input and output (the published figures say nothing of a correlation); a shift of
+  // the outputs' log lengths is bisected until the capped draws' mean is the reference.
   Rng rng(1);
   std::vector<double> zin(b.samples), zout(b.samples);
   for (int64_t i = 0; i < b.samples; ++i) {
     zin[i] = rng.Normal();
     zout[i] = rng.Normal();
   }
-  const double input_mu = std::log(b.input_mean) - b.input_sigma * b.input_sigma / 2;
+  // A draw's output is exp(mu + its base): the base the log of its length at the reference mean,
+  // mu the correction for the cap.
+  std::vector<double> base(b.samples);
+  for (int64_t i = 0; i < b.samples; ++i)
+    base[i] = LogLength(b.output_quantiles, b.output_sigma, b.reference_output_tokens, zout[i]);
+  auto output = [&](double mu, int64_t i) { return Capped(mu + base[i], b.max_output); };
   auto mean_output = [&](double mu) {
     double sum = 0;
-    for (double z : zout) sum += static_cast<double>(Length(mu, b.output_sigma, z, b.max_output));
+    for (int64_t i = 0; i < b.samples; ++i) sum += static_cast<double>(output(mu, i));
     return sum / static_cast<double>(b.samples);
   };
-  double lo = 0, hi = std::log(static_cast<double>(b.max_output)) + 5 * b.output_sigma + 1;
+  double lo = -10, hi = 10;
   for (int step = 0; step < 60; ++step) {
     const double mid = (lo + hi) / 2;
     (mean_output(mid) < b.reference_output_tokens ? lo : hi) = mid;
@@ -181,8 +231,8 @@ Result<std::vector<Request>> BenchmarkDataset(const Benchmark& b) {
   std::vector<Request> out(b.samples);
   for (int64_t i = 0; i < b.samples; ++i) {
     out[i].id = i;
-    out[i].input_tokens = Length(input_mu, b.input_sigma, zin[i], b.max_input);
-    out[i].output_tokens = Length((lo + hi) / 2, b.output_sigma, zout[i], b.max_output);
+    out[i].input_tokens = Capped(LogLength({}, b.input_sigma, b.input_mean, zin[i]), b.max_input);
+    out[i].output_tokens = output((lo + hi) / 2, i);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "traces/benchmark.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -40,6 +41,28 @@ TEST_CASE("Benchmarks: every MLPerf LLM data set has its size and reference outp
   }
 }
 
+TEST_CASE("Benchmarks: a data set drawn from output quantiles has those quantiles", "[benchmark]") {
+  const Benchmark* b = FindBenchmark(MlperfBenchmarks(), "llama2-70b");
+  REQUIRE(b != nullptr);
+  REQUIRE_FALSE(b->output_quantiles.empty());
+  CHECK_THAT(b->LengthsNote(), Catch::Contains("published latency percentiles"));
+  auto data = BenchmarkDataset(*b);
+  REQUIRE(data.ok());
+  std::vector<int64_t> out;
+  for (const Request& r : *data) out.push_back(r.output_tokens);
+  std::sort(out.begin(), out.end());
+  auto at = [&](double p) {
+    return static_cast<double>(out[static_cast<size_t>(p * static_cast<double>(out.size()))]);
+  };
+  // The table's multiples of the mean (0.866 at p50, 1.811 at p90, 3.345 at p99), the mean being
+  // the reference; a lognormal of the same mean and median would put p99 near 2.8.
+  const double mean = b->reference_output_tokens;
+  CHECK(at(0.5) == Approx(0.866 * mean).epsilon(0.03));
+  CHECK(at(0.9) == Approx(1.811 * mean).epsilon(0.03));
+  CHECK(at(0.99) == Approx(3.345 * mean).epsilon(0.03));
+  CHECK(MeanOutput(*data) == Approx(mean).epsilon(0.005));
+}
+
 TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table's spelling",
           "[benchmark]") {
   const auto& all = MlperfBenchmarks();
@@ -75,6 +98,18 @@ TEST_CASE("Benchmarks: a broken benchmark file names the entry, the field and th
   bad = LoadBenchmarks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("server"));
+  for (const char* table : {"[[0, 0.1], [0.5, 2], [0.4, 3], [1, 4]]", "[[0, 0.1], [0.5, 2]]",
+                            "[[0, 0.1], [0.5, 2], [1, 1]]", "[[0.1, 0.1], [1, 2]]", "[[0, 1]]"}) {
+    INFO(table);
+    write(std::string(R"({"benchmarks": [{"name": "x", "dataset": "d", "samples": 5,
+            "reference_output_tokens": 10, "lengths": {"input_mean": 5, "input_sigma": 1,
+            "max_input": 10, "max_output": 100, "output_quantiles": )") +
+          table + "}}]}");
+    bad = LoadBenchmarks(path);
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.status().message(),
+               Catch::Contains("benchmarks[0].lengths") && Catch::Contains("'output_quantiles'"));
+  }
   std::remove(path.c_str());
 }
 
