@@ -18,7 +18,8 @@ std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
           cpp_per_sequence_overhead_us,
           cpp_launch_us,
           eager_launch_us,
-          fp4_gemm_efficiency};
+          fp4_gemm_efficiency,
+          fp8_gemm_efficiency};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -31,6 +32,7 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   cpp_launch_us = v[6];
   eager_launch_us = v[7];
   fp4_gemm_efficiency = v[8];
+  fp8_gemm_efficiency = v[9];
 }
 
 Status CostParams::Validate() const {
@@ -41,6 +43,7 @@ Status CostParams::Validate() const {
   };
   FATHOM_RETURN_IF_ERROR(fraction("gemm_efficiency", gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("fp4_gemm_efficiency", fp4_gemm_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("fp8_gemm_efficiency", fp8_gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
@@ -80,6 +83,7 @@ Status CostParams::Validate() const {
 constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"gemm_efficiency", &CostParams::gemm_efficiency},
     {"fp4_gemm_efficiency", &CostParams::fp4_gemm_efficiency},
+    {"fp8_gemm_efficiency", &CostParams::fp8_gemm_efficiency},
     {"gemm_stream_share", &CostParams::gemm_stream_share},
     {"memory_efficiency", &CostParams::memory_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
@@ -101,6 +105,20 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
 Result<Calibration> LoadCalibration(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
   return CalibrationFromJson(j, path);
+}
+
+double CostParams::*GemmEfficiencyField(const Hardware& hw, DType t) {
+  const bool fp4 = t == DType::kNvfp4 || t == DType::kMxfp4;
+  if (fp4 && hw.HasFp4Cores()) return &CostParams::fp4_gemm_efficiency;
+  if ((fp4 || t == DType::kFp8) && hw.peak_fp8_flops > 0) return &CostParams::fp8_gemm_efficiency;
+  return &CostParams::gemm_efficiency;
+}
+
+const char* CostParamName(double CostParams::*field) {
+  for (const auto& [name, f] : kParamFields) {
+    if (f == field) return name;
+  }
+  return "?";
 }
 
 Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) {
@@ -229,8 +247,7 @@ namespace {
 // streaming time), or the whole traffic where that is longer; then the kernel floor.
 double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flops,
                    double weight_bytes, double bytes) {
-  const bool fp4_cores = (t == DType::kNvfp4 || t == DType::kMxfp4) && hw.HasFp4Cores();
-  const double peak = hw.PeakFlops(t) * (fp4_cores ? p.fp4_gemm_efficiency : p.gemm_efficiency);
+  const double peak = hw.PeakFlops(t) * (p.*GemmEfficiencyField(hw, t));
   const double bw = hw.hbm_bytes_per_s * p.memory_efficiency;
   return std::max(flops / peak + p.gemm_stream_share * weight_bytes / bw, bytes / bw) +
          p.kernel_floor_us * 1e-6;

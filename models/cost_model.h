@@ -31,6 +31,11 @@ struct CostParams {
   // GEMM 0.57 of 4,500 on the same shape, vllm-project/vllm PRs 20646 and 19566) and FlashInfer's
   // 3,370 at M = 1,024 (0.37 with the small-M loss in it; flashinfer PR 1979).
   double fp4_gemm_efficiency = 0.43;
+  // The same for FP8 GEMMs on FP8 tensor cores (Hopper and later; FP4 weights on a GPU without FP4
+  // cores run there too), which reach a smaller fraction of their peak than BF16 ones: DeepGEMM,
+  // the fastest public Hopper FP8 GEMM, states 1,350+ TFLOP/s (0.68 of H800's 1,979;
+  // deepseek-ai/DeepGEMM), vLLM's CUTLASS FP8 GEMM 0.57 of B200's 4,500 (PR 19566).
+  double fp8_gemm_efficiency = 0.66;
   // The small-M loss: the share of the time to stream a GEMM's weights from HBM that adds to its
   // math (pipeline fill and the weight reads the math does not hide). A loss in bandwidth, so it
   // carries to GPUs and formats by their bandwidth and weight bytes, not by their FLOPs: on an
@@ -72,7 +77,7 @@ struct CostParams {
   // Tokens per streamed response of a Python front when a deployment names none (0: none).
   int64_t stream_interval = 0;
 
-  static constexpr int kNumFitted = 9;
+  static constexpr int kNumFitted = 10;
   static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency",
                                                                   "memory_efficiency",
                                                                   "iteration_overhead_us",
@@ -81,12 +86,20 @@ struct CostParams {
                                                                   "cpp_per_sequence_overhead_us",
                                                                   "cpp_launch_us",
                                                                   "eager_launch_us",
-                                                                  "fp4_gemm_efficiency"};
+                                                                  "fp4_gemm_efficiency",
+                                                                  "fp8_gemm_efficiency"};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
   bool operator==(const CostParams&) const = default;
 };
+
+// The efficiency that GEMMs in `t` on `hw` run at, that of the tensor cores they use:
+// fp4_gemm_efficiency on FP4 cores, fp8_gemm_efficiency on FP8 ones (FP4 weights too where the GPU
+// has no FP4 cores), gemm_efficiency otherwise.
+double CostParams::*GemmEfficiencyField(const Hardware& hw, DType t);
+// A parameter's name in calibration files ("gemm_efficiency").
+const char* CostParamName(double CostParams::*field);
 
 // A calibration file: parameters, their standard deviations (from the fit's covariance), and
 // the hardware it was fitted on (predictions elsewhere are extrapolations).

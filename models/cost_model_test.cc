@@ -217,7 +217,7 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CHECK(python_eager.Launches(0) + python_eager.Launches(1) > 80 * 10);
 }
 
-TEST_CASE("OperatorSeconds: FP4 GEMMs on FP4 tensor cores run at their own fraction of peak",
+TEST_CASE("OperatorSeconds: FP4 and FP8 GEMMs run at their tensor cores' own fraction of peak",
           "[models]") {
   auto catalog = HardwareCatalog::LoadBuiltin();
   REQUIRE(catalog.ok());
@@ -227,6 +227,7 @@ TEST_CASE("OperatorSeconds: FP4 GEMMs on FP4 tensor cores run at their own fract
   CostParams p;
   p.gemm_efficiency = 0.8;
   p.fp4_gemm_efficiency = 0.4;
+  p.fp8_gemm_efficiency = 0.6;
   p.kernel_floor_us = 0;
   p.gemm_stream_share = 0;  // no small-M loss: the math alone
   // Compute-bound: 8192 rows of an 8192 x 8192 weight.
@@ -234,11 +235,13 @@ TEST_CASE("OperatorSeconds: FP4 GEMMs on FP4 tensor cores run at their own fract
   for (DType t : {DType::kNvfp4, DType::kMxfp4}) {
     gemm.dtype = t;
     CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4)));
-    // A GPU without FP4 tensor cores runs it at its FP8 peak, at the GEMM efficiency.
-    CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_fp8_flops * 0.8)));
+    // A GPU without FP4 tensor cores runs it on its FP8 ones.
+    CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_fp8_flops * 0.6)));
   }
   gemm.dtype = DType::kFp8;
-  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.8)));
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.6)));
+  gemm.dtype = DType::kBf16;
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (b200.peak_bf16_flops * 0.8)));
 }
 
 TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by bandwidth and bytes",
@@ -253,7 +256,8 @@ TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by ban
   // 256 rows of Llama 2 70B's gate and up projections: compute-bound, plus the loss.
   auto loss = [&](const Hardware& hw, DType t) {
     const Operator gemm = Gemm("g", 1, 256, 57344, 8192, t);
-    return OperatorSeconds(gemm, hw, p, 1) - gemm.flops / (hw.PeakFlops(t) * p.gemm_efficiency);
+    return OperatorSeconds(gemm, hw, p, 1) -
+           gemm.flops / (hw.PeakFlops(t) * (p.*GemmEfficiencyField(hw, t)));
   };
   const double weights_s = 57344.0 * 8192 * 2 / (h100.hbm_bytes_per_s * p.memory_efficiency);
   CHECK(loss(h100, DType::kBf16) == Approx(0.7 * weights_s));
@@ -266,7 +270,7 @@ TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by ban
   // A grouped GEMM streams the weights of the experts its tokens reach.
   const Operator grouped = GroupedGemm("e", 1, 8192, 4096, 7168, 256, 40, DType::kFp8);
   CHECK(OperatorSeconds(grouped, h200, p, 1) ==  // one GPU (ep 1): no spread of the routing
-        Approx(grouped.flops / (h200.peak_fp8_flops * p.gemm_efficiency) +
+        Approx(grouped.flops / (h200.peak_fp8_flops * p.fp8_gemm_efficiency) +
                0.7 * 40 * 4096 * 7168 * BytesPerElement(DType::kFp8) /
                    (h200.hbm_bytes_per_s * p.memory_efficiency)));
 }
@@ -466,7 +470,7 @@ TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measure
           "[models]") {
   Setup s;
   CostParams truth;
-  truth.gemm_efficiency = 0.62;
+  truth.fp8_gemm_efficiency = 0.62;
   truth.gemm_stream_share = 0.5;
   truth.kernel_floor_us = 4.0;
   truth.memory_efficiency = 0.72;
@@ -493,12 +497,16 @@ TEST_CASE("FitGemmCurve: recovers the cost model's GEMM curve from noisy measure
   auto fit = FitGemmCurve(rows, s.hw, start);
   REQUIRE(fit.ok());
   CHECK(fit->measurements == 53);
-  CHECK(fit->efficiency == Approx(truth.gemm_efficiency).epsilon(0.05));
-  CHECK(fit->stream_share == Approx(truth.gemm_stream_share).epsilon(0.2));
-  CHECK(fit->floor_us == Approx(truth.kernel_floor_us).epsilon(0.2));
-  CHECK(fit->memory_efficiency == Approx(truth.memory_efficiency).epsilon(0.05));
-  CHECK(fit->stddev[0] > 0);
-  CHECK(fit->stddev[0] < 0.05);
+  // B200's FP8 tensor cores: their efficiency fitted, BF16's and FP4's (no rows) left alone.
+  CHECK(fit->rows_per_core == std::array<int, 3>{0, 53, 0});
+  CHECK_FALSE(fit->Fitted(0));
+  CHECK(fit->Applied(start).gemm_efficiency == start.gemm_efficiency);
+  CHECK(fit->value[1] == Approx(truth.fp8_gemm_efficiency).epsilon(0.05));
+  CHECK(fit->value[3] == Approx(truth.gemm_stream_share).epsilon(0.2));
+  CHECK(fit->value[4] == Approx(truth.kernel_floor_us).epsilon(0.2));
+  CHECK(fit->value[5] == Approx(truth.memory_efficiency).epsilon(0.05));
+  CHECK(fit->stddev[1] > 0);
+  CHECK(fit->stddev[1] < 0.05);
   // Rows that are not GEMMs are left out; a GEMM row with a bad dtype is an error.
   OpMeasurement other = rows.front();
   other.op = "all_reduce";
@@ -550,9 +558,9 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.7, 0.79, 0.41, 2.5,  0.81, 9,  0.3,          0.2,
-              260,  0.6,  170, 0.4,  6.5,  0.15, 57,   33, {1, 64, 512}, 20};
-  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.41, 2.5, 0.81,         9, 0.3, 0.2, 260,
+              0.6,  170,  0.4,  6.5, 0.15, 57,   33,  {1, 64, 512}, 20};
+  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03, 0.04};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";
   const std::string path =

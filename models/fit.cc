@@ -3,16 +3,14 @@
 #include <ceres/ceres.h>
 
 #include <cmath>
+#include <optional>
 
 namespace fathom::models {
 namespace {
 
-// `base` with the GEMM curve p = {efficiency, stream_share, floor_us, memory_efficiency}.
+// `base` with the GEMM curve p (GemmFit::kFields).
 CostParams WithCurve(CostParams base, const double* p) {
-  base.gemm_efficiency = p[0];
-  base.gemm_stream_share = p[1];
-  base.kernel_floor_us = p[2];
-  base.memory_efficiency = p[3];
+  for (size_t i = 0; i < GemmFit::kFields.size(); ++i) base.*GemmFit::kFields[i] = p[i];
   return base;
 }
 
@@ -131,57 +129,77 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
 }
 
 CostParams GemmFit::Applied(const CostParams& base) const {
-  const double p[4] = {efficiency, stream_share, floor_us, memory_efficiency};
-  return WithCurve(base, p);
+  CostParams p = base;
+  for (size_t i = 0; i < kFields.size(); ++i) {
+    if (Fitted(static_cast<int>(i))) p.*kFields[i] = value[i];
+  }
+  return p;
 }
 
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                              const CostParams& start) {
+  constexpr int kN = static_cast<int>(GemmFit::kFields.size());
+  GemmFit shape;  // the rows on each kind of tensor core
+  std::vector<Operator> ops;
+  std::vector<double> log_measured;
+  for (const OpMeasurement& row : rows) {
+    if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0))
+      continue;  // not a GEMM; no time
+    Result<Operator> op = MeasuredOperator(row);
+    if (!op.ok()) return op.status();
+    const auto field = GemmEfficiencyField(hw, op->dtype);
+    for (int i = 0; i < 3; ++i) shape.rows_per_core[i] += GemmFit::kFields[i] == field;
+    ops.push_back(*op);
+    log_measured.push_back(std::log(row.median_us * 1e-6));
+  }
+  shape.measurements = static_cast<int>(ops.size());
+  if (ops.size() < 5) return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
+  // Efficiencies of tensor cores no row ran on stay as they were.
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) {
+    if (!shape.Fitted(i)) held.push_back(i);
+  }
   // The price is a max of compute and memory terms, flat in whichever does not bind: a local
   // solver stays wherever the start puts each row. Solve from the start and from the corners of
   // a coarse grid of plausible curves, and keep the best.
-  std::vector<std::array<double, 4>> starts = {{start.gemm_efficiency, start.gemm_stream_share,
-                                                start.kernel_floor_us, start.memory_efficiency}};
+  std::array<double, kN> from_start;
+  for (int i = 0; i < kN; ++i) from_start[i] = start.*GemmFit::kFields[i];
+  std::vector<std::array<double, kN>> starts = {from_start};
   for (double eff : {0.5, 0.9}) {
-    for (double mem : {0.5, 0.9}) starts.push_back({eff, 0.5, 3.0, mem});
+    for (double mem : {0.5, 0.9}) {
+      std::array<double, kN> corner = {eff, eff, eff, 0.5, 3.0, mem};
+      for (int i : held) corner[i] = from_start[i];
+      starts.push_back(corner);
+    }
   }
   std::optional<GemmFit> best;
   double best_cost = 0;
   for (const auto& from : starts) {
-    double p[4] = {from[0], from[1], from[2], from[3]};
+    std::array<double, kN> p = from;
     ceres::Problem problem;
-    GemmFit fit;
-    for (const OpMeasurement& row : rows) {
-      if ((row.op != "gemm" && row.op != "grouped_gemm") || !(row.median_us > 0))
-        continue;  // not a GEMM; no time
-      Result<Operator> op = MeasuredOperator(row);
-      if (!op.ok()) return op.status();
+    for (size_t i = 0; i < ops.size(); ++i) {
       problem.AddResidualBlock(
-          new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, 4>(
-              new GemmResidual{*op, &hw, start, std::log(row.median_us * 1e-6)}),
-          new ceres::SoftLOneLoss(0.1), p);
-      ++fit.measurements;
+          new ceres::NumericDiffCostFunction<GemmResidual, ceres::CENTRAL, 1, kN>(
+              new GemmResidual{ops[i], &hw, start, log_measured[i]}),
+          new ceres::SoftLOneLoss(0.1), p.data());
     }
-    if (fit.measurements < 5)
-      return Status::InvalidArgument("GEMM fit needs at least 5 measurements");
-    problem.SetParameterLowerBound(p, 0, 0.01);
-    problem.SetParameterUpperBound(p, 0, 1.0);
-    problem.SetParameterLowerBound(p, 1, 0.0);
-    problem.SetParameterLowerBound(p, 2, 0.0);
-    problem.SetParameterLowerBound(p, 3, 0.05);
-    problem.SetParameterUpperBound(p, 3, 1.0);
+    for (int i : {0, 1, 2, 5}) {  // fractions
+      problem.SetParameterLowerBound(p.data(), i, i == 5 ? 0.05 : 0.01);
+      problem.SetParameterUpperBound(p.data(), i, 1.0);
+    }
+    problem.SetParameterLowerBound(p.data(), 3, 0.0);
+    problem.SetParameterLowerBound(p.data(), 4, 0.0);
+    if (!held.empty()) problem.SetManifold(p.data(), new ceres::SubsetManifold(kN, held));
     ceres::Solver::Options options;
     options.max_num_iterations = 200;
     ceres::Solver::Summary summary;
     ceres::Solve(options, &problem, &summary);
     if (!summary.IsSolutionUsable()) continue;
     if (best && summary.final_cost >= best_cost) continue;
-    fit.efficiency = p[0];
-    fit.stream_share = p[1];
-    fit.floor_us = p[2];
-    fit.memory_efficiency = p[3];
+    GemmFit fit = shape;
+    fit.value = p;
     fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
-    fit.stddev = Stddev<4>(problem, p, summary.final_cost, fit.measurements);
+    fit.stddev = Stddev<kN>(problem, p.data(), summary.final_cost, fit.measurements);
     best = fit;
     best_cost = summary.final_cost;
   }

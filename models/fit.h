@@ -20,18 +20,25 @@ namespace fathom::models {
 Result<Operator> MeasuredOperator(const OpMeasurement& row);
 
 struct GemmFit {
-  double efficiency = 0, stream_share = 0, floor_us = 0, memory_efficiency = 0;
-  std::array<double, 4> stddev = {0, 0, 0, 0};
+  // The curve's parameters: the efficiency of each kind of tensor core (BF16, FP8, FP4; see
+  // GemmEfficiencyField), then the stream share, kernel floor and memory efficiency all share.
+  static constexpr std::array<double CostParams::*, 6> kFields = {
+      &CostParams::gemm_efficiency,     &CostParams::fp8_gemm_efficiency,
+      &CostParams::fp4_gemm_efficiency, &CostParams::gemm_stream_share,
+      &CostParams::kernel_floor_us,     &CostParams::memory_efficiency};
+  std::array<double, 6> value = {}, stddev = {};
+  std::array<int, 3> rows_per_core = {};  // GEMMs on each kind of tensor core (none: not fitted)
   int measurements = 0;
   double rms_log_error = 0;
-  CostParams Applied(const CostParams& base) const;  // `base` with the four fitted values
+  bool Fitted(int i) const { return i >= 3 || rows_per_core[i] > 0; }
+  CostParams Applied(const CostParams& base) const;  // `base` with the fitted values
 };
 
 // Fits the cost model's own GEMM price, max(flops / (peak x efficiency) + stream share x weight
 // bytes / bandwidth, bytes / bandwidth) + floor (bandwidth x memory efficiency), to GEMM and
-// grouped GEMM measurements: the four parameters from `start`, with a robust loss on log time.
+// grouped GEMM measurements: the parameters from `start`, with a robust loss on log time.
 // Small-M rows (streaming weights) set the memory efficiency and the stream share, large-M rows
-// the GEMM efficiency.
+// each kind of tensor core's efficiency.
 Result<GemmFit> FitGemmCurve(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                              const CostParams& start);
 

@@ -83,15 +83,16 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
                      "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024"});
 
   // Measured on a GPU whose large GEMMs reach half the efficiency the model assumes: large-M
-  // rows come out 50% fast in the model (their time halves), small-M rows (streaming weights)
-  // hardly change.
+  // rows come out nearly 50% fast in the model (their math halves, the few percent of weight
+  // streaming beside it does not), small-M rows (streaming weights) hardly change.
   models::CostParams slow = params;
   slow.gemm_efficiency = params.gemm_efficiency / 2;
   auto biased = CompareWithModel(Rows(slow), H100(), params);
   REQUIRE(biased.ok());
   std::map<std::string, ComparisonGroup> by_size;
   for (const auto& g : biased->by_size) by_size[g.key] = g;
-  CHECK(by_size["gemm bf16, M >1024"].median_pct == Approx(-50).margin(1));
+  CHECK(by_size["gemm bf16, M >1024"].median_pct < -45);
+  CHECK(by_size["gemm bf16, M >1024"].median_pct > -50);
   CHECK(by_size["gemm bf16, M 1-16"].median_abs_pct < 1);
   CHECK(by_size["attention_decode bf16, K/V >8192"].median_abs_pct <
         1e-9);  // attention is not a GEMM

@@ -302,7 +302,8 @@ expect 0 '"completed_requests": 24576' -- simulate --hardware h100-sxm --model l
 # A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
 expect 0 "left out 2 rows of int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
 expect 0 "gemm bf16, M 1-16" -- profile compare "$tmp/gemm.db"
-expect 0 "gemm_efficiency     0.550" -- profile compare "$tmp/gemm.db" --fit
+expect 0 "gemm_efficiency       0.550" -- profile compare "$tmp/gemm.db" --fit
+expect 0 "fp8_gemm_efficiency   0.550" -- profile compare "$tmp/gemm.db" --fit
 expect 0 '"memory_efficiency"' -- profile compare "$tmp/gemm.db" --fit --json --rows
 expect 2 "$tmp/prof.db: no measured operators for h100-sxm" -- profile compare "$tmp/prof.db" --hardware h100-sxm
 expect 2 "it holds none" -- profile compare "$tmp/prof.db"

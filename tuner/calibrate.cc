@@ -669,9 +669,9 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     cost->SetNumResiduals(residuals);
     auto problem = std::make_unique<ceres::Problem>();
     problem->AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
-    const double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0, 0, 0, 0, 0, 0.05},
+    const double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0, 0, 0, 0, 0, 0.05, 0.05},
                  upper[models::CostParams::kNumFitted] = {1.0,   1.0,   50000.0, 500.0, 50000.0,
-                                                          500.0, 100.0, 500.0,   1.0};
+                                                          500.0, 100.0, 500.0,   1.0,   1.0};
     for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
       problem->SetParameterLowerBound(x->data(), i, lower[i]);
       problem->SetParameterUpperBound(x->data(), i, upper[i]);

@@ -206,10 +206,10 @@ Status Compare(const ProfileFlags& f) {
     };
     if (fit->gemm) {
       const models::GemmFit& g = *fit->gemm;
-      j["gemm_efficiency"] = value(g.efficiency, g.stddev[0], p.gemm_efficiency);
-      j["gemm_stream_share"] = value(g.stream_share, g.stddev[1], p.gemm_stream_share);
-      j["kernel_floor_us"] = value(g.floor_us, g.stddev[2], p.kernel_floor_us);
-      j["memory_efficiency"] = value(g.memory_efficiency, g.stddev[3], p.memory_efficiency);
+      for (size_t i = 0; i < g.kFields.size(); ++i) {
+        if (g.Fitted(static_cast<int>(i)))
+          j[models::CostParamName(g.kFields[i])] = value(g.value[i], g.stddev[i], p.*g.kFields[i]);
+      }
       j["measurements"] = g.measurements;
     }
     if (fit->links) {
@@ -262,14 +262,11 @@ Status Compare(const ProfileFlags& f) {
     if (fit->gemm) {
       const models::GemmFit& g = *fit->gemm;
       std::printf("  GEMM curve, %d rows:\n", g.measurements);
-      std::printf("  gemm_efficiency  %8.3f +- %.3f  (%.3f)\n", g.efficiency, g.stddev[0],
-                  p.gemm_efficiency);
-      std::printf("  gemm_stream_share %7.3f +- %.3f  (%.3f)\n", g.stream_share, g.stddev[1],
-                  p.gemm_stream_share);
-      std::printf("  kernel_floor_us  %8.2f +- %.2f  (%.2f)\n", g.floor_us, g.stddev[2],
-                  p.kernel_floor_us);
-      std::printf("  memory_efficiency %7.3f +- %.3f  (%.3f)\n", g.memory_efficiency, g.stddev[3],
-                  p.memory_efficiency);
+      for (size_t i = 0; i < g.kFields.size(); ++i) {
+        if (g.Fitted(static_cast<int>(i)))
+          std::printf("  %-19s %7.3f +- %.3f  (%.3f)\n", models::CostParamName(g.kFields[i]),
+                      g.value[i], g.stddev[i], p.*g.kFields[i]);
+      }
     }
     if (fit->links) {
       const models::CollectiveFit& l = *fit->links;
