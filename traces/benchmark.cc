@@ -57,12 +57,12 @@ double Quantile(const std::vector<std::pair<double, double>>& table, double u) {
   return q0 + (hi->second - q0) * (u - p0) / (hi->first - p0);
 }
 
-Result<std::vector<std::pair<double, double>>> QuantileTable(const Json& lengths, const char* key,
-                                                             const std::string& where) {
-  const std::string rule = where + ": field '" + key + "': must be [probability, multiple of " +
-                           "the mean] pairs, probabilities rising from 0 to 1, values positive " +
-                           "and not falling";
-  const Json& a = lengths[key];
+Result<std::vector<std::pair<double, double>>> OutputQuantiles(const Json& lengths,
+                                                               const std::string& where) {
+  const std::string rule = where + ": field 'output_quantiles': must be [probability, multiple " +
+                           "of the mean] pairs, probabilities rising from 0 to 1, values " +
+                           "positive and not falling";
+  const Json& a = lengths["output_quantiles"];
   if (!a.is_array() || a.size() < 2) return Status::InvalidArgument(rule);
   std::vector<std::pair<double, double>> table;
   for (const Json& point : a) {
@@ -78,12 +78,9 @@ Result<std::vector<std::pair<double, double>>> QuantileTable(const Json& lengths
   return table;
 }
 
-// The log of a drawn length of mean `mean`: at the standard normal draw z's probability in the
-// quantile table, or lognormal (log-space sigma) where there is no table.
-double LogLength(const std::vector<std::pair<double, double>>& quantiles, double sigma, double mean,
-                 double z) {
-  if (quantiles.empty()) return std::log(mean) - sigma * sigma / 2 + sigma * z;
-  return std::log(mean * Quantile(quantiles, 0.5 * std::erfc(-z / std::sqrt(2.0))));
+// The log of a lognormal length of mean `mean` (log-space sigma) at the standard normal draw z.
+double LognormalLog(double mean, double sigma, double z) {
+  return std::log(mean) - sigma * sigma / 2 + sigma * z;
 }
 
 }  // namespace
@@ -150,8 +147,7 @@ Result<std::vector<Benchmark>> LoadBenchmarks(const std::string& path) {
       b.input_sigma = lf.Double("input_sigma");
       b.max_input = lf.Int("max_input");
       if (lf.Has("output_quantiles")) {
-        FATHOM_ASSIGN_OR_RETURN(b.output_quantiles,
-                                QuantileTable(l, "output_quantiles", where + ".lengths"));
+        FATHOM_ASSIGN_OR_RETURN(b.output_quantiles, OutputQuantiles(l, where + ".lengths"));
       } else {
         b.output_sigma = lf.Double("output_sigma");
       }
@@ -212,11 +208,17 @@ Result<std::vector<Request>> BenchmarkDataset(const Benchmark& b) {
     zin[i] = rng.Normal();
     zout[i] = rng.Normal();
   }
-  // A draw's output is exp(mu + its base): the base the log of its length at the reference mean,
-  // mu the correction for the cap.
+  // A draw's output is exp(mu + its base): the base the log of its length at the reference mean
+  // (the quantile table at the normal draw's probability, or the lognormal), mu the correction for
+  // the cap.
+  const double mean = b.reference_output_tokens;
   std::vector<double> base(b.samples);
-  for (int64_t i = 0; i < b.samples; ++i)
-    base[i] = LogLength(b.output_quantiles, b.output_sigma, b.reference_output_tokens, zout[i]);
+  for (int64_t i = 0; i < b.samples; ++i) {
+    base[i] = b.output_quantiles.empty()
+                  ? LognormalLog(mean, b.output_sigma, zout[i])
+                  : std::log(mean * Quantile(b.output_quantiles,
+                                             0.5 * std::erfc(-zout[i] / std::sqrt(2.0))));
+  }
   auto output = [&](double mu, int64_t i) { return Capped(mu + base[i], b.max_output); };
   auto mean_output = [&](double mu) {
     double sum = 0;
@@ -231,7 +233,7 @@ Result<std::vector<Request>> BenchmarkDataset(const Benchmark& b) {
   std::vector<Request> out(b.samples);
   for (int64_t i = 0; i < b.samples; ++i) {
     out[i].id = i;
-    out[i].input_tokens = Capped(LogLength({}, b.input_sigma, b.input_mean, zin[i]), b.max_input);
+    out[i].input_tokens = Capped(LognormalLog(b.input_mean, b.input_sigma, zin[i]), b.max_input);
     out[i].output_tokens = output((lo + hi) / 2, i);
   }
   return out;
