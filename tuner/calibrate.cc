@@ -759,8 +759,8 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
 }
 
 Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
-    const std::vector<PublishedResult>& rows, const models::Calibration& calibration,
-    const std::vector<std::string>& free_params,
+    const std::vector<PublishedResult>& rows, const std::vector<PublishedResult>& unfitted,
+    const models::Calibration& calibration, const std::vector<std::string>& free_params,
     const std::function<void(int done, int folds)>& fold_done) const {
   models::Calibration neutral = calibration;
   {
@@ -779,21 +779,43 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
   const FoldKind kinds[] = {{"hardware", [](const PublishedResult& r) { return r.accelerator; }},
                             {"model", [](const PublishedResult& r) { return r.model; }},
                             {"submitter", [](const PublishedResult& r) { return r.submitter; }}};
-  // Every fold of every kind is one work item.
+  // A fold fits on the fitted rows outside its group and predicts every row of the group, the
+  // unfitted ones too. Folds with the same training rows (every group with no fitted row: the
+  // whole fitted set) share one fit, and each fit is one work item.
   std::vector<CrossValidation> out;
   struct Split {
     Fold* fold = nullptr;
-    std::vector<PublishedResult> train, test;
+    std::vector<PublishedResult> test;
+    size_t fit = 0;  // index into trains
   };
   std::vector<Split> splits;
+  std::vector<std::vector<PublishedResult>> trains;
+  std::map<std::vector<int>, size_t> train_index;  // by the training rows' lines
   for (const FoldKind& kind : kinds) {
     out.push_back({kind.name, {}});
     std::set<std::string> keys;
-    for (const auto& r : rows) keys.insert(kind.key(r));
+    for (const auto* set : {&rows, &unfitted}) {
+      for (const auto& r : *set) keys.insert(kind.key(r));
+    }
     for (const auto& key : keys) {
       Split split;
-      for (const auto& r : rows) (kind.key(r) == key ? split.test : split.train).push_back(r);
-      if (split.train.empty()) continue;
+      std::vector<PublishedResult> train;
+      std::vector<int> lines;
+      for (const auto& r : rows) {
+        if (kind.key(r) == key) {
+          split.test.push_back(r);
+        } else {
+          train.push_back(r);
+          lines.push_back(r.line);
+        }
+      }
+      if (train.empty()) continue;
+      for (const auto& r : unfitted) {
+        if (kind.key(r) == key) split.test.push_back(r);
+      }
+      auto [it, added] = train_index.emplace(lines, trains.size());
+      if (added) trains.push_back(std::move(train));
+      split.fit = it->second;
       out.back().folds.emplace_back().held_out = key;
       splits.push_back(std::move(split));
     }
@@ -803,36 +825,35 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
     for (Fold& fold : cv.folds) splits[next++].fold = &fold;
   }
   const Json start = CalibrationJson(neutral);
+  std::vector<Result<FitOutcome>> fits(trains.size(), Status::Unavailable("not fitted"));
   int done = 0;
   FATHOM_RETURN_IF_ERROR(Spread(
-      splits.size(),
+      trains.size(),
       [&](size_t i) {
-        return Json{{"task", "fold"},
-                    {"train", splits[i].train},
-                    {"calibration", start},
-                    {"free", free_params}}
+        return Json{
+            {"task", "fold"}, {"train", trains[i]}, {"calibration", start}, {"free", free_params}}
             .dump();
       },
       [&](size_t i, const std::string& text) -> Status {
-        Fold& fold = *splits[i].fold;
         const Json result = Json::parse(text);
-        if (fold_done) fold_done(++done, static_cast<int>(splits.size()));
+        if (fold_done) fold_done(++done, static_cast<int>(trains.size()));
         if (result.contains("error")) {
-          fold.fit = Status::InvalidArgument(result.at("error").get<std::string>());
+          fits[i] = Status::InvalidArgument(result.at("error").get<std::string>());
           return Status::Ok();
         }
         FitOutcome fit;
         FATHOM_ASSIGN_OR_RETURN(
             fit.calibration,
-            models::CalibrationFromJson(result.at("calibration"), "fold without " + fold.held_out));
+            models::CalibrationFromJson(result.at("calibration"), "fold " + std::to_string(i + 1)));
         fit.iterations = result.at("iterations").get<int>();
         fit.initial_cost = FromExact(result.at("initial_cost"));
         fit.final_cost = FromExact(result.at("final_cost"));
-        fold.fit = fit;
+        fits[i] = fit;
         return Status::Ok();
       }));
   for (Split& split : splits) {
     Fold& fold = *split.fold;
+    fold.fit = fits[split.fit];
     if (!fold.fit.ok()) continue;
     FATHOM_ASSIGN_OR_RETURN(fold.predictions, PredictRows(split.test, fold.fit->calibration));
     FATHOM_RETURN_IF_ERROR(PredictCapacity(&fold.predictions, fold.fit->calibration));

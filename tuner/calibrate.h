@@ -153,15 +153,17 @@ class Calibrator {
                                     const FitProgress& progress = {},
                                     const std::vector<std::string>& free_params = {}) const;
 
-  // Leave one GPU, one model, one submitter out: each fold (one work unit) fits on the other rows
-  // and the held-out rows are predicted under its fit. Each fold starts from the physical
-  // defaults, not from a calibration the held-out rows helped fit: `calibration`'s fitted
-  // parameters (`free_params`, else all) restart from them; held ones, such as measured operator
-  // parameters, stay. `fold_done` is called as each fold's fit finishes, with the count so far.
+  // Leave one GPU, one model, one submitter out: each fold fits on the other `rows` and predicts
+  // its group's rows, those of `unfitted` (rows no fit uses) too; a group with no row in `rows`
+  // is predicted by the fit on all of them. Each fold starts from the physical defaults, not from
+  // a calibration the held-out rows helped fit: `calibration`'s fitted parameters (`free_params`,
+  // else all) restart from them; held ones, such as measured operator parameters, stay. Folds
+  // with the same training rows share one fit (one work unit); `fold_done` is called as each fit
+  // finishes, with the count so far.
   Result<std::vector<CrossValidation>> CrossValidate(
-      const std::vector<PublishedResult>& rows, const models::Calibration& calibration,
-      const std::vector<std::string>& free_params,
-      const std::function<void(int done, int folds)>& fold_done = {}) const;
+      const std::vector<PublishedResult>& rows, const std::vector<PublishedResult>& unfitted,
+      const models::Calibration& calibration, const std::vector<std::string>& free_params,
+      const std::function<void(int done, int fits)>& fold_done = {}) const;
 
   // Not the coordinator: computes what the coordinator hands out until it is done.
   Status Serve() const;

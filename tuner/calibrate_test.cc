@@ -281,9 +281,13 @@ TEST_CASE(
   REQUIRE(all.ok());
   REQUIRE(setup.ok());
   REQUIRE(calibration.ok());
-  // Llama 2 70B on Dell's H200s (3 rows) and NVIDIA's B200s (2 rows).
+  // Llama 2 70B on Dell's H200s (3 rows) and NVIDIA's B200s (2 rows), fitted; Cisco's H200
+  // Interactive row predicted only.
   std::vector<PublishedResult> rows;
   for (int i : {2, 3, 4, 11, 12}) rows.push_back((*all)[i]);
+  const std::vector<PublishedResult> unfitted = {(*all)[24]};
+  REQUIRE(unfitted[0].submitter == "Cisco");
+  REQUIRE(unfitted[0].accelerator == "h200");
   struct Outcome {
     std::vector<RowPrediction> predictions;
     std::vector<CrossValidation> cross_validation;
@@ -296,8 +300,12 @@ TEST_CASE(
     REQUIRE(preds.ok());
     REQUIRE(calibrator.PredictCapacity(&*preds, *calibration).ok());
     out.predictions = *preds;
-    auto cv = calibrator.CrossValidate(rows, *calibration,
-                                       {"gemm_efficiency", "cpp_iteration_overhead_us"});
+    int fits = 0;
+    auto cv = calibrator.CrossValidate(rows, unfitted, *calibration,
+                                       {"gemm_efficiency", "cpp_iteration_overhead_us"},
+                                       [&](int, int total) { fits = total; });
+    // Without the B200s, without the H200s (Dell's), and on all five rows (without Cisco).
+    CHECK(fits == 3);
     INFO(cv.status().message());
     REQUIRE(cv.ok());
     out.cross_validation = *cv;
@@ -338,7 +346,19 @@ TEST_CASE(
   }
   // Every fold, by GPU and by submitter: the 4 residuals of the B200s alone still outnumber the two
   // free parameters.
-  CHECK(fitted == 4);
+  CHECK(fitted == 5);
+  // The unfitted row is predicted by the folds that leave its GPU (with Dell's H200 rows) and its
+  // submitter (alone, under the fit on every fitted row) out.
+  const auto& by_gpu = one.cross_validation[0].folds;
+  REQUIRE(by_gpu.size() == 2);
+  CHECK(by_gpu[1].held_out == "h200");
+  CHECK(by_gpu[1].predictions.size() == 4);
+  CHECK(by_gpu[1].predictions.back().row.line == unfitted[0].line);
+  const auto& by_submitter = one.cross_validation[2].folds;
+  REQUIRE(by_submitter.size() == 3);
+  CHECK(by_submitter[0].held_out == "Cisco");
+  REQUIRE(by_submitter[0].predictions.size() == 1);
+  CHECK(by_submitter[0].predictions[0].row.line == unfitted[0].line);
 }
 
 TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept", "[tuner]") {

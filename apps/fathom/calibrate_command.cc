@@ -25,6 +25,7 @@ struct CalibrateFlags {
   std::string out;
   int64_t samples = 0;       // > 0: draw this many samples from each data set
   int64_t max_requests = 0;  // > 0: cap each row's run
+  int64_t fit_rows = 0;      // > 0: fits use the first this many rows only
   int jobs = 0;
   bool fit = false;
   bool cross_validate = false;
@@ -60,6 +61,13 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
   j["predicted"] = p.tokens_per_s;
   j["error_pct"] = p.TokensErrorPct();
   return j;
+}
+
+OrderedJson SummaryJson(const tuner::ErrorSummary& s) {
+  return {{"tokens_per_s", s.tokens_median_abs_pct},
+          {"offline_tokens_per_s", s.offline_tokens_median_abs_pct},
+          {"p99_latency", s.latency_median_abs_pct},
+          {"capacity_qps", s.capacity_median_abs_pct}};
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
@@ -132,6 +140,11 @@ Result<Inputs> Load(const CalibrateFlags& f) {
     return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
   Inputs in;
   FATHOM_ASSIGN_OR_RETURN(in.rows, tuner::LoadPublishedResults(f.results));
+  if (f.fit_rows < 0 || f.fit_rows > static_cast<int64_t>(in.rows.size())) {
+    return Status::InvalidArgument("--fit-rows = " + std::to_string(f.fit_rows) +
+                                   ": must be 0 (all) to " + std::to_string(in.rows.size()) +
+                                   " (the rows of " + f.results + ")");
+  }
   // The rows' MLPerf round picks the default setup and stack: each round's rows run under their
   // own round's published deployments and are checked against the stack calibrated on them.
   std::set<std::string> rounds;
@@ -182,6 +195,10 @@ Status Run(const CalibrateFlags& f) {
   }
   FATHOM_RETURN_IF_ERROR(loaded.status());
   const std::vector<tuner::PublishedResult>& rows = loaded->rows;
+  // The rows fits use (--fit-rows: the first N), and those they only predict.
+  const size_t fitted_count = f.fit_rows > 0 ? static_cast<size_t>(f.fit_rows) : rows.size();
+  const std::vector<tuner::PublishedResult> fit_on(rows.begin(), rows.begin() + fitted_count);
+  const std::vector<tuner::PublishedResult> unfitted(rows.begin() + fitted_count, rows.end());
   models::Calibration calibration = loaded->calibration;
   const tuner::Calibrator calibrator(loaded->setup, loaded->catalog, f.max_requests, pool.get());
   if (!f.json && !loaded->stack_note.empty()) std::printf("%s\n", loaded->stack_note.c_str());
@@ -190,10 +207,11 @@ Status Run(const CalibrateFlags& f) {
   if (f.fit) {
     FATHOM_ASSIGN_OR_RETURN(
         tuner::FitOutcome fit,
-        calibrator.FitToPublished(rows, calibration, Progress("fit"), f.free_params));
+        calibrator.FitToPublished(fit_on, calibration, Progress("fit"), f.free_params));
     calibration = fit.calibration;
     calibration.note =
-        "Fitted by `fathom calibrate --fit` on " + f.results + " (" + std::to_string(rows.size()) +
+        "Fitted by `fathom calibrate --fit` on " + f.results + " (" +
+        (unfitted.empty() ? "" : "the first ") + std::to_string(fit_on.size()) +
         " rows, each run as long as its MLPerf run" +
         (f.max_requests > 0 ? ", capped at " + std::to_string(f.max_requests) + " requests" : "") +
         "); stddev from Ceres's covariance.";
@@ -211,24 +229,23 @@ Status Run(const CalibrateFlags& f) {
   OrderedJson jrows = OrderedJson::array();
   for (const auto& p : preds) jrows.push_back(RowJson(p));
   out["rows"] = jrows;
-  const tuner::ErrorSummary s = tuner::Summarize(preds);
-  out["median_abs_error_pct"] = {{"tokens_per_s", s.tokens_median_abs_pct},
-                                 {"offline_tokens_per_s", s.offline_tokens_median_abs_pct},
-                                 {"p99_latency", s.latency_median_abs_pct},
-                                 {"capacity_qps", s.capacity_median_abs_pct}};
+  out["median_abs_error_pct"] = SummaryJson(tuner::Summarize(preds));
 
   if (f.cross_validate) {
     const auto start = std::chrono::steady_clock::now();
     auto fold_done = [&](int done, int folds) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::fprintf(stderr, "cross-validation: %d of %d folds fitted (%.0f s)\n", done, folds, secs);
+      std::fprintf(stderr, "cross-validation: %d of %d fits done (%.0f s)\n", done, folds, secs);
     };
-    FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::CrossValidation> cvs,
-                            calibrator.CrossValidate(rows, calibration, f.free_params, fold_done));
+    FATHOM_ASSIGN_OR_RETURN(
+        std::vector<tuner::CrossValidation> cvs,
+        calibrator.CrossValidate(fit_on, unfitted, calibration, f.free_params, fold_done));
+    std::set<int> fitted_lines;
+    for (const auto& r : fit_on) fitted_lines.insert(r.line);
     for (const tuner::CrossValidation& cv : cvs) {
       const std::string label = "leave-one-" + cv.kind + "-out";
-      std::vector<tuner::RowPrediction> held_out;
+      std::vector<tuner::RowPrediction> held_out, held_out_fitted;
       OrderedJson folds = OrderedJson::array();
       if (!f.json) std::printf("\n%s fits:\n", label.c_str());
       for (const tuner::Fold& fold : cv.folds) {
@@ -242,19 +259,29 @@ Status Run(const CalibrateFlags& f) {
         if (!f.json) PrintFit("without " + fold.held_out, *fold.fit);
         folds.push_back(
             {{"held_out", fold.held_out}, {"calibration", models::ToJson(fold.fit->calibration)}});
-        held_out.insert(held_out.end(), fold.predictions.begin(), fold.predictions.end());
+        for (const auto& p : fold.predictions) {
+          held_out.push_back(p);
+          if (fitted_lines.count(p.row.line)) held_out_fitted.push_back(p);
+        }
       }
       const tuner::ErrorSummary e = tuner::Summarize(held_out);
       std::string json_key = label;
       std::replace(json_key.begin(), json_key.end(), '-', '_');
-      out[json_key] = {{"tokens_per_s", e.tokens_median_abs_pct},
-                       {"offline_tokens_per_s", e.offline_tokens_median_abs_pct},
-                       {"p99_latency", e.latency_median_abs_pct},
-                       {"capacity_qps", e.capacity_median_abs_pct},
-                       {"folds", folds}};
+      out[json_key] = SummaryJson(e);
+      if (!unfitted.empty())
+        out[json_key]["fitted_rows"] = SummaryJson(tuner::Summarize(held_out_fitted));
+      out[json_key]["folds"] = folds;
       if (!f.json) {
         std::printf("\n%s:\n", label.c_str());
         PrintTable(held_out);
+        if (!unfitted.empty()) {
+          const tuner::ErrorSummary ef = tuner::Summarize(held_out_fitted);
+          std::printf(
+              "of which the %d rows fits use (--fit-rows): throughput %.1f%%, p99 latencies "
+              "%.1f%%, Server capacity %.1f%%\n",
+              ef.rows, ef.tokens_median_abs_pct, ef.latency_median_abs_pct,
+              ef.capacity_median_abs_pct);
+        }
       }
     }
   }
@@ -296,6 +323,9 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   cmd->add_flag(
       "--cross-validate", f->cross_validate,
       "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");
+  cmd->add_option("--fit-rows", f->fit_rows,
+                  "Fit (--fit, and each --cross-validate fold) on the first N rows only; the "
+                  "others are predicted, never fitted (default: all)");
   cmd->add_option("--samples", f->samples,
                   "Draw this many samples from each data set (default: whole data sets)");
   cmd->add_option("--max-requests", f->max_requests,
