@@ -174,7 +174,9 @@ class Engine {
   void Join(Rank& rank, int cohort, int64_t slot);
   void Sync(const Rank& rank, const Cohort& cohort, Sequence& s) const;
   void Dissolve(Rank& rank, int cohort);  // every member back to explicit bookkeeping
+  int AddCohort(Rank& rank);              // a new, empty one
   int IdleCohort(Rank& rank);
+  int CohortForBatch(Rank& rank, int64_t room);
   void AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now);
   void Leave(const Rank& rank, Cohort& c, Sequence& s) const;
   void ShedForCohort(Rank& rank, int cohort);
@@ -216,7 +218,8 @@ class Engine {
   std::vector<Batch> in_flight_;
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
-  std::vector<int64_t> graph_sizes_;  // CudaGraphSizes
+  std::vector<int64_t> graph_sizes_;      // CudaGraphSizes
+  std::vector<int64_t> waiting_scratch_;  // CohortForBatch's
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;

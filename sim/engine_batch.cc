@@ -9,15 +9,13 @@ namespace fathom::sim {
 bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget) {
   if (role_ == EngineRole::kPrefill) return false;  // its sequences leave with their first token
   if (implicit_decode_) {
-    const int idle = IdleCohort(rank);
-    for (int64_t slot : rank.loose) Join(rank, idle, slot);
-    rank.loose.clear();
+    // The decoders step as a cohort, the earliest admitted when they outnumber the room in the
+    // batch, its newest members shed if the KV cache is short; when the cohort still does not fit,
+    // every idle decoder goes back to the explicit path below, which picks one by one.
+    const int64_t room = std::min(*budget, Seats(rank, *entries, -1));
+    const int idle = CohortForBatch(rank, room);
     Cohort& c = rank.cohorts[idle];
     if (c.size() > 0) {
-      // The whole cohort steps, its newest members shed if the KV cache is short; when it
-      // outnumbers the token budget, every member goes back to the explicit path below, which
-      // picks one by one.
-      const int64_t room = std::min(*budget, Seats(rank, *entries, -1));
       if (c.size() <= room) ShedForCohort(rank, idle);
       const int64_t blocks = c.Crossings(0, 1);
       if (c.size() > 0 && c.size() <= room && blocks <= rank.kv->Available()) {
@@ -27,7 +25,9 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
         *budget -= c.size();
         return true;
       }
-      Dissolve(rank, idle);
+      for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {
+        if (!rank.cohorts[k].in_flight) Dissolve(rank, k);
+      }
     } else {
       // No decoder is outside a cohort (all stepping in batches in flight): nothing to walk.
       size_t in_cohorts = 0;

@@ -80,6 +80,12 @@ void Engine::Dissolve(Rank& rank, int cohort) {
   c.completions = {};
 }
 
+int Engine::AddCohort(Rank& rank) {
+  rank.cohorts.emplace_back();
+  rank.cohorts.back().phase_count.assign(config_.block_tokens, 0);
+  return static_cast<int>(rank.cohorts.size()) - 1;
+}
+
 // The cohort the next batch's decodes can use: idle cohorts (not in a batch in flight) merge
 // into the largest; a new one is made when every cohort is in flight.
 int Engine::IdleCohort(Rank& rank) {
@@ -88,12 +94,7 @@ int Engine::IdleCohort(Rank& rank) {
     const Cohort& c = rank.cohorts[i];
     if (!c.in_flight && (target < 0 || c.size() > rank.cohorts[target].size())) target = i;
   }
-  if (target < 0) {
-    target = static_cast<int>(rank.cohorts.size());
-    rank.cohorts.emplace_back();
-    rank.cohorts.back().phase_count.assign(config_.block_tokens, 0);
-    return target;
-  }
+  if (target < 0) return AddCohort(rank);
   for (int i = 0; i < static_cast<int>(rank.cohorts.size()); ++i) {
     if (i == target || rank.cohorts[i].in_flight || rank.cohorts[i].size() == 0) continue;
     std::vector<int64_t> moved;
@@ -101,6 +102,73 @@ int Engine::IdleCohort(Rank& rank) {
     Dissolve(rank, i);
     for (int64_t slot : moved) Join(rank, target, slot);
   }
+  return target;
+}
+
+// The idle cohort the next batch's decodes step with: every decoder not in a batch in flight
+// (idle cohorts' members and loose ones) or, when they outnumber `room`, the `room` earliest
+// admitted of them, those the explicit walk would take (it visits the running sequences in
+// admission order); the others wait in another idle cohort. Only members on the wrong side move:
+// a pipeline's microbatches, which together hold more than one can step, move none.
+int Engine::CohortForBatch(Rank& rank, int64_t room) {
+  int64_t idle = static_cast<int64_t>(rank.loose.size());
+  for (const Cohort& c : rank.cohorts) idle += c.in_flight ? 0 : c.size();
+  if (room <= 0 || idle <= room) {
+    const int target = IdleCohort(rank);
+    for (int64_t slot : rank.loose) Join(rank, target, slot);
+    rank.loose.clear();
+    return target;
+  }
+  std::vector<int64_t>& waiting = waiting_scratch_;
+  waiting.assign(rank.loose.begin(), rank.loose.end());
+  for (const Cohort& c : rank.cohorts) {
+    if (c.in_flight) continue;
+    for (const Cohort::Member& m : c.members) waiting.push_back(m.slot);
+  }
+  auto admitted = [&](int64_t slot) { return (*slots_)[slot].admitted_order; };
+  std::nth_element(waiting.begin(), waiting.begin() + (room - 1), waiting.end(),
+                   [&](int64_t a, int64_t b) { return admitted(a) < admitted(b); });
+  const int64_t last = admitted(waiting[room - 1]);  // the latest admitted that steps
+  auto steps = [&](int64_t slot) { return admitted(slot) <= last; };
+  // The stepping cohort is the idle one holding most of those that step; the waiting one, the
+  // idle one holding most of the others.
+  const int n = static_cast<int>(rank.cohorts.size());
+  std::vector<int64_t> stepping(n, 0), resting(n, 0);
+  for (int k = 0; k < n; ++k) {
+    if (rank.cohorts[k].in_flight) continue;
+    for (const Cohort::Member& m : rank.cohorts[k].members)
+      ++(steps(m.slot) ? stepping : resting)[k];
+  }
+  auto most = [&](const std::vector<int64_t>& count, int other) {
+    int best = -1;
+    for (int k = 0; k < n; ++k) {
+      if (k == other || rank.cohorts[k].in_flight) continue;
+      if (best < 0 || count[k] > count[best]) best = k;
+    }
+    return best < 0 ? AddCohort(rank) : best;
+  };
+  const int target = most(stepping, -1);
+  const int rest = most(resting, target);
+  for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {
+    Cohort& c = rank.cohorts[k];
+    if (c.in_flight) continue;
+    std::vector<int64_t>& moving = waiting;  // no longer needed: `last` divides them
+    moving.clear();
+    for (const Cohort::Member& m : c.members) {
+      if (steps(m.slot) ? k != target : k != rest) moving.push_back(m.slot);
+    }
+    for (int64_t slot : moving) {
+      Leave(rank, c, (*slots_)[slot]);
+      Join(rank, steps(slot) ? target : rest, slot);
+    }
+    if (c.size() == 0) {
+      Dissolve(rank, k);
+    } else if (!moving.empty()) {
+      PruneStale(k, c);
+    }
+  }
+  for (int64_t slot : rank.loose) Join(rank, steps(slot) ? target : rest, slot);
+  rank.loose.clear();
   return target;
 }
 
@@ -209,7 +277,7 @@ void Engine::ShedForCohort(Rank& rank, int cohort) {
     if (end == 0) break;
     const int64_t slot = rank.running[--end];
     Sequence& s = (*slots_)[slot];
-    if (s.cohort == cohort) Leave(rank, c, s);
+    if (s.cohort >= 0) Leave(rank, rank.cohorts[s.cohort], s);  // this cohort, or a split's rest
     Preempt(rank, slot);
   }
   PruneStale(cohort, c);

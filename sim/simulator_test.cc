@@ -560,6 +560,16 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   const DeepSeek pipelined({8, 4, 2, 4, 1});
   same(pipelined.Spec(Scenario::kServer), [&] { return PoissonSource(data, 600, 3.0, 7); });
   same(pipelined.Spec(Scenario::kOffline, 60000), [&] { return OfflineSource(data, 600, 1); });
+  // Microbatches that together hold more decoders than one may step (a rank runs max_batch a
+  // stage): the earliest admitted step and the others wait in a cohort of their own, with
+  // attention-DP balancing holding prefills back, and with a token budget below the batch.
+  const DeepSeek crowded({8, 4, 2, 4, 4});
+  SimulationSpec wide = crowded.Spec(Scenario::kOffline);
+  wide.engine.max_batch = 48;
+  wide.engine.adp_balance = true;
+  same(wide, [&] { return OfflineSource(data, 600, 1); });
+  wide.engine.max_num_tokens = 40;
+  same(wide, [&] { return OfflineSource(data, 600, 1); });
 }
 
 TEST_CASE("Simulator: implicit decode bookkeeping matches the explicit path with a sliding window",
