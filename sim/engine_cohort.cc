@@ -198,7 +198,7 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   while (!c.completions.empty() && c.completions.top().first <= c.clock) {
     const auto [due, slot] = c.completions.top();
     c.completions.pop();
-    if (!Completes(cohort, due, slot)) continue;
+    if (!Completes(c, cohort, due, slot)) continue;
     FATHOM_CHECK(due == c.clock);
     done.push_back(slot);
   }
@@ -217,11 +217,13 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   PruneStale(cohort, c);
 }
 
-// A completion entry is stale once its member left early (preempted): the slot is elsewhere, or
-// (recycled or rejoined) due at another step.
-bool Engine::Completes(int cohort, int64_t due, int64_t slot) const {
+// A completion entry is stale once its member left early (preempted or moved): the slot is
+// elsewhere (another rank's or instance's cohort of the same number, once recycled), or due at
+// another step.
+bool Engine::Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
   const Sequence& s = (*slots_)[slot];
-  return s.cohort == cohort && s.cohort_mark + (s.output - s.generated) == due;
+  return s.instance == id_ && s.cohort == cohort && &ranks_[s.rank].cohorts[cohort] == &c &&
+         s.cohort_mark + (s.output - s.generated) == due;
 }
 
 // A fill entry is stale once its member left (the slot may since be another request's, here or
@@ -235,7 +237,7 @@ bool Engine::Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const
 
 void Engine::PruneStale(int cohort, Cohort& c) const {
   while (!c.completions.empty() &&
-         !Completes(cohort, c.completions.top().first, c.completions.top().second)) {
+         !Completes(c, cohort, c.completions.top().first, c.completions.top().second)) {
     c.completions.pop();
   }
   while (!c.fills.empty() && !Fills(c, cohort, c.fills.top().first, c.fills.top().second)) {

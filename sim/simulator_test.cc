@@ -570,6 +570,13 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   same(wide, [&] { return OfflineSource(data, 600, 1); });
   wide.engine.max_num_tokens = 40;
   same(wide, [&] { return OfflineSource(data, 600, 1); });
+  // Four stages and two attention ranks under Poisson arrivals: members move between cohorts and
+  // their slots are recycled; a stale entry of one rank's cohort must not complete a sequence in
+  // another rank's cohort of the same number.
+  const DeepSeek deep({8, 2, 4, 2, 2});
+  SimulationSpec staged = deep.Spec(Scenario::kServer);
+  staged.engine.max_batch = 48;
+  same(staged, [&] { return PoissonSource(data, 600, 4.0, 9); });
 }
 
 TEST_CASE("Simulator: implicit decode bookkeeping matches the explicit path with a sliding window",
