@@ -180,6 +180,7 @@ class Engine {
   void AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now);
   void Leave(const Rank& rank, Cohort& c, Sequence& s) const;
   void ShedForCohort(Rank& rank, int cohort);
+  bool MemberOf(const Cohort& c, int cohort, const Sequence& s) const;
   bool Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
   bool Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
   void PruneStale(int cohort, Cohort& c) const;          // drops stale entries off the queues' tops

@@ -217,21 +217,23 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   PruneStale(cohort, c);
 }
 
-// A completion entry is stale once its member left early (preempted or moved): the slot is
-// elsewhere (another rank's or instance's cohort of the same number, once recycled), or due at
-// another step.
-bool Engine::Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
-  const Sequence& s = (*slots_)[slot];
-  return s.instance == id_ && s.cohort == cohort && &ranks_[s.rank].cohorts[cohort] == &c &&
-         s.cohort_mark + (s.output - s.generated) == due;
+// Whether `s` is a member of `c`, cohort number `cohort` of its rank: a queue entry of a member
+// that left (preempted, moved, done) is stale, and its slot may since be another request's, in a
+// cohort of the same number on another rank or instance.
+bool Engine::MemberOf(const Cohort& c, int cohort, const Sequence& s) const {
+  return s.instance == id_ && s.cohort == cohort && &ranks_[s.rank].cohorts[cohort] == &c;
 }
 
-// A fill entry is stale once its member left (the slot may since be another request's, here or
-// elsewhere) or filled the window already.
+// A completion entry is stale once its member left early, or is due at another step.
+bool Engine::Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
+  const Sequence& s = (*slots_)[slot];
+  return MemberOf(c, cohort, s) && s.cohort_mark + (s.output - s.generated) == due;
+}
+
+// A fill entry is stale once its member left or filled the window already.
 bool Engine::Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
   const Sequence& s = (*slots_)[slot];
-  return s.instance == id_ && s.cohort == cohort && &ranks_[s.rank].cohorts[cohort] == &c &&
-         c.members[s.cohort_index].filling &&
+  return MemberOf(c, cohort, s) && c.members[s.cohort_index].filling &&
          s.cohort_mark + pool_.sliding_window - s.kv_len == due;
 }
 
