@@ -147,6 +147,9 @@ expect 0 '"capacity_qps_pred"' -- calibrate --results "$root/models/calibration/
 # is the fit on all of them.
 expect 0 '"held_out": "Cisco"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" \
   --fit-rows 20 --json --cross-validate --max-requests 100 --samples 200
+expect 0 "(the first 2 rows, each run as long as its MLPerf run" -- calibrate \
+  --results "$root/models/calibration/mlperf_v5.1.csv" --fit --fit-rows 2 --free iteration_overhead_us \
+  --max-requests 100 --samples 200 --json
 expect 2 "--fit-rows = 84: must be 0 (all) to 83 (the rows of" -- calibrate \
   --results "$root/models/calibration/mlperf_v5.1.csv" --fit-rows 84
 expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests -1
