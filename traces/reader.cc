@@ -232,18 +232,14 @@ class TextTraceReader : public TraceReader {
     }
     FATHOM_RETURN_IF_ERROR(
         Count(line_no, cols_.input_name, fields_[cols_.input], &out->input_tokens));
-    int64_t output = 0;
     std::string_view raw_out = fields_[cols_.output];
-    if (!ParseNonNegativeInt(raw_out, &output)) {
-      return Bad(line_no, cols_.output_name, raw_out, "is not a non-negative integer");
-    }
-    if (output == 0 && format_ == TraceFormat::kBurstGpt) {
+    if (int64_t output = -1;
+        format_ == TraceFormat::kBurstGpt && ParseNonNegativeInt(raw_out, &output) && output == 0) {
       ++counters_.failed_responses;  // BurstGPT logs failed requests with no response tokens
       *keep = false;
       return Status::Ok();
     }
-    if (output < 1) return Bad(line_no, cols_.output_name, raw_out, "must be >= 1");
-    out->output_tokens = output;
+    FATHOM_RETURN_IF_ERROR(Count(line_no, cols_.output_name, raw_out, &out->output_tokens));
     if (cols_.timestamp >= 0) {
       double t = 0;
       std::string_view raw = fields_[cols_.timestamp];
@@ -261,6 +257,8 @@ class TextTraceReader : public TraceReader {
     if (!ParseNonNegativeInt(raw, v))
       return Bad(line_no, column, raw, "is not a non-negative integer");
     if (*v < 1) return Bad(line_no, column, raw, "must be >= 1");
+    if (*v > kMaxRequestTokens)
+      return Bad(line_no, column, raw, "must be <= " + std::to_string(kMaxRequestTokens));
     return Status::Ok();
   }
 

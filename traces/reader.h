@@ -26,6 +26,10 @@ enum class TraceFormat {
 std::string_view Name(TraceFormat f);
 Result<TraceFormat> ParseTraceFormat(std::string_view text);
 
+// The most tokens one request's input or output may hold: 2^30, past any model's context (the
+// longest are millions), and small enough that sums over billions of requests fit in int64.
+inline constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
+
 struct ReadOptions {
   TraceFormat format = TraceFormat::kAuto;
   bool skip_bad_lines = false;        // count and skip bad lines instead of failing

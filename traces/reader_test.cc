@@ -109,6 +109,10 @@ TEST_CASE("Readers: rules on values and order are enforced per line", "[traces]"
   };
   const Case cases[] = {
       {"input_length,output_length\n5,0\n", ":2: column output_length: \"0\" must be >= 1"},
+      {"input_length,output_length\n9223372036854775807,3\n",
+       ":2: column input_length: \"9223372036854775807\" must be <= 1073741824"},
+      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1073741825}\n",
+       ":1: column output_length: \"1073741825\" must be <= 1073741824"},
       {"input_length,output_length,timestamp\n5,3,2.0\n5,3,1.0\n",
        ":3: column timestamp: \"1.0\" is earlier than the previous request"},
       {"input_length,output_length\n5\n", ":2: 1 columns, expected at least 2"},
