@@ -37,13 +37,13 @@ Result<ProfileFormat> DetectProfileFormat(const std::string& path, Env* env) {
   const std::string first_line = start.substr(0, start.find('\n'));
   if (first_line.find("op_name") != std::string::npos &&
       first_line.find("latency") != std::string::npos) {
-    return ProfileFormat::kGemmTableCsv;
+    return ProfileFormat::kOperatorTableCsv;
   }
   if (first_line.find("time_stats.") != std::string::npos) return ProfileFormat::kVidurCsv;
   return Status::InvalidArgument(
       path +
       ": not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a "
-      "GEMM table (CSV with op_name and latency columns) nor a Vidur profile "
+      "GEMM or all-reduce table (CSV with op_name and latency columns) nor a Vidur profile "
       "(CSV with time_stats columns)");
 }
 
@@ -235,21 +235,34 @@ Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& pa
   return out;
 }
 
-Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware,
-                                       Env* env) {
+Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::string& hardware,
+                                           Env* env) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<CsvTable> table, CsvTable::Open(path, env));
   auto bad = [&](std::string_view field, std::string_view value, const std::string& rule) {
     return Status::InvalidArgument(path + ":" + std::to_string(table->line_number()) + ": " +
                                    std::string(field) + " = \"" + std::string(value) +
                                    "\": " + rule);
   };
-  const char* dtype_column = table->Has("gemm_dtype") ? "gemm_dtype" : "dtype";
-  for (const char* name : {"op_name", "m", "n", "k", "latency", dtype_column}) {
+  // A GEMM table (gemm_perf) or an all-reduce one (custom_allreduce_perf, nccl_perf).
+  const bool collective = table->Has("num_gpus") || table->Has("message_size");
+  const char* dtype_column = collective
+                                 ? (table->Has("nccl_dtype") ? "nccl_dtype" : "allreduce_dtype")
+                             : table->Has("gemm_dtype") ? "gemm_dtype"
+                                                        : "dtype";
+  const std::vector<const char*> shape_columns =
+      collective ? std::vector<const char*>{"num_gpus", "message_size"}
+                 : std::vector<const char*>{"m", "n", "k"};
+  std::vector<const char*> required = {"op_name", "latency", dtype_column};
+  required.insert(required.end(), shape_columns.begin(), shape_columns.end());
+  for (const char* name : required) {
     if (!table->Has(name)) {
       return Status::InvalidArgument(
-          path + ":1: column '" + name +
-          "' missing (a GEMM table has framework, version, "
-          "device, op_name, kernel_source, gemm_dtype, m, n, k, latency)");
+          path + ":1: column '" + name + "' missing (" +
+          (collective ? "an all-reduce table has framework, version, device, op_name, "
+                        "kernel_source, allreduce_dtype or nccl_dtype, num_gpus, message_size, "
+                        "latency)"
+                      : "a GEMM table has framework, version, device, op_name, kernel_source, "
+                        "gemm_dtype, m, n, k, latency)"));
     }
   }
   if (hardware.empty() && !table->Has("device")) {
@@ -259,33 +272,50 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
   auto field = [&](const char* name) { return table->field(name); };
 
   OperatorTable out;
-  // Per GPU, stack, data type and shape: the fastest kernel source.
-  std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>,
-           models::OpMeasurement>
+  // Per GPU, stack, operator, data type and shape: the fastest kernel source.
+  std::map<
+      std::tuple<std::string, std::string, std::string, std::string, int64_t, int64_t, int64_t>,
+      models::OpMeasurement>
       best;
   while (true) {
     FATHOM_ASSIGN_OR_RETURN(bool more, table->Next());
     if (!more) break;
-    if (field("op_name") != "gemm")
-      return bad("op_name", field("op_name"), "only gemm rows are read");
-    models::OpMeasurement row;
-    int64_t* dims[] = {&row.m, &row.n, &row.k};
-    const char* dim_names[] = {"m", "n", "k"};
-    for (int i = 0; i < 3; ++i) {
-      if (!ParseNonNegativeInt(field(dim_names[i]), dims[i]) || *dims[i] == 0) {
-        return bad(dim_names[i], field(dim_names[i]), "must be a positive integer");
+    const std::string op(field("op_name"));
+    if (!collective && op != "gemm") return bad("op_name", op, "only gemm rows are read");
+    if (collective && op != "all_reduce") {
+      ++out.skipped[op];  // all_gather, alltoall, ...: not read
+      continue;
+    }
+    int64_t shape[3] = {0, 0, 0};
+    for (size_t i = 0; i < shape_columns.size(); ++i) {
+      if (!ParseNonNegativeInt(field(shape_columns[i]), &shape[i]) || shape[i] == 0) {
+        return bad(shape_columns[i], field(shape_columns[i]), "must be a positive integer");
       }
     }
     double latency_ms = 0;
     if (!ParseFiniteDouble(field("latency"), &latency_ms) || latency_ms <= 0) {
       return bad("latency", field("latency"), "must be a positive number of milliseconds");
     }
-    // DeepSeek-style block-scaled FP8 is the FP8 the cost model prices.
+    // DeepSeek-style block-scaled FP8 is the FP8 the cost model prices; NCCL's half is fp16.
     const std::string raw_dtype(field(dtype_column));
-    auto dtype = models::ParseDType(raw_dtype == "fp8_block" ? "fp8" : raw_dtype, dtype_column);
+    auto dtype = models::ParseDType(raw_dtype == "fp8_block" ? "fp8"
+                                    : raw_dtype == "half"    ? "fp16"
+                                                             : raw_dtype,
+                                    dtype_column);
     if (!dtype.ok()) {
       ++out.skipped[raw_dtype];
       continue;
+    }
+    models::OpMeasurement row;
+    if (collective) {
+      if (shape[0] < 2) return bad("num_gpus", field("num_gpus"), "must be at least 2");
+      // message_size counts elements; the buffer's bytes are what the cost model prices.
+      row.m = shape[1] * static_cast<int64_t>(models::BytesPerElement(*dtype));
+      row.extra = shape[0];
+    } else {
+      row.m = shape[0];
+      row.n = shape[1];
+      row.k = shape[2];
     }
     row.hardware = hardware;
     if (row.hardware.empty()) {
@@ -300,13 +330,14 @@ Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::strin
     std::transform(stack.begin(), stack.end(), stack.begin(),
                    [](unsigned char c) { return std::tolower(c); });
     row.stack = stack.empty() ? "imported" : stack;
-    row.op = "gemm";
+    row.op = op;
     row.dtype = std::string(models::Name(*dtype));
     row.median_us = latency_ms * 1e3;
     row.count = 1;
     row.source = "imported";
     row.device_info = std::string(field("device"));
-    auto key = std::make_tuple(row.hardware, row.stack, row.dtype, row.m, row.n, row.k);
+    auto key = std::make_tuple(row.hardware, row.stack, row.op, row.dtype, row.m,
+                               collective ? row.extra : row.n, row.k);
     auto it = best.find(key);
     if (it == best.end()) {
       best.emplace(key, std::move(row));
@@ -322,10 +353,10 @@ Result<ImportResult> ImportProfile(const std::string& path, models::PerfDb& db,
                                    const std::string& hardware) {
   FATHOM_ASSIGN_OR_RETURN(ProfileFormat format, DetectProfileFormat(path));
   ImportResult result;
-  if (format == ProfileFormat::kGemmTableCsv || format == ProfileFormat::kVidurCsv) {
+  if (format == ProfileFormat::kOperatorTableCsv || format == ProfileFormat::kVidurCsv) {
     FATHOM_ASSIGN_OR_RETURN(OperatorTable table, format == ProfileFormat::kVidurCsv
                                                      ? ReadVidurCsv(path, hardware)
-                                                     : ReadGemmTableCsv(path, hardware));
+                                                     : ReadOperatorTableCsv(path, hardware));
     FATHOM_RETURN_IF_ERROR(db.Insert(table.rows));
     result.records = static_cast<int64_t>(table.rows.size());
     result.skipped = std::move(table.skipped);

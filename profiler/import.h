@@ -1,5 +1,6 @@
 // Imports timings that other tools recorded: kernels from Nsight Systems SQLite exports and
-// PyTorch profiler Chrome-trace JSON, and measured GEMM tables in AIConfigurator's CSV layout.
+// PyTorch profiler Chrome-trace JSON, and measured GEMM and all-reduce tables in AIConfigurator's
+// CSV layout.
 #pragma once
 
 #include <map>
@@ -12,7 +13,7 @@
 
 namespace fathom::profiler {
 
-enum class ProfileFormat { kNsysSqlite, kPytorchJson, kGemmTableCsv, kVidurCsv };
+enum class ProfileFormat { kNsysSqlite, kPytorchJson, kOperatorTableCsv, kVidurCsv };
 
 // Looks at the file's first bytes: "SQLite format 3", JSON, a CSV header naming op_name and
 // latency, or Vidur's time_stats.<op>.* columns.
@@ -23,17 +24,21 @@ Result<ProfileFormat> DetectProfileFormat(const std::string& path, Env* env = En
 Result<std::vector<models::KernelRecord>> ReadNsysSqlite(const std::string& path);
 Result<std::vector<models::KernelRecord>> ReadPytorchTrace(const std::string& path);
 
-// A GEMM table with the columns framework, version, device, op_name, kernel_source, gemm_dtype,
-// m, n, k, latency (milliseconds), as AIConfigurator's collector writes gemm_perf.txt. Rows go
-// under `hardware`, or the catalogue GPU the device column names; the stack is framework-version.
-// Of several kernel sources for one shape the fastest counts. Rows of data types the cost model
-// has no format for are left out and counted in `skipped`.
+// Operator measurements read from a table, and the rows left out: data type (or operator) -> rows.
 struct OperatorTable {
   std::vector<models::OpMeasurement> rows;
-  std::map<std::string, int64_t> skipped;  // data type (or operator) -> rows left out
+  std::map<std::string, int64_t> skipped;
 };
-Result<OperatorTable> ReadGemmTableCsv(const std::string& path, const std::string& hardware,
-                                       Env* env = Env::Default());
+
+// A table of AIConfigurator's collector (framework, version, device, op_name, kernel_source, then
+// the shape, latency in milliseconds): GEMMs (gemm_perf: gemm_dtype, m, n, k) or all-reduces
+// (custom_allreduce_perf, nccl_perf: allreduce_dtype or nccl_dtype, num_gpus, message_size in
+// elements; other collectives are left out and counted). Rows go under `hardware`, or the
+// catalogue GPU the device column names; the stack is framework-version. Of several kernel
+// sources for one shape the fastest counts. Rows of data types the cost model has no format for
+// are left out and counted in `skipped`.
+Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::string& hardware,
+                                           Env* env = Env::Default());
 
 // Vidur's profiles (microsoft/vidur, data/profiling): per-layer operator times of one model at
 // each token count and tensor-parallel degree (compute/<gpu>/<model>/mlp.csv: the QKV, output,

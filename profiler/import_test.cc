@@ -141,11 +141,11 @@ TEST_CASE("ImportProfile and Summarize: time per kernel, range and operator kind
   std::filesystem::remove(nsys);
 }
 
-TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source per shape",
+TEST_CASE("ReadOperatorTableCsv: an AIConfigurator GEMM table, fastest kernel source per shape",
           "[profiler]") {
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/gemm_table.csv";
-  CHECK(*DetectProfileFormat(path) == ProfileFormat::kGemmTableCsv);
-  auto table = ReadGemmTableCsv(path, "");
+  CHECK(*DetectProfileFormat(path) == ProfileFormat::kOperatorTableCsv);
+  auto table = ReadOperatorTableCsv(path, "");
   INFO(table.status().message());
   REQUIRE(table.ok());
   REQUIRE(table->rows.size() == 28);  // 21 bf16 + 7 block-scaled FP8; the slower duplicate dropped
@@ -160,17 +160,18 @@ TEST_CASE("ReadGemmTableCsv: an AIConfigurator GEMM table, fastest kernel source
       CHECK(r.median_us == Approx(15.52));
   }
   CHECK(fp8 == 7);
-  CHECK(ReadGemmTableCsv(path, "h200")->rows.front().hardware == "h200");
+  CHECK(ReadOperatorTableCsv(path, "h200")->rows.front().hardware == "h200");
 }
 
-TEST_CASE("ReadGemmTableCsv: bad lines are refused with file, line, field and rule", "[profiler]") {
+TEST_CASE("ReadOperatorTableCsv: bad lines are refused with file, line, field and rule",
+          "[profiler]") {
   const std::string path =
       (std::filesystem::temp_directory_path() / "fathom_bad_gemm_table.csv").string();
   const std::string header =
       "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n";
   auto error = [&](const std::string& body, const std::string& hardware = "") {
     REQUIRE(WriteFileAtomic(path, header + body).ok());
-    auto t = ReadGemmTableCsv(path, hardware);
+    auto t = ReadOperatorTableCsv(path, hardware);
     return t.ok() ? std::string("ok") : t.status().message();
   };
   const std::string good =
@@ -191,12 +192,56 @@ TEST_CASE("ReadGemmTableCsv: bad lines are refused with file, line, field and ru
   CHECK(error("TRTLLM,1.2.0,NVIDIA A10G,gemm,torch_flow,bfloat16,8,16,32,0.01\n", "h100-sxm") ==
         "ok");
   REQUIRE(WriteFileAtomic(path, "op_name,m,n,k,latency\n").ok());
-  CHECK(ReadGemmTableCsv(path, "").status().message() ==
+  CHECK(ReadOperatorTableCsv(path, "").status().message() ==
         path +
             ":1: column 'dtype' missing (a GEMM table has framework, version, device, op_name, "
             "kernel_source, "
             "gemm_dtype, m, n, k, latency)");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("ReadOperatorTableCsv: an AIConfigurator all-reduce table, its elements as bytes",
+          "[profiler]") {
+  const std::string path = DataDir() + "/profiler/data/aiconfigurator/h200/all_reduce.csv";
+  CHECK(*DetectProfileFormat(path) == ProfileFormat::kOperatorTableCsv);
+  auto table = ReadOperatorTableCsv(path, "");
+  INFO(table.status().message());
+  REQUIRE(table.ok());
+  REQUIRE(table->rows.size() == 69);  // 23 sizes on 2, 4 and 8 GPUs
+  for (const auto& r : table->rows) {
+    CHECK(r.op == "all_reduce");
+    CHECK(r.hardware == "h200");  // from "NVIDIA H200"
+    CHECK(r.stack == "trtllm-1.2.0rc5");
+    CHECK(r.dtype == "bf16");
+    if (r.extra == 8 && r.m == 1048576) CHECK(r.median_us == Approx(19.6).epsilon(0.01));
+  }
+  const std::string bad =
+      (std::filesystem::temp_directory_path() / "fathom_bad_all_reduce.csv").string();
+  const std::string header =
+      "framework,version,device,op_name,kernel_source,nccl_dtype,num_gpus,message_size,latency\n";
+  REQUIRE(WriteFileAtomic(bad, header + "TRTLLM,2.26,NVIDIA H200,all_reduce,NCCL,half,1,128,0.01\n")
+              .ok());
+  CHECK(ReadOperatorTableCsv(bad, "").status().message() ==
+        bad + ":2: num_gpus = \"1\": must be at least 2");
+  REQUIRE(WriteFileAtomic(bad, header +
+                                   "TRTLLM,2.26,NVIDIA H200,all_gather,NCCL,half,2,128,0.01\n" +
+                                   "TRTLLM,2.26,NVIDIA H200,all_reduce,NCCL,int8,2,128,0.01\n" +
+                                   "TRTLLM,2.26,NVIDIA H200,all_reduce,NCCL,half,2,128,0.01\n")
+              .ok());
+  auto read = ReadOperatorTableCsv(bad, "");
+  REQUIRE(read.ok());
+  REQUIRE(read->rows.size() == 1);
+  CHECK(read->rows[0].m == 256);  // 128 fp16 elements
+  CHECK(read->rows[0].dtype == "fp16");
+  CHECK(read->skipped.at("all_gather") == 1);
+  CHECK(read->skipped.at("int8") == 1);
+  REQUIRE(WriteFileAtomic(bad, "op_name,num_gpus,latency,nccl_dtype\n").ok());
+  CHECK(ReadOperatorTableCsv(bad, "").status().message() ==
+        bad +
+            ":1: column 'message_size' missing (an all-reduce table has framework, version, "
+            "device, op_name, kernel_source, allreduce_dtype or nccl_dtype, num_gpus, "
+            "message_size, latency)");
+  std::filesystem::remove(bad);
 }
 
 TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[profiler]") {
@@ -209,8 +254,9 @@ TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[prof
   std::filesystem::remove(path);
 }
 
-TEST_CASE("DetectProfileFormat and ReadGemmTableCsv: a short read or a failed open names the file",
-          "[profiler]") {
+TEST_CASE(
+    "DetectProfileFormat and ReadOperatorTableCsv: a short read or a failed open names the file",
+    "[profiler]") {
   const std::string path = std::string(FATHOM_TEST_DATA_DIR) + "/gemm_table.csv";
   const std::string size = std::to_string(std::filesystem::file_size(path));
   FaultInjectionEnv env;
@@ -219,13 +265,13 @@ TEST_CASE("DetectProfileFormat and ReadGemmTableCsv: a short read or a failed op
   REQUIRE_FALSE(format.ok());
   CHECK(format.status().message() == path + ": short read: got 10 of " + size + " bytes");
   env.short_read_after_bytes = 200;  // past the header, inside the rows
-  auto table = ReadGemmTableCsv(path, "", &env);
+  auto table = ReadOperatorTableCsv(path, "", &env);
   REQUIRE_FALSE(table.ok());
   CHECK(table.status().code() == StatusCode::kIoError);
   CHECK(table.status().message() == path + ": short read: got 200 of " + size + " bytes");
   CHECK(DetectProfileFormat(path + ".none").status().message() ==
         path + ".none: cannot open profile");
-  CHECK(ReadGemmTableCsv(path + ".none", "").status().message() == path + ".none: cannot open");
+  CHECK(ReadOperatorTableCsv(path + ".none", "").status().message() == path + ".none: cannot open");
 }
 
 }  // namespace fathom::profiler
