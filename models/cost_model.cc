@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "base/csv.h"
 #include "base/files.h"
 #include "models/stack.h"
 
@@ -158,6 +159,32 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
     }
   }
   c.note = f.String("note", "");
+  if (j.contains("all_reduce_tables")) {
+    const Json& t = j["all_reduce_tables"];
+    const std::string where = path + ": all_reduce_tables";
+    if (!t.is_object()) return Status::InvalidArgument(where + ": not an object");
+    for (const auto& gpu : t.items()) {
+      if (!gpu.value().is_object())
+        return Status::InvalidArgument(where + "." + gpu.key() + ": not an object");
+      for (const auto& by_ranks : gpu.value().items()) {
+        const std::string at = where + "." + gpu.key() + "." + by_ranks.key();
+        int64_t ranks = 0;
+        if (!ParseNonNegativeInt(by_ranks.key(), &ranks) || ranks < 2 || ranks > 1 << 20)
+          return Status::InvalidArgument(at + ": ranks must be an integer >= 2");
+        if (!by_ranks.value().is_array() || by_ranks.value().empty())
+          return Status::InvalidArgument(at + ": not a list of [bytes, microseconds]");
+        for (const auto& point : by_ranks.value()) {
+          if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+              !point[1].is_number() || !(point[0].get<double>() > 0) ||
+              !(point[1].get<double>() > 0))
+            return Status::InvalidArgument(at + ": " + point.dump() +
+                                           ": not [bytes, microseconds], both positive");
+          p.all_reduce.Add(gpu.key(), static_cast<int>(ranks), point[0].get<double>(),
+                           point[1].get<double>());
+        }
+      }
+    }
+  }
   return c;
 }
 
@@ -175,6 +202,15 @@ OrderedJson ToJson(const Calibration& c) {
   OrderedJson sd;
   for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
   j["stddev"] = sd;
+  if (!p.all_reduce.empty()) {
+    OrderedJson tables;
+    for (const auto& [key, points] : p.all_reduce.tables()) {
+      OrderedJson list = OrderedJson::array();
+      for (const auto& [bytes, us] : points) list.push_back({bytes, us});
+      tables[key.first][std::to_string(key.second)] = list;
+    }
+    j["all_reduce_tables"] = tables;
+  }
   return j;
 }
 
@@ -182,6 +218,21 @@ std::string DefaultCalibrationPath() {
   // The newest stack's; a broken stacks file is then the file a load names.
   auto stacks = LoadStacks(DefaultStacksPath());
   return stacks.ok() ? stacks->back().CalibrationPath() : DefaultStacksPath();
+}
+
+void AllReduceTables::Add(const std::string& hardware, int ranks, double bytes, double us) {
+  auto& points = tables_[{hardware, ranks}];
+  points.emplace_back(bytes, us);
+  std::sort(points.begin(), points.end());
+}
+
+std::optional<double> AllReduceTables::Seconds(const std::string& hardware, int ranks,
+                                               double bytes) const {
+  auto it = tables_.find({hardware, ranks});
+  if (it == tables_.end()) return std::nullopt;
+  auto us = InterpolateLogLog(it->second, bytes);
+  if (!us) return std::nullopt;
+  return *us * 1e-6;
 }
 
 Result<MeasuredGemms> MeasuredGemms::Load(const PerfDb& db, const std::string& hardware) {
@@ -288,6 +339,10 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
     case OpKind::kCommunication:
+      if (op.comm == CommKind::kAllReduce && op.span <= hw.scale_up_domain_gpus) {
+        if (auto t = p.all_reduce.Seconds(hw.name, op.ranks, op.comm_bytes))
+          return *t * (1.0 - p.comm_overlap);
+      }
       return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6,
                                p.collective_hop_latency_us * 1e-6) *
              (1.0 - p.comm_overlap);

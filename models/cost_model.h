@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,6 +22,27 @@
 #include "models/perf_db.h"
 
 namespace fathom::models {
+
+// Measured all-reduce latencies within one scale-up domain, by GPU and rank count, interpolated
+// in (log bytes, log latency) between the buffers measured (InterpolateLogLog). Where a table
+// covers an all-reduce's GPU and ranks it answers in place of the collective formula: engines'
+// own all-reduce kernels (one-shot and two-shot for small buffers, NCCL's for large ones, NVLink
+// SHARP on 8 GPUs) follow no single alpha-beta curve.
+class AllReduceTables {
+ public:
+  void Add(const std::string& hardware, int ranks, double bytes, double us);
+  std::optional<double> Seconds(const std::string& hardware, int ranks, double bytes) const;
+  bool empty() const { return tables_.empty(); }
+  // (GPU, ranks) -> (bytes, microseconds) by bytes.
+  const std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>>& tables()
+      const {
+    return tables_;
+  }
+  bool operator==(const AllReduceTables&) const = default;
+
+ private:
+  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> tables_;
+};
 
 // Few parameters, each a physical quantity. The fitted ones are listed in kFitted.
 struct CostParams {
@@ -76,6 +98,9 @@ struct CostParams {
   std::vector<int64_t> cuda_graph_batch_sizes;
   // Tokens per streamed response of a Python front when a deployment names none (0: none).
   int64_t stream_interval = 0;
+  // Measured all-reduces (`fathom profile tables`), which price those they cover; none: the
+  // collective formula prices every one.
+  AllReduceTables all_reduce;
 
   static constexpr int kNumFitted = 10;
   static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency",

@@ -556,10 +556,65 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   }
 }
 
+TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the formula the rest",
+          "[models]") {
+  auto hw = *(*HardwareCatalog::LoadBuiltin()).Find("h200");
+  CostParams p;
+  p.all_reduce.Add("h200", 8, 1 << 20, 20);  // microseconds
+  p.all_reduce.Add("h200", 8, 4 << 20, 40);
+  p.all_reduce.Add("h200", 8, 256, 4);
+  auto ar = [&](double bytes, int ranks, int span) {
+    return OperatorSeconds(Comm("ar", 1, CommKind::kAllReduce, bytes, ranks, span), hw, p, 1);
+  };
+  CHECK(ar(1 << 20, 8, 8) == Approx(20e-6));
+  CHECK(ar(2 << 20, 8, 8) == Approx(std::sqrt(20e-6 * 40e-6)));  // halfway in log-log
+  CHECK(ar(64, 8, 8) == Approx(4e-6));                           // below: the smallest's
+  CHECK(ar(16 << 20, 8, 8) == Approx(80e-6));                    // above: the last slope
+  CostParams formula = p;
+  formula.all_reduce = {};
+  // No table for 4 ranks, another GPU, a group past the scale-up domain or an all-gather.
+  CHECK(
+      ar(1 << 20, 4, 4) ==
+      Approx(OperatorSeconds(Comm("ar", 1, CommKind::kAllReduce, 1 << 20, 4, 4), hw, formula, 1)));
+  CHECK(
+      ar(1 << 20, 8, 16) ==
+      Approx(OperatorSeconds(Comm("ar", 1, CommKind::kAllReduce, 1 << 20, 8, 16), hw, formula, 1)));
+  auto b200 = *(*HardwareCatalog::LoadBuiltin()).Find("b200");
+  const Operator op = Comm("ar", 1, CommKind::kAllReduce, 1 << 20, 8, 8);
+  CHECK(OperatorSeconds(op, b200, p, 1) == Approx(OperatorSeconds(op, b200, formula, 1)));
+  const Operator gather = Comm("ag", 1, CommKind::kAllGather, 1 << 20, 8, 8);
+  CHECK(OperatorSeconds(gather, hw, p, 1) == Approx(OperatorSeconds(gather, hw, formula, 1)));
+  // A calibration file's tables: bytes and microseconds; bad ones are named.
+  const std::string good =
+      R"({"params": {}, "all_reduce_tables": {"h200": {"8": [[256, 4], [1048576, 20]]}}})";
+  auto loaded = CalibrationFromJson(Json::parse(good), "cal.json");
+  REQUIRE(loaded.ok());
+  CHECK(*loaded->params.all_reduce.Seconds("h200", 8, 1 << 20) == Approx(20e-6));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"h200": {"1": [[256, 4]]}})",
+       "cal.json: all_reduce_tables.h200.1: ranks must be an integer >= 2"},
+      {R"({"h200": {"8": []}})",
+       "cal.json: all_reduce_tables.h200.8: not a list of [bytes, microseconds]"},
+      {R"({"h200": {"8": [[256, -4]]}})",
+       "cal.json: all_reduce_tables.h200.8: [256,-4]: not [bytes, microseconds], both positive"},
+      {R"({"h200": [1]})", "cal.json: all_reduce_tables.h200: not an object"},
+  };
+  for (const auto& [tables, message] : bad) {
+    auto b = CalibrationFromJson(
+        Json::parse(std::string(R"({"params": {}, "all_reduce_tables": )") + tables + "}"),
+        "cal.json");
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.status().message() == message);
+  }
+}
+
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.41, 2.5, 0.81,         9, 0.3, 0.2, 260,
-              0.6,  170,  0.4,  6.5, 0.15, 57,   33,  {1, 64, 512}, 20};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.41, 2.5, 0.81,         9,  0.3, 0.2, 260,
+              0.6,  170,  0.4,  6.5, 0.15, 57,   33,  {1, 64, 512}, 20, {}};
+  c.params.all_reduce.Add("h200", 8, 1 << 20, 19.6);
+  c.params.all_reduce.Add("h200", 8, 256, 3.5);
+  c.params.all_reduce.Add("b200", 4, 1 << 20, 9.8);
   c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03, 0.04};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";

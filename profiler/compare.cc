@@ -82,9 +82,11 @@ Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement
                                          const models::Hardware& hw,
                                          const models::CostParams& params) {
   ModelComparison out;
-  // A measured collective is its kernel's whole time, not the share that overlap leaves.
+  // A measured collective is its kernel's whole time, not the share that overlap leaves; and the
+  // formula is what is compared, not measured tables the calibration may carry.
   models::CostParams kernel_params = params;
   kernel_params.comm_overlap = 0;
+  kernel_params.all_reduce = {};
   for (const auto& row : rows) {
     auto op = models::MeasuredOperator(row);
     if (op.status().code() == StatusCode::kNotFound) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -330,6 +331,56 @@ Status Run(const ProfileFlags& f) {
   return Exec(f.command[0], std::vector<std::string>(f.command.begin() + 1, f.command.end()));
 }
 
+// The calibration with the database's measured all-reduces as its tables: per GPU and rank
+// count, within one node, the fastest kernel source of each buffer size (an engine picks its
+// fastest), replacing the tables of those GPUs (others kept).
+Status Tables(const ProfileFlags& f) {
+  if (!std::filesystem::is_regular_file(f.file))
+    return Status::NotFound(f.file + ": no such performance database");
+  FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.file));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<std::string> gpus, db.HardwareNames());
+  if (!f.hardware.empty()) gpus = {f.hardware};
+  const std::string calibration_path =
+      f.calibration.empty() ? models::DefaultCalibrationPath() : f.calibration;
+  FATHOM_ASSIGN_OR_RETURN(models::Calibration calibration,
+                          models::LoadCalibration(calibration_path));
+  std::map<std::pair<std::string, int>, std::map<int64_t, double>> fastest;
+  for (const std::string& gpu : gpus) {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<models::OpMeasurement> rows,
+                            db.Query(gpu, "all_reduce", "", f.stack));
+    for (const auto& r : rows) {
+      if (models::DimValue(r.dims, "nodes").value_or(1) > 1) continue;  // scale-out
+      auto [it, added] = fastest[{gpu, static_cast<int>(r.extra)}].emplace(r.m, r.median_us);
+      if (!added) it->second = std::min(it->second, r.median_us);
+    }
+  }
+  if (fastest.empty()) {
+    return Status::InvalidArgument(f.file + ": no all-reduce measured within one node" +
+                                   (f.hardware.empty() ? "" : " on " + f.hardware) +
+                                   (f.stack.empty() ? "" : " with stack " + f.stack));
+  }
+  models::AllReduceTables tables;
+  std::set<std::string> measured;
+  for (const auto& [key, points] : fastest) {
+    measured.insert(key.first);
+    for (const auto& [bytes, us] : points)
+      tables.Add(key.first, key.second, static_cast<double>(bytes), us);
+  }
+  for (const auto& [key, points] : calibration.params.all_reduce.tables()) {
+    if (measured.count(key.first)) continue;
+    for (const auto& [bytes, us] : points) tables.Add(key.first, key.second, bytes, us);
+  }
+  calibration.params.all_reduce = tables;
+  FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.out, models::ToJson(calibration).dump(2) + "\n"));
+  for (const auto& [key, points] : fastest) {
+    std::printf("%s, %d GPUs: %zu all-reduce sizes, %s to %s bytes\n", key.first.c_str(),
+                key.second, points.size(), std::to_string(points.begin()->first).c_str(),
+                std::to_string(points.rbegin()->first).c_str());
+  }
+  std::printf("wrote %s (%s with these tables)\n", f.out.c_str(), calibration_path.c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterProfile(CLI::App& app, Status* result) {
@@ -382,6 +433,15 @@ void RegisterProfile(CLI::App& app, Status* result) {
   cmp->add_flag("--rows", f->rows, "List every row");
   cmp->add_flag("--json", f->json, "Print JSON");
   cmp->callback([f, result] { *result = Compare(*f); });
+  CLI::App* tab = cmd->add_subcommand(
+      "tables", "Write a calibration whose measured all-reduce tables price all-reduces");
+  tab->add_option("db", f->file, "Performance database")->required();
+  tab->add_option("--hardware", f->hardware, "Only this GPU's rows (default: every GPU's)");
+  tab->add_option("--stack", f->stack, "Only rows of this software stack");
+  tab->add_option("--calibration", f->calibration,
+                  "Calibration to add the tables to (default: the newest stack's)");
+  tab->add_option("--out", f->out, "Calibration file to write")->required();
+  tab->callback([f, result] { *result = Tables(*f); });
   CLI::App* run = cmd->add_subcommand(
       "run", "Trace any CUDA program through CUDA_INJECTION64_PATH (needs CUDA)");
   run->add_option("--db", f->db, "Performance database")->capture_default_str();
