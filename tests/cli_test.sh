@@ -304,7 +304,7 @@ expect 0 "imported 3 records" -- profile import "$data/pytorch_trace.json" --db 
 expect 0 '"by_operator_kind"' -- profile summarize "$tmp/prof.db" --json
 expect 2 "prof.db: not a fathom results database" -- report --db "$tmp/prof.db" --list
 expect 2 "no such performance database" -- profile summarize "$tmp/none.db"
-expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a GEMM table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
+expect 2 "not an Nsight Systems SQLite export, a PyTorch profiler trace (JSON), a GEMM or all-reduce table" -- profile import "$data/burstgpt_sample.csv" --db "$tmp/prof.db"
 # Vidur's measured H100 profiles: imported (format and GPU detected), compared, fitted, and the
 # fitted operator parameters used by a simulation.
 vidur="$root/profiler/data/vidur"
@@ -315,6 +315,19 @@ expect 0 "collective_hop_latency_us" -- profile compare "$tmp/vidur.db" --fit --
 expect 0 "fitted without phi-2, its rows:" -- profile compare "$tmp/vidur.db" --fit --cross-validate
 expect 0 '"completed_requests": 24576' -- simulate --hardware h100-sxm --model llama2-70b --tp 8 --ep 1 --attn-dp 1 \
   --weights fp8 --kv fp8 --samples 100 --calibration "$tmp/h100ops.json" --json
+
+# AIConfigurator's measured H200 and B200 all-reduces (TensorRT-LLM's own kernels) against the
+# formula, then as a calibration's tables, which price a simulation's all-reduces.
+aic="$root/profiler/data/aiconfigurator"
+expect 0 "imported 69 records" -- profile import "$aic/h200/all_reduce.csv" --db "$tmp/aic.db"
+expect 0 "imported 69 records" -- profile import "$aic/b200/all_reduce.csv" --db "$tmp/aic.db"
+expect 0 "all_reduce bf16, <=64 KiB" -- profile compare "$tmp/aic.db" --hardware h200
+expect 0 "h200, 8 GPUs: 23 all-reduce sizes, 256 to 1073741824 bytes" -- profile tables "$tmp/aic.db" \
+  --calibration "$root/models/calibration/trtllm-1.0.json" --out "$tmp/tables.json"
+if grep -q '"all_reduce_tables"' "$tmp/tables.json"; then passed=$((passed + 1)); else echo "FAIL: profile tables wrote no all_reduce_tables"; failed=$((failed + 1)); fi
+expect 0 "TP8 PP1" -- simulate --hardware h200 --model llama3.1-405b --tp 8 --weights fp8 --kv fp8 \
+  --runtime cpp --samples 50 --calibration "$tmp/tables.json"
+expect 2 "$tmp/prof.db: no all-reduce measured within one node" -- profile tables "$tmp/prof.db" --out "$tmp/none.json"
 
 # A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
 expect 0 "left out 2 rows of int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
