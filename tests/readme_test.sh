@@ -93,5 +93,17 @@ medians() {
 claim "operator prices are off by $(medians "$tmp/compare.txt" "^group")"
 claim "and prices them within $(medians "$tmp/fit.txt" "^Fitted")"
 
+# Against AIConfigurator's H200 and B200 timings of TensorRT-LLM's kernels.
+for f in "$root"/profiler/data/aiconfigurator/*/*.csv; do
+  "$fathom" profile import "$f" --db "$tmp/aic.db" >/dev/null 2>&1
+done
+"$fathom" profile compare "$tmp/aic.db" --hardware h200 >"$tmp/aic_h200.txt" 2>&1
+"$fathom" profile compare "$tmp/aic.db" --hardware b200 >"$tmp/aic_b200.txt" 2>&1
+# signed FILE GROUP: the median signed error of a group's row, without its decimals.
+signed() { awk -v g="$2" '$0 ~ "^"g" " { v = $(NF-2); sub(/%/, "", v); v += 0; printf "%+d%%", (v < 0 ? v - 0.5 : v + 0.5); exit }' "$1"; }
+claim "less at $(signed "$tmp/aic_h200.txt" "all_reduce bf16, <=64 KiB") on H200 and $(signed "$tmp/aic_b200.txt" "all_reduce bf16, <=64 KiB") on B200 in the median"
+claim "at $(signed "$tmp/aic_h200.txt" "all_reduce bf16, 64 KiB-4 MiB") and $(signed "$tmp/aic_b200.txt" "all_reduce bf16, 64 KiB-4 MiB"):"
+claim "$(signed "$tmp/aic_h200.txt" "gemm fp8 " | tr -d +-) below the measured FP8 \`Linear\` on H200 and $(signed "$tmp/aic_b200.txt" "gemm fp8 " | tr -d +-) on B200, and $(signed "$tmp/aic_b200.txt" "gemm nvfp4 " | tr -d +-) below NVFP4"
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
