@@ -170,7 +170,7 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
         const std::string at = where + "." + gpu.key() + "." + by_ranks.key();
         int64_t ranks = 0;
         if (!ParseNonNegativeInt(by_ranks.key(), &ranks) || ranks < 2 || ranks > 1 << 20)
-          return Status::InvalidArgument(at + ": ranks must be an integer >= 2");
+          return Status::InvalidArgument(at + ": ranks must be an integer from 2 to 1048576");
         if (!by_ranks.value().is_array() || by_ranks.value().empty())
           return Status::InvalidArgument(at + ": not a list of [bytes, microseconds]");
         for (const auto& point : by_ranks.value()) {

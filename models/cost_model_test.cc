@@ -592,7 +592,7 @@ TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the for
   CHECK(*loaded->params.all_reduce.Seconds("h200", 8, 1 << 20) == Approx(20e-6));
   const std::pair<const char*, const char*> bad[] = {
       {R"({"h200": {"1": [[256, 4]]}})",
-       "cal.json: all_reduce_tables.h200.1: ranks must be an integer >= 2"},
+       "cal.json: all_reduce_tables.h200.1: ranks must be an integer from 2 to 1048576"},
       {R"({"h200": {"8": []}})",
        "cal.json: all_reduce_tables.h200.8: not a list of [bytes, microseconds]"},
       {R"({"h200": {"8": [[256, -4]]}})",
