@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -310,7 +311,10 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
     if (collective) {
       if (shape[0] < 2) return bad("num_gpus", field("num_gpus"), "must be at least 2");
       // message_size counts elements; the buffer's bytes are what the cost model prices.
-      row.m = shape[1] * static_cast<int64_t>(models::BytesPerElement(*dtype));
+      if (shape[1] > int64_t{1} << 50)
+        return bad("message_size", field("message_size"), "must be at most 2^50 elements");
+      row.m = std::max<int64_t>(
+          1, std::llround(static_cast<double>(shape[1]) * models::BytesPerElement(*dtype)));
       row.extra = shape[0];
     } else {
       row.m = shape[0];

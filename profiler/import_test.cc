@@ -235,6 +235,11 @@ TEST_CASE("ReadOperatorTableCsv: an AIConfigurator all-reduce table, its element
   CHECK(read->rows[0].dtype == "fp16");
   CHECK(read->skipped.at("all_gather") == 1);
   CHECK(read->skipped.at("int8") == 1);
+  REQUIRE(WriteFileAtomic(bad, header + "TRTLLM,2.26,NVIDIA H200,all_reduce,NCCL,half,2," +
+                                   "9223372036854775807,0.01\n")
+              .ok());
+  CHECK(ReadOperatorTableCsv(bad, "").status().message() ==
+        bad + ":2: message_size = \"9223372036854775807\": must be at most 2^50 elements");
   REQUIRE(WriteFileAtomic(bad, "op_name,num_gpus,latency,nccl_dtype\n").ok());
   CHECK(ReadOperatorTableCsv(bad, "").status().message() ==
         bad +
