@@ -122,6 +122,36 @@ const char* CostParamName(double CostParams::*field) {
   return "?";
 }
 
+namespace {
+
+// A calibration's all_reduce_tables: {GPU: {ranks: [[bytes, microseconds], ...]}}.
+Status ReadAllReduceTables(const Json& t, const std::string& where, AllReduceTables* out) {
+  if (!t.is_object()) return Status::InvalidArgument(where + ": not an object");
+  for (const auto& gpu : t.items()) {
+    if (!gpu.value().is_object())
+      return Status::InvalidArgument(where + "." + gpu.key() + ": not an object");
+    for (const auto& by_ranks : gpu.value().items()) {
+      const std::string at = where + "." + gpu.key() + "." + by_ranks.key();
+      int64_t ranks = 0;
+      if (!ParseNonNegativeInt(by_ranks.key(), &ranks) || ranks < 2 || ranks > 1 << 20)
+        return Status::InvalidArgument(at + ": ranks must be an integer from 2 to 1048576");
+      if (!by_ranks.value().is_array() || by_ranks.value().empty())
+        return Status::InvalidArgument(at + ": not a list of [bytes, microseconds]");
+      for (const auto& point : by_ranks.value()) {
+        if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+            !point[1].is_number() || !(point[0].get<double>() > 0) || !(point[1].get<double>() > 0))
+          return Status::InvalidArgument(at + ": " + point.dump() +
+                                         ": not [bytes, microseconds], both positive");
+        out->Add(gpu.key(), static_cast<int>(ranks), point[0].get<double>(),
+                 point[1].get<double>());
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) {
   JsonFields f(j, path);
   Calibration c;
@@ -160,30 +190,8 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   }
   c.note = f.String("note", "");
   if (j.contains("all_reduce_tables")) {
-    const Json& t = j["all_reduce_tables"];
-    const std::string where = path + ": all_reduce_tables";
-    if (!t.is_object()) return Status::InvalidArgument(where + ": not an object");
-    for (const auto& gpu : t.items()) {
-      if (!gpu.value().is_object())
-        return Status::InvalidArgument(where + "." + gpu.key() + ": not an object");
-      for (const auto& by_ranks : gpu.value().items()) {
-        const std::string at = where + "." + gpu.key() + "." + by_ranks.key();
-        int64_t ranks = 0;
-        if (!ParseNonNegativeInt(by_ranks.key(), &ranks) || ranks < 2 || ranks > 1 << 20)
-          return Status::InvalidArgument(at + ": ranks must be an integer from 2 to 1048576");
-        if (!by_ranks.value().is_array() || by_ranks.value().empty())
-          return Status::InvalidArgument(at + ": not a list of [bytes, microseconds]");
-        for (const auto& point : by_ranks.value()) {
-          if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
-              !point[1].is_number() || !(point[0].get<double>() > 0) ||
-              !(point[1].get<double>() > 0))
-            return Status::InvalidArgument(at + ": " + point.dump() +
-                                           ": not [bytes, microseconds], both positive");
-          p.all_reduce.Add(gpu.key(), static_cast<int>(ranks), point[0].get<double>(),
-                           point[1].get<double>());
-        }
-      }
-    }
+    FATHOM_RETURN_IF_ERROR(
+        ReadAllReduceTables(j["all_reduce_tables"], path + ": all_reduce_tables", &p.all_reduce));
   }
   return c;
 }

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -246,10 +248,15 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
   };
   // A GEMM table (gemm_perf) or an all-reduce one (custom_allreduce_perf, nccl_perf).
   const bool collective = table->Has("num_gpus") || table->Has("message_size");
-  const char* dtype_column = collective
-                                 ? (table->Has("nccl_dtype") ? "nccl_dtype" : "allreduce_dtype")
-                             : table->Has("gemm_dtype") ? "gemm_dtype"
-                                                        : "dtype";
+  // The first of the names the table has, else the last (the one a missing column names).
+  auto column = [&](std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+      if (table->Has(name)) return name;
+    }
+    return *std::prev(names.end());
+  };
+  const char* dtype_column =
+      collective ? column({"nccl_dtype", "allreduce_dtype"}) : column({"gemm_dtype", "dtype"});
   const std::vector<const char*> shape_columns =
       collective ? std::vector<const char*>{"num_gpus", "message_size"}
                  : std::vector<const char*>{"m", "n", "k"};
