@@ -328,6 +328,11 @@ if grep -q '"all_reduce_tables"' "$tmp/tables.json"; then passed=$((passed + 1))
 expect 0 "TP8 PP1" -- simulate --hardware h200 --model llama3.1-405b --tp 8 --weights fp8 --kv fp8 \
   --runtime cpp --samples 50 --calibration "$tmp/tables.json"
 expect 2 "$tmp/prof.db: no all-reduce measured within one node" -- profile tables "$tmp/prof.db" --out "$tmp/none.json"
+# Tables from a database of one GPU replace that GPU's and keep the others'.
+expect 0 "imported 69 records" -- profile import "$aic/b200/all_reduce.csv" --db "$tmp/aic_b200.db" --hardware h200
+expect 0 "h200, 4 GPUs: 23 all-reduce sizes" -- profile tables "$tmp/aic_b200.db" --calibration "$tmp/tables.json" --out "$tmp/tables2.json"
+if grep -q '"b200"' "$tmp/tables2.json" && ! cmp -s "$tmp/tables.json" "$tmp/tables2.json"; then passed=$((passed + 1)); else echo "FAIL: profile tables dropped b200's tables or left h200's as they were"; failed=$((failed + 1)); fi
+expect 2 "aic.db: no all-reduce measured within one node on gb200" -- profile tables "$tmp/aic.db" --hardware gb200 --out "$tmp/none.json"
 
 # A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
 expect 0 "left out 2 rows of int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
