@@ -46,7 +46,8 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
   for (const auto& e : setup.deployments) {
     if (e.model == row.model && e.hardware == row.accelerator &&
         (e.scenario == "*" || e.scenario == row.scenario) &&
-        (e.submitter.empty() || e.submitter == row.submitter))
+        (e.submitter.empty() || e.submitter == row.submitter) &&
+        e.deployment.TotalGpus() == row.gpus)
       return &e;
   }
   return nullptr;
@@ -228,9 +229,9 @@ Result<RowRun> PlanRun(const PublishedResult& row, const CalibrationSetup& setup
                        int64_t max_requests) {
   const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
   if (entry == nullptr) {
-    return Status::InvalidArgument("results line " + std::to_string(row.line) +
-                                   ": no deployment known for " + row.model + " on " +
-                                   row.accelerator + " (" + row.scenario + ")");
+    return Status::InvalidArgument(
+        "results line " + std::to_string(row.line) + ": no deployment known for " + row.model +
+        " on " + std::to_string(row.gpus) + " " + row.accelerator + " (" + row.scenario + ")");
   }
   const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
   auto workload = setup.workloads.find(benchmark != nullptr ? benchmark->name : row.model);

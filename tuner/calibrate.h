@@ -56,7 +56,8 @@ Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t s
                                               uint64_t seed);
 // The published deployments of an MLPerf round's rows ("v5.1", "v6.0") shipped with fathom.
 std::string DefaultSetupPath(const std::string& round);
-// The row's deployment: the first entry of its model, GPU, scenario and submitter; null if none.
+// The row's deployment: the first entry of its model, GPU, scenario and submitter whose GPU count
+// is the row's; null if none.
 const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
                                               const PublishedResult& row);
 

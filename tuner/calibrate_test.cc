@@ -191,6 +191,42 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
   CHECK(checked == 8);
 }
 
+TEST_CASE("FindDeployment: v6.0's held-out systems run their own size of the same instance",
+          "[tuner]") {
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v6.0"), 10, 1);
+  INFO(setup.status().message());
+  REQUIRE(setup.ok());
+  for (const char* file : {"mlperf_v6.0.csv", "mlperf_v6.0_holdout.csv"}) {
+    auto rows = LoadPublishedResults(DataDir() + "/models/calibration/" + file);
+    REQUIRE(rows.ok());
+    for (const PublishedResult& row : *rows) {
+      INFO(file << " line " << row.line << ": " << row.submitter << " " << row.gpus << " "
+                << row.accelerator << " " << row.scenario);
+      const CalibrationSetup::Entry* e = FindDeployment(*setup, row);
+      REQUIRE(e != nullptr);
+      // Racks run GPUs / 8 copies of the 8-GPU TP8/EP8 attention-DP instance.
+      const sim::DeploymentConfig& d = e->deployment;
+      CHECK(d.TotalGpus() == row.gpus);
+      CHECK(d.tp == 8);
+      CHECK(d.attn_dp == 8);
+      const sim::EngineConfig& engine = d.engine;
+      // Each Server runs its submitter's batch: 512 on B200 and GB200 but Nebius's B200 640,
+      // 640 on B300 and GB300.
+      if (!row.offline()) {
+        const bool b200_class = row.accelerator == "b200" || row.accelerator == "gb200";
+        CHECK(engine.max_batch == (b200_class && row.submitter != "Nebius" ? 512 : 640));
+      }
+    }
+  }
+  // A row whose GPU count no entry has gets none (not the 8-GPU instance's).
+  PublishedResult odd;
+  odd.model = "deepseek-r1";
+  odd.accelerator = "gb300";
+  odd.scenario = "Server";
+  odd.gpus = 16;
+  CHECK(FindDeployment(*setup, odd) == nullptr);
+}
+
 TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tuner]") {
   auto all = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 1000, 1);
