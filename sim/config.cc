@@ -167,7 +167,10 @@ std::vector<int64_t> CudaGraphSizes(const EngineConfig& config,
   if (!config.cuda_graph_batch_sizes.empty()) return config.cuda_graph_batch_sizes;
   std::vector<int64_t> sizes = time.CudaGraphBatchSizes();
   if (sizes.empty()) return sizes;
+  const int64_t largest = sizes.back();
   while (!sizes.empty() && sizes.back() >= config.max_batch) sizes.pop_back();
+  for (int64_t b = largest + kCudaGraphStep; b < config.max_batch; b += kCudaGraphStep)
+    sizes.push_back(b);
   sizes.push_back(config.max_batch);
   return sizes;
 }

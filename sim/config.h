@@ -92,8 +92,10 @@ struct EngineConfig {
 };
 
 // The batch sizes an engine of `config` on `time` replays CUDA graphs for: the deployment's own,
-// else the runtime's below its batch limit and the limit itself (the launch command sets
-// cuda_graph_config.max_batch_size to it, and TensorRT-LLM captures that).
+// else the runtime's below its batch limit, every kCudaGraphStep past the runtime's largest, and
+// the limit itself (as MLPerf's TensorRT-LLM harnesses capture them: v5.1's 128 to 512 in steps
+// of 128, v6.0's 8xB300 and GB300 ones 640, 768, 896 and 1,024 past 512).
+inline constexpr int64_t kCudaGraphStep = 128;
 std::vector<int64_t> CudaGraphSizes(const EngineConfig& config,
                                     const models::ExecutionTimeModel& time);
 

@@ -869,7 +869,7 @@ TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph
   CHECK(unpadded);
 }
 
-TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's up to the batch limit",
+TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's, then every 128 to the limit",
           "[sim]") {
   class Runtime : public RecordingTime {
    public:
@@ -883,6 +883,11 @@ TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's up to the ba
   CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8});
   e.max_batch = 40;
   CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8, 16, 40});
+  // Past the runtime's largest size, every 128 up to the limit.
+  e.max_batch = 400;
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8, 16, 144, 272, 400});
+  e.max_batch = 401;
+  CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{1, 2, 4, 8, 16, 144, 272, 400, 401});
   CHECK(CudaGraphSizes(e, none).empty());  // no graphs: every iteration eager
   e.cuda_graph_batch_sizes = {3, 5};
   CHECK(CudaGraphSizes(e, runtime) == std::vector<int64_t>{3, 5});

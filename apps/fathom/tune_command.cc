@@ -164,6 +164,17 @@ std::function<void(const tuner::TuneProgress&)> ProgressBar(bool server) {
   };
 }
 
+// The deployment with the CUDA-graph batch sizes its figures assumed (its stack's, when it names
+// none), so that the launch command captures those and `simulate --deployment` replays them.
+Result<sim::DeploymentConfig> WithCudaGraphSizes(sim::DeploymentConfig d,
+                                                 const models::HardwareCatalog& catalog,
+                                                 const sim::TimeModelFactory& make_time) {
+  if (d.runtime != models::Runtime::kPython || !d.engine.cuda_graph_batch_sizes.empty()) return d;
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, make_time));
+  d.engine.cuda_graph_batch_sizes = sim::CudaGraphSizes(d.engine, *resolved->time);
+  return d;
+}
+
 Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
@@ -195,7 +206,9 @@ Status Run(TuneFlags f) {
   }
   if (res.ranked.empty()) return ExplainFailure(f, res, workload_note, stack);
   const tuner::CandidateResult& best = res.ranked.front();
-  const tuner::LaunchCommands launch = tuner::MakeLaunchCommands(best.config, catalog);
+  FATHOM_ASSIGN_OR_RETURN(const sim::DeploymentConfig chosen,
+                          WithCudaGraphSizes(best.config, catalog, o.make_time));
+  const tuner::LaunchCommands launch = tuner::MakeLaunchCommands(chosen, catalog);
   // The best deployment with the run behind its figures, which `simulate --deployment` repeats; a
   // data set drawn with --dataset-samples cannot be drawn again there, so that run is not carried.
   sim::RunRecord run;
@@ -209,14 +222,14 @@ Status Run(TuneFlags f) {
   run.ttft_limit_ms = o.ttft_limit_ms;
   run.tpot_limit_ms = o.tpot_limit_ms;
   const OrderedJson best_json =
-      f.in.dataset_samples > 0 ? sim::ToJson(best.config) : sim::ToJson(best.config, run);
+      f.in.dataset_samples > 0 ? sim::ToJson(chosen) : sim::ToJson(chosen, run);
   if (!f.best_out.empty())
     FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
   if (f.json) {
     OrderedJson j;
     OrderedJson b;
-    b["config"] = sim::ToJson(best.config);
+    b["config"] = sim::ToJson(chosen);
     b["throughput_tokens_per_s"] = best.throughput_tokens_per_s;
     b["tokens_per_s_per_gpu"] = best.tokens_per_s_per_gpu;
     b["tokens_per_s_per_user"] = best.tokens_per_s_per_user;
