@@ -181,6 +181,14 @@ simulated=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/sim_offline.j
 if awk -v a="$tuned" -v b="$simulated" 'BEGIN { exit !(a > 0 && b > 0.99 * a && b < 1.01 * a) }'; then
   passed=$((passed + 1)); else echo "FAIL: simulate of tune's best (offline): $simulated tokens/s, tune said $tuned"
   failed=$((failed + 1)); fi
+# The tuner's best names the CUDA-graph sizes its figures assumed (the stack's below the batch
+# limit, then the limit), and its TensorRT-LLM launch captures those.
+"$fathom" tune --max-batch 300 --max-num-tokens 4096 --no-disagg --dataset-samples 200 --max-output 2000 --json \
+  --best-out "$tmp/best_graphs.json" >"$tmp/tune_graphs.json" 2>/dev/null
+if tr -d ' \n' <"$tmp/best_graphs.json" | grep -qF '"cuda_graph_batch_sizes":[1,2,4,8,16,32,64,128,256,300]' &&
+  grep -qF 'batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]' "$tmp/tune_graphs.json"; then
+  passed=$((passed + 1)); else echo "FAIL: tune's best and launch do not name its CUDA-graph sizes"
+  failed=$((failed + 1)); fi
 expect 0 "Run: whole data sets lasting 660 s" -- simulate --model llama2-70b --hardware h200 --gpus 2 --tp 2 --weights fp8
 expect 0 "run length        " -- simulate --deployment "$tmp/best_offline.json"
 # A search that finds nothing says why, what came closest and what to relax; --json too.
