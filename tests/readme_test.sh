@@ -23,6 +23,8 @@ claim() {
 
 # figure REGEX FILE: the first match of the extended REGEX's group 1 in FILE.
 figure() { sed -nE "s/.*$1.*/\\1/p" "$2" | head -1; }
+# thousands: standard input's numbers with thousands separators (1,200).
+thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta'; }
 
 # Accuracy against the shipped MLPerf rows.
 # stderr apart: its closing line lands inside stdout's table wherever the buffer was flushed.
@@ -80,8 +82,8 @@ claim "GB200 racks Server, $(span "$tmp/v60h.txt" NF '$3 == "gb200" && $5 == "Se
 
 # The default search space.
 "$fathom" tune --scenario server --jobs 1 >"$tmp/server.txt" 2>&1  # one thread: which candidates are pruned depends on the order they finish
-claim "The default Server space for DeepSeek-R1 on 8xB200 is $(figure '^([0-9]+) candidates:' "$tmp/server.txt") feasible candidates"
-claim "and $(figure '; ([0-9]+) infeasible;' "$tmp/server.txt") that do not fit or break a layout rule"
+claim "The default Server space for DeepSeek-R1 on 8xB200 is $(figure '^([0-9]+) candidates:' "$tmp/server.txt" | thousands) feasible candidates"
+claim "and $(figure '; ([0-9]+) infeasible;' "$tmp/server.txt" | thousands) that do not fit or break a layout rule"
 claim "the default Server tune simulates $(figure '^[0-9]+ candidates: ([0-9]+) simulated' "$tmp/server.txt") of its"
 
 # The online example.
@@ -92,8 +94,7 @@ claim "tuned, $(sed -nE "s/$tuned.*/\\2 of \\1 windows keep both p99 limits (\\3
 claim "held, $(sed -nE "s/$held.*/\\2 of \\1/p" "$tmp/online.txt")"
 minutes=$(( $(sed -nE "s/$held.*/\\1/p" "$tmp/online.txt") - $(sed -nE "s/$tuned.*/\\1/p" "$tmp/online.txt") ))
 claim "its backlog drains $minutes minutes after the tuned run's"
-requests=$(sed -nE "s/$tuned.*/\\5/p" "$tmp/online.txt" |
-  sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta')
+requests=$(sed -nE "s/$tuned.*/\\5/p" "$tmp/online.txt" | thousands)
 claim "every one of the $requests requests finishes"
 
 # Operator prices against Vidur's H100 measurements, before and after `profile compare --fit`.

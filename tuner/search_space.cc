@@ -1,6 +1,7 @@
 #include "tuner/search_space.h"
 
 #include <cmath>
+#include <span>
 
 #include "base/format.h"
 #include "models/memory.h"
@@ -113,11 +114,14 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 d.attn_dp = l.attn_dp;
                 out.feasible.push_back(d);
                 if (s.adp_balance && l.attn_dp > 1) {
-                  const bool offline = s.scenario == sim::Scenario::kOffline;
                   d.engine.adp_balance = true;
-                  d.engine.adp_batching_wait_iters = offline ? 10 : 2;
-                  d.engine.adp_timeout_iters = offline ? 500 : 6;
-                  out.feasible.push_back(d);
+                  std::span<const AdpCounts> counts = kServerAdpCounts;
+                  if (s.scenario == sim::Scenario::kOffline) counts = kOfflineAdpCounts;
+                  for (const AdpCounts& c : counts) {
+                    d.engine.adp_batching_wait_iters = c.batching_wait_iters;
+                    d.engine.adp_timeout_iters = c.timeout_iters;
+                    out.feasible.push_back(d);
+                  }
                 }
               }
               if (!s.disaggregated || s.gpus < 2 || s.scenario == sim::Scenario::kOffline) continue;

@@ -1,6 +1,7 @@
 // The candidate deployments a tune explores, and which of them can run at all.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,16 @@
 #include "sim/deployment_config.h"
 
 namespace fathom::tuner {
+
+// TensorRT-LLM's attention-DP balancing counts (attention_dp_config: batching_wait_iters,
+// timeout_iters) as MLPerf's DeepSeek-R1 harnesses set them (models/stacks.json): Offline 10 and
+// 500 in both rounds; Server 2 and 6 (v6.0 8xB200, Dell's and Google's) and 3 and 9 (v5.1, and
+// v6.0's Nebius 8xB200 and every 8xB300, GB300 and rack system).
+struct AdpCounts {
+  int64_t batching_wait_iters, timeout_iters;
+};
+inline constexpr AdpCounts kOfflineAdpCounts[] = {{10, 500}};
+inline constexpr AdpCounts kServerAdpCounts[] = {{2, 6}, {3, 9}};
 
 struct SearchSpace {
   std::string model{models::kDefaultModel};
@@ -27,10 +38,9 @@ struct SearchSpace {
   double sequence_kv_tokens = 512;
   std::vector<int64_t> max_num_tokens = {2048, 4096, 8192};
   bool disaggregated = true;  // also try prefill/decode pools splitting the GPUs
-  // Also try TensorRT-LLM's attention-DP balancing on layouts with attention DP, with the counts
-  // NVIDIA's MLPerf v6.0 harness uses for the scenario (batching_wait_iters and timeout_iters:
-  // Offline 10 and 500, Server and Interactive 2 and 6; models/stacks.json). Batched prefills mean
-  // fewer iterations that cannot replay a CUDA graph.
+  // Also try TensorRT-LLM's attention-DP balancing on layouts with attention DP, with each pair of
+  // counts the MLPerf harnesses use for the scenario (kOfflineAdpCounts, kServerAdpCounts).
+  // Batched prefills mean fewer iterations that cannot replay a CUDA graph.
   bool adp_balance = true;
   std::vector<int> mtp = {0};  // MTP depths; the interactive scenario adds 3 for models with MTP
   // The engine's host side: the Python runtime, and TensorRT engines under the C++ executor where
