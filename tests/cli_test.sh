@@ -156,6 +156,10 @@ expect 2 "--max-requests = -1: must be >= 0" -- calibrate --results "$root/model
 expect 2 "--samples = 50: must be 0 (whole data sets) or >= 100" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --samples 50
 expect 2 'adp_timeout_iters = 0: must be >= 1' -- simulate --adp-balance --adp-timeout-iters 0
 expect 2 "burstgpt_sample.csv:1: missing column submitter" -- calibrate --results "$data/burstgpt_sample.csv"
+# A row whose GPU count no published deployment has (a 16-GPU B300 Server) is refused before any
+# simulation, naming both files, the line and the rule.
+expect 2 "mlperf_unknown_size.csv:3: no entry of $root/models/calibration/published_deployments_v6.0.json deploys deepseek-r1 on 16 b300 GPUs for Server (Cisco): an entry must match the row's model, GPU, GPU count and scenario" \
+  -- calibrate --results "$data/mlperf_unknown_size.csv"
 expect 0 '"cost_per_million_tokens"' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \
   --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --json --best-out "$tmp/best.json" --db "$tmp/tune.db"
 expect 0 '"evaluated": 0' -- tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 \

@@ -158,9 +158,17 @@ Result<Inputs> Load(const CalibrateFlags& f) {
         " (version column): give " + give);
   };
   if (f.setup.empty() && round.empty()) return mixed_rounds("--setup");
-  FATHOM_ASSIGN_OR_RETURN(
-      in.setup, tuner::LoadCalibrationSetup(
-                    f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup, f.samples, 1));
+  const std::string setup_path = f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup;
+  FATHOM_ASSIGN_OR_RETURN(in.setup, tuner::LoadCalibrationSetup(setup_path, f.samples, 1));
+  for (const tuner::PublishedResult& row : in.rows) {
+    if (tuner::FindDeployment(in.setup, row) != nullptr) continue;
+    return Status::InvalidArgument(
+        f.results + ":" + std::to_string(row.line) + ": no entry of " + setup_path + " deploys " +
+        row.model + " on " + std::to_string(row.gpus) + " " + row.accelerator + " GPUs for " +
+        row.scenario + " (" + row.submitter +
+        "): an entry must match the row's model, GPU, GPU count and scenario, and its submitter "
+        "where it names one");
+  }
   FATHOM_ASSIGN_OR_RETURN(in.catalog, models::HardwareCatalog::Load(f.hardware_files));
 
   // The calibration: --calibration, else --stack's, else that of the stack calibrated on the rows'
