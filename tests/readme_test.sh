@@ -79,6 +79,15 @@ claim "their capacity comes out $(span "$tmp/v60h.txt" NF '$5 == "Server" && $6 
 claim "GB300 Server runs land $(awk '$2 == "Nebius" && $3 == "gb300" && $5 == "Server" && $6 > 105312 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v60h.txt")% high for Nebius's 72 GPUs"
 claim "GB300 racks Offline, $(span "$tmp/v60h.txt" 9 '$3 == "gb300" && $5 == "Offline" && $6 > 105312')% low"
 claim "GB200 racks Server, $(span "$tmp/v60h.txt" NF '$3 == "gb200" && $5 == "Server" && $2 != "Google"')% low for CoreWeave and NVIDIA"
+# v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv) >"$tmp/v51h.txt" 2>&1
+sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"
+gb200_offline=$(awk '$3 == "gb200" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
+gb200_capacity=$(awk '$3 == "gb200" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
+gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
+claim "the GB200 rack comes out $gb200_offline% high Offline and $gb200_capacity% low on capacity, but the GB300 rack's Server $gb300_capacity% low"
+claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-1) }' "$tmp/v51h.txt" | sort -u) QPS"
+claim "CoreWeave's 8 GB300s (batch 1,536 with graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
 
 # The default search space.
 "$fathom" tune --scenario server --jobs 1 >"$tmp/server.txt" 2>&1  # one thread: which candidates are pruned depends on the order they finish

@@ -191,8 +191,7 @@ TEST_CASE("FindDeployment: each row runs its submitter's published configuration
   CHECK(checked == 8);
 }
 
-TEST_CASE("FindDeployment: v6.0's held-out systems run their own size of the same instance",
-          "[tuner]") {
+TEST_CASE("FindDeployment: held-out systems run their own size of the same instance", "[tuner]") {
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v6.0"), 10, 1);
   INFO(setup.status().message());
   REQUIRE(setup.ok());
@@ -217,6 +216,19 @@ TEST_CASE("FindDeployment: v6.0's held-out systems run their own size of the sam
         CHECK(engine.max_batch == (b200_class && row.submitter != "Nebius" ? 512 : 640));
       }
     }
+  }
+  // v5.1's racks and CoreWeave's 8 GB300s, held out of that round's fit, the same way.
+  auto setup51 = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 10, 1);
+  auto rows51 = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1_holdout.csv");
+  REQUIRE(setup51.ok());
+  REQUIRE(rows51.ok());
+  CHECK(rows51->size() == 6);
+  for (const PublishedResult& row : *rows51) {
+    INFO("v5.1 holdout line " << row.line);
+    const CalibrationSetup::Entry* e = FindDeployment(*setup51, row);
+    REQUIRE(e != nullptr);
+    CHECK(e->deployment.TotalGpus() == row.gpus);
+    CHECK(e->deployment.tp == 8);
   }
   // A row whose GPU count no entry has gets none (not the 8-GPU instance's).
   PublishedResult odd;
