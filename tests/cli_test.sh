@@ -193,6 +193,11 @@ if tr -d ' \n' <"$tmp/best_graphs.json" | grep -qF '"cuda_graph_batch_sizes":[1,
   grep -qF 'batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]' "$tmp/tune_graphs.json"; then
   passed=$((passed + 1)); else echo "FAIL: tune's best and launch do not name its CUDA-graph sizes"
   failed=$((failed + 1)); fi
+# Interactive tunes state the MTP acceptance they assumed, which --acceptance sets.
+expect 0 "MTP: 3 draft tokens a step, each accepted with probability 0.60 (assumed: --acceptance)" -- \
+  tune --scenario interactive --max-batch 64 --max-num-tokens 2048 --no-disagg --dataset-samples 200 \
+  --max-output 2000 --acceptance 0.6
+expect 2 "--acceptance = 1.5: must be in [0, 1)" -- tune --scenario interactive --acceptance 1.5
 expect 0 "Run: whole data sets lasting 660 s" -- simulate --model llama2-70b --hardware h200 --gpus 2 --tp 2 --weights fp8
 expect 0 "run length        " -- simulate --deployment "$tmp/best_offline.json"
 # A search that finds nothing says why, what came closest and what to relax; --json too.

@@ -53,6 +53,9 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
   if (weights.empty())
     weights =
         hw.HasFp4Cores() ? std::vector<std::string>{"fp4", "fp8"} : std::vector<std::string>{"fp8"};
+  if (!(s.mtp_acceptance >= 0 && s.mtp_acceptance < 1))
+    return Status::InvalidArgument(
+        StrFormat("--acceptance = %g: must be in [0, 1)", s.mtp_acceptance));
   std::vector<int> mtp = s.mtp;
   if (s.scenario == sim::Scenario::kInteractive && model.mtp_layers > 0 &&
       std::find(mtp.begin(), mtp.end(), 3) == mtp.end()) {
@@ -97,7 +100,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               base.engine.max_batch = batch;
               base.engine.max_num_tokens = tokens;
               base.engine.mtp_depth = depth;
-              base.engine.acceptance = depth > 0 ? 0.7 : 0.0;
+              base.engine.acceptance = depth > 0 ? s.mtp_acceptance : 0.0;
               base.runtime = runtime;
               for (const models::ParallelLayout& l : layouts(s.gpus)) {
                 if (!Fits(model, hw, l, precision, batch, tokens, s, &out)) {

@@ -43,6 +43,9 @@ struct SearchSpace {
   // Batched prefills mean fewer iterations that cannot replay a CUDA graph.
   bool adp_balance = true;
   std::vector<int> mtp = {0};  // MTP depths; the interactive scenario adds 3 for models with MTP
+  // Probability that each MTP draft token is accepted (geometric). No acceptance of DeepSeek-R1's
+  // MTP on MLPerf's data set is published; 0.7 is an assumption the tune states (--acceptance).
+  double mtp_acceptance = 0.7;
   // The engine's host side: the Python runtime, and TensorRT engines under the C++ executor where
   // the stack serves the model so (sim::TimeModel::Runtimes) and the GPU is NVIDIA's.
   std::vector<models::Runtime> runtimes = {models::Runtime::kPython};

@@ -286,6 +286,12 @@ Status Run(TuneFlags f) {
       server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
       best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
           best.config.TotalGpus());
+  if (best.config.engine.mtp_depth > 0) {
+    std::printf(
+        "MTP: %d draft tokens a step, each accepted with probability %.2f (assumed: "
+        "--acceptance)\n",
+        best.config.engine.mtp_depth, best.config.engine.acceptance);
+  }
   std::printf(
       "Run behind these figures: %lld samples, %.0f s measured%s\n",
       static_cast<long long>(best.run_samples), best.run_s,
@@ -338,6 +344,10 @@ void RegisterTune(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--max-num-tokens", s.max_num_tokens, "Token budgets to try")
       ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--acceptance", s.mtp_acceptance,
+                  "Interactive: probability that each MTP draft token is accepted (assumed; none "
+                  "is published for MLPerf's data)")
       ->capture_default_str();
   cmd->add_flag("--no-disagg", f->in.no_disagg, "Skip disaggregated prefill/decode candidates");
   cmd->add_flag("--no-prune", f->in.no_prune,
