@@ -56,6 +56,9 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
   if (!(s.mtp_acceptance >= 0 && s.mtp_acceptance < 1))
     return Status::InvalidArgument(
         StrFormat("--acceptance = %g: must be in [0, 1)", s.mtp_acceptance));
+  const std::span<const AdpCounts> adp_counts = s.scenario == sim::Scenario::kOffline
+                                                    ? std::span<const AdpCounts>(kOfflineAdpCounts)
+                                                    : std::span<const AdpCounts>(kServerAdpCounts);
   std::vector<int> mtp = s.mtp;
   if (s.scenario == sim::Scenario::kInteractive && model.mtp_layers > 0 &&
       std::find(mtp.begin(), mtp.end(), 3) == mtp.end()) {
@@ -118,9 +121,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 out.feasible.push_back(d);
                 if (s.adp_balance && l.attn_dp > 1) {
                   d.engine.adp_balance = true;
-                  std::span<const AdpCounts> counts = kServerAdpCounts;
-                  if (s.scenario == sim::Scenario::kOffline) counts = kOfflineAdpCounts;
-                  for (const AdpCounts& c : counts) {
+                  for (const AdpCounts& c : adp_counts) {
                     d.engine.adp_batching_wait_iters = c.batching_wait_iters;
                     d.engine.adp_timeout_iters = c.timeout_iters;
                     out.feasible.push_back(d);
