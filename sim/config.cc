@@ -152,6 +152,7 @@ Status EngineConfig::Validate() const {
     return bad("adp_batching_wait_iters", adp_batching_wait_iters, "must be >= 0");
   if (adp_timeout_iters < 1) return bad("adp_timeout_iters", adp_timeout_iters, "must be >= 1");
   if (stream_interval < 0) return bad("stream_interval", stream_interval, "must be >= 0");
+  if (max_concurrency < 0) return bad("max_concurrency", max_concurrency, "must be >= 0");
   for (size_t i = 0; i < cuda_graph_batch_sizes.size(); ++i) {
     const int64_t b = cuda_graph_batch_sizes[i];
     if (b < 1 || b > (int64_t{1} << 20))

@@ -82,6 +82,10 @@ struct EngineConfig {
   // padded and replayed, others run eagerly (models::PadToCudaGraph). Empty: the runtime's
   // (CudaGraphSizes).
   std::vector<int64_t> cuda_graph_batch_sizes;
+  // Requests the serving front keeps in flight on one instance (MLPerf's TensorRT-LLM harness's
+  // max_concurrency, per endpoint); the client holds the rest back until one of those completes,
+  // their latencies counting from issue. 0: no limit beyond the engine's batch.
+  int64_t max_concurrency = 0;
 
   Status Validate() const;
   // Sequences an instance's rank may run at once with `stages` pipeline stages: a microbatch of up

@@ -243,6 +243,7 @@ void DeploymentFields(Io& io, Config& d) {
   io.Int("stream_interval", e.stream_interval, WrittenIf(e.stream_interval > 0));
   io.IntList("cuda_graph_batch_sizes", e.cuda_graph_batch_sizes,
              WrittenIf(!e.cuda_graph_batch_sizes.empty()));
+  io.Int("max_concurrency", e.max_concurrency, WrittenIf(e.max_concurrency > 0));
   io.Object("disaggregated", d.disaggregated, [&](auto& pools) {
     pools.Member("prefill", [&](auto& pool) { PoolFields(pool, d.prefill); });
     pools.Member("decode", [&](auto& pool) { PoolFields(pool, d.decode); });

@@ -56,6 +56,7 @@ DeploymentConfig EveryField() {
   e.adp_timeout_iters = 90;
   e.stream_interval = 4;
   e.cuda_graph_batch_sizes = {1, 8, 96};
+  e.max_concurrency = 192;
   d.router = RouterKind::kPrefixAware;
   d.disaggregated = true;
   d.prefill = {2, 4, 1, 2, 1};
@@ -105,7 +106,7 @@ TEST_CASE("DeploymentConfig: the file keeps its fields in one order, defaults le
       R"(atch":96,"max_num_tokens":3000,"chunk_size":512,"block_size":64,"reserve":0.15,"kv_free_)"
       R"(fraction":0.9,"preemption":"swap","admission":"reserve","prefix_caching":true,"mtp":3,"acceptance":0.7,"draft_c)"
       R"(ost":0.05,"router":"prefix-aware","adp_balance":{"batching_wait_iters":7,"timeout_iters")"
-      R"(:90},"stream_interval":4,"cuda_graph_batch_sizes":[1,8,96],)"
+      R"(:90},"stream_interval":4,"cuda_graph_batch_sizes":[1,8,96],"max_concurrency":192,)"
       R"("disaggregated":{"prefill":{"instances":2,"tp":4,"pp":1,"ep":2,"attn_dp":1},"decode)"
       R"(":{"instances":1,"tp":8,"pp":1,"ep":8,"attn_dp":8}},"decode_max_batch":512,"kv_link_gb_p)"
       R"(er_s":25.0,"run":{"scenario":"interactive","qps":13.143582031768943,"samples":26382,"see)"
@@ -140,7 +141,8 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        ": field 'typo': unknown (known: acceptance, admission, adp_balance, attn_dp, block_size, "
        "chunk_size, cuda_graph_batch_sizes, decode_max_batch, dense_weights, disaggregated, "
        "draft_cost, ep, gpus, "
-       "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_num_tokens, model, mtp, "
+       "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "
+       "max_num_tokens, model, mtp, "
        "pp, preemption, "
        "prefix_caching, reserve, router, run, runtime, scheduler, stream_interval, tp, weights)"},
       {R"({"max_batch": "a"})", ": field 'max_batch' = \"a\": must be an integer"},
@@ -152,6 +154,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
       {R"({"cuda_graph_batch_sizes": [1, "2"]})",
        ": field 'cuda_graph_batch_sizes' = \"2\": entries must be integers"},
       {R"({"cuda_graph_batch_sizes": [4, 2]})", ": cuda_graph_batch_sizes = 2: must be ascending"},
+      {R"({"max_concurrency": -1})", ": max_concurrency = -1: must be >= 0"},
       {R"({"cuda_graph_batch_sizes": [0]})",
        ": cuda_graph_batch_sizes = 0: must be in [1, 1048576]"},
       {R"({"adp_balance": {"wait": 3}})",

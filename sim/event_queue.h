@@ -16,6 +16,8 @@ struct BatchDoneEvent {  // a batch left the last pipeline stage
   int engine;
   int64_t batch_id;
 };
+struct ReleaseEvent {  // a request completed: the client may send one it held back
+};
 struct KvArrivedEvent {  // a disaggregated request's KV reached its decode instance
   int64_t slot;
   int engine;
@@ -32,12 +34,13 @@ struct KickEvent {  // an engine may start a batch, after every same-time arriva
 struct ResponseEvent {  // the client sees a request's first token, or its end (the response path)
   int64_t slot;
   bool complete;
+  bool planned = false;  // its time is in pending_times_: a request may follow it at once
 };
 
 // The order of the kinds here is the phase: at equal times, finished work frees resources before
 // newcomers are routed.
-using EventPayload = std::variant<BatchDoneEvent, KvArrivedEvent, StageFreeEvent, ArrivalEvent,
-                                  KickEvent, ResponseEvent>;
+using EventPayload = std::variant<BatchDoneEvent, ReleaseEvent, KvArrivedEvent, StageFreeEvent,
+                                  ArrivalEvent, KickEvent, ResponseEvent>;
 
 struct Event {
   SimTime time;

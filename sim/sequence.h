@@ -30,6 +30,7 @@ struct Sequence {
   bool ttft_violation_counted = false, tpot_violation_counted = false;  // counted before the fact
   int instance = 0;
   int rank = 0;
+  int front = 0;               // the instance the client sent it to (its concurrency slot there)
   int64_t admitted_order = 0;  // preemption picks the most recently admitted
   // In one of its rank's decode cohorts (>= 0): kv_len, generated and owned_blocks are as of
   // that cohort's step `cohort_mark` (Engine::Sync brings them up to date).

@@ -100,6 +100,7 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
       &main_engines_);
   if (disagg) add(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
   kick_pending_.assign(engines_.size(), false);
+  in_flight_.assign(engines_.size(), 0);
   link_free_.assign(engines_.size(), SimTime(0));
   closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
   const ScenarioConfig& sc = spec_.scenario;
@@ -216,13 +217,39 @@ void Simulator::Issue(const traces::Request& r) {
   waiting_at_last_issue_ = ++awaiting_first_token_;
   if (Watching())
     deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
-  const auto [engine, rank] = Route(slot, main_engines_, spec_.router);
+  const int64_t limit = spec_.engine.max_concurrency;
+  const bool open = limit == 0 || std::any_of(main_engines_.begin(), main_engines_.end(),
+                                              [&](int e) { return in_flight_[e] < limit; });
+  if (open) {
+    Dispatch(slot, "arrival");
+  } else {
+    held_.push_back(slot);
+    if (event_log_) {
+      event_log_->Printf("%.9f arrival request=%lld input=%lld output=%lld held\n", ToSeconds(now),
+                         static_cast<long long>(r.id), static_cast<long long>(r.input_tokens),
+                         static_cast<long long>(r.output_tokens));
+    }
+  }
+}
+
+void Simulator::Dispatch(int64_t slot, const char* event) {
+  const int64_t limit = spec_.engine.max_concurrency;
+  std::vector<int> open;
+  if (limit > 0) {
+    for (int e : main_engines_) {
+      if (in_flight_[e] < limit) open.push_back(e);
+    }
+  }
+  const auto [engine, rank] = Route(slot, limit > 0 ? open : main_engines_, spec_.router);
+  ++in_flight_[engine];
+  slots_[slot].front = engine;
   engines_[engine]->Enqueue(rank, slot);
   if (event_log_) {
-    event_log_->Printf("%.9f arrival request=%lld input=%lld output=%lld engine=%d rank=%d\n",
-                       ToSeconds(now), static_cast<long long>(r.id),
-                       static_cast<long long>(r.input_tokens),
-                       static_cast<long long>(r.output_tokens), engine, rank);
+    const Sequence& s = slots_[slot];
+    event_log_->Printf("%.9f %s request=%lld input=%lld output=%lld engine=%d rank=%d\n",
+                       ToSeconds(queue_.now()), event, static_cast<long long>(s.request_id),
+                       static_cast<long long>(s.input), static_cast<long long>(s.output), engine,
+                       rank);
   }
   Kick(engine);
 }
@@ -326,9 +353,11 @@ void Simulator::FirstTokenSeen(int64_t slot, SimTime t) {
 void Simulator::OnComplete(int64_t slot, SimTime t) {
   const SimTime seen = responses_[slots_[slot].instance].Delivered(t);
   if (seen > t) {
-    queue_.Push(seen, ResponseEvent{slot, true});
-    // A closed-loop client's next request follows: engines plan around it.
-    if (closed_loop_) pending_times_.insert(seen);
+    // A closed-loop client's next request follows, or one the client held back: engines plan
+    // around it.
+    const bool planned = closed_loop_ || !held_.empty();
+    queue_.Push(seen, ResponseEvent{slot, true, planned});
+    if (planned) pending_times_.insert(seen);
     return;
   }
   CompletionSeen(slot, t);
@@ -345,6 +374,7 @@ void Simulator::CompletionSeen(int64_t slot, SimTime t) {
   }
   AdvanceLittle(t);
   --in_system_;
+  --in_flight_[s.front];
   if (on_complete_) {
     on_complete_(RequestRecord{s.request_id, s.input, s.output, ToSeconds(s.scheduled),
                                ToSeconds(s.first_token), ToSeconds(t)});
@@ -362,6 +392,7 @@ void Simulator::CompletionSeen(int64_t slot, SimTime t) {
   }
   s.prefix.clear();
   free_slots_.push_back(slot);
+  if (!held_.empty()) queue_.Push(t, ReleaseEvent{});  // not from inside an engine's Finish
   if (closed_loop_) {
     Result<bool> more = ScheduleNext(t + FromSeconds(spec_.scenario.think_time_s));
     FATHOM_CHECK(more.ok());  // closed-loop sources are in-memory data sets
@@ -440,8 +471,14 @@ Status Simulator::Advance(SimTime until) {
       if (!seen->complete) {
         FirstTokenSeen(seen->slot, e.time);
       } else {
-        if (closed_loop_) pending_times_.erase(pending_times_.find(e.time));
+        if (seen->planned) pending_times_.erase(pending_times_.find(e.time));
         CompletionSeen(seen->slot, e.time);
+      }
+    } else if (std::holds_alternative<ReleaseEvent>(p)) {
+      if (!held_.empty()) {  // two completions at once may release one held request
+        const int64_t next = held_.front();
+        held_.pop_front();
+        Dispatch(next, "dispatch");
       }
     } else if (const auto* kv = std::get_if<KvArrivedEvent>(&p)) {
       pending_times_.erase(pending_times_.find(e.time));

@@ -476,6 +476,11 @@ void RegisterSimulate(CLI::App& app, Status* result) {
                       "are padded to the next one and replayed, others run eagerly; default: the "
                       "stack's up to --max-batch)")
           ->delimiter(','));
+  dep(cmd->add_option("--max-concurrency", e.max_concurrency,
+                      "Requests the client keeps in flight on an instance, the rest held back "
+                      "until one completes (MLPerf's TensorRT-LLM harness's max_concurrency; 0: "
+                      "no limit)")
+          ->capture_default_str());
   dep(cmd->add_option("--router", f->router,
                       "round-robin, least-outstanding, least-kv or prefix-aware")
           ->capture_default_str());
