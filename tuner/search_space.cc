@@ -118,6 +118,11 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 d.pp = l.pp;
                 d.ep = l.ep;
                 d.attn_dp = l.attn_dp;
+                // MLPerf's TensorRT-LLM harness keeps an instance's seats full and no more
+                // (max_concurrency: max_batch_size times the attention-DP ranks), so each request
+                // goes to the rank that freed a seat (sim::EngineConfig::max_concurrency).
+                if (runtime == models::Runtime::kPython)
+                  d.engine.max_concurrency = d.engine.MaxRunning(l.pp) * l.attn_dp;
                 out.feasible.push_back(d);
                 if (s.adp_balance && l.attn_dp > 1) {
                   d.engine.adp_balance = true;
