@@ -474,10 +474,15 @@ TEST_CASE("Enumerate: each runtime the stack offers, TensorRT engines without at
   int64_t cpp = 0, single_rank = 0;
   for (const auto& d : python->feasible) single_rank += d.attn_dp == 1;
   for (const auto& d : both->feasible) {
-    if (d.runtime != models::Runtime::kCpp) continue;
+    if (d.runtime != models::Runtime::kCpp) {
+      // The harness keeps each instance's seats full, and no more.
+      CHECK(d.engine.max_concurrency == d.engine.max_batch * d.pp * d.attn_dp);
+      continue;
+    }
     ++cpp;
     CHECK(d.attn_dp == 1);
     CHECK_FALSE(d.engine.adp_balance);
+    CHECK(d.engine.max_concurrency == 0);
   }
   // The C++ runtime adds a copy of every single-rank layout, and nothing else.
   CHECK(cpp == single_rank);
