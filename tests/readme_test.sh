@@ -87,7 +87,7 @@ gb200_capacity=$(awk '$3 == "gb200" && $5 == "Server" { v = $NF; sub(/^[+-]/, ""
 gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
 claim "the GB200 rack comes out $gb200_offline% high Offline and $gb200_capacity% low on capacity, but the GB300 rack's Server $gb300_capacity% low"
 claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-1) }' "$tmp/v51h.txt" | sort -u) QPS"
-claim "CoreWeave's 8 GB300s (batch 1,536 with graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
+claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
 
 # The default search space.
 "$fathom" tune --scenario server --jobs 1 >"$tmp/server.txt" 2>&1  # one thread: which candidates are pruned depends on the order they finish
