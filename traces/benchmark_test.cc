@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -61,6 +62,34 @@ TEST_CASE("Benchmarks: a data set drawn from output quantiles has those quantile
   CHECK(at(0.9) == Approx(1.811 * mean).epsilon(0.03));
   CHECK(at(0.99) == Approx(3.345 * mean).epsilon(0.03));
   CHECK(MeanOutput(*data) == Approx(mean).epsilon(0.005));
+}
+
+TEST_CASE("Benchmarks: gpt-oss-120b's set has its published input quartiles and output spread",
+          "[benchmark]") {
+  const Benchmark* b = FindBenchmark(MlperfBenchmarks(), "gpt-oss-120b");
+  REQUIRE(b != nullptr);
+  CHECK(b->assumed.empty());  // both sides published
+  auto data = BenchmarkDataset(*b);
+  REQUIRE(data.ok());
+  std::vector<int64_t> in;
+  double out_sum = 0, out_sq = 0;
+  for (const Request& r : *data) {
+    in.push_back(r.input_tokens);
+    out_sum += static_cast<double>(r.output_tokens);
+    out_sq += static_cast<double>(r.output_tokens) * static_cast<double>(r.output_tokens);
+  }
+  std::sort(in.begin(), in.end());
+  auto at = [&](double p) {
+    return static_cast<double>(in[static_cast<size_t>(p * static_cast<double>(in.size()))]);
+  };
+  // mlcommons/inference's plot of the performance set: quartiles 3,492, 4,593 and 6,046, max
+  // 15,330; TEST09 logs: outputs with a standard deviation of about 255 around 1,300.
+  CHECK(at(0.25) == Approx(3492).epsilon(0.04));
+  CHECK(at(0.5) == Approx(4593).epsilon(0.04));
+  CHECK(at(0.75) == Approx(6046).epsilon(0.04));
+  CHECK(in.back() <= 15330);
+  const double n = static_cast<double>(data->size()), mean = out_sum / n;
+  CHECK(std::sqrt(out_sq / n - mean * mean) / mean == Approx(0.19).epsilon(0.1));
 }
 
 TEST_CASE("Benchmarks: a model finds its benchmark by name or by a result table's spelling",
