@@ -79,6 +79,14 @@ claim "their capacity comes out $(span "$tmp/v60h.txt" NF '$5 == "Server" && $6 
 claim "GB300 Server runs land $(awk '$2 == "Nebius" && $3 == "gb300" && $5 == "Server" && $6 > 105312 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v60h.txt")% high for Nebius's 72 GPUs"
 claim "GB300 racks Offline, $(span "$tmp/v60h.txt" 9 '$3 == "gb300" && $5 == "Offline" && $6 > 105312')% low"
 claim "GB200 racks Server, $(span "$tmp/v60h.txt" NF '$3 == "gb200" && $5 == "Server" && $2 != "Google"')% low for CoreWeave and NVIDIA"
+# gpt-oss-120b, a model held out of every fit (columns as above; 15 the p99 TPOT error).
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout_gpt-oss.csv) >"$tmp/oss.txt" 2>&1
+sed -i -E 's/ +\(extrapolated\)$//' "$tmp/oss.txt"
+# all_high FIELD FILTER: "every row high" when FIELD is positive on every row matching FILTER.
+all_high() { awk "$2"' && $'"$1"' <= 0 { n++ } END { print (n ? "not every row high" : "every row high") }' "$tmp/oss.txt"; }
+plus_span() { span "$tmp/oss.txt" "$1" "$2" | sed 's/-/% to +/'; }
+claim "Offline throughput comes out $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/oss.txt") high in the median (+$(plus_span 9 '$5 == "Offline"')%, $(all_high 9 '$5 == "Offline"'))"
+claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(plus_span NF '$5 == "Server"')%, $(all_high NF '$5 == "Server"'): their p99 TPOT at the published QPS $(span "$tmp/oss.txt" 15 '$5 == "Server"')% low); p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/oss.txt")"
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv) >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"

@@ -230,6 +230,26 @@ TEST_CASE("FindDeployment: held-out systems run their own size of the same insta
     CHECK(e->deployment.TotalGpus() == row.gpus);
     CHECK(e->deployment.tp == 8);
   }
+  // gpt-oss-120b, a model no fit has seen: one TP1 instance a GPU, every system, the harness
+  // keeping 1,536 requests in flight a GPU (Nebius's B200 Offline 1,024).
+  auto rows_oss =
+      LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v6.0_holdout_gpt-oss.csv");
+  REQUIRE(rows_oss.ok());
+  CHECK(rows_oss->size() == 26);
+  for (const PublishedResult& row : *rows_oss) {
+    INFO("gpt-oss line " << row.line << ": " << row.submitter << " " << row.gpus << " "
+                         << row.accelerator << " " << row.scenario);
+    const CalibrationSetup::Entry* e = FindDeployment(*setup, row);
+    REQUIRE(e != nullptr);
+    const sim::DeploymentConfig& d = e->deployment;
+    CHECK(d.TotalGpus() == row.gpus);
+    CHECK(d.tp == 1);
+    CHECK(d.engine.scheduler == sim::SchedulerKind::kChunked);
+    const bool nebius_b200_offline =
+        row.accelerator == "b200" && row.offline() && row.submitter == "Nebius";
+    CHECK(d.engine.max_concurrency == (nebius_b200_offline ? 1024 : 1536));
+    CHECK(d.engine.max_batch == (nebius_b200_offline || row.accelerator == "gb200" ? 512 : 896));
+  }
   // A row whose GPU count no entry has gets none (not the 8-GPU instance's).
   PublishedResult odd;
   odd.model = "deepseek-r1";
