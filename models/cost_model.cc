@@ -109,9 +109,10 @@ Result<Calibration> LoadCalibration(const std::string& path) {
 }
 
 double CostParams::*GemmEfficiencyField(const Hardware& hw, DType t) {
-  const bool fp4 = t == DType::kNvfp4 || t == DType::kMxfp4;
-  if (fp4 && hw.HasFp4Cores()) return &CostParams::fp4_gemm_efficiency;
-  if ((fp4 || t == DType::kFp8) && hw.peak_fp8_flops > 0) return &CostParams::fp8_gemm_efficiency;
+  // The fraction of the peak Hardware::PeakFlops runs `t` at.
+  const double peak = hw.PeakFlops(t);
+  if (hw.HasFp4Cores() && peak == hw.peak_fp4_flops) return &CostParams::fp4_gemm_efficiency;
+  if (hw.peak_fp8_flops > 0 && peak == hw.peak_fp8_flops) return &CostParams::fp8_gemm_efficiency;
   return &CostParams::gemm_efficiency;
 }
 

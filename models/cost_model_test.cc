@@ -232,12 +232,14 @@ TEST_CASE("OperatorSeconds: FP4 and FP8 GEMMs run at their tensor cores' own fra
   p.gemm_stream_share = 0;  // no small-M loss: the math alone
   // Compute-bound: 8192 rows of an 8192 x 8192 weight.
   Operator gemm = Gemm("g", 1, 8192, 8192, 8192, DType::kFp8);
-  for (DType t : {DType::kNvfp4, DType::kMxfp4}) {
-    gemm.dtype = t;
-    CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4)));
-    // A GPU without FP4 tensor cores runs it on its FP8 ones.
-    CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_fp8_flops * 0.6)));
-  }
+  gemm.dtype = DType::kNvfp4;
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (9000e12 * 0.4)));
+  // A GPU without FP4 tensor cores runs it on its FP8 ones.
+  CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_fp8_flops * 0.6)));
+  // MXFP4 weights (gpt-oss) meet MXFP8 activations on Blackwell and BF16 ones on Hopper.
+  gemm.dtype = DType::kMxfp4;
+  CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.6)));
+  CHECK(OperatorSeconds(gemm, h200, p, 1) == Approx(gemm.flops / (h200.peak_bf16_flops * 0.8)));
   gemm.dtype = DType::kFp8;
   CHECK(OperatorSeconds(gemm, b200, p, 1) == Approx(gemm.flops / (4500e12 * 0.6)));
   gemm.dtype = DType::kBf16;

@@ -12,8 +12,12 @@ namespace fathom::models {
 
 double Hardware::PeakFlops(DType t) const {
   switch (t) {
-    case DType::kNvfp4:
     case DType::kMxfp4:
+      // MXFP4 weights meet wider activations: MXFP8 where FP4 cores run them (TensorRT-LLM's
+      // MoE backend on Blackwell), BF16 elsewhere (its Triton backend on Hopper).
+      if (!HasFp4Cores()) return peak_bf16_flops;
+      return peak_fp8_flops > 0 ? peak_fp8_flops : peak_bf16_flops;
+    case DType::kNvfp4:
       if (HasFp4Cores()) return peak_fp4_flops;
       [[fallthrough]];
     case DType::kFp8:

@@ -27,7 +27,10 @@ struct Hardware {
 
   // Whether block-scaled FP4 (NVFP4, MXFP4) runs natively on tensor cores.
   bool HasFp4Cores() const { return peak_fp4_flops > 0; }
-  // Dense peak for GEMMs in `t`; formats without native support run at the next wider one.
+  // Dense peak for GEMMs with weights in `t`; formats without native support run at the next
+  // wider one. NVFP4 checkpoints quantise activations to FP4 too; MXFP4 ones (gpt-oss) run them
+  // in MXFP8 on GPUs with FP4 cores and in BF16 on others (TensorRT-LLM's GPT-OSS deployment
+  // guide, its MoE backend support matrix), so at the FP8 or BF16 rate.
   double PeakFlops(DType t) const;
 };
 
