@@ -50,9 +50,13 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
   if (s.gpus < 1)
     return Status::InvalidArgument("--gpus = " + std::to_string(s.gpus) + ": must be >= 1");
   std::vector<std::string> weights = s.weights;
-  if (weights.empty())
+  if (weights.empty()) {
     weights =
         hw.HasFp4Cores() ? std::vector<std::string>{"fp4", "fp8"} : std::vector<std::string>{"fp8"};
+    // A checkpoint shipped in MXFP4 (gpt-oss) also runs as it ships, which is how MLPerf's
+    // submitters and the engines' guides run it.
+    if (model.native_moe_weights == models::DType::kMxfp4) weights.insert(weights.begin(), "mxfp4");
+  }
   if (!(s.mtp_acceptance >= 0 && s.mtp_acceptance < 1))
     return Status::InvalidArgument(
         StrFormat("--acceptance = %g: must be in [0, 1)", s.mtp_acceptance));
@@ -88,7 +92,11 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
     FATHOM_ASSIGN_OR_RETURN(models::DType wt, models::ParseDType(w, "--weights"));
     for (const std::string& kv : s.kv) {
       FATHOM_ASSIGN_OR_RETURN(models::DType kt, models::ParseDType(kv, "--kv"));
-      const models::Precision precision{wt, wt, kt};
+      // The MXFP4 checkpoint keeps its attention in its own format (gpt-oss: BF16).
+      const models::DType dense = wt == models::DType::kMxfp4 && wt == model.native_moe_weights
+                                      ? model.native_dense_weights
+                                      : wt;
+      const models::Precision precision{wt, dense, kt};
       for (int depth : mtp) {
         for (models::Runtime runtime : s.runtimes) {
           // TensorRT engines are built for NVIDIA GPUs only.
@@ -99,6 +107,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               base.model = s.model;
               base.hardware = s.hardware;
               base.weights = w;
+              if (dense != wt) base.dense_weights = std::string(models::Name(dense));
               base.kv = kv;
               base.engine.max_batch = batch;
               base.engine.max_num_tokens = tokens;

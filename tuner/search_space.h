@@ -29,7 +29,8 @@ struct SearchSpace {
   std::string hardware{models::kDefaultHardware};
   int gpus = models::kDefaultLayout.gpus;
   sim::Scenario scenario = sim::Scenario::kOffline;
-  std::vector<std::string> weights;  // empty: what the GPU runs natively (fp4 and fp8, else fp8)
+  // Empty: what the GPU runs natively (fp4 and fp8, else fp8), and an MXFP4 checkpoint as it ships.
+  std::vector<std::string> weights;
   std::vector<std::string> kv = {"fp8", "bf16"};
   std::vector<int64_t> max_batch = {64, 128, 256, 512, 1024, 2048};
   // KV tokens a running sequence holds, for the batch limits worth trying: a limit is left out

@@ -389,6 +389,17 @@ TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, an
   };
   CHECK(formats("b200") == std::set<std::string>{"fp4/bf16", "fp4/fp8", "fp8/bf16", "fp8/fp8"});
   CHECK(formats("h200") == std::set<std::string>{"fp8/bf16", "fp8/fp8"});
+  // gpt-oss also runs as it ships: MXFP4 experts, BF16 attention.
+  SearchSpace oss;
+  oss.model = "gpt-oss-120b";
+  oss.hardware = "h200";
+  oss.gpus = 1;
+  oss.disaggregated = false;
+  auto cands = Enumerate(oss, Catalog());
+  REQUIRE(cands.ok());
+  std::set<std::string> seen;
+  for (const auto& d : cands->feasible) seen.insert(d.weights + "/" + d.dense_weights);
+  CHECK(seen == std::set<std::string>{"mxfp4/bf16", "fp8/"});
 }
 
 TEST_CASE("Prepare: batch limits are tried where the KV cache holds the workload's sequences",
