@@ -15,8 +15,7 @@ double Hardware::PeakFlops(DType t) const {
     case DType::kMxfp4:
       // MXFP4 weights meet wider activations: MXFP8 where FP4 cores run them (TensorRT-LLM's
       // MoE backend on Blackwell), BF16 elsewhere (its Triton backend on Hopper).
-      if (!HasFp4Cores()) return peak_bf16_flops;
-      return peak_fp8_flops > 0 ? peak_fp8_flops : peak_bf16_flops;
+      return HasFp4Cores() ? PeakFlops(DType::kFp8) : peak_bf16_flops;
     case DType::kNvfp4:
       if (HasFp4Cores()) return peak_fp4_flops;
       [[fallthrough]];

@@ -217,12 +217,7 @@ void Simulator::Issue(const traces::Request& r) {
   waiting_at_last_issue_ = ++awaiting_first_token_;
   if (Watching())
     deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
-  const int64_t limit = spec_.engine.max_concurrency;
-  const bool open = limit == 0 || std::any_of(main_engines_.begin(), main_engines_.end(),
-                                              [&](int e) { return in_flight_[e] < limit; });
-  if (open) {
-    Dispatch(slot, "arrival");
-  } else {
+  if (!TryDispatch(slot, "arrival")) {
     held_.push_back(slot);
     if (event_log_) {
       event_log_->Printf("%.9f arrival request=%lld input=%lld output=%lld held\n", ToSeconds(now),
@@ -232,15 +227,18 @@ void Simulator::Issue(const traces::Request& r) {
   }
 }
 
-void Simulator::Dispatch(int64_t slot, const char* event) {
+bool Simulator::TryDispatch(int64_t slot, const char* event) {
   const int64_t limit = spec_.engine.max_concurrency;
-  std::vector<int> open;
+  const std::vector<int>* engines = &main_engines_;
   if (limit > 0) {
+    open_engines_.clear();
     for (int e : main_engines_) {
-      if (in_flight_[e] < limit) open.push_back(e);
+      if (in_flight_[e] < limit) open_engines_.push_back(e);
     }
+    if (open_engines_.empty()) return false;
+    engines = &open_engines_;
   }
-  const auto [engine, rank] = Route(slot, limit > 0 ? open : main_engines_, spec_.router);
+  const auto [engine, rank] = Route(slot, *engines, spec_.router);
   ++in_flight_[engine];
   slots_[slot].front = engine;
   engines_[engine]->Enqueue(rank, slot);
@@ -252,6 +250,7 @@ void Simulator::Dispatch(int64_t slot, const char* event) {
                        rank);
   }
   Kick(engine);
+  return true;
 }
 
 void Simulator::Inject(const traces::Request& r) {
@@ -475,11 +474,8 @@ Status Simulator::Advance(SimTime until) {
         CompletionSeen(seen->slot, e.time);
       }
     } else if (std::holds_alternative<ReleaseEvent>(p)) {
-      if (!held_.empty()) {  // two completions at once may release one held request
-        const int64_t next = held_.front();
-        held_.pop_front();
-        Dispatch(next, "dispatch");
-      }
+      // Two completions at once may both release the one request held.
+      if (!held_.empty() && TryDispatch(held_.front(), "dispatch")) held_.pop_front();
     } else if (const auto* kv = std::get_if<KvArrivedEvent>(&p)) {
       pending_times_.erase(pending_times_.find(e.time));
       Sequence& s = slots_[kv->slot];

@@ -145,8 +145,9 @@ class Simulator : public EngineListener {
  private:
   void Issue(const traces::Request& r);
   // Sends the sequence in `slot` to an instance below its max_concurrency, by the router policy;
-  // `event` names it in the event log ("arrival", or "dispatch" for one the client held).
-  void Dispatch(int64_t slot, const char* event);
+  // false, sending nothing, when every instance is at it. `event` names it in the event log
+  // ("arrival", or "dispatch" for one the client held).
+  bool TryDispatch(int64_t slot, const char* event);
   // Pulls the next request from the source and schedules its arrival at `issue`, or at the
   // source's own time when `issue` is not given. False when the source is exhausted.
   Result<bool> ScheduleNext(std::optional<SimTime> issue);
@@ -175,6 +176,7 @@ class Simulator : public EngineListener {
   std::vector<int> last_stage_;          // per engine
   std::vector<int64_t> in_flight_;  // per main engine: requests sent to it, not yet seen complete
   std::deque<int64_t> held_;        // slots the client holds back (every instance at its limit)
+  std::vector<int> open_engines_;   // TryDispatch's: main engines below max_concurrency
   std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
   int64_t next_arrival_key_ = 0;
   std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed

@@ -40,6 +40,7 @@ expect 2 "gpus = 8: must be a multiple of tp x pp (3)" -- memory --model deepsee
 expect 2 "ep = 16: must divide the number of experts (8)" -- memory --model mixtral-8x7b --gpus 16 --ep 16
 expect 2 "attention tp (tp / attn_dp) = 6: must divide num_attention_heads (128)" -- memory --model deepseek-r1 --gpus 6
 expect 2 '--weights = "fp5": unknown data type' -- memory --weights fp5
+expect 2 "max_concurrency = -1: must be >= 0" -- simulate --max-concurrency -1 --samples 10
 expect 2 "malformed_config.json: malformed JSON at byte" -- memory --model "$data/malformed_config.json"
 expect 2 "missing_field_config.json: field 'num_hidden_layers': missing (required integer)" -- \
   memory --model "$data/missing_field_config.json"
