@@ -44,6 +44,7 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   const double scale_up_gb_per_s = f.Double("scale_up_gb_per_s");
   const int64_t domain = f.Int("scale_up_domain_gpus");
   const double scale_out_gbit_per_s = f.Double("scale_out_gbit_per_s");
+  const int64_t sms = f.Int("sms", 0);
   hw.power_watts = f.Double("power_watts", 0.0);
   hw.price_per_gpu_hour_usd = f.Double("price_per_gpu_hour_usd", 0.0);
   FATHOM_RETURN_IF_ERROR(f.status());
@@ -75,6 +76,8 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   FATHOM_RETURN_IF_ERROR(in_range("scale_up_gb_per_s", scale_up_gb_per_s, 0.1, 1e6));
   FATHOM_RETURN_IF_ERROR(in_range("scale_up_domain_gpus", static_cast<double>(domain), 1, 1e5));
   FATHOM_RETURN_IF_ERROR(in_range("scale_out_gbit_per_s", scale_out_gbit_per_s, 0.1, 1e6));
+  if (doc.contains("sms"))
+    FATHOM_RETURN_IF_ERROR(in_range("sms", static_cast<double>(sms), 1, 1e5));
   if (doc.contains("power_watts"))
     FATHOM_RETURN_IF_ERROR(in_range("power_watts", hw.power_watts, 1, 1e5));
   FATHOM_RETURN_IF_ERROR(in_range("price_per_gpu_hour_usd", hw.price_per_gpu_hour_usd, 0, 1e4));
@@ -86,6 +89,7 @@ Result<Hardware> LoadHardwareFile(const std::string& path) {
   hw.scale_up_bytes_per_s = scale_up_gb_per_s * 1e9;
   hw.scale_up_domain_gpus = static_cast<int>(domain);
   hw.scale_out_bytes_per_s = scale_out_gbit_per_s * 1e9 / 8.0;
+  hw.sms = static_cast<int>(sms);
   return hw;
 }
 

@@ -22,6 +22,9 @@ struct Hardware {
   double scale_up_bytes_per_s = 0;   // per GPU, both directions together, as datasheets give it
   int scale_up_domain_gpus = 0;      // GPUs one scale-up fabric joins (8 for HGX, 72 for NVL72)
   double scale_out_bytes_per_s = 0;  // per GPU, one direction
+  // Streaming multiprocessors (AMD: compute units), which a GEMM's output tiles fill in waves;
+  // 0: unknown.
+  int sms = 0;
   double power_watts = 0;
   double price_per_gpu_hour_usd = 0;
 

@@ -69,6 +69,12 @@ TEST_CASE("LoadHardwareFile: a missing, empty or out-of-range field names the fi
   CHECK(LoadHardwareFile(path).status().message() ==
         path + ": field 'price_per_gpu_hour_usd' = -1: must be in [0, 10000]");
   REQUIRE(WriteFileAtomic(
+              path, R"({"name": "x", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, "sms": 0, )" +
+                        good + "}")
+              .ok());
+  CHECK(LoadHardwareFile(path).status().message() ==
+        path + ": field 'sms' = 0: must be in [1, 100000]");
+  REQUIRE(WriteFileAtomic(
               path, R"({"name": "", "memory_gb": 80, "hbm_bandwidth_tb_per_s": 3, )" + good + "}")
               .ok());
   CHECK(LoadHardwareFile(path).status().message() ==

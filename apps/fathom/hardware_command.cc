@@ -27,6 +27,7 @@ OrderedJson ToJson(const models::Hardware& hw) {
   j["scale_up_bytes_per_s"] = hw.scale_up_bytes_per_s;
   j["scale_up_domain_gpus"] = hw.scale_up_domain_gpus;
   j["scale_out_bytes_per_s"] = hw.scale_out_bytes_per_s;
+  j["sms"] = hw.sms;
   j["power_watts"] = hw.power_watts;
   j["price_per_gpu_hour_usd"] = hw.price_per_gpu_hour_usd;
   return j;
