@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "base/csv.h"
@@ -279,8 +280,8 @@ MeasuredGemms::Coverage MeasuredGemms::coverage() const {
 CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
                                  const ParallelLayout& layout, const Precision& precision,
                                  const CostParams& params, Runtime runtime,
-                                 std::shared_ptr<const MeasuredGemms> measured)
-    : OperatorTimeModel(m, layout, precision),
+                                 std::shared_ptr<const MeasuredGemms> measured, Fusions fusions)
+    : OperatorTimeModel(m, layout, precision, fusions),
       hw_(hw),
       layout_(layout),
       p_(params),
@@ -315,6 +316,20 @@ double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flop
 
 }  // namespace
 
+namespace {
+
+// A collective's seconds: measured all-reduces within the scale-up domain from the tables, the
+// rest from the collective formula; before any overlap with compute.
+double CollectiveOpSeconds(const Operator& op, const Hardware& hw, const CostParams& p) {
+  if (op.comm == CommKind::kAllReduce && op.span <= hw.scale_up_domain_gpus) {
+    if (auto t = p.all_reduce.Seconds(hw.name, op.ranks, op.comm_bytes)) return *t;
+  }
+  return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6,
+                           p.collective_hop_latency_us * 1e-6);
+}
+
+}  // namespace
+
 double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
                        const MeasuredGemms* measured) {
   const double floor = p.kernel_floor_us * 1e-6;
@@ -322,11 +337,22 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
   switch (op.kind) {
     case OpKind::kGemm: {
       if (op.m == 0) return 0.0;
-      if (measured) {
-        if (auto t = measured->Seconds(op.dtype, op.m, op.n, op.k)) return *t;
+      std::optional<double> gemm;
+      if (measured) gemm = measured->Seconds(op.dtype, op.m, op.n, op.k);
+      if (!gemm) {
+        const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
+        gemm = GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes);
       }
-      const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
-      return GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes);
+      if (op.comm != CommKind::kAllReduce) return *gemm;
+      // Fused with its all-reduce (Fusions::gemm_allreduce): within one NVLink domain each wave
+      // of 128x128 output tiles is reduced while the next computes, so the kernel lasts the
+      // longer of the two plus one wave's share of the shorter (a single-wave GEMM, a decode
+      // step's, overlaps nothing); across domains, or with the GPU's SMs unknown, in turn.
+      const double reduce = CollectiveOpSeconds(op, hw, p);
+      if (op.span > hw.scale_up_domain_gpus || hw.sms <= 0) return *gemm + reduce;
+      const double tiles = std::ceil(op.m / 128.0) * std::ceil(op.n / 128.0);
+      const double waves = std::ceil(tiles / hw.sms);
+      return std::max(*gemm, reduce) + std::min(*gemm, reduce) / waves;
     }
     case OpKind::kGroupedGemm: {
       if (op.m == 0) return 0.0;
@@ -348,13 +374,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
     case OpKind::kElementwise:
       return op.bytes / bw + floor;
     case OpKind::kCommunication:
-      if (op.comm == CommKind::kAllReduce && op.span <= hw.scale_up_domain_gpus) {
-        if (auto t = p.all_reduce.Seconds(hw.name, op.ranks, op.comm_bytes))
-          return *t * (1.0 - p.comm_overlap);
-      }
-      return CollectiveSeconds(op, hw, p.link_efficiency, p.collective_latency_us * 1e-6,
-                               p.collective_hop_latency_us * 1e-6) *
-             (1.0 - p.comm_overlap);
+      return CollectiveOpSeconds(op, hw, p) * (1.0 - p.comm_overlap);
   }
   return 0.0;
 }

@@ -178,7 +178,7 @@ class CalibratedModel : public OperatorTimeModel {
   CalibratedModel(const ModelArch& m, const Hardware& hw, const ParallelLayout& layout,
                   const Precision& precision, const CostParams& params,
                   Runtime runtime = Runtime::kPython,
-                  std::shared_ptr<const MeasuredGemms> measured = nullptr);
+                  std::shared_ptr<const MeasuredGemms> measured = nullptr, Fusions fusions = {});
 
   double OpSeconds(const Operator& op) const override;
   double ResponseSeconds() const override { return response_s_; }

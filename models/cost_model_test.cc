@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -556,6 +557,40 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
     REQUIRE_FALSE(loaded.ok());
     CHECK(loaded.status().message() == message);
   }
+}
+
+TEST_CASE(
+    "OperatorSeconds: a GEMM fused with its all-reduce overlaps them wave by wave within a "
+    "domain",
+    "[models]") {
+  auto hw = *(*HardwareCatalog::LoadBuiltin()).Find("h200");
+  REQUIRE(hw.sms == 132);
+  CostParams p;
+  auto priced = [&](int64_t m, int span, const Hardware& gpu) {
+    const Operator gemm = Gemm("down", 1, m, 16384, 6656, DType::kFp8);
+    Operator fused = gemm;
+    fused.comm = CommKind::kAllReduce;
+    fused.comm_bytes = m * 16384.0 * 2;
+    fused.ranks = 8;
+    fused.span = span;
+    const Operator ar = Comm("ar", 1, CommKind::kAllReduce, fused.comm_bytes, 8, span);
+    return std::array<double, 3>{OperatorSeconds(gemm, gpu, p, 1), OperatorSeconds(ar, gpu, p, 1),
+                                 OperatorSeconds(fused, gpu, p, 1)};
+  };
+  // 4,096 rows: 32 x 128 tiles of 128 x 128 on 132 SMs, 32 waves.
+  auto [gemm, ar, fused] = priced(4096, 8, hw);
+  CHECK(fused == Approx(std::max(gemm, ar) + std::min(gemm, ar) / 32));
+  CHECK(fused < gemm + ar);
+  // A decode step's 64 rows are one wave of 128 tiles: the reduction waits for all of it.
+  auto [g1, a1, f1] = priced(64, 8, hw);
+  CHECK(f1 == Approx(g1 + a1));
+  // Across scale-up domains, or on a GPU whose SMs are unknown, they run in turn.
+  auto [g2, a2, f2] = priced(4096, 16, hw);
+  CHECK(f2 == Approx(g2 + a2));
+  Hardware unknown = hw;
+  unknown.sms = 0;
+  auto [g3, a3, f3] = priced(4096, 8, unknown);
+  CHECK(f3 == Approx(g3 + a3));
 }
 
 TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the formula the rest",

@@ -78,6 +78,16 @@ enum class Runtime { kPython, kCpp };
 Result<Runtime> ParseRuntime(std::string_view s);
 std::string_view Name(Runtime r);
 
+// Kernel fusions an engine was built with, where they change the operator list.
+struct Fusions {
+  // Each row-parallel GEMM (attention output, dense MLP down projection) reduces its output over
+  // the tensor-parallel group itself, one kernel in place of a GEMM and an all-reduce
+  // (TensorRT-LLM's gemm_allreduce_plugin: the epilogue stores each tile to NVLink multicast
+  // memory, reduced in the switch). The operator is the GEMM carrying the all-reduce's fields.
+  bool gemm_allreduce = false;
+  bool operator==(const Fusions&) const = default;
+};
+
 // Checks the rules an engine enforces; the message names the degree, its value and the rule.
 Status ValidateLayout(const ModelArch& m, const ParallelLayout& layout);
 

@@ -5,8 +5,8 @@
 namespace fathom::models {
 
 OperatorTimeModel::OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout,
-                                     const Precision& precision)
-    : builder_(m, layout, precision) {}
+                                     const Precision& precision, Fusions fusions)
+    : builder_(m, layout, precision, fusions) {}
 
 bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
   return a.tokens <= b.tokens && a.sequences <= b.sequences &&

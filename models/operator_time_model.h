@@ -19,7 +19,8 @@ namespace fathom::models {
 class OperatorTimeModel : public ExecutionTimeModel {
  public:
   // Borrows `m`; it must outlive the model. Not thread safe (reuses one operator buffer).
-  OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout, const Precision& precision);
+  OperatorTimeModel(const ModelArch& m, const ParallelLayout& layout, const Precision& precision,
+                    Fusions fusions = {});
 
   SimTime StageTime(std::span<const BatchShape> ranks, int stage) const final;
   int num_stages() const final { return builder_.num_stages(); }

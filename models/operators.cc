@@ -109,8 +109,8 @@ std::string_view Name(CommKind k) {
 }
 
 OperatorBuilder::OperatorBuilder(const ModelArch& m, const ParallelLayout& layout,
-                                 const Precision& precision)
-    : m_(m), layout_(layout), precision_(precision) {
+                                 const Precision& precision, Fusions fusions)
+    : m_(m), layout_(layout), precision_(precision), fusions_(fusions) {
   const std::vector<int64_t> per_stage = LayersPerStage(m.layers, layout.pp);
   int64_t first = 0;
   for (int64_t n : per_stage) {
@@ -168,10 +168,22 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
     AddAttentionKernels(b, layers, sliding, out);
     out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * hd, dt));
   }
-  if (a > 1) {
-    out->push_back(
-        Comm("attn.all_reduce", layers, CommKind::kAllReduce, T * m_.hidden * kAct, a, a));
+  if (a > 1) AddRowParallelAllReduce("attn.all_reduce", layers, T * m_.hidden * kAct, out);
+}
+
+void OperatorBuilder::AddRowParallelAllReduce(std::string_view name, int64_t layers, double bytes,
+                                              std::vector<Operator>* out) const {
+  const int a = layout_.attn_tp();
+  Operator reduce = Comm(name, layers, CommKind::kAllReduce, bytes, a, a);
+  if (!fusions_.gemm_allreduce) {
+    out->push_back(reduce);
+    return;
   }
+  Operator& gemm = out->back();
+  gemm.comm = reduce.comm;
+  gemm.comm_bytes = reduce.comm_bytes;
+  gemm.ranks = reduce.ranks;
+  gemm.span = reduce.span;
 }
 
 AttentionHeads OperatorBuilder::PrefillHeads() const {
@@ -237,9 +249,7 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
     out->push_back(Gemm("mlp.gate_up", dense_layers, T, 2 * inter, h, dt));
     out->push_back(Elementwise("mlp.act", dense_layers, 3.0 * T * inter * kAct, 4.0 * T * inter));
     out->push_back(Gemm("mlp.down", dense_layers, T, h, inter, dt));
-    if (a > 1)
-      out->push_back(
-          Comm("mlp.all_reduce", dense_layers, CommKind::kAllReduce, T * h * kAct, a, a));
+    if (a > 1) AddRowParallelAllReduce("mlp.all_reduce", dense_layers, T * h * kAct, out);
   }
   if (moe_layers == 0) return;
 

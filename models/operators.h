@@ -87,7 +87,8 @@ enum class OpScope { kAll, kWithoutExperts };
 class OperatorBuilder {
  public:
   // Borrows `m`; it must outlive the builder.
-  OperatorBuilder(const ModelArch& m, const ParallelLayout& layout, const Precision& precision);
+  OperatorBuilder(const ModelArch& m, const ParallelLayout& layout, const Precision& precision,
+                  Fusions fusions = {});
 
   // Replaces `out` with the operators one GPU of pipeline stage `stage` runs for `batch` (this
   // GPU's attention rank) while the MoE layers see `moe.group_tokens` tokens. Reuses capacity.
@@ -113,10 +114,14 @@ class OperatorBuilder {
   void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,
               bool experts, std::vector<Operator>* out) const;
   void AddExperts(int64_t group_tokens, int64_t moe_layers, std::vector<Operator>* out) const;
+  // The all-reduce of the row-parallel GEMM just added: fused into it, or after it.
+  void AddRowParallelAllReduce(std::string_view name, int64_t layers, double bytes,
+                               std::vector<Operator>* out) const;
 
   const ModelArch& m_;
   ParallelLayout layout_;
   Precision precision_;
+  Fusions fusions_;
   struct StageInfo {
     int64_t layers = 0, sliding = 0, moe = 0;
   };

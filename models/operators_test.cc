@@ -142,6 +142,28 @@ TEST_CASE("Operators: Llama 3.1 405B with TP8", "[models]") {
   CHECK(Find(ops, "lm_head")->n == 128256 / 8);
   CHECK(Find(ops, "lm_head.all_gather"));
   CHECK(Find(ops, "pp.send") == nullptr);
+
+  // Built with the GEMM + all-reduce fusion, the row-parallel GEMMs carry their all-reduces: one
+  // kernel each, the other operators unchanged.
+  OperatorBuilder fused(m, Layout(8, 8, 1, 1), Precision{DType::kFp8, DType::kFp8, DType::kFp8},
+                        Fusions{.gemm_allreduce = true});
+  std::vector<Operator> fused_ops;
+  fused.Build(Prefill(4096), MoeInput{4096}, 0, &fused_ops);
+  CHECK(fused_ops.size() == ops.size() - 2);
+  CHECK(Find(fused_ops, "attn.all_reduce") == nullptr);
+  CHECK(Find(fused_ops, "mlp.all_reduce") == nullptr);
+  for (std::string_view name : {"attn.o_proj", "mlp.down"}) {
+    const Operator* gemm = Find(fused_ops, name);
+    REQUIRE(gemm);
+    CHECK(gemm->kind == OpKind::kGemm);
+    CHECK(gemm->flops == Find(ops, name)->flops);
+    CHECK(gemm->comm == CommKind::kAllReduce);
+    CHECK(gemm->comm_bytes == 4096.0 * 16384 * 2);
+    CHECK(gemm->ranks == 8);
+    CHECK(gemm->span == 8);
+  }
+  CHECK(Find(fused_ops, "attn.qkv_proj")->comm == CommKind::kNone);
+  CHECK(Find(fused_ops, "embedding.all_reduce"));  // not a GEMM's
 }
 
 TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, monotone in batch",

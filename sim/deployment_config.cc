@@ -78,7 +78,7 @@ class FieldReader {
     Known(key);
     if (j_.contains(std::string(key))) v = f_.Double(key);
   }
-  void Bool(std::string_view key, bool& v) {
+  void Bool(std::string_view key, bool& v, FieldOptions = {}) {
     Known(key);
     v = f_.Bool(key, v);
   }
@@ -163,7 +163,7 @@ class FieldWriter {
   void Double(std::string_view key, const std::optional<double>& v) {
     if (v) String(key, *v);
   }
-  void Bool(std::string_view key, bool v) { String(key, v); }
+  void Bool(std::string_view key, bool v, FieldOptions o = {}) { String(key, v, o); }
   void IntList(std::string_view key, const std::vector<int64_t>& v, FieldOptions o = {}) {
     String(key, v, o);
   }
@@ -221,6 +221,7 @@ void DeploymentFields(Io& io, Config& d) {
   io.String("dense_weights", d.dense_weights, WrittenIf(!d.dense_weights.empty()));
   io.String("kv", d.kv);
   io.Enum("runtime", d.runtime, models::ParseRuntime);
+  io.Bool("gemm_allreduce", d.fusions.gemm_allreduce, WrittenIf(d.fusions.gemm_allreduce));
   auto& e = d.engine;
   io.Enum("scheduler", e.scheduler, ParseScheduler);
   io.Int("max_batch", e.max_batch);
@@ -349,6 +350,11 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
   }
   FATHOM_ASSIGN_OR_RETURN(out->precision.kv, models::ParseDType(d.kv, "kv"));
   FATHOM_RETURN_IF_ERROR(d.engine.Validate());
+  if (d.fusions.gemm_allreduce && d.runtime != models::Runtime::kCpp) {
+    return Status::InvalidArgument(
+        "gemm_allreduce: TensorRT-LLM's gemm_allreduce_plugin is a TensorRT engine's: needs "
+        "runtime cpp");
+  }
 
   auto pool = [&](const models::ParallelLayout& layout, int instances, const EngineConfig& engine,
                   models::MemoryPlan* plan, std::unique_ptr<models::ExecutionTimeModel>* time,
@@ -364,7 +370,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
     if (!plan->fits)
       return Status::InvalidArgument(std::string(what) + " " + layout.ToString() +
                                      ": does not fit: " + plan->why_not);
-    *time = make_time(out->model, out->hardware, layout, out->precision, d.runtime);
+    *time = make_time(out->model, out->hardware, layout, out->precision, d.runtime, d.fusions);
     PoolSpec p;
     p.time = time->get();
     p.instances = instances;

@@ -36,6 +36,7 @@ struct DeploymentConfig {
   std::string dense_weights;  // empty: same as weights
   std::string kv{models::kDefaultKv};
   models::Runtime runtime = models::Runtime::kPython;
+  models::Fusions fusions;
   EngineConfig engine;
   RouterKind router = RouterKind::kLeastOutstanding;
   bool disaggregated = false;
@@ -76,7 +77,7 @@ OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run);
 
 using TimeModelFactory = std::function<std::unique_ptr<models::ExecutionTimeModel>(
     const models::ModelArch&, const models::Hardware&, const models::ParallelLayout&,
-    const models::Precision&, models::Runtime)>;
+    const models::Precision&, models::Runtime, models::Fusions)>;
 
 // Everything a simulation of one deployment needs, owned in one place.
 struct ResolvedDeployment {

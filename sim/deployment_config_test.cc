@@ -37,6 +37,7 @@ DeploymentConfig EveryField() {
   d.dense_weights = "bf16";
   d.kv = "bf16";
   d.runtime = models::Runtime::kCpp;
+  d.fusions.gemm_allreduce = true;
   EngineConfig& e = d.engine;
   e.scheduler = SchedulerKind::kMixed;
   e.max_batch = 96;
@@ -102,7 +103,8 @@ TEST_CASE("DeploymentConfig: the file keeps its fields in one order, defaults le
   CHECK(
       ToJson(EveryField(), EveryRunField()).dump() ==
       R"({"model":"llama2-70b","hardware":"h200","gpus":16,"tp":4,"pp":2,"ep":2,"attn_dp":2,"weig)"
-      R"(hts":"fp8","dense_weights":"bf16","kv":"bf16","runtime":"cpp","scheduler":"mixed","max_b)"
+      R"(hts":"fp8","dense_weights":"bf16","kv":"bf16","runtime":"cpp","gemm_allreduce":true,"sch)"
+      R"(eduler":"mixed","max_b)"
       R"(atch":96,"max_num_tokens":3000,"chunk_size":512,"block_size":64,"reserve":0.15,"kv_free_)"
       R"(fraction":0.9,"preemption":"swap","admission":"reserve","prefix_caching":true,"mtp":3,"acceptance":0.7,"draft_c)"
       R"(ost":0.05,"router":"prefix-aware","adp_balance":{"batching_wait_iters":7,"timeout_iters")"
@@ -140,7 +142,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
       {R"({"typo": 1})",
        ": field 'typo': unknown (known: acceptance, admission, adp_balance, attn_dp, block_size, "
        "chunk_size, cuda_graph_batch_sizes, decode_max_batch, dense_weights, disaggregated, "
-       "draft_cost, ep, gpus, "
+       "draft_cost, ep, gemm_allreduce, gpus, "
        "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "
        "max_num_tokens, model, mtp, "
        "pp, preemption, "

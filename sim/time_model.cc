@@ -17,8 +17,8 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
     }
     out.roofline = true;
     out.factory = [](const models::ModelArch& m, const models::Hardware& hw,
-                     const models::ParallelLayout& l, const models::Precision& p,
-                     models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+                     const models::ParallelLayout& l, const models::Precision& p, models::Runtime,
+                     models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
       return std::make_unique<models::RooflineModel>(m, hw, l, p);
     };
     return out;
@@ -67,12 +67,13 @@ std::vector<models::Runtime> TimeModel::Runtimes(const std::string& model_type) 
 
 TimeModelFactory CalibratedFactory(const models::CostParams& params,
                                    std::shared_ptr<const models::MeasuredGemms> measured) {
-  return
-      [params, measured](const models::ModelArch& m, const models::Hardware& hw,
-                         const models::ParallelLayout& l, const models::Precision& p,
-                         models::Runtime runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
-        return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured);
-      };
+  return [params, measured](
+             const models::ModelArch& m, const models::Hardware& hw,
+             const models::ParallelLayout& l, const models::Precision& p, models::Runtime runtime,
+             models::Fusions fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::CalibratedModel>(m, hw, l, p, params, runtime, measured,
+                                                     fusions);
+  };
 }
 
 }  // namespace fathom::sim

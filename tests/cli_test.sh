@@ -101,6 +101,10 @@ expect 0 "disaggregated" -- simulate --disagg --prefill-instances 1 --prefill-tp
   --decode-tp 4 --decode-ep 4 --decode-attn-dp 4 --samples 200
 expect 2 'scheduler = "fifo": unknown (one of static, prefill-first, chunked, mixed, decode-first)' -- simulate --scheduler fifo
 expect 2 'runtime = "java": unknown (one of python, cpp)' -- simulate --runtime java
+expect 2 "gemm_allreduce: TensorRT-LLM's gemm_allreduce_plugin is a TensorRT engine's: needs runtime cpp" -- \
+  simulate --gemm-allreduce --samples 10
+expect 0 "TP8 PP1" -- simulate --hardware h200 --model llama3.1-405b --tp 8 --weights fp8 --kv fp8 \
+  --runtime cpp --gemm-allreduce --samples 50
 expect 2 "--qps = 0: must be > 0 for the server scenario" -- simulate --scenario server
 expect 2 "--qps = -2: must be > 0" -- simulate --scenario server --qps -2
 expect 2 "deployment_typo.json: field 'max_batch_size': unknown" -- simulate --deployment "$data/deployment_typo.json"

@@ -111,6 +111,8 @@ std::string TrtllmYaml(const sim::DeploymentConfig& d, const Pool& p) {
                  d.engine.scheduler == sim::SchedulerKind::kChunked ? "true" : "false");
   if (d.runtime == models::Runtime::kCpp) {
     // TensorRT engines: no PyTorch-flow CUDA graphs (the C++ executor runs the engine).
+    if (d.fusions.gemm_allreduce)
+      y += "build_config:\n  plugin_config:\n    gemm_allreduce_plugin: bfloat16\n";
   } else if (d.engine.cuda_graph_batch_sizes.empty()) {
     y += "cuda_graph_config:\n  enable_padding: true\n";
     y += StrFormat("  max_batch_size: %lld\n", static_cast<long long>(p.max_batch));
@@ -191,8 +193,8 @@ LaunchCommands MakeLaunchCommands(const sim::DeploymentConfig& d,
   const auto resolved =
       sim::Resolve(d, catalog,
                    [](const models::ModelArch& m, const models::Hardware& hw,
-                      const models::ParallelLayout& l, const models::Precision& p,
-                      models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+                      const models::ParallelLayout& l, const models::Precision& p, models::Runtime,
+                      models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
                      return std::make_unique<models::RooflineModel>(m, hw, l, p);
                    });
   const sim::ResolvedDeployment* r = resolved.ok() ? resolved->get() : nullptr;

@@ -609,6 +609,13 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend tensorrt") != std::string::npos);
   CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") ==
         std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("gemm_allreduce_plugin") ==
+        std::string::npos);
+  d.fusions.gemm_allreduce = true;  // built with the GEMM + all-reduce fusion
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("build_config:\n  plugin_config:\n    gemm_allreduce_plugin: "
+                              "bfloat16\n") != std::string::npos);
+  d.fusions.gemm_allreduce = false;
   d.runtime = models::Runtime::kPython;
   CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend pytorch") != std::string::npos);
   CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") !=

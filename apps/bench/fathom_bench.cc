@@ -80,12 +80,12 @@ std::unique_ptr<sim::ResolvedDeployment> DeepSeekB200() {
   d.engine.max_batch = 512;
   d.engine.max_num_tokens = 4608;
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto r = sim::Resolve(
-      d, *catalog,
-      [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
-        return std::unique_ptr<models::ExecutionTimeModel>(
-            std::make_unique<models::RooflineModel>(m, hw, l, p));
-      });
+  auto r = sim::Resolve(d, *catalog,
+                        [](const auto& m, const auto& hw, const auto& l, const auto& p,
+                           models::Runtime, models::Fusions) {
+                          return std::unique_ptr<models::ExecutionTimeModel>(
+                              std::make_unique<models::RooflineModel>(m, hw, l, p));
+                        });
   return std::move(r).value();
 }
 
@@ -200,12 +200,12 @@ void Online(int repeat) {
   o.max_num_tokens = {2048, 4096, 8192};
   std::string reason;
   const double s = Median(repeat, [&] {
-    auto c = tuner::Controller::Create(
-        sim::DeploymentConfig{}, {256, 8192}, o, *catalog,
-        [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
-          return std::unique_ptr<models::ExecutionTimeModel>(
-              std::make_unique<models::RooflineModel>(m, hw, l, p));
-        });
+    auto c = tuner::Controller::Create(sim::DeploymentConfig{}, {256, 8192}, o, *catalog,
+                                       [](const auto& m, const auto& hw, const auto& l,
+                                          const auto& p, models::Runtime, models::Fusions) {
+                                         return std::unique_ptr<models::ExecutionTimeModel>(
+                                             std::make_unique<models::RooflineModel>(m, hw, l, p));
+                                       });
     reason = (*c)->Step(w)->reason;
   });
   std::printf("online_step: 12 choices predicted in %.3f s wall (median of %d): %s\n", s, repeat,
@@ -262,7 +262,8 @@ void Tunes(int repeat) {
 void Live(const char* name, sim::DeploymentConfig d, sim::ScenarioConfig sc, int n, int64_t input,
           int64_t output) {
   auto catalog = models::HardwareCatalog::LoadBuiltin();
-  auto roofline = [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime) {
+  auto roofline = [](const auto& m, const auto& hw, const auto& l, const auto& p, models::Runtime,
+                     models::Fusions) {
     return std::unique_ptr<models::ExecutionTimeModel>(
         std::make_unique<models::RooflineModel>(m, hw, l, p));
   };

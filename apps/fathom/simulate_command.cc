@@ -429,6 +429,9 @@ void RegisterSimulate(CLI::App& app, Status* result) {
              "--runtime", f->runtime,
              "Engine host side: python (vLLM, SGLang, TRT-LLM PyTorch) or cpp (TRT-LLM engines)")
           ->capture_default_str());
+  dep(cmd->add_flag("--gemm-allreduce", f->config.fusions.gemm_allreduce,
+                    "Row-parallel GEMMs fused with their all-reduce (TensorRT-LLM's "
+                    "gemm_allreduce_plugin; needs --runtime cpp)"));
   dep(cmd->add_option("--max-batch", e.max_batch, "Running sequences per attention rank")
           ->capture_default_str());
   dep(cmd->add_option("--max-num-tokens", e.max_num_tokens,

@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto deployment = sim::LoadDeploymentFile(file.path());
   if (!deployment.ok()) return 0;
   auto roofline = [](const models::ModelArch& m, const models::Hardware& hw,
-                     const models::ParallelLayout& l, const models::Precision& p,
-                     models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+                     const models::ParallelLayout& l, const models::Precision& p, models::Runtime,
+                     models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::RooflineModel>(m, hw, l, p);
   };
   (void)sim::Resolve(deployment->config, *catalog, roofline);

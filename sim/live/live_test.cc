@@ -34,8 +34,8 @@ std::unique_ptr<ResolvedDeployment> Llama() {
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   REQUIRE(catalog.ok());
   auto factory = [](const models::ModelArch& m, const models::Hardware& hw,
-                    const models::ParallelLayout& l, const models::Precision& p,
-                    models::Runtime) -> std::unique_ptr<models::ExecutionTimeModel> {
+                    const models::ParallelLayout& l, const models::Precision& p, models::Runtime,
+                    models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
     return std::make_unique<models::RooflineModel>(m, hw, l, p);
   };
   auto r = Resolve(d, *catalog, factory);
