@@ -382,6 +382,40 @@ TEST_CASE("PerfDb: attention rows keep their dims; an older database gains the c
   CHECK_FALSE(DimValue("", "heads").has_value());
 }
 
+TEST_CASE("MeasuredOperators: a MoE layer's row is the routed experts of one of its GPUs",
+          "[models]") {
+  OpMeasurement r;
+  r.op = "moe";
+  r.dtype = "nvfp4";
+  r.m = 1024;     // tokens reaching the layer
+  r.n = 2048;     // each expert's intermediate
+  r.k = 7168;     // hidden
+  r.extra = 256;  // experts
+  r.dims = "topk=8 tp=1 ep=8";
+  auto ops = MeasuredOperators(r);
+  INFO(ops.status().message());
+  REQUIRE(ops.ok());
+  // DeepSeek-R1's MoE layer on one GPU of EP 8 is what its builder prices for that rank.
+  const ModelArch ds = *LoadModel("deepseek-r1");
+  OperatorBuilder builder(ds, {8, 8, 1, 8, 8}, {DType::kNvfp4, DType::kNvfp4, DType::kFp8});
+  std::vector<Operator> want;
+  builder.BuildExperts(1024, 0, &want);
+  REQUIRE(ops->size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK((*ops)[i].name == want[i].name);
+    CHECK((*ops)[i].flops == Approx(want[i].flops));
+    CHECK((*ops)[i].bytes == Approx(want[i].bytes));
+    CHECK((*ops)[i].count == 1);
+  }
+  r.dims = "topk=8 tp=1 ep=3";
+  CHECK(MeasuredOperators(r).status().message().find("ep dividing the experts") !=
+        std::string::npos);
+  r.op = "gemm";  // other rows: MeasuredOperator's one
+  r.dims = "";
+  REQUIRE(MeasuredOperators(r)->size() == 1);
+  CHECK((*MeasuredOperators(r))[0].kind == OpKind::kGemm);
+}
+
 TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices",
           "[models]") {
   OpMeasurement r;

@@ -128,6 +128,29 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
   return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
 }
 
+Result<std::vector<Operator>> MeasuredOperators(const OpMeasurement& row) {
+  if (row.op != "moe") {
+    FATHOM_ASSIGN_OR_RETURN(Operator op, MeasuredOperator(row));
+    return std::vector<Operator>{op};
+  }
+  FATHOM_ASSIGN_OR_RETURN(DType dtype, ParseDType(row.dtype, "dtype"));
+  const int64_t topk = DimValue(row.dims, "topk").value_or(0);
+  const int64_t tp = DimValue(row.dims, "tp").value_or(0);
+  const int64_t ep = DimValue(row.dims, "ep").value_or(0);
+  if (row.m <= 0 || row.n <= 0 || row.k <= 0 || row.extra <= 0 || topk <= 0 || topk > row.extra ||
+      tp <= 0 || ep <= 0 || row.extra % ep != 0 || row.n % tp != 0) {
+    return Status::InvalidArgument(
+        "moe " + std::to_string(row.m) + "x" + std::to_string(row.n) + "x" + std::to_string(row.k) +
+        " (" + row.dims + "), " + std::to_string(row.extra) +
+        " experts: tokens, sizes, topk (at most the experts), tp and ep must be positive, ep "
+        "dividing the experts and tp the intermediate");
+  }
+  std::vector<Operator> ops;
+  AddRoutedExperts({row.k, row.n, row.extra, topk}, row.m, static_cast<int>(ep),
+                   static_cast<int>(tp), dtype, 1, &ops);
+  return ops;
+}
+
 CostParams GemmFit::Applied(const CostParams& base) const {
   CostParams p = base;
   for (size_t i = 0; i < kFields.size(); ++i) {

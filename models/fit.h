@@ -18,6 +18,10 @@ namespace fathom::models {
 // all_reduce, all_gather, reduce_scatter and all_to_all (over NVLink: the ranks share a
 // scale-up domain). Other kinds are NotFound; a bad shape is InvalidArgument naming it.
 Result<Operator> MeasuredOperator(const OpMeasurement& row);
+// The operators a row timed: MeasuredOperator's one, or for a whole MoE layer ("moe": m tokens
+// reaching it, n the experts' intermediate, k hidden, extra experts; dims topk, tp and ep, the
+// routing balanced) the routed experts of one of its GPUs.
+Result<std::vector<Operator>> MeasuredOperators(const OpMeasurement& row);
 
 struct GemmFit {
   // The curve's parameters: the efficiency of each kind of tensor core (BF16, FP8, FP4; see

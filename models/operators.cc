@@ -277,25 +277,27 @@ void OperatorBuilder::AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_la
   }
 }
 
-void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers,
-                                 std::vector<Operator>* out) const {
-  const int ep = layout_.ep;
-  const int64_t h = m_.hidden;
-  const int64_t local_experts = m_.experts / ep;
-  const int64_t inter = m_.moe_intermediate / layout_.moe_tp();
+void AddRoutedExperts(const ExpertLayer& e, int64_t tokens, int ep, int moe_tp, DType dtype,
+                      int64_t layers, std::vector<Operator>* out) {
+  const int64_t local_experts = e.experts / ep;
+  const int64_t inter = e.intermediate / moe_tp;
   // Token copies routed to this GPU's experts, on average.
-  const int64_t routed = (group_tokens * m_.experts_per_token + ep - 1) / ep;
-  const double p_idle = std::pow(1.0 - static_cast<double>(m_.experts_per_token) / m_.experts,
-                                 static_cast<double>(group_tokens));
+  const int64_t routed = (tokens * e.experts_per_token + ep - 1) / ep;
+  const double p_idle = std::pow(1.0 - static_cast<double>(e.experts_per_token) / e.experts,
+                                 static_cast<double>(tokens));
   const double active = local_experts * (1.0 - p_idle);
   auto grouped = [&](std::string_view name, int64_t n, int64_t k) {
-    return GroupedGemm(name, moe_layers, routed, n, k, local_experts, active,
-                       precision_.moe_weights);
+    return GroupedGemm(name, layers, routed, n, k, local_experts, active, dtype);
   };
-  out->push_back(grouped("moe.experts_gate_up", 2 * inter, h));
-  out->push_back(
-      Elementwise("moe.act", moe_layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));
-  out->push_back(grouped("moe.experts_down", h, inter));
+  out->push_back(grouped("moe.experts_gate_up", 2 * inter, e.hidden));
+  out->push_back(Elementwise("moe.act", layers, 3.0 * routed * inter * kAct, 4.0 * routed * inter));
+  out->push_back(grouped("moe.experts_down", e.hidden, inter));
+}
+
+void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers,
+                                 std::vector<Operator>* out) const {
+  AddRoutedExperts({m_.hidden, m_.moe_intermediate, m_.experts, m_.experts_per_token}, group_tokens,
+                   layout_.ep, layout_.moe_tp(), precision_.moe_weights, moe_layers, out);
 }
 
 void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage,

@@ -41,7 +41,8 @@ struct Operator {
   double bytes = 0;  // HBM traffic
   // Communication over a group of `ranks` GPUs spanning `span` consecutive GPUs (the cost model
   // compares the span with the scale-up domain). Bytes: the buffer for all-reduce, one shard for
-  // all-gather / reduce-scatter, all this GPU sends for all-to-all and send / receive.
+  // all-gather / reduce-scatter, all this GPU sends for all-to-all and send / receive. A GEMM
+  // fused with its all-reduce (Fusions::gemm_allreduce) carries these too.
   CommKind comm = CommKind::kNone;
   double comm_bytes = 0;
   int ranks = 1;
@@ -79,6 +80,19 @@ Operator AttentionKernel(std::string_view name, int64_t count, const AttentionHe
 struct MoeInput {
   int64_t group_tokens = 0;
 };
+
+// One MoE layer's routed experts: each token goes to `experts_per_token` of `experts`, each an MLP
+// of `intermediate` over `hidden`.
+struct ExpertLayer {
+  int64_t hidden = 0, intermediate = 0, experts = 0, experts_per_token = 0;
+};
+
+// Appends the routed experts one GPU runs in `layers` such layers when `tokens` tokens reach
+// them, the experts spread over `ep` GPUs and each expert's intermediate split over `moe_tp`:
+// the gate/up and down grouped GEMMs (weights in `dtype`; only experts that get a token are
+// read) and the activation between them.
+void AddRoutedExperts(const ExpertLayer& e, int64_t tokens, int ep, int moe_tp, DType dtype,
+                      int64_t layers, std::vector<Operator>* out);
 
 // Which of one GPU's operators to build: all, or all but the routed experts (whose work depends
 // only on the tokens reaching the MoE layers, the same on every rank of an attention-DP group).

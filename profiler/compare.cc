@@ -9,8 +9,9 @@ namespace fathom::profiler {
 namespace {
 
 // The size class of a row, smallest first, with its label: the rows M of a GEMM (small ones
-// stream weights, large ones compute), the K/V length of attention, a collective's bytes
-// (small ones are latency, large ones bandwidth).
+// stream weights, large ones compute), the K/V length of attention, the tokens of a MoE layer (a
+// few reach a few experts, a decode batch all of them, a prefill's fill them), a collective's
+// bytes (small ones are latency, large ones bandwidth).
 std::pair<int, std::string> SizeBucket(const models::OpMeasurement& row) {
   auto bucket = [](int64_t x, const std::vector<int64_t>& bounds,
                    const std::vector<const char*>& labels) {
@@ -23,6 +24,10 @@ std::pair<int, std::string> SizeBucket(const models::OpMeasurement& row) {
   }
   if (row.op == "gemm" || row.op == "grouped_gemm") {
     return bucket(row.m, {16, 128, 1024}, {"M 1-16", "M 17-128", "M 129-1024", "M >1024"});
+  }
+  if (row.op == "moe") {
+    return bucket(row.m, {16, 1024, 4096},
+                  {"tokens 1-16", "tokens 17-1024", "tokens 1025-4096", "tokens >4096"});
   }
   return bucket(row.m, {64 << 10, 4 << 20}, {"<=64 KiB", "64 KiB-4 MiB", ">4 MiB"});
 }
@@ -88,18 +93,22 @@ Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement
   kernel_params.comm_overlap = 0;
   kernel_params.all_reduce = {};
   for (const auto& row : rows) {
-    auto op = models::MeasuredOperator(row);
-    if (op.status().code() == StatusCode::kNotFound) {
+    auto ops = models::MeasuredOperators(row);
+    if (ops.status().code() == StatusCode::kNotFound) {
       ++out.not_compared[row.op];
       continue;
     }
-    if (!op.ok()) return op.status();
+    if (!ops.ok()) return ops.status();
     if (!(row.median_us > 0)) {
       return Status::InvalidArgument(row.op + " " + row.dtype + " " + std::to_string(row.m) + "x" +
                                      std::to_string(row.n) + "x" + std::to_string(row.k) +
                                      ": median_us must be positive");
     }
-    out.rows.push_back({row, models::OperatorSeconds(*op, hw, kernel_params, /*ep=*/1) * 1e6});
+    // One GPU's kernels, the routing balanced: no rank waits for a busier one (ep 1).
+    double seconds = 0;
+    for (const models::Operator& op : *ops)
+      seconds += models::OperatorSeconds(op, hw, kernel_params, /*ep=*/1);
+    out.rows.push_back({row, seconds * 1e6});
   }
   out.by_kind = Groups(out.rows, false);
   out.by_size = Groups(out.rows, true);

@@ -1,7 +1,8 @@
-// How the cost model's analytical price of each measured operator (GEMMs, grouped GEMMs,
-// attention kernels, collectives) compares with the measurement: per row, per operator kind and
-// data type, and per size class (a GEMM's M, per group for grouped GEMMs: small ones stream
-// weights, large ones compute; attention's K/V length; a collective's bytes).
+// How the cost model's analytical price of each measured operator (GEMMs, grouped GEMMs, MoE
+// layers' routed experts, attention kernels, collectives) compares with the measurement: per row,
+// per operator kind and data type, and per size class (a GEMM's M, per group for grouped GEMMs:
+// small ones stream weights, large ones compute; a MoE layer's tokens; attention's K/V length; a
+// collective's bytes).
 #pragma once
 
 #include <map>

@@ -9,7 +9,7 @@ namespace {
 
 models::Hardware H100() { return *(*models::HardwareCatalog::LoadBuiltin()).Find("h100-sxm"); }
 
-// GEMM, grouped GEMM, attention and all-reduce rows timed as the cost model prices them with
+// GEMM, grouped GEMM, MoE, attention and all-reduce rows timed as the cost model prices them with
 // `truth` (collectives whole: no overlap), p10/p90 at -/+5%, and one row of a kind the model
 // does not price.
 std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
@@ -25,7 +25,10 @@ std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
     r.k = k;
     r.extra = extra;
     r.dims = dims;
-    r.median_us = models::OperatorSeconds(*models::MeasuredOperator(r), H100(), truth, 1) * 1e6;
+    const auto ops = models::MeasuredOperators(r);
+    REQUIRE(ops.ok());
+    for (const models::Operator& op : *ops)
+      r.median_us += models::OperatorSeconds(op, H100(), truth, 1) * 1e6;
     r.p10_us = r.median_us * 0.95;
     r.p90_us = r.median_us * 1.05;
     rows.push_back(r);
@@ -40,6 +43,7 @@ std::vector<models::OpMeasurement> Rows(models::CostParams truth) {
         "heads=16 kv_heads=16 d_qk=192 d_v=128 causal=1");
   }
   for (int64_t bytes : {16 << 10, 1 << 20, 256 << 20}) add("all_reduce", bytes, 0, 0, 8, "");
+  for (int64_t tokens : {16, 1024, 8192}) add("moe", tokens, 2048, 7168, 256, "topk=8 tp=1 ep=8");
   models::OpMeasurement unknown;
   unknown.op = "moe_dispatch";
   unknown.dtype = "bf16";
@@ -56,14 +60,12 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   const models::CostParams params;
   auto same = CompareWithModel(Rows(params), H100(), params);
   REQUIRE(same.ok());
-  REQUIRE(same->rows.size() == 17);
+  REQUIRE(same->rows.size() == 20);
   CHECK(same->not_compared.at("moe_dispatch") == 1);
-  REQUIRE(same->by_kind.size() == 5);
-  const std::vector<std::pair<std::string, int>> kinds = {{"all_reduce bf16", 3},
-                                                          {"attention_decode bf16", 2},
-                                                          {"attention_prefill bf16", 2},
-                                                          {"gemm bf16", 5},
-                                                          {"grouped_gemm bf16", 5}};
+  REQUIRE(same->by_kind.size() == 6);
+  const std::vector<std::pair<std::string, int>> kinds = {
+      {"all_reduce bf16", 3}, {"attention_decode bf16", 2}, {"attention_prefill bf16", 2},
+      {"gemm bf16", 5},       {"grouped_gemm bf16", 5},     {"moe bf16", 3}};
   for (size_t i = 0; i < kinds.size(); ++i) {
     const auto& g = same->by_kind[i];
     CHECK(g.key == kinds[i].first);
@@ -73,14 +75,15 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
   }
   std::vector<std::string> sizes;
   for (const auto& g : same->by_size) sizes.push_back(g.key);
-  CHECK(sizes == std::vector<std::string>{
-                     "all_reduce bf16, <=64 KiB", "all_reduce bf16, 64 KiB-4 MiB",
-                     "all_reduce bf16, >4 MiB", "attention_decode bf16, K/V 1-1024",
-                     "attention_decode bf16, K/V >8192", "attention_prefill bf16, K/V 1-1024",
-                     "attention_prefill bf16, K/V >8192", "gemm bf16, M 1-16",
-                     "gemm bf16, M 17-128", "gemm bf16, M 129-1024", "gemm bf16, M >1024",
-                     "grouped_gemm bf16, M 1-16", "grouped_gemm bf16, M 17-128",
-                     "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024"});
+  CHECK(sizes ==
+        std::vector<std::string>{
+            "all_reduce bf16, <=64 KiB", "all_reduce bf16, 64 KiB-4 MiB", "all_reduce bf16, >4 MiB",
+            "attention_decode bf16, K/V 1-1024", "attention_decode bf16, K/V >8192",
+            "attention_prefill bf16, K/V 1-1024", "attention_prefill bf16, K/V >8192",
+            "gemm bf16, M 1-16", "gemm bf16, M 17-128", "gemm bf16, M 129-1024",
+            "gemm bf16, M >1024", "grouped_gemm bf16, M 1-16", "grouped_gemm bf16, M 17-128",
+            "grouped_gemm bf16, M 129-1024", "grouped_gemm bf16, M >1024", "moe bf16, tokens 1-16",
+            "moe bf16, tokens 17-1024", "moe bf16, tokens >4096"});
 
   // Measured on a GPU whose large GEMMs reach half the efficiency the model assumes: large-M
   // rows come out nearly 50% fast in the model (their math halves, the few percent of weight
@@ -98,7 +101,7 @@ TEST_CASE("CompareWithModel: the model's own prices compare exactly; a slower GP
         1e-9);  // attention is not a GEMM
   CHECK(biased->by_kind[3].worst_pct < -40);
   const auto json = biased->ToJson(true);
-  CHECK(json["rows"].size() == 17);
+  CHECK(json["rows"].size() == 20);
   CHECK(json["not_compared"]["moe_dispatch"] == 1);
 }
 

@@ -246,8 +246,12 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
                                    std::string(field) + " = \"" + std::string(value) +
                                    "\": " + rule);
   };
-  // A GEMM table (gemm_perf) or an all-reduce one (custom_allreduce_perf, nccl_perf).
-  const bool collective = table->Has("num_gpus") || table->Has("message_size");
+  // A GEMM table (gemm_perf), an all-reduce one (custom_allreduce_perf, nccl_perf) or a MoE one
+  // (moe_perf).
+  enum class Kind { kGemm, kAllReduce, kMoe };
+  const Kind kind = table->Has("num_gpus") || table->Has("message_size")   ? Kind::kAllReduce
+                    : table->Has("moe_dtype") || table->Has("num_experts") ? Kind::kMoe
+                                                                           : Kind::kGemm;
   // The first of the names the table has, else the last (the one a missing column names).
   auto column = [&](std::initializer_list<const char*> names) {
     for (const char* name : names) {
@@ -255,22 +259,31 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
     }
     return *std::prev(names.end());
   };
-  const char* dtype_column =
-      collective ? column({"nccl_dtype", "allreduce_dtype"}) : column({"gemm_dtype", "dtype"});
+  const char* dtype_column = kind == Kind::kAllReduce ? column({"nccl_dtype", "allreduce_dtype"})
+                             : kind == Kind::kMoe     ? "moe_dtype"
+                                                      : column({"gemm_dtype", "dtype"});
   const std::vector<const char*> shape_columns =
-      collective ? std::vector<const char*>{"num_gpus", "message_size"}
-                 : std::vector<const char*>{"m", "n", "k"};
+      kind == Kind::kAllReduce ? std::vector<const char*>{"num_gpus", "message_size"}
+      : kind == Kind::kMoe
+          ? std::vector<const char*>{"num_tokens", "inter_size",  "hidden_size", "num_experts",
+                                     "topk",       "moe_tp_size", "moe_ep_size"}
+          : std::vector<const char*>{"m", "n", "k"};
   std::vector<const char*> required = {"op_name", "latency", dtype_column};
   required.insert(required.end(), shape_columns.begin(), shape_columns.end());
+  if (kind == Kind::kMoe) required.push_back("distribution");
   for (const char* name : required) {
     if (!table->Has(name)) {
-      return Status::InvalidArgument(
-          path + ":1: column '" + name + "' missing (" +
-          (collective ? "an all-reduce table has framework, version, device, op_name, "
-                        "kernel_source, allreduce_dtype or nccl_dtype, num_gpus, message_size, "
-                        "latency)"
-                      : "a GEMM table has framework, version, device, op_name, kernel_source, "
-                        "gemm_dtype, m, n, k, latency)"));
+      const char* layout =
+          kind == Kind::kAllReduce
+              ? "an all-reduce table has framework, version, device, op_name, kernel_source, "
+                "allreduce_dtype or nccl_dtype, num_gpus, message_size, latency"
+          : kind == Kind::kMoe
+              ? "a MoE table has framework, version, device, op_name, kernel_source, moe_dtype, "
+                "num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size, "
+                "moe_ep_size, distribution, latency"
+              : "a GEMM table has framework, version, device, op_name, kernel_source, "
+                "gemm_dtype, m, n, k, latency";
+      return Status::InvalidArgument(path + ":1: column '" + name + "' missing (" + layout + ")");
     }
   }
   if (hardware.empty() && !table->Has("device")) {
@@ -278,23 +291,25 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
                                    ":1: column 'device' missing: give the GPU with --hardware");
   }
   auto field = [&](const char* name) { return table->field(name); };
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, models::HardwareCatalog::LoadBuiltin());
 
   OperatorTable out;
   // Per GPU, stack, operator, data type and shape: the fastest kernel source.
-  std::map<
-      std::tuple<std::string, std::string, std::string, std::string, int64_t, int64_t, int64_t>,
-      models::OpMeasurement>
+  std::map<std::tuple<std::string, std::string, std::string, std::string, int64_t, int64_t, int64_t,
+                      int64_t, std::string>,
+           models::OpMeasurement>
       best;
   while (true) {
     FATHOM_ASSIGN_OR_RETURN(bool more, table->Next());
     if (!more) break;
     const std::string op(field("op_name"));
-    if (!collective && op != "gemm") return bad("op_name", op, "only gemm rows are read");
-    if (collective && op != "all_reduce") {
+    if (kind == Kind::kGemm && op != "gemm") return bad("op_name", op, "only gemm rows are read");
+    if (kind == Kind::kMoe && op != "moe") return bad("op_name", op, "only moe rows are read");
+    if (kind == Kind::kAllReduce && op != "all_reduce") {
       ++out.skipped[op];  // all_gather, alltoall, ...: not read
       continue;
     }
-    int64_t shape[3] = {0, 0, 0};
+    int64_t shape[7] = {0, 0, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < shape_columns.size(); ++i) {
       if (!ParseNonNegativeInt(field(shape_columns[i]), &shape[i]) || shape[i] == 0) {
         return bad(shape_columns[i], field(shape_columns[i]), "must be a positive integer");
@@ -304,18 +319,39 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
     if (!ParseFiniteDouble(field("latency"), &latency_ms) || latency_ms <= 0) {
       return bad("latency", field("latency"), "must be a positive number of milliseconds");
     }
+    std::string device = hardware;
+    if (device.empty()) {
+      auto name = models::CatalogNameForDevice(field("device"));
+      if (!name.ok())
+        return bad("device", field("device"),
+                   "not a GPU of the built-in catalogue; give --hardware");
+      device = *name;
+    }
+    // Only balanced routing is what the cost model prices (its skew is a fitted parameter).
+    if (kind == Kind::kMoe && field("distribution") != "balanced") {
+      ++out.skipped["moe routed " + std::string(field("distribution"))];
+      continue;
+    }
     // DeepSeek-style block-scaled FP8 is the FP8 the cost model prices; NCCL's half is fp16.
+    // MXFP4 experts run with MXFP8 activations where FP4 cores exist and BF16 ones elsewhere,
+    // as the cost model prices MXFP4 (Hardware::PeakFlops): other pairings are left out.
     const std::string raw_dtype(field(dtype_column));
-    auto dtype = models::ParseDType(raw_dtype == "fp8_block" ? "fp8"
-                                    : raw_dtype == "half"    ? "fp16"
-                                                             : raw_dtype,
-                                    dtype_column);
+    auto gpu = catalog.Find(device);
+    const bool fp4_cores = gpu.ok() && gpu->HasFp4Cores();
+    std::string dtype_name = raw_dtype == "fp8_block" ? "fp8"
+                             : raw_dtype == "half"    ? "fp16"
+                                                      : raw_dtype;
+    if ((raw_dtype == "w4a8_mxfp4_mxfp8" && fp4_cores) ||
+        (raw_dtype == "w4a16_mxfp4" && gpu.ok() && !fp4_cores)) {
+      dtype_name = "mxfp4";
+    }
+    auto dtype = models::ParseDType(dtype_name, dtype_column);
     if (!dtype.ok()) {
       ++out.skipped[raw_dtype];
       continue;
     }
     models::OpMeasurement row;
-    if (collective) {
+    if (kind == Kind::kAllReduce) {
       if (shape[0] < 2) return bad("num_gpus", field("num_gpus"), "must be at least 2");
       // message_size counts elements; the buffer's bytes are what the cost model prices.
       if (shape[1] > int64_t{1} << 50)
@@ -328,14 +364,13 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
       row.n = shape[1];
       row.k = shape[2];
     }
-    row.hardware = hardware;
-    if (row.hardware.empty()) {
-      auto name = models::CatalogNameForDevice(field("device"));
-      if (!name.ok())
-        return bad("device", field("device"),
-                   "not a GPU of the built-in catalogue; give --hardware");
-      row.hardware = *name;
+    if (kind == Kind::kMoe) {
+      // Tokens, the experts' intermediate, hidden, experts; top-k and the layout in dims.
+      row.extra = shape[3];
+      row.dims = "topk=" + std::to_string(shape[4]) + " tp=" + std::to_string(shape[5]) +
+                 " ep=" + std::to_string(shape[6]);
     }
+    row.hardware = device;
     std::string stack(field("framework"));
     if (!field("version").empty()) stack += "-" + std::string(field("version"));
     std::transform(stack.begin(), stack.end(), stack.begin(),
@@ -347,8 +382,8 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
     row.count = 1;
     row.source = "imported";
     row.device_info = std::string(field("device"));
-    auto key = std::make_tuple(row.hardware, row.stack, row.op, row.dtype, row.m,
-                               collective ? row.extra : row.n, row.k);
+    auto key = std::make_tuple(row.hardware, row.stack, row.op, row.dtype, row.m, row.n, row.k,
+                               row.extra, row.dims);
     auto it = best.find(key);
     if (it == best.end()) {
       best.emplace(key, std::move(row));

@@ -31,9 +31,13 @@ struct OperatorTable {
 };
 
 // A table of AIConfigurator's collector (framework, version, device, op_name, kernel_source, then
-// the shape, latency in milliseconds): GEMMs (gemm_perf: gemm_dtype, m, n, k) or all-reduces
+// the shape, latency in milliseconds): GEMMs (gemm_perf: gemm_dtype, m, n, k), all-reduces
 // (custom_allreduce_perf, nccl_perf: allreduce_dtype or nccl_dtype, num_gpus, message_size in
-// elements; other collectives are left out and counted). Rows go under `hardware`, or the
+// elements; other collectives are left out and counted) or whole MoE layers on one GPU (moe_perf:
+// moe_dtype, num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size,
+// distribution; rows of balanced routing only, as "moe" rows, OpMeasurement's shape in
+// models::MeasuredOperators; MXFP4 experts where they meet the activations the cost model gives
+// them: MXFP8 on GPUs with FP4 cores, BF16 on others). Rows go under `hardware`, or the
 // catalogue GPU the device column names; the stack is framework-version. Of several kernel
 // sources for one shape the fastest counts. Rows of data types the cost model has no format for
 // are left out and counted in `skipped`.

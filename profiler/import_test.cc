@@ -249,6 +249,68 @@ TEST_CASE("ReadOperatorTableCsv: an AIConfigurator all-reduce table, its element
   std::filesystem::remove(bad);
 }
 
+TEST_CASE(
+    "ReadOperatorTableCsv: an AIConfigurator MoE table, balanced routing, MXFP4 by its activations",
+    "[profiler]") {
+  const std::string shipped = DataDir() + "/profiler/data/aiconfigurator/b200/moe.csv";
+  CHECK(*DetectProfileFormat(shipped) == ProfileFormat::kOperatorTableCsv);
+  auto table = ReadOperatorTableCsv(shipped, "");
+  INFO(table.status().message());
+  REQUIRE(table.ok());
+  REQUIRE(table->rows.size() == 810);  // DeepSeek-R1's layer, 3 formats, 10 layouts, 27 sizes
+  for (const auto& r : table->rows) {
+    CHECK(r.op == "moe");
+    CHECK(r.hardware == "b200");
+    CHECK(r.k == 7168);     // hidden
+    CHECK(r.n == 2048);     // each expert's intermediate
+    CHECK(r.extra == 256);  // experts
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_moe.csv").string();
+  const std::string header =
+      "framework,version,device,op_name,kernel_source,moe_dtype,num_tokens,hidden_size,"
+      "inter_size,topk,num_experts,moe_tp_size,moe_ep_size,distribution,latency\n";
+  const std::string shape = ",64,2880,2880,4,128,1,8,";
+  REQUIRE(WriteFileAtomic(
+              path, header + "TRTLLM,1.3,NVIDIA B200,moe,a,w4a8_mxfp4_mxfp8" + shape +
+                        "balanced,0.2\n" + "TRTLLM,1.3,NVIDIA B200,moe,b,w4a8_mxfp4_mxfp8" + shape +
+                        "balanced,0.1\n" + "TRTLLM,1.3,NVIDIA B200,moe,a,w4a16_mxfp4" + shape +
+                        "balanced,0.3\n" + "TRTLLM,1.3,NVIDIA B200,moe,a,nvfp4" + shape +
+                        "power_law_1.2,0.3\n" + "TRTLLM,1.3,NVIDIA H200,moe,a,w4a16_mxfp4" + shape +
+                        "balanced,0.4\n" + "TRTLLM,1.3,NVIDIA H200,moe,a,w4a8_mxfp4_mxfp8" + shape +
+                        "balanced,0.4\n")
+              .ok());
+  auto read = ReadOperatorTableCsv(path, "");
+  INFO(read.status().message());
+  REQUIRE(read.ok());
+  REQUIRE(read->rows.size() == 2);
+  // B200 runs MXFP4 experts against MXFP8 activations: the faster kernel source of that pairing.
+  CHECK(read->rows[0].hardware == "b200");
+  CHECK(read->rows[0].dtype == "mxfp4");
+  CHECK(read->rows[0].median_us == Approx(100));
+  CHECK(read->rows[0].m == 64);
+  CHECK(read->rows[0].dims == "topk=4 tp=1 ep=8");
+  CHECK(read->rows[0].stack == "trtllm-1.3");
+  // H200 has no FP4 cores: its MXFP4 experts meet BF16 activations.
+  CHECK(read->rows[1].hardware == "h200");
+  CHECK(read->rows[1].dtype == "mxfp4");
+  CHECK(read->rows[1].median_us == Approx(400));
+  CHECK(read->skipped.at("w4a16_mxfp4") == 1);
+  CHECK(read->skipped.at("w4a8_mxfp4_mxfp8") == 1);
+  CHECK(read->skipped.at("moe routed power_law_1.2") == 1);
+  REQUIRE(WriteFileAtomic(path, header + "TRTLLM,1.3,NVIDIA B200,moe,a,nvfp4,64,2880,0,4,128,1,"
+                                         "8,balanced,0.2\n")
+              .ok());
+  CHECK(ReadOperatorTableCsv(path, "").status().message() ==
+        path + ":2: inter_size = \"0\": must be a positive integer");
+  REQUIRE(WriteFileAtomic(path, "op_name,latency,moe_dtype,num_tokens\n").ok());
+  CHECK(ReadOperatorTableCsv(path, "").status().message() ==
+        path +
+            ":1: column 'inter_size' missing (a MoE table has framework, version, device, "
+            "op_name, kernel_source, moe_dtype, num_tokens, hidden_size, inter_size, topk, "
+            "num_experts, moe_tp_size, moe_ep_size, distribution, latency)");
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("DetectProfileFormat: other files are refused with the reason", "[profiler]") {
   const std::string path =
       (std::filesystem::temp_directory_path() / "fathom_not_a_profile.txt").string();

@@ -344,6 +344,8 @@ aic="$root/profiler/data/aiconfigurator"
 expect 0 "imported 69 records" -- profile import "$aic/h200/all_reduce.csv" --db "$tmp/aic.db"
 expect 0 "imported 69 records" -- profile import "$aic/b200/all_reduce.csv" --db "$tmp/aic.db"
 expect 0 "all_reduce bf16, <=64 KiB" -- profile compare "$tmp/aic.db" --hardware h200
+expect 0 "imported 810 records" -- profile import "$aic/b200/moe.csv" --db "$tmp/moe.db"
+expect 0 "moe nvfp4, tokens 17-1024" -- profile compare "$tmp/moe.db" --hardware b200
 expect 0 "h200, 8 GPUs: 23 all-reduce sizes, 256 to 1073741824 bytes" -- profile tables "$tmp/aic.db" \
   --calibration "$root/models/calibration/trtllm-1.0.json" --out "$tmp/tables.json"
 if grep -q '"all_reduce_tables"' "$tmp/tables.json"; then passed=$((passed + 1)); else echo "FAIL: profile tables wrote no all_reduce_tables"; failed=$((failed + 1)); fi
