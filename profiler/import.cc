@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "base/csv.h"
@@ -291,7 +292,18 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
                                    ":1: column 'device' missing: give the GPU with --hardware");
   }
   auto field = [&](const char* name) { return table->field(name); };
-  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog, models::HardwareCatalog::LoadBuiltin());
+  // Whether a GPU of the catalogue has FP4 cores (the catalogue read when first asked); nullopt for
+  // a GPU it does not hold.
+  std::optional<models::HardwareCatalog> catalog;
+  auto fp4_cores = [&](const std::string& gpu) -> std::optional<bool> {
+    if (!catalog) {
+      auto builtin = models::HardwareCatalog::LoadBuiltin();
+      catalog = builtin.ok() ? std::move(*builtin) : models::HardwareCatalog();
+    }
+    auto hw = catalog->Find(gpu);
+    if (!hw.ok()) return std::nullopt;
+    return hw->HasFp4Cores();
+  };
 
   OperatorTable out;
   // Per GPU, stack, operator, data type and shape: the fastest kernel source.
@@ -336,13 +348,11 @@ Result<OperatorTable> ReadOperatorTableCsv(const std::string& path, const std::s
     // MXFP4 experts run with MXFP8 activations where FP4 cores exist and BF16 ones elsewhere,
     // as the cost model prices MXFP4 (Hardware::PeakFlops): other pairings are left out.
     const std::string raw_dtype(field(dtype_column));
-    auto gpu = catalog.Find(device);
-    const bool fp4_cores = gpu.ok() && gpu->HasFp4Cores();
     std::string dtype_name = raw_dtype == "fp8_block" ? "fp8"
                              : raw_dtype == "half"    ? "fp16"
                                                       : raw_dtype;
-    if ((raw_dtype == "w4a8_mxfp4_mxfp8" && fp4_cores) ||
-        (raw_dtype == "w4a16_mxfp4" && gpu.ok() && !fp4_cores)) {
+    if ((raw_dtype == "w4a8_mxfp4_mxfp8" && fp4_cores(device) == true) ||
+        (raw_dtype == "w4a16_mxfp4" && fp4_cores(device) == false)) {
       dtype_name = "mxfp4";
     }
     auto dtype = models::ParseDType(dtype_name, dtype_column);
