@@ -314,10 +314,6 @@ double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flop
          p.kernel_floor_us * 1e-6;
 }
 
-}  // namespace
-
-namespace {
-
 // A collective's seconds: measured all-reduces within the scale-up domain from the tables, the
 // rest from the collective formula; before any overlap with compute.
 double CollectiveOpSeconds(const Operator& op, const Hardware& hw, const CostParams& p) {
