@@ -47,6 +47,7 @@ Status CostParams::Validate() const {
   FATHOM_RETURN_IF_ERROR(fraction("fp4_gemm_efficiency", fp4_gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("fp8_gemm_efficiency", fp8_gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
+  FATHOM_RETURN_IF_ERROR(fraction("grouped_memory_efficiency", grouped_memory_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
   if (comm_overlap < 0 || comm_overlap > 1)
@@ -88,6 +89,7 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"fp8_gemm_efficiency", &CostParams::fp8_gemm_efficiency},
     {"gemm_stream_share", &CostParams::gemm_stream_share},
     {"memory_efficiency", &CostParams::memory_efficiency},
+    {"grouped_memory_efficiency", &CostParams::grouped_memory_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
     {"kernel_floor_us", &CostParams::kernel_floor_us},
     {"link_efficiency", &CostParams::link_efficiency},
@@ -303,13 +305,14 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
 
 namespace {
 
-// A GEMM in `t` of `flops` over `weight_bytes` of weights, `bytes` of HBM traffic in all: its math
-// at the fraction of peak large GEMMs reach plus the small-M loss (a share of the weights'
-// streaming time), or the whole traffic where that is longer; then the kernel floor.
+// A GEMM in `t` of `flops` over `weight_bytes` of weights, `bytes` of HBM traffic in all, streamed
+// at `memory_efficiency` of the bandwidth: its math at the fraction of peak large GEMMs reach plus
+// the small-M loss (a share of the weights' streaming time), or the whole traffic where that is
+// longer; then the kernel floor.
 double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flops,
-                   double weight_bytes, double bytes) {
+                   double weight_bytes, double bytes, double memory_efficiency) {
   const double peak = hw.PeakFlops(t) * (p.*GemmEfficiencyField(hw, t));
-  const double bw = hw.hbm_bytes_per_s * p.memory_efficiency;
+  const double bw = hw.hbm_bytes_per_s * memory_efficiency;
   return std::max(flops / peak + p.gemm_stream_share * weight_bytes / bw, bytes / bw) +
          p.kernel_floor_us * 1e-6;
 }
@@ -337,7 +340,7 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       if (measured) gemm = measured->Seconds(op.dtype, op.m, op.n, op.k);
       if (!gemm) {
         const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
-        gemm = GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes);
+        gemm = GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes, p.memory_efficiency);
       }
       if (op.comm != CommKind::kAllReduce) return *gemm;
       // Fused with its all-reduce (Fusions::gemm_allreduce): within one NVLink domain each wave
@@ -361,7 +364,8 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double weights =
           std::max(1.0, op.active_groups) * op.n * op.k * BytesPerElement(op.dtype);
-      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes);
+      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes,
+                         p.grouped_memory_efficiency);
     }
     case OpKind::kAttention: {
       const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);

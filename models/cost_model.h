@@ -63,7 +63,11 @@ struct CostParams {
   // carries to GPUs and formats by their bandwidth and weight bytes, not by their FLOPs: on an
   // H100 in BF16 a share of 0.71 costs what 166 more rows would.
   double gemm_stream_share = 0.5;
-  double memory_efficiency = 0.80;         // fraction of HBM bandwidth streaming kernels reach
+  double memory_efficiency = 0.80;  // fraction of HBM bandwidth streaming kernels reach
+  // The fraction grouped GEMMs stream at: a MoE layer reads many experts' weights in slices, one
+  // expert's tile at a time, below a dense GEMM's rate (fitted to measured MoE layers by
+  // `profile compare --fit`).
+  double grouped_memory_efficiency = 0.80;
   double attention_efficiency = 0.45;      // fraction of peak prefill attention reaches
   double kernel_floor_us = 2.0;            // shortest kernel (launch and tail, CUDA graphs on)
   double link_efficiency = 0.82;           // fraction of link bandwidth collectives reach (NCCL's

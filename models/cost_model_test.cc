@@ -270,12 +270,20 @@ TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by ban
         Approx(h100.hbm_bytes_per_s / h200.hbm_bytes_per_s));
   CHECK(loss(h100, DType::kFp8) / loss(h100, DType::kBf16) ==
         Approx(BytesPerElement(DType::kFp8) / 2));
-  // A grouped GEMM streams the weights of the experts its tokens reach.
+  // A grouped GEMM streams the weights of the experts its tokens reach, at its own rate.
+  p.grouped_memory_efficiency = 0.6;
   const Operator grouped = GroupedGemm("e", 1, 8192, 4096, 7168, 256, 40, DType::kFp8);
   CHECK(OperatorSeconds(grouped, h200, p, 1) ==  // one GPU (ep 1): no spread of the routing
         Approx(grouped.flops / (h200.peak_fp8_flops * p.fp8_gemm_efficiency) +
                0.7 * 40 * 4096 * 7168 * BytesPerElement(DType::kFp8) /
-                   (h200.hbm_bytes_per_s * p.memory_efficiency)));
+                   (h200.hbm_bytes_per_s * p.grouped_memory_efficiency)));
+  // A decode step's few tokens: the whole traffic at that rate; dense GEMMs keep theirs.
+  const Operator thin = GroupedGemm("e", 1, 16, 4096, 7168, 256, 16, DType::kFp8);
+  CHECK(OperatorSeconds(thin, h200, p, 1) ==
+        Approx(thin.bytes / (h200.hbm_bytes_per_s * 0.6) + p.kernel_floor_us * 1e-6));
+  const Operator dense = Gemm("d", 1, 16, 4096, 7168, DType::kFp8);
+  CHECK(OperatorSeconds(dense, h200, p, 1) ==
+        Approx(dense.bytes / (h200.hbm_bytes_per_s * p.memory_efficiency)));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -414,6 +422,76 @@ TEST_CASE("MeasuredOperators: a MoE layer's row is the routed experts of one of 
   r.dims = "";
   REQUIRE(MeasuredOperators(r)->size() == 1);
   CHECK((*MeasuredOperators(r))[0].kind == OpKind::kGemm);
+}
+
+TEST_CASE("MeasuredOperators: a MoE row's balanced routing gives every expert its share",
+          "[models]") {
+  OpMeasurement r;
+  r.op = "moe";
+  r.dtype = "fp8";
+  r.m = 32;  // 256 copies over 256 experts: one each, where random routing leaves a third idle
+  r.n = 2048;
+  r.k = 7168;
+  r.extra = 256;
+  r.dims = "topk=8 tp=1 ep=1";
+  auto ops = MeasuredOperators(r);
+  REQUIRE(ops.ok());
+  CHECK((*ops)[0].active_groups == 256);
+  std::vector<Operator> random;
+  AddRoutedExperts({7168, 2048, 256, 8}, 32, 1, 1, DType::kFp8, 1, &random);
+  CHECK(random[0].active_groups == Approx(256 * (1 - std::pow(1 - 8.0 / 256, 32))));
+  r.m = 8;  // 64 copies: 64 experts
+  CHECK((*MeasuredOperators(r))[0].active_groups == 64);
+  r.dims = "topk=8 tp=1 ep=8";  // 8 of the copies on each GPU's 32 experts
+  CHECK((*MeasuredOperators(r))[0].active_groups == 8);
+}
+
+TEST_CASE("FitExpertStreaming: recovers the experts' streaming rate from single-GPU MoE layers",
+          "[models]") {
+  Setup s;
+  CostParams truth;
+  truth.grouped_memory_efficiency = 0.62;
+  Rng rng(5);
+  std::vector<OpMeasurement> rows;
+  auto add = [&](int64_t tokens, const char* dims) {
+    OpMeasurement r;
+    r.op = "moe";
+    r.dtype = "fp8";
+    r.m = tokens;
+    r.n = 2048;
+    r.k = 7168;
+    r.extra = 256;
+    r.dims = dims;
+    const auto ops = MeasuredOperators(r);
+    REQUIRE(ops.ok());
+    double t = 0;
+    for (const Operator& op : *ops) t += OperatorSeconds(op, s.hw, truth, 1);
+    r.median_us = t * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
+    rows.push_back(r);
+  };
+  for (int64_t tokens : {1, 4, 16, 64, 256, 1024, 4096, 16384}) {
+    add(tokens, "topk=8 tp=1 ep=1");
+    add(tokens, "topk=8 tp=2 ep=1");
+    add(tokens, "topk=8 tp=1 ep=8");  // dispatching to other GPUs: not fitted
+  }
+  const CostParams start;  // 0.80
+  auto fit = FitExpertStreaming(rows, s.hw, start);
+  INFO(fit.status().message());
+  REQUIRE(fit.ok());
+  CHECK(fit->measurements == 16);
+  CHECK(fit->grouped_memory_efficiency == Approx(0.62).epsilon(0.05));
+  CHECK(fit->stddev > 0);
+  CHECK(fit->Applied(start).grouped_memory_efficiency == fit->grouped_memory_efficiency);
+  CHECK(fit->Applied(start).memory_efficiency == start.memory_efficiency);
+  // FitOperators fits it where the rows hold three such layers.
+  auto all = FitOperators(rows, s.hw, start);
+  REQUIRE(all.ok());
+  CHECK(all->experts.has_value());
+  CHECK_FALSE(all->gemm.has_value());
+  rows.resize(3);  // two layers at ep 1, one at ep 8
+  CHECK(FitExpertStreaming(rows, s.hw, start).status().message() ==
+        "expert streaming fit needs at least 3 MoE layers at ep 1");
+  CHECK(FitOperators(rows, s.hw, start).status().message().find("nothing to fit") == 0);
 }
 
 TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices",
@@ -681,8 +759,8 @@ TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the for
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.41, 2.5, 0.81,         9,  0.3, 0.2, 260,
-              0.6,  170,  0.4,  6.5, 0.15, 57,   33,  {1, 64, 512}, 20, {}};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.41, 2.5, 0.81,         9,  0.3, 0.2,
+              260,  0.6,  170,  0.4, 6.5,  0.15, 57,   33,  {1, 64, 512}, 20, {}};
   c.params.all_reduce.Add("h200", 8, 1 << 20, 19.6);
   c.params.all_reduce.Add("h200", 8, 256, 3.5);
   c.params.all_reduce.Add("b200", 4, 1 << 20, 9.8);

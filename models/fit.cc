@@ -64,6 +64,28 @@ std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_co
   return out;
 }
 
+// log(model) - log(measured) for one MoE layer (its operators summed) at grouped_memory_efficiency
+// p[0].
+struct ExpertResidual {
+  std::vector<Operator> ops;
+  const Hardware* hw;
+  CostParams base;
+  double log_measured;
+  bool operator()(const double* p, double* residual) const {
+    CostParams params = base;
+    params.grouped_memory_efficiency = p[0];
+    double seconds = 0;
+    for (const Operator& op : ops) seconds += OperatorSeconds(op, *hw, params, /*ep=*/1);
+    residual[0] = std::log(seconds) - log_measured;
+    return true;
+  }
+};
+
+// A MoE layer measured on a GPU that holds every expert.
+bool IsWholeExpertLayer(const OpMeasurement& row) {
+  return row.op == "moe" && DimValue(row.dims, "ep").value_or(0) == 1;
+}
+
 bool IsCollective(const std::string& op) {
   for (CommKind kind : {CommKind::kAllReduce, CommKind::kAllGather, CommKind::kReduceScatter,
                         CommKind::kAllToAll, CommKind::kSendRecv}) {
@@ -146,7 +168,7 @@ Result<std::vector<Operator>> MeasuredOperators(const OpMeasurement& row) {
         "dividing the experts and tp the intermediate");
   }
   std::vector<Operator> ops;
-  AddRoutedExperts({row.k, row.n, row.extra, topk}, row.m, static_cast<int>(ep),
+  AddRoutedExperts({row.k, row.n, row.extra, topk, Routing::kBalanced}, row.m, static_cast<int>(ep),
                    static_cast<int>(tp), dtype, 1, &ops);
   return ops;
 }
@@ -234,15 +256,53 @@ CostParams OperatorFits::Applied(const CostParams& base) const {
   CostParams p = base;
   if (gemm) p = gemm->Applied(p);
   if (links) p = links->Applied(p);
+  if (experts) p = experts->Applied(p);
   return p;
+}
+
+CostParams ExpertFit::Applied(const CostParams& base) const {
+  CostParams p = base;
+  p.grouped_memory_efficiency = grouped_memory_efficiency;
+  return p;
+}
+
+Result<ExpertFit> FitExpertStreaming(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                     const CostParams& start) {
+  double p[1] = {start.grouped_memory_efficiency};
+  ceres::Problem problem;
+  ExpertFit fit;
+  for (const OpMeasurement& row : rows) {
+    if (!IsWholeExpertLayer(row) || !(row.median_us > 0)) continue;
+    FATHOM_ASSIGN_OR_RETURN(std::vector<Operator> ops, MeasuredOperators(row));
+    problem.AddResidualBlock(
+        new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 1>(
+            new ExpertResidual{std::move(ops), &hw, start, std::log(row.median_us * 1e-6)}),
+        new ceres::SoftLOneLoss(0.1), p);
+    ++fit.measurements;
+  }
+  if (fit.measurements < 3)
+    return Status::InvalidArgument("expert streaming fit needs at least 3 MoE layers at ep 1");
+  problem.SetParameterLowerBound(p, 0, 0.05);
+  problem.SetParameterUpperBound(p, 0, 1.0);
+  ceres::Solver::Options options;
+  options.max_num_iterations = 100;
+  ceres::Solver::Summary summary;
+  ceres::Solve(options, &problem, &summary);
+  if (!summary.IsSolutionUsable())
+    return Status::InvalidArgument("expert streaming fit failed: " + summary.message);
+  fit.grouped_memory_efficiency = p[0];
+  fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
+  fit.stddev = Stddev<1>(problem, p, summary.final_cost, fit.measurements)[0];
+  return fit;
 }
 
 Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                                   const CostParams& start) {
-  int gemms = 0, collectives = 0;
+  int gemms = 0, collectives = 0, expert_layers = 0;
   for (const OpMeasurement& row : rows) {
     gemms += row.op == "gemm" || row.op == "grouped_gemm";
     collectives += IsCollective(row.op);
+    expert_layers += IsWholeExpertLayer(row);
   }
   OperatorFits out;
   if (gemms >= 5) {
@@ -251,9 +311,15 @@ Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const 
   if (collectives >= 3) {
     FATHOM_ASSIGN_OR_RETURN(out.links, FitCollectives(rows, hw, start));
   }
-  if (!out.gemm && !out.links) {
+  if (expert_layers >= 3) {
+    // On the GEMM curve just fitted, where there is one.
+    FATHOM_ASSIGN_OR_RETURN(
+        out.experts, FitExpertStreaming(rows, hw, out.gemm ? out.gemm->Applied(start) : start));
+  }
+  if (!out.gemm && !out.links && !out.experts) {
     return Status::InvalidArgument(
-        "nothing to fit: needs at least 5 GEMM or 3 collective measurements");
+        "nothing to fit: needs at least 5 GEMM, 3 collective or 3 single-GPU MoE layer "
+        "measurements");
   }
   return out;
 }

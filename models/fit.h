@@ -61,11 +61,27 @@ struct CollectiveFit {
 Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                                      const CostParams& start);
 
+struct ExpertFit {
+  double grouped_memory_efficiency = 0, stddev = 0;
+  int measurements = 0;
+  double rms_log_error = 0;
+  CostParams Applied(const CostParams& base) const;  // `base` with the fitted value
+};
+
+// Fits the rate grouped GEMMs stream experts' weights at (grouped_memory_efficiency) to whole MoE
+// layers measured on a GPU that holds every expert ("moe" rows at ep 1, where the layer is the
+// builder's grouped GEMMs and activation, with no tokens dispatched to other GPUs), robust loss
+// on log time; the other parameters stay at `start`.
+Result<ExpertFit> FitExpertStreaming(const std::vector<OpMeasurement>& rows, const Hardware& hw,
+                                     const CostParams& start);
+
 // The operator-level fits a set of measurements supports: the GEMM curve where it has at least 5
-// GEMM rows, the collective price where it has at least 3 collective rows.
+// GEMM rows, the collective price where it has at least 3 collective rows, the experts' streaming
+// rate where it has at least 3 MoE layers at ep 1.
 struct OperatorFits {
   std::optional<GemmFit> gemm;
   std::optional<CollectiveFit> links;
+  std::optional<ExpertFit> experts;
   CostParams Applied(const CostParams& base) const;
 };
 Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,

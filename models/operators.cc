@@ -283,9 +283,13 @@ void AddRoutedExperts(const ExpertLayer& e, int64_t tokens, int ep, int moe_tp, 
   const int64_t inter = e.intermediate / moe_tp;
   // Token copies routed to this GPU's experts, on average.
   const int64_t routed = (tokens * e.experts_per_token + ep - 1) / ep;
+  // Experts that get a token: under random routing each is idle with probability
+  // (1 - k / experts)^tokens; balanced routing fills as many as there are copies.
   const double p_idle = std::pow(1.0 - static_cast<double>(e.experts_per_token) / e.experts,
                                  static_cast<double>(tokens));
-  const double active = local_experts * (1.0 - p_idle);
+  const double active = e.routing == Routing::kBalanced
+                            ? static_cast<double>(std::min(local_experts, routed))
+                            : local_experts * (1.0 - p_idle);
   auto grouped = [&](std::string_view name, int64_t n, int64_t k) {
     return GroupedGemm(name, layers, routed, n, k, local_experts, active, dtype);
   };

@@ -81,10 +81,15 @@ struct MoeInput {
   int64_t group_tokens = 0;
 };
 
+// How a MoE layer's tokens pick experts: at random (a trained router, on average) or balanced
+// (as many token copies on every expert, as kernel benchmarks route them).
+enum class Routing { kRandom, kBalanced };
+
 // One MoE layer's routed experts: each token goes to `experts_per_token` of `experts`, each an MLP
 // of `intermediate` over `hidden`.
 struct ExpertLayer {
   int64_t hidden = 0, intermediate = 0, experts = 0, experts_per_token = 0;
+  Routing routing = Routing::kRandom;
 };
 
 // Appends the routed experts one GPU runs in `layers` such layers when `tokens` tokens reach

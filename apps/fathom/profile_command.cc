@@ -162,9 +162,13 @@ Status Compare(const ProfileFlags& f) {
     if (!f.out.empty()) {
       models::Calibration fitted = calibration;
       fitted.params = fit->Applied(calibration.params);
-      fitted.note = "Operator parameters (" + std::string(fit->gemm ? "GEMM curve" : "") +
-                    (fit->gemm && fit->links ? " and " : "") +
-                    (fit->links ? "collective price" : "") +
+      std::string what;
+      for (auto [fitted_part, name] : {std::pair{fit->gemm.has_value(), "GEMM curve"},
+                                       {fit->links.has_value(), "collective price"},
+                                       {fit->experts.has_value(), "experts' streaming rate"}}) {
+        if (fitted_part) what += (what.empty() ? "" : ", ") + std::string(name);
+      }
+      fitted.note = "Operator parameters (" + what +
                     ") fitted by `fathom profile compare --fit` to " +
                     std::to_string(after->rows.size()) + " " + hardware + " rows of " + f.file +
                     "; the other parameters as in " + calibration_path + ". " + calibration.note;
@@ -220,6 +224,12 @@ Status Compare(const ProfileFlags& f) {
       j["collective_hop_latency_us"] =
           value(l.hop_latency_us, l.stddev[2], p.collective_hop_latency_us);
       j["collective_measurements"] = l.measurements;
+    }
+    if (fit->experts) {
+      const models::ExpertFit& e = *fit->experts;
+      j["grouped_memory_efficiency"] =
+          value(e.grouped_memory_efficiency, e.stddev, p.grouped_memory_efficiency);
+      j["expert_layer_measurements"] = e.measurements;
     }
     j["after"] = after->ToJson(f.rows);
     return j;
@@ -278,6 +288,12 @@ Status Compare(const ProfileFlags& f) {
                   p.collective_latency_us);
       std::printf("  collective_hop_latency_us %5.2f +- %.2f  (%.2f)\n", l.hop_latency_us,
                   l.stddev[2], p.collective_hop_latency_us);
+    }
+    if (fit->experts) {
+      const models::ExpertFit& e = *fit->experts;
+      std::printf("  MoE layers on one GPU holding every expert, %d rows:\n", e.measurements);
+      std::printf("  grouped_memory_efficiency %5.3f +- %.3f  (%.3f)\n",
+                  e.grouped_memory_efficiency, e.stddev, p.grouped_memory_efficiency);
     }
     std::printf("\n");
     PrintGroups(after->by_kind);
@@ -425,7 +441,8 @@ void RegisterProfile(CLI::App& app, Status* result) {
   cmp->add_option("--calibration", f->calibration,
                   "Calibration file (default: the newest stack's)");
   cmp->add_flag("--fit", f->fit,
-                "Also fit the GEMM curve and the collective price to the rows and compare again");
+                "Also fit the GEMM curve, the collective price and the experts' streaming rate to "
+                "the rows and compare again");
   cmp->add_option("--out", f->out,
                   "With --fit: write the calibration with the fitted operator parameters here");
   cmp->add_flag("--cross-validate", f->cross_validate,
