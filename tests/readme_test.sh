@@ -143,5 +143,10 @@ claim "less at $(signed "$tmp/aic_h200.txt" "all_reduce bf16, <=64 KiB") on H200
 claim "at $(signed "$tmp/aic_h200.txt" "all_reduce bf16, 64 KiB-4 MiB") and $(signed "$tmp/aic_b200.txt" "all_reduce bf16, 64 KiB-4 MiB"):"
 claim "$(signed "$tmp/aic_h200.txt" "gemm fp8 " | tr -d +-) below the measured FP8 \`Linear\` on H200 and $(signed "$tmp/aic_b200.txt" "gemm fp8 " | tr -d +-) on B200, and $(signed "$tmp/aic_b200.txt" "gemm nvfp4 " | tr -d +-) below NVFP4"
 
+# absolute FILE GROUP: a group's median |error|.
+absolute() { awk -v g="$2" '$0 ~ "^"g" " { print $(NF-3); exit }' "$1"; }
+claim "out within $(absolute "$tmp/aic_b200.txt" "moe bf16") (B200 BF16, $(signed "$tmp/aic_b200.txt" "moe bf16 ") signed), $(absolute "$tmp/aic_b200.txt" "moe fp8") (B200 FP8), $(absolute "$tmp/aic_h200.txt" "moe bf16") and $(absolute "$tmp/aic_h200.txt" "moe fp8") (H200 BF16 and FP8) in"
+claim "comes out $(signed "$tmp/aic_b200.txt" "moe nvfp4 " | tr -d +-) below and H200's MXFP4 one $(signed "$tmp/aic_h200.txt" "moe mxfp4 " | tr -d +-)."
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
