@@ -157,6 +157,7 @@ TEST_CASE(
   // A good configuration still goes through afterwards.
   auto good = supervisor.Apply({16, 2048});
   REQUIRE(good.ok());
+  INFO(good->why_not);
   CHECK(good->applied);
   CHECK(RoutedLimits(supervisor.gateway_port()) ==
         std::vector<BatchLimits>{{16, 2048}, {16, 2048}});
