@@ -643,6 +643,9 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   CostParams p;
   p.memory_efficiency = 1.5;
   CHECK(p.Validate().message() == "memory_efficiency = 1.500000: must be in (0, 1]");
+  p = CostParams{};
+  p.grouped_memory_efficiency = 0;
+  CHECK(p.Validate().message() == "grouped_memory_efficiency = 0.000000: must be in (0, 1]");
   // The CUDA-graph sizes and stream interval: the file, the field, the value and the rule.
   const std::pair<const char*, const char*> bad[] = {
       {R"({"cuda_graph_batch_sizes": 8})",
