@@ -236,23 +236,33 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
   if (out < 0)
     return Status::IoError("--engine-log = " + options_.engine_log +
                            ": cannot open it for appending");
+  const int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    close(out);
+    return Status::IoError("supervisor: cannot open /dev/null for a replica's input");
+  }
+  const std::string exec = "exec " + command;  // the shell becomes the engine: signals reach it
   const pid_t pid = fork();
   if (pid < 0) {
+    close(in);
     close(out);
     return Status::IoError("supervisor: cannot start a replica (fork failed)");
   }
   if (pid == 0) {
-    // A replica never outlives its supervisor: SIGTERM when the thread that started it ends (the
-    // main thread or the monitor's, both as long-lived as the supervisor).
+    // The child of a threaded process may call only async-signal-safe functions until it execs
+    // (a lock another thread held at the fork, malloc's or a sanitizer's, stays held here; under
+    // ThreadSanitizer replicas were seen never to answer, as a child stuck so would), so all it
+    // needs is made before the fork. A replica never outlives its supervisor: SIGTERM when the
+    // thread that started it ends (the main thread or the monitor's, both as long-lived as the
+    // supervisor).
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     dup2(out, STDOUT_FILENO);
     dup2(out, STDERR_FILENO);
-    const int in = open("/dev/null", O_RDONLY);
     dup2(in, STDIN_FILENO);
-    const std::string exec = "exec " + command;  // the shell becomes the engine: signals reach it
     execl("/bin/sh", "sh", "-c", exec.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  close(in);
   close(out);
   const double started = gateway_->Now();
   httplib::Client client("127.0.0.1", port);
