@@ -343,7 +343,7 @@ Result<std::vector<RowPrediction>> Calibrator::PredictRows(
 }
 
 Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
-                                   const models::Calibration& calibration) const {
+                                   const models::Calibration& calibration, bool at_limits) const {
   std::vector<size_t> server;
   for (size_t i = 0; i < predictions->size(); ++i) {
     if (!(*predictions)[i].row.offline()) server.push_back(i);
@@ -352,14 +352,20 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
   return Spread(
       server.size(),
       [&](size_t k) {
-        return Json{
-            {"task", "capacity"}, {"row", (*predictions)[server[k]].row}, {"calibration", params}}
+        return Json{{"task", "capacity"},
+                    {"row", (*predictions)[server[k]].row},
+                    {"calibration", params},
+                    {"at_limits", at_limits}}
             .dump();
       },
       [&](size_t k, const std::string& result) {
         RowPrediction& p = (*predictions)[server[k]];
-        p.capacity_qps = FromExact(Json::parse(result).at("qps"));
-        p.has_capacity = true;
+        const Json j = Json::parse(result);
+        p.has_capacity = j.contains("qps");
+        if (p.has_capacity) p.capacity_qps = FromExact(j.at("qps"));
+        p.limit_use = FromExact(j.at("limit_use"));
+        p.has_capacity_at_use = j.contains("qps_at_use");
+        if (p.has_capacity_at_use) p.capacity_at_use_qps = FromExact(j.at("qps_at_use"));
         return Status::Ok();
       });
 }
@@ -397,10 +403,13 @@ Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& 
               {"tpot_p99_ms", Exact(result->tpot_p99_ms)}};
 }
 
-// One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits.
+// One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits
+// ("qps"), and within the fraction of them the published run used ("limit_use", "qps_at_use"; use
+// 0 where the row has no published p99s). `at_limits` false: the first only where the second is
+// not computed or is the same search (use 1).
 Result<Json> RowCapacity(const PublishedResult& row, const models::Calibration& calibration,
                          const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
-                         int64_t max_requests) {
+                         int64_t max_requests, bool at_limits) {
   const CalibrationSetup::Entry* entry = FindDeployment(setup, row);
   const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), row.model);
   auto scenario = sim::ParseScenario(row.scenario == "Interactive" ? "interactive" : "server");
@@ -423,9 +432,34 @@ Result<Json> RowCapacity(const PublishedResult& row, const models::Calibration& 
   o.qps_steps = 12;
   o.jobs = 1;
   o.make_time = sim::CalibratedFactory(calibration.params, nullptr);
-  auto c = Evaluate(entry->deployment, o, catalog);
-  if (!c.ok()) return c.status().WithContext("results line " + std::to_string(row.line));
-  return Json{{"qps", Exact(c->qps)}};
+  // How close the published run came to its limits: the larger p99 over its limit.
+  const auto limits = sim::MlperfLimits(benchmark->name, *scenario);
+  double use = 0;
+  if (limits && limits->ttft_ms > 0 && limits->tpot_ms > 0 && row.ttft_p99_ms > 0 &&
+      row.tpot_p99_ms > 0) {
+    use = std::min(1.0,
+                   std::max(row.ttft_p99_ms / limits->ttft_ms, row.tpot_p99_ms / limits->tpot_ms));
+  }
+  auto search = [&](double fraction) -> Result<double> {
+    if (limits) {
+      o.ttft_limit_ms = fraction * limits->ttft_ms;
+      o.tpot_limit_ms = fraction * limits->tpot_ms;
+    }
+    auto c = Evaluate(entry->deployment, o, catalog);
+    if (!c.ok()) return c.status().WithContext("results line " + std::to_string(row.line));
+    return c->qps;
+  };
+  Json out{{"limit_use", Exact(use)}};
+  if (at_limits || use == 0 || use == 1) {
+    FATHOM_ASSIGN_OR_RETURN(const double qps, search(1));
+    out["qps"] = Exact(qps);
+    if (use == 1) out["qps_at_use"] = Exact(qps);
+  }
+  if (use > 0 && use < 1) {
+    FATHOM_ASSIGN_OR_RETURN(const double qps, search(use));
+    out["qps_at_use"] = Exact(qps);
+  }
+  return out;
 }
 
 }  // namespace
@@ -457,14 +491,18 @@ std::vector<double> Residuals(const std::vector<RowPrediction>& preds) {
   return r;
 }
 
-// Robust log(predicted / published) of each server-type row's capacity (the highest QPS within
-// the benchmark's p99 limits) against the published QPS, in row order; rows without one are 0.
+// Robust log(predicted / published) of each server-type row's capacity against the published QPS,
+// in row order: the highest QPS within the fraction of the p99 limits the published run used (a
+// run that stopped short of its limits says nothing about where they are), else within the limits;
+// rows without either are 0.
 std::vector<double> CapacityResiduals(const std::vector<RowPrediction>& preds) {
   std::vector<double> r;
   for (const RowPrediction& p : preds) {
     if (p.row.offline()) continue;
-    r.push_back(p.has_capacity && p.row.target_qps > 0
-                    ? RobustLogError(p.capacity_qps, p.row.target_qps)
+    const bool has = p.has_capacity_at_use || p.has_capacity;
+    r.push_back(has && p.row.target_qps > 0
+                    ? RobustLogError(p.has_capacity_at_use ? p.capacity_at_use_qps : p.capacity_qps,
+                                     p.row.target_qps)
                     : 0.0);
   }
   return r;
@@ -518,7 +556,7 @@ BasinCosts CostsAt(const RowsResidual& f,
   auto c = f.At(x.data());
   if (!c.ok()) return {};
   auto pred = f.calibrator->PredictRows(*f.rows, *c);
-  if (!pred.ok() || !f.calibrator->PredictCapacity(&*pred, *c).ok()) return {};
+  if (!pred.ok() || !f.calibrator->PredictCapacity(&*pred, *c, /*at_limits=*/false).ok()) return {};
   const std::vector<double> r = Residuals(*pred), capacity = CapacityResiduals(*pred);
   BasinCosts costs;
   costs.fit = costs.capacity = {0, 0};
@@ -884,12 +922,13 @@ Result<std::string> Calibrator::Compute(const std::string& assignment) const {
   const PublishedResult row = a.at("row").get<PublishedResult>();
   FATHOM_ASSIGN_OR_RETURN(
       Json result, task == "run" ? SimulateRow(row, calibration, setup_, catalog_, max_requests_)
-                                 : RowCapacity(row, calibration, setup_, catalog_, max_requests_));
+                                 : RowCapacity(row, calibration, setup_, catalog_, max_requests_,
+                                               a.at("at_limits").get<bool>()));
   return result.dump();
 }
 
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
-  std::vector<double> tokens, latency, capacity, offline;
+  std::vector<double> tokens, latency, capacity, at_use, offline;
   for (const auto& p : predictions) {
     tokens.push_back(std::abs(p.TokensErrorPct()));
     if (p.row.offline()) offline.push_back(std::abs(p.TokensErrorPct()));
@@ -898,6 +937,8 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
       latency.push_back(std::abs(p.TpotErrorPct()));
       if (p.has_capacity && p.row.target_qps > 0)
         capacity.push_back(std::abs(p.CapacityErrorPct()));
+      if (p.has_capacity_at_use && p.row.target_qps > 0)
+        at_use.push_back(std::abs(p.CapacityAtUseErrorPct()));
     }
   }
   ErrorSummary s;
@@ -910,6 +951,7 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   s.tokens_median_abs_pct = median(tokens);
   s.latency_median_abs_pct = median(latency);
   s.capacity_median_abs_pct = median(capacity);
+  s.capacity_at_use_median_abs_pct = median(at_use);
   s.offline_tokens_median_abs_pct = median(offline);
   return s;
 }

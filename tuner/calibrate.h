@@ -74,6 +74,19 @@ struct RowPrediction {
   double CapacityErrorPct() const {
     return 100.0 * (capacity_qps - row.target_qps) / row.target_qps;
   }
+  // A submitter need not push to the limits: many published runs stop with their p99s well inside
+  // them (the published QPS is then a floor, not the capacity). `limit_use` is how close the
+  // published run came, the larger of p99 TTFT and p99 TPOT over its limit (1: at a limit), and
+  // capacity_at_use_qps the highest QPS whose p99s stay within that fraction of the limits: the
+  // load at which the model runs the deployment as close to its limits as the submitter did. For a
+  // run at its limits it is the capacity; one that stopped short is scored where it stopped.
+  // 0 limit_use: the row has no published p99s (not computed).
+  double limit_use = 0;
+  bool has_capacity_at_use = false;
+  double capacity_at_use_qps = 0;
+  double CapacityAtUseErrorPct() const {
+    return 100.0 * (capacity_at_use_qps - row.target_qps) / row.target_qps;
+  }
   double TokensErrorPct() const {
     return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s;
   }
@@ -135,20 +148,22 @@ class Calibrator {
   Result<std::vector<RowPrediction>> PredictRows(const std::vector<PublishedResult>& rows,
                                                  const models::Calibration& calibration) const;
 
-  // Fills each Server/Interactive row's capacity_qps: the tuner's QPS search (to within 1%) on the
-  // row's deployment and benchmark, each probe as long as the row's run.
+  // Fills each Server/Interactive row's capacity_qps and capacity_at_use_qps: the tuner's QPS
+  // search (to within 1%) on the row's deployment and benchmark, each probe as long as the row's
+  // run. `at_limits` false: capacity_qps only where capacity_at_use_qps is not computed or is the
+  // same search (a fit needs no more).
   Status PredictCapacity(std::vector<RowPrediction>* predictions,
-                         const models::Calibration& calibration) const;
+                         const models::Calibration& calibration, bool at_limits = true) const;
 
   // Fits CostParams::kFitted over `rows` (log errors, each made robust with a Cauchy loss), from
   // the best of `start` and a coarse grid of plausible points, twice: from the best start on those
-  // residuals and from the best with the Server rows' capacity too (against their published QPS:
-  // a step in the parameters that the solver's differences do not see, but which tells basins
-  // apart), keeping the result with the lower cost, capacity included. A runtime none of the rows
-  // runs on is left unconstrained by them: it takes the fitted runtime's host costs (the best
-  // evidence) unless they are held. `free_params` (names of CostParams::kFitted; empty: all) are
-  // fitted and the others held at `start`'s values, as a stack calibrated on few rows keeps what
-  // those rows cannot tell.
+  // residuals and from the best with the Server rows' capacity too (at the published runs' use of
+  // their limits, against their published QPS: a step in the parameters that the solver's
+  // differences do not see, but which tells basins apart), keeping the result with the lower cost,
+  // capacity included. A runtime none of the rows runs on is left unconstrained by them: it takes
+  // the fitted runtime's host costs (the best evidence) unless they are held. `free_params` (names
+  // of CostParams::kFitted; empty: all) are fitted and the others held at `start`'s values, as a
+  // stack calibrated on few rows keeps what those rows cannot tell.
   Result<FitOutcome> FitToPublished(const std::vector<PublishedResult>& rows,
                                     const models::Calibration& start,
                                     const FitProgress& progress = {},
@@ -192,8 +207,9 @@ class Calibrator {
 struct ErrorSummary {
   double tokens_median_abs_pct = 0;
   double latency_median_abs_pct = 0;
-  double capacity_median_abs_pct = 0;        // over rows with a capacity
-  double offline_tokens_median_abs_pct = 0;  // throughput over the Offline rows only
+  double capacity_median_abs_pct = 0;         // over rows with a capacity
+  double capacity_at_use_median_abs_pct = 0;  // over rows with published p99s
+  double offline_tokens_median_abs_pct = 0;   // throughput over the Offline rows only
   int rows = 0;
 };
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions);

@@ -151,9 +151,32 @@ TEST_CASE(
       CHECK(p.capacity_qps >= 0.98 * p.row.target_qps);
     if (p.ttft_p99_ms > 1.2 * limits.ttft_ms || p.tpot_p99_ms > 1.2 * limits.tpot_ms)
       CHECK(p.capacity_qps < p.row.target_qps);
+    // At the published run's use of its limits: the same search under limits scaled down to it.
+    REQUIRE(p.has_capacity_at_use);
+    const double use =
+        std::max(p.row.ttft_p99_ms / limits.ttft_ms, p.row.tpot_p99_ms / limits.tpot_ms);
+    CHECK(p.limit_use == Approx(std::min(1.0, use)));
+    CHECK(p.capacity_at_use_qps <= 1.02 * p.capacity_qps);
+    if (p.ttft_p99_ms <= use * limits.ttft_ms && p.tpot_p99_ms <= use * limits.tpot_ms)
+      CHECK(p.capacity_at_use_qps >= 0.98 * p.row.target_qps);
+    if (p.ttft_p99_ms > 1.2 * use * limits.ttft_ms || p.tpot_p99_ms > 1.2 * use * limits.tpot_ms)
+      CHECK(p.capacity_at_use_qps < p.row.target_qps);
   }
   const ErrorSummary s = Summarize(*preds);
   CHECK(s.capacity_median_abs_pct >= 0);
+  CHECK(s.capacity_at_use_median_abs_pct >= 0);
+
+  // A run over a limit is at it (use 1: the capacity itself); one without p99s has no use.
+  std::vector<PublishedResult> edges = {(*rows)[1], (*rows)[1]};
+  edges[0].ttft_p99_ms = 1e9;
+  edges[1].ttft_p99_ms = 0;
+  auto edge = calibrator.PredictRows(edges, *calibration);
+  REQUIRE(edge.ok());
+  REQUIRE(calibrator.PredictCapacity(&*edge, *calibration).ok());
+  CHECK((*edge)[0].limit_use == 1);
+  CHECK((*edge)[0].capacity_at_use_qps == (*edge)[0].capacity_qps);
+  CHECK((*edge)[1].has_capacity);
+  CHECK_FALSE((*edge)[1].has_capacity_at_use);
 }
 
 TEST_CASE("FindDeployment: each row runs its submitter's published configuration", "[tuner]") {
@@ -335,7 +358,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
 // What a prediction says, to compare runs exactly.
 static auto Figures(const RowPrediction& p) {
   return std::make_tuple(p.row.line, p.deployment, p.requests, p.tokens_per_s, p.ttft_p99_ms,
-                         p.tpot_p99_ms, p.extrapolated, p.has_capacity, p.capacity_qps);
+                         p.tpot_p99_ms, p.extrapolated, p.has_capacity, p.capacity_qps, p.limit_use,
+                         p.capacity_at_use_qps);
 }
 
 TEST_CASE(

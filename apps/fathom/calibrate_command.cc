@@ -55,6 +55,11 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
       j["capacity_qps_pred"] = p.capacity_qps;
       j["capacity_error_pct"] = p.CapacityErrorPct();
     }
+    if (p.has_capacity_at_use) {
+      j["limit_use_pub"] = p.limit_use;
+      j["capacity_at_use_qps_pred"] = p.capacity_at_use_qps;
+      j["capacity_at_use_error_pct"] = p.CapacityAtUseErrorPct();
+    }
   }
   // The first metric's fields at the top level too, for a flat view of each row.
   j["published"] = p.row.tokens_per_s;
@@ -67,14 +72,17 @@ OrderedJson SummaryJson(const tuner::ErrorSummary& s) {
   return {{"tokens_per_s", s.tokens_median_abs_pct},
           {"offline_tokens_per_s", s.offline_tokens_median_abs_pct},
           {"p99_latency", s.latency_median_abs_pct},
-          {"capacity_qps", s.capacity_median_abs_pct}};
+          {"capacity_qps", s.capacity_median_abs_pct},
+          {"capacity_at_use_qps", s.capacity_at_use_median_abs_pct}};
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
-  std::printf("%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n",
-              "line", "submitter", "gpu", "model", "scenario", "samples", "tok/s pub", "tok/s sim",
-              "err%", "TTFT pub", "TTFT sim", "err%", "TPOT pub", "TPOT sim", "err%", "QPS pub",
-              "QPS max", "err%");
+  std::printf(
+      "%-5s %-14s %-6s %-14s %-11s %7s %10s %10s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s %5s %7s "
+      "%7s\n",
+      "line", "submitter", "gpu", "model", "scenario", "samples", "tok/s pub", "tok/s sim", "err%",
+      "TTFT pub", "TTFT sim", "err%", "TPOT pub", "TPOT sim", "err%", "QPS pub", "QPS max", "err%",
+      "used", "QPS@use", "err%");
   for (const auto& p : preds) {
     std::printf("%-5d %-14s %-6s %-14s %-11s %7lld %10.0f %10.0f %+7.1f", p.row.line,
                 p.row.submitter.c_str(), p.row.accelerator.c_str(), p.row.model.c_str(),
@@ -85,6 +93,9 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
                   p.TtftErrorPct(), p.row.tpot_p99_ms, p.tpot_p99_ms, p.TpotErrorPct());
       if (p.has_capacity)
         std::printf(" %7.2f %7.2f %+7.1f", p.row.target_qps, p.capacity_qps, p.CapacityErrorPct());
+      if (p.has_capacity_at_use)
+        std::printf(" %4.0f%% %7.2f %+7.1f", 100 * p.limit_use, p.capacity_at_use_qps,
+                    p.CapacityAtUseErrorPct());
     }
     std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
   }
@@ -92,9 +103,9 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
   std::printf(
       "median |error|: throughput %.1f%% (Offline rows %.1f%%), p99 latencies at the published QPS "
       "%.1f%%, "
-      "Server capacity %.1f%% over %d rows\n",
+      "Server capacity %.1f%% (at the published runs' use of their limits %.1f%%) over %d rows\n",
       s.tokens_median_abs_pct, s.offline_tokens_median_abs_pct, s.latency_median_abs_pct,
-      s.capacity_median_abs_pct, s.rows);
+      s.capacity_median_abs_pct, s.capacity_at_use_median_abs_pct, s.rows);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
