@@ -30,14 +30,14 @@ thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta'; }
 # stderr apart: its closing line lands inside stdout's table wherever the buffer was flushed.
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1.csv) >"$tmp/v51.txt" 2>"$tmp/v51.err"
 # Rows on a GPU the stack was not fitted on (H200 NVL) end in "(extrapolated)": drop it, so that
-# $NF is the last error column on every row.
+# the error columns keep their positions from the end on every row.
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51.txt"
-summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%)'
+summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%) \(at the published runs. use of their limits ([0-9.]+%)\)'
 claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt") (Offline rows $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/v51.txt"))"
 claim "are off by $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v51.txt") in the median"
 # The highest QPS DeepSeek-R1 on 8xB200 holds, against its submitters' (columns QPS pub, QPS max).
 range=$(awk '$4 == "deepseek-r1" && $5 == "Server" {
-    p = $(NF-2); s = $(NF-1)
+    p = $(NF-5); s = $(NF-4)
     if (n++ == 0) { plo = phi = p; slo = shi = s }
     if (p < plo) plo = p; if (p > phi) phi = p; if (s < slo) slo = s; if (s > shi) shi = s }
   END { lo = sprintf("%.1f", slo); hi = sprintf("%.1f", shi)
@@ -50,15 +50,17 @@ span() {
 }
 claim "still comes out $(span "$tmp/v51.txt" 12 '$4 == "deepseek-r1" && $5 == "Server" && $12 < -10')% below theirs for Dell and"
 claim "there fathom is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v51.txt") off in the median"
-claim "Llama 3.1 405B on 8xH200 comes out $(span "$tmp/v51.txt" NF '$3 == "h200" && $4 == "llama3.1-405b" && $5 != "Offline"')% below"
-claim "Llama 2 70B Interactive on 8xH200 is within $(span "$tmp/v51.txt" NF '$3 == "h200" && $4 == "llama2-70b-99" && $5 == "Interactive"' | cut -d- -f2)%"
-claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" NF '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
+claim "close to them as the run did: $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/v51.txt") over the same rows"
+claim "Llama 3.1 405B on 8xH200 comes out $(span "$tmp/v51.txt" '(NF-3)' '$3 == "h200" && $4 == "llama3.1-405b" && $5 != "Offline"')% below"
+claim "Llama 2 70B Interactive on 8xH200 is within $(span "$tmp/v51.txt" '(NF-3)' '$3 == "h200" && $4 == "llama2-70b-99" && $5 == "Interactive"' | cut -d- -f2)%"
+claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" '(NF-3)' '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
 claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline within $(span "$tmp/v60.txt" NF '$5 == "Offline"' | cut -d- -f2)%) and $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies"
 claim "capacity is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") off"
-claim "and $(awk '$2 == "Nebius" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v60.txt")% off for the one who pushed to 14"
+claim "own use of its limits the median is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/v60.txt")"
+claim "and $(awk '$2 == "Nebius" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v60.txt")% off for the one who pushed to 14"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv --stack trtllm-1.0) >"$tmp/v60_old.txt" 2>&1
-claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% low Offline and its capacity $(span "$tmp/v60_old.txt" NF '$5 == "Server"')% low"
+claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% low Offline and its capacity $(span "$tmp/v60_old.txt" '(NF-3)' '$5 == "Server"')% low"
 # v6.0's other systems, held out of every fit. Columns: 6 samples (105,312 or fewer: 8 GPUs),
 # 9 throughput error, 13 published p99 TPOT (77.6 ms and up: 97% of the limit), NF capacity error.
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout.csv) >"$tmp/v60h.txt" 2>&1
@@ -74,11 +76,12 @@ median=$(awk "$eight_offline"' { v = $9; if (v < 0) v = -v; print v }' "$tmp/v60
 lo=$(awk "$eight_offline"' { if (n++ == 0 || $9 < m) m = $9 } END { print m }' "$tmp/v60h.txt")
 hi=$(awk "$eight_offline"' { if (n++ == 0 || $9 > m) m = $9 } END { print m }' "$tmp/v60h.txt")
 claim "The 8-GPU B300 and GB300 systems come out within $median% in the median on Offline throughput ($lo% to $hi%;"
-claim "their p99 TPOT to 97% of the limit or more (Cisco's and Nebius's B300, Nebius's GB300) within $(span1 "$tmp/v60h.txt" NF '$5 == "Server" && $6 <= 105312 && $13 >= 77.6')% on capacity"
-claim "their capacity comes out $(span "$tmp/v60h.txt" NF '$5 == "Server" && $6 <= 105312 && $13 < 77.6')% above the QPS they ran"
-claim "GB300 Server runs land $(awk '$2 == "Nebius" && $3 == "gb300" && $5 == "Server" && $6 > 105312 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v60h.txt")% high for Nebius's 72 GPUs"
+claim "their p99 TPOT to 97% of the limit or more (Cisco's and Nebius's B300, Nebius's GB300) within $(span1 "$tmp/v60h.txt" '(NF-3)' '$5 == "Server" && $6 <= 105312 && $13 >= 77.6')% on capacity"
+claim "their capacity comes out $(span "$tmp/v60h.txt" '(NF-3)' '$5 == "Server" && $6 <= 105312 && $13 < 77.6')% above the QPS they ran"
+claim "Server runs $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/v60h.txt") in the median ($(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60h.txt") against the published QPS)"
+claim "GB300 Server runs land $(awk '$2 == "Nebius" && $3 == "gb300" && $5 == "Server" && $6 > 105312 { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v60h.txt")% high for Nebius's 72 GPUs"
 claim "GB300 racks Offline, $(span "$tmp/v60h.txt" 9 '$3 == "gb300" && $5 == "Offline" && $6 > 105312')% low"
-claim "GB200 racks Server, $(span "$tmp/v60h.txt" NF '$3 == "gb200" && $5 == "Server" && $2 != "Google"')% low for CoreWeave and NVIDIA"
+claim "GB200 racks Server, $(span "$tmp/v60h.txt" '(NF-3)' '$3 == "gb200" && $5 == "Server" && $2 != "Google"')% low for CoreWeave and NVIDIA"
 # gpt-oss-120b, a model held out of every fit (columns as above; 15 the p99 TPOT error).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout_gpt-oss.csv) >"$tmp/oss.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/oss.txt"
@@ -86,16 +89,17 @@ sed -i -E 's/ +\(extrapolated\)$//' "$tmp/oss.txt"
 all_high() { awk "$2"' && $'"$1"' <= 0 { n++ } END { print (n ? "not every row high" : "every row high") }' "$tmp/oss.txt"; }
 plus_span() { span "$tmp/oss.txt" "$1" "$2" | sed 's/-/% to +/'; }
 claim "Offline throughput comes out $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/oss.txt") high in the median (+$(plus_span 9 '$5 == "Offline"')%, $(all_high 9 '$5 == "Offline"'))"
-claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(plus_span NF '$5 == "Server"')%, $(all_high NF '$5 == "Server"'): their p99 TPOT at the published QPS $(span "$tmp/oss.txt" 15 '$5 == "Server"')% low); p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/oss.txt")"
+claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(plus_span '(NF-3)' '$5 == "Server"')%, $(all_high '(NF-3)' '$5 == "Server"'): their p99 TPOT at the published QPS $(span "$tmp/oss.txt" 15 '$5 == "Server"')% low); p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/oss.txt")"
+claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/oss.txt") in the median"
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv) >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"
 gb200_offline=$(awk '$3 == "gb200" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
-gb200_capacity=$(awk '$3 == "gb200" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
-gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
+gb200_capacity=$(awk '$3 == "gb200" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
+gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
 claim "the GB200 rack comes out $gb200_offline% high Offline and $gb200_capacity% low on capacity, but the GB300 rack's Server $gb300_capacity% low"
-claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-1) }' "$tmp/v51h.txt" | sort -u) QPS"
-claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $NF; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
+claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-4) }' "$tmp/v51h.txt" | sort -u) QPS"
+claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
 
 # The default search space.
 "$fathom" tune --scenario server --jobs 1 >"$tmp/server.txt" 2>&1  # one thread: which candidates are pruned depends on the order they finish
