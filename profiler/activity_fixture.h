@@ -22,10 +22,10 @@ inline void CheckExpected(const std::vector<models::KernelRecord>& records, cons
   REQUIRE(records.size() == expected.size());
   for (size_t i = 0; i < records.size(); ++i) {
     INFO("record " << i);
-    CHECK(records[i].kind == expected[i]["kind"]);
-    CHECK(records[i].name == expected[i]["name"]);
-    CHECK(records[i].start_ns == expected[i]["start"]);
-    CHECK(records[i].nvtx_range == expected[i]["nvtx_range"]);
+    CHECK(records[i].kind == expected[i]["kind"].get<std::string>());
+    CHECK(records[i].name == expected[i]["name"].get<std::string>());
+    CHECK(records[i].start_ns == expected[i]["start"].get<int64_t>());
+    CHECK(records[i].nvtx_range == expected[i]["nvtx_range"].get<std::string>());
   }
 }
 
