@@ -341,9 +341,8 @@ Status Run(const ProfileFlags& f) {
   FATHOM_RETURN_IF_ERROR(CheckGpu());
   setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
   setenv("FATHOM_PROFILE_DB", std::filesystem::absolute(f.db).c_str(), 1);
-#ifdef FATHOM_CUPTI_LIBRARY
-  setenv("NVTX_INJECTION64_PATH", FATHOM_CUPTI_LIBRARY, 0);
-#endif
+  // NVTX ranges through the same library: it hands them to the CUPTI the tracer runs on.
+  setenv("NVTX_INJECTION64_PATH", lib.c_str(), 0);
   return Exec(f.command[0], std::vector<std::string>(f.command.begin() + 1, f.command.end()));
 }
 

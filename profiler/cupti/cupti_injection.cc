@@ -1,8 +1,11 @@
 // Entry point for CUDA_INJECTION64_PATH: the CUDA driver loads libfathom_cupti.so into any
 // application and calls InitializeInjection. Records go to the performance database named by
 // $FATHOM_PROFILE_DB (default fathom_profile.db) in batches as the application runs, and the
-// rest at exit. For NVTX ranges, also set NVTX_INJECTION64_PATH to libcupti.so (`fathom profile
+// rest at exit. For NVTX ranges, also set NVTX_INJECTION64_PATH to this library (`fathom profile
 // run` sets both).
+#include <cupti.h>
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -74,4 +77,25 @@ extern "C" int InitializeInjection(void) {
   }
   std::atexit(FlushAtExit);
   return 1;
+}
+
+// NVTX's entry point. Naming libcupti.so in NVTX_INJECTION64_PATH can load a second copy of CUPTI
+// beside the one the application already holds (PyTorch loads its own wheel's), whose ranges then
+// reach no tracer: seen on an H100, every kernel of a traced PyTorch run outside any range. This
+// hands NVTX to the CUPTI the tracer's own calls resolve to, whichever copy that is.
+extern "C" int InitializeInjectionNvtx2(const void* get_export_table) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&cuptiActivityEnable), &info) == 0 || !info.dli_fname) {
+    std::fprintf(stderr, "fathom-cupti: CUPTI not found in the process; NVTX ranges not traced\n");
+    return 0;
+  }
+  void* cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  using Init = int (*)(const void*);
+  auto init = cupti ? reinterpret_cast<Init>(dlsym(cupti, "InitializeInjectionNvtx2")) : nullptr;
+  if (!init) {
+    std::fprintf(stderr, "fathom-cupti: %s has no NVTX entry point; NVTX ranges not traced\n",
+                 info.dli_fname);
+    return 0;
+  }
+  return init(get_export_table);
 }
