@@ -382,6 +382,7 @@ if [[ -x "$(dirname "$fathom")/fathom-ops-bench" ]]; then
 else
   expect 2 "fathom was built without CUDA/CUPTI" -- profile ops --list
 fi
+expect 2 "--fill: bogus not in {random,zeros}" -- profile ops --list --fill bogus
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "cli: a GPU is present; the no-GPU profile check is skipped"
 else

@@ -23,7 +23,7 @@ namespace fathom::cli {
 namespace {
 
 struct ProfileFlags {
-  std::string file, db = "fathom_perf.db", hardware, models, stack, calibration;
+  std::string file, db = "fathom_perf.db", hardware, models, stack, calibration, fill = "random";
   std::vector<std::string> hardware_files;
   int top = 15, reps = 20;
   bool json = false, fit = false, rows = false, list = false, cross_validate = false;
@@ -330,6 +330,7 @@ Status Ops(const ProfileFlags& f) {
   std::vector<std::string> args = {"--db", f.db, "--reps", std::to_string(f.reps)};
   if (!f.hardware.empty()) args.insert(args.end(), {"--hardware", f.hardware});
   if (!f.models.empty()) args.insert(args.end(), {"--models", f.models});
+  args.insert(args.end(), {"--fill", f.fill});
   if (f.list) args.push_back("--list");
   return Exec(bench.string(), args);
 }
@@ -428,6 +429,10 @@ void RegisterProfile(CLI::App& app, Status* result) {
   ops->add_option("--reps", f->reps, "Timed repetitions per shape")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  ops->add_option("--fill", f->fill,
+                  "Operands: random (as real data) or zeros (tensor cores run faster on zeros)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random", "zeros"}));
   ops->add_flag("--list", f->list, "Only list the shapes it would time (no GPU needed)");
   ops->callback([f, result] { *result = Ops(*f); });
   CLI::App* cmp = cmd->add_subcommand(

@@ -225,7 +225,8 @@ void BenchAttention(const std::vector<AttentionCase>& cases, BenchRun* run) {
       continue;
     }
     Buffers buf(
-        {bytes[0], bytes[1], bytes[2], bytes[3], std::max<int64_t>(plan.workspace_bytes, 1)});
+        {bytes[0], bytes[1], bytes[2], bytes[3], std::max<int64_t>(plan.workspace_bytes, 1)},
+        run->fill);
     models::OpMeasurement shape;
     shape.op = c.op;
     shape.dtype = "bf16";

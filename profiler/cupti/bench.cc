@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <random>
 
 #include "profiler/cupti/cupti_tracer.h"
 
@@ -34,11 +36,35 @@ std::vector<double> TimeRuns(const std::function<bool()>& run, int warmup, int r
   return per_rep;
 }
 
-Buffers::Buffers(std::initializer_list<int64_t> bytes) {
+namespace {
+
+// One MiB of the pattern Buffers describes, copied in and then doubled on the device.
+bool FillRandom(void* p, size_t size) {
+  std::vector<uint8_t> host(std::min(size, size_t{1} << 20));
+  std::mt19937 rng(20261127);
+  for (size_t i = 0; i + 1 < host.size(); i += 2) {
+    const uint32_t r = rng();
+    // Low byte: any but 0x7F and 0xFF (E4M3's NaNs); high byte: BF16 exponents 2^-15 to 2^0.
+    host[i] = static_cast<uint8_t>(((r & 0x7F) % 0x7F) | ((r >> 8) & 0x80));
+    host[i + 1] = static_cast<uint8_t>((0x38 + ((r >> 16) & 7)) | ((r >> 24) & 0x80));
+  }
+  if (cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess) return false;
+  for (size_t done = host.size(); done < size; done *= 2) {
+    if (cudaMemcpy(static_cast<char*>(p) + done, p, std::min(done, size - done),
+                   cudaMemcpyDeviceToDevice) != cudaSuccess)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Buffers::Buffers(std::initializer_list<int64_t> bytes, Fill fill) {
   for (int64_t b : bytes) {
     void* p = nullptr;
     const auto size = static_cast<size_t>(b);
-    ok = ok && cudaMalloc(&p, size) == cudaSuccess && cudaMemset(p, 0, size) == cudaSuccess;
+    ok = ok && cudaMalloc(&p, size) == cudaSuccess &&
+         (fill == Fill::kRandom ? FillRandom(p, size) : cudaMemset(p, 0, size) == cudaSuccess);
     ptrs.push_back(p);
   }
 }

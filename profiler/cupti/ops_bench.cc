@@ -3,6 +3,7 @@
 // on cuDNN; NCCL collectives across the GPUs present), kernel time from CUPTI timestamps, and
 // stores median / p10 / p90 per shape in the performance database. `fathom profile ops` runs it.
 //   fathom-ops-bench --db DB [--hardware NAME] [--models deepseek-r1,llama3.1-405b] [--reps 20]
+//                    [--fill random|zeros]   (operands: random by default, as real data runs)
 //   fathom-ops-bench --list [--models ...]   (the shapes it would time; no GPU needed)
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -126,7 +127,7 @@ std::vector<double> TimeGemm(const Bench& g, const BenchRun& run, int64_t m, int
   const bool fp8 = dtype == DType::kFp8;
   const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const int64_t in_bytes = fp8 ? 1 : 2;
-  Buffers buf({m * k * in_bytes, k * n * in_bytes, m * n * 2});
+  Buffers buf({m * k * in_bytes, k * n * in_bytes, m * n * 2}, run.fill);
   if (!buf.ok) return {};
   cublasLtMatmulDesc_t desc;
   cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -161,7 +162,7 @@ std::vector<double> TimeGemm(const Bench& g, const BenchRun& run, int64_t m, int
 // model's mean per active expert assumes).
 std::vector<double> TimeGroupedGemm(const Bench& g, const BenchRun& run, int64_t m, int64_t n,
                                     int64_t k, int64_t groups) {
-  Buffers buf({groups * m * k * 2, groups * k * n * 2, groups * m * n * 2});
+  Buffers buf({groups * m * k * 2, groups * k * n * 2, groups * m * n * 2}, run.fill);
   if (!buf.ok) return {};
   const float alpha = 1.0f, beta = 0.0f;
   void *a = buf.ptrs[0], *w = buf.ptrs[1], *c = buf.ptrs[2];
@@ -200,6 +201,12 @@ int main(int argc, char** argv) {
       models_arg = argv[i + 1];
     else if (a == "--reps")
       run.reps = std::atoi(argv[i + 1]);
+    else if (a == "--fill" && std::string(argv[i + 1]) == "random")
+      run.fill = fathom::profiler::Fill::kRandom;
+    else if (a == "--fill" && std::string(argv[i + 1]) == "zeros")
+      run.fill = fathom::profiler::Fill::kZeros;
+    else if (a == "--fill")
+      return Fail("--fill must be random or zeros, not " + std::string(argv[i + 1]));
     else
       return Fail("unknown flag " + a);
   }
@@ -269,7 +276,8 @@ int main(int argc, char** argv) {
                     std::to_string(prop.minor) + "; clock " + std::to_string(clock_khz / 1000) +
                     " MHz; memory clock " + std::to_string(mem_clock_khz / 1000) + " MHz; driver " +
                     std::to_string(driver) + "; CUDA runtime " + std::to_string(runtime) + "; " +
-                    std::to_string(devices) + " GPUs";
+                    std::to_string(devices) + " GPUs; operands " +
+                    (run.fill == fathom::profiler::Fill::kZeros ? "zeros" : "random");
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
