@@ -152,5 +152,30 @@ absolute() { awk -v g="$2" '$0 ~ "^"g" " { print $(NF-3); exit }' "$1"; }
 claim "out within $(absolute "$tmp/aic_b200.txt" "moe bf16") (B200 BF16, $(signed "$tmp/aic_b200.txt" "moe bf16 ") signed), $(absolute "$tmp/aic_b200.txt" "moe fp8") (B200 FP8), $(absolute "$tmp/aic_h200.txt" "moe bf16") and $(absolute "$tmp/aic_h200.txt" "moe fp8") (H200 BF16 and FP8) in"
 claim "comes out $(signed "$tmp/aic_b200.txt" "moe nvfp4 " | tr -d +-) below and H200's MXFP4 one $(signed "$tmp/aic_h200.txt" "moe mxfp4 " | tr -d +-)."
 
+# Against fathom's own H100 and H200 measurements (random operands), and what zeroed ones do.
+for g in h100-sxm h200; do
+  cp "$root/profiler/data/fathom/$g.db" "$tmp/own_$g.db"
+  "$fathom" profile compare "$tmp/own_$g.db" --fit >"$tmp/own_$g.txt" 2>&1
+done
+# fitted FILE FIELD: a fitted parameter's value; fitted_abs FILE GROUP: a group's median |error|
+# once fitted.
+fitted() { awk -v f="$2" '$1 == f { print $2; exit }' "$1"; }
+fitted_abs() { awk -v g="$2" '/^Fitted/ { on = 1 } on && $0 ~ "^"g" " { print $(NF-3); exit }' "$1"; }
+h100="$tmp/own_h100-sxm.txt"
+h200="$tmp/own_h200.txt"
+claim "puts BF16 at $(fitted "$h100" gemm_efficiency) of the H100's peak and $(fitted "$h200" gemm_efficiency) of the H200's"
+claim "FP8 comes out at $(fitted "$h100" fp8_gemm_efficiency) and $(fitted "$h200" fp8_gemm_efficiency) of the FP8 peak"
+claim "weights at $(fitted "$h100" memory_efficiency) and $(fitted "$h200" memory_efficiency) of HBM bandwidth"
+claim "the stacks' prices are $(absolute "$h100" "gemm bf16") (H100) and $(absolute "$h200" "gemm bf16") (H200) high on BF16 GEMMs and $(absolute "$h100" "gemm fp8") and $(absolute "$h200" "gemm fp8") on FP8 in the median, fitted $(fitted_abs "$h100" "gemm bf16") and $(fitted_abs "$h200" "gemm bf16") (BF16), $(fitted_abs "$h100" "gemm fp8") and $(fitted_abs "$h200" "gemm fp8") (FP8)"
+claim "$(absolute "$h100" "attention_prefill bf16") and $(absolute "$h200" "attention_prefill bf16") high in the median, and decode attention comes out within $(absolute "$h100" "attention_decode bf16") and $(absolute "$h200" "attention_decode bf16")"
+claim "prices it $(absolute "$h100" "grouped_gemm bf16") and $(absolute "$h200" "grouped_gemm bf16") high"
+# zeros GPU: the median of zeroed over random operands' time, BF16 GEMMs with M over 1,024.
+zeros() {
+  sqlite3 "$root/profiler/data/fathom/$1.db" "attach '$root/profiler/data/fathom/$1-zeros.db' as z;
+    select z.median_us / r.median_us from op_latency r join z.op_latency z using (op, dtype, m, n, k, extra, dims)
+    where r.op = 'gemm' and r.dtype = 'bf16' and r.m > 1024 order by 1" | awk '{ v[NR] = $1 } END { printf "%.3f", v[int(NR / 2) + 1] }'
+}
+claim "large GEMMs (M over 1,024) ran in $(zeros h100-sxm) of the time on the H100 and $(zeros h200) on the H200 in the median"
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

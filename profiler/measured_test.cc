@@ -1,0 +1,100 @@
+// The operator timings fathom's own profiler took on an H100 and an H200 (profiler/data/fathom):
+// what they say about the cost model's GEMM curve, and why operands are random.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "base/files.h"
+#include "models/fit.h"
+#include "models/hardware.h"
+#include "models/perf_db.h"
+#include "profiler/compare.h"
+#include "profiler/import.h"
+
+namespace fathom::profiler {
+namespace {
+
+models::Hardware Gpu(const std::string& name) {
+  return *(*models::HardwareCatalog::LoadBuiltin()).Find(name);
+}
+
+// A GPU's GEMM rows in a shipped database, read from a copy (opening a database may migrate it).
+std::vector<models::OpMeasurement> Gemms(const std::string& file, const std::string& gpu) {
+  const std::string copy = std::string(std::getenv("TMPDIR")) + "/measured_" + file;
+  std::filesystem::copy_file(DataDir() + "/profiler/data/fathom/" + file, copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  auto db = models::PerfDb::Open(copy);
+  REQUIRE(db.ok());
+  std::vector<models::OpMeasurement> rows;
+  for (const char* op : {"gemm", "grouped_gemm"}) {
+    auto part = db->Query(gpu, op, "", "");
+    REQUIRE(part.ok());
+    rows.insert(rows.end(), part->begin(), part->end());
+  }
+  std::filesystem::remove(copy);
+  REQUIRE(rows.size() > 300);
+  return rows;
+}
+
+models::GemmFit Fit(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw) {
+  auto fit = models::FitGemmCurve(rows, hw, models::CostParams{});
+  REQUIRE(fit.ok());
+  return *fit;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TEST_CASE("Measured H100 and H200 GEMMs: random operands agree with Vidur's H100 profile",
+          "[measured]") {
+  const auto h100 = Gpu("h100-sxm"), h200 = Gpu("h200");
+  const auto fit100 = Fit(Gemms("h100-sxm.db", "h100-sxm"), h100);
+  const auto fit200 = Fit(Gemms("h200.db", "h200"), h200);
+  // BF16 tensor-core efficiency: Vidur's PyTorch timings on DGX H100 give 0.759 (README); the
+  // same SMs at the same clocks on an H200 give the same.
+  CHECK(std::abs(fit100.value[0] - 0.759) < 0.03);
+  CHECK(std::abs(fit200.value[0] - fit100.value[0]) < 0.02);
+  // FP8 at DeepGEMM's stated share of the FP8 peak or a little above, on both.
+  for (const auto* fit : {&fit100, &fit200}) {
+    CHECK(fit->value[1] > 0.66);
+    CHECK(fit->value[1] < 0.80);
+    CHECK(fit->rms_log_error < 0.25);
+  }
+  // Fitted, each GPU's GEMMs are priced within 10% in the median.
+  for (const auto& [gpu, hw] : {std::pair{"h100-sxm", h100}, std::pair{"h200", h200}}) {
+    INFO(gpu);
+    const auto rows = Gemms(std::string(gpu) + ".db", gpu);
+    auto after = CompareWithModel(rows, hw, Fit(rows, hw).Applied(models::CostParams{}));
+    REQUIRE(after.ok());
+    for (const auto& g : after->by_kind) {
+      if (g.key == "gemm bf16" || g.key == "gemm fp8") CHECK(g.median_abs_pct <= 10);
+    }
+  }
+}
+
+TEST_CASE("Measured H100 and H200 GEMMs: zeroed operands run large GEMMs faster", "[measured]") {
+  for (const std::string gpu : {"h100-sxm", "h200"}) {
+    INFO(gpu);
+    const auto random = Gemms(gpu + ".db", gpu), zeros = Gemms(gpu + "-zeros.db", gpu);
+    std::vector<double> large, small;  // time on zeros over time on random data, per shape
+    for (const auto& z : zeros) {
+      for (const auto& r : random) {
+        if (r.op != z.op || r.dtype != z.dtype || r.m != z.m || r.n != z.n || r.k != z.k ||
+            r.extra != z.extra)
+          continue;
+        (z.m > 1024 ? large : small).push_back(z.median_us / r.median_us);
+      }
+    }
+    REQUIRE(large.size() > 100);
+    CHECK(Median(large) < 0.95);  // compute-bound: tensor cores clock higher on zeros
+    CHECK(Median(small) > 0.95);  // weight streaming: the same
+  }
+}
+
+}  // namespace
+}  // namespace fathom::profiler
