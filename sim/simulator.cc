@@ -258,6 +258,15 @@ void Simulator::Inject(const traces::Request& r) {
   Issue(r);
 }
 
+bool Simulator::Cancel(int64_t request_id) {
+  for (Sequence& s : slots_) {
+    if (s.request_id != request_id) continue;
+    s.output = std::min(s.output, s.generated + 1);
+    return true;
+  }
+  return false;
+}
+
 std::optional<SimTime> Simulator::NextEventTime() const {
   if (queue_.empty()) return std::nullopt;
   return queue_.next_time();

@@ -121,6 +121,10 @@ class Simulator : public EngineListener {
   // Live serving: a request issued now (the source may have none of its own), tokens as each
   // iteration produces them (needs EngineConfig::implicit_decode off), and what is due next.
   void Inject(const traces::Request& r);
+  // Ends a request still in the system after the token it is computing now (a waiting one after
+  // its first), its KV freed as any finished request's: a live runtime's client that left. False
+  // when no request has that id.
+  bool Cancel(int64_t request_id);
   void set_on_tokens(std::function<void(int64_t request_id, int64_t count, SimTime t)> f) {
     on_tokens_ = std::move(f);
   }

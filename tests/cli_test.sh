@@ -52,6 +52,7 @@ expect 2 "kv_free_fraction = -0.5: must be in [0, 1] (0: use reserve)" -- simula
 expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- memory --bogus
 expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
 expect 2 'unknown command "srve" for fathom (did you mean serve?)' -- srve --help
+expect 2 "--max-model-len = 99999999: more than the 3464992 tokens one rank's KV cache holds" -- serve llama2-70b -tp 8 --max-model-len 99999999 --port 0
 expect 2 'the commands: hardware, model, memory' -- srve --help
 expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
 expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv

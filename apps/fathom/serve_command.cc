@@ -1,4 +1,5 @@
 // fathom serve: the simulator's engine behind an OpenAI-compatible HTTP server, paced in real time.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -118,6 +119,25 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   return d;
 }
 
+// The longest request (prompt plus max_tokens) served: `asked` (--max-model-len) or the model's
+// context, within what one rank's KV cache holds, past which a request could never be scheduled.
+Result<int64_t> MaxModelLen(const sim::ResolvedDeployment& r, int64_t asked) {
+  const sim::SimulationSpec& spec = r.spec;
+  int64_t kv_tokens = spec.pool.kv_blocks_per_rank * spec.engine.block_tokens;
+  if (spec.decode_pool) {
+    kv_tokens =
+        std::min(kv_tokens, spec.decode_pool->kv_blocks_per_rank * spec.decode_engine.block_tokens);
+  }
+  if (asked > kv_tokens) {  // vLLM refuses to start on this too
+    return Status::InvalidArgument("--max-model-len = " + std::to_string(asked) +
+                                   ": more than the " + std::to_string(kv_tokens) +
+                                   " tokens one rank's KV cache holds (raise "
+                                   "--gpu-memory-utilization or give fewer tokens)");
+  }
+  if (asked > 0) return asked;
+  return r.model.max_context > 0 ? std::min(r.model.max_context, kv_tokens) : kv_tokens;
+}
+
 Status Run(const ServeFlags& f) {
   if (!(f.time_scale > 0) || !std::isfinite(f.time_scale))
     return Status::InvalidArgument("--time-scale: must be > 0 and finite");
@@ -132,6 +152,7 @@ Status Run(const ServeFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
   sim::ServeOptions options = f.serve;
+  FATHOM_ASSIGN_OR_RETURN(options.max_model_len, MaxModelLen(*resolved, f.serve.max_model_len));
   if (options.served_model_name.empty())
     options.served_model_name =
         f.model.empty() ? tuner::HuggingFaceId(d.model, d.weights) : f.model;
@@ -147,11 +168,12 @@ Status Run(const ServeFlags& f) {
   sim::OpenAiServer server(&engine, options);
   FATHOM_RETURN_IF_ERROR(server.Bind());
   std::fprintf(stderr,
-               "fathom serve: %s on %d x %s (TP%d PP%d EP%d attnDP%d, batch %lld, %lld tokens), "
-               "time scale %g\n",
+               "fathom serve: %s on %d x %s (TP%d PP%d EP%d attnDP%d, batch %lld, %lld tokens, "
+               "max model len %lld), time scale %g\n",
                d.model.c_str(), d.gpus, d.hardware.c_str(), d.tp, d.pp, d.ep, d.attn_dp,
                static_cast<long long>(d.engine.max_batch),
-               static_cast<long long>(d.engine.max_num_tokens), f.time_scale);
+               static_cast<long long>(d.engine.max_num_tokens),
+               static_cast<long long>(options.max_model_len), f.time_scale);
   std::thread http([&] { server.Serve(); });
   server.WaitReady();
   std::fprintf(stderr, "fathom serve: listening on http://%s:%d (model %s)\n", options.host.c_str(),
@@ -234,6 +256,9 @@ void RegisterServe(CLI::App& app, Status* result) {
   cmd->add_option("--served-model-name", f->serve.served_model_name,
                   "Model id clients send (default: the model argument)");
   cmd->add_option("--api-key", f->serve.api_key, "Require this bearer token on /v1/*");
+  cmd->add_option("--max-model-len", f->serve.max_model_len,
+                  "Longest prompt plus max_tokens a request may take (default: the model's "
+                  "context, within one rank's KV cache); longer ones are answered 400");
   cmd->add_option("--max-connections", f->serve.max_connections,
                   "Concurrent connections (more are answered 503)")
       ->capture_default_str();

@@ -165,7 +165,7 @@ Gateway::Gateway(GatewayOptions options)
         x->drop_usage = !asked;
         j["stream_options"] = {{"include_usage", true}};
       }
-      x->body = j.dump();
+      x->body = DumpUtf8(j);
       {
         std::lock_guard<std::mutex> lock(mu_);
         x->record.arrival_s = Now();
@@ -315,7 +315,7 @@ void Gateway::Finish(const Exchange& x) {
   }
   if (x.client_left) return;
   if (!x.ok) {
-    ++window_.failed;
+    ++(x.status >= 400 && x.status < 500 ? window_.client_errors : window_.failed);
     return;
   }
   GatewayRecord r = x.record;
@@ -382,7 +382,7 @@ void Gateway::Forward(Exchange& x) {
         }
         if (skip > 0) {
           *text = t.substr(skip);
-          e = prefix + j.dump();
+          e = prefix + DumpUtf8(j);
           t = t.substr(skip);
           skip = 0;
         }

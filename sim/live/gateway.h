@@ -50,7 +50,10 @@ struct GatewayRecord {
 // What happened since the last TakeWindow.
 struct GatewayWindow {
   int64_t arrived = 0;
-  int64_t failed = 0;       // requests answered with an error after their retry
+  int64_t failed = 0;  // requests answered with an error after their retry
+  // Requests a replica refused as the client's own fault (HTTP 4xx: a bad body, an unknown model,
+  // a prompt past the context): answered as the replica answered, and no failure of the fleet.
+  int64_t client_errors = 0;
   int64_t retried = 0;      // requests moved to another replica
   std::string retry_cause;  // why the last of them was
   int64_t in_flight = 0;    // at the window's end

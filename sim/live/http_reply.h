@@ -20,7 +20,7 @@ inline std::string ErrorBody(const std::string& message, const std::string& type
   e["code"] = nullptr;
   OrderedJson j;
   j["error"] = e;
-  return j.dump();
+  return DumpUtf8(j);
 }
 
 inline void Reply(httplib::Response& res, int status, const std::string& body) {

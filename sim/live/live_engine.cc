@@ -80,14 +80,20 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
     LiveStream& s = *it->second;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      s.tokens = s.output;
       s.done = true;
       s.done_s = WallSeconds();
-      metrics_.e2e_s.Observe(s.done_s - s.arrival_s);
-      if (s.output > 1)
-        metrics_.tpot_s.Observe((s.done_s - s.first_token_s) / static_cast<double>(s.output - 1));
-      metrics_.generation_len.Observe(static_cast<double>(s.output));
-      ++metrics_.finished_length;
+      if (cancelled_.erase(r.id) > 0) {
+        s.tokens = r.output;
+        s.aborted = true;
+        ++metrics_.finished_abort;
+      } else {
+        s.tokens = s.output;
+        metrics_.e2e_s.Observe(s.done_s - s.arrival_s);
+        if (s.output > 1)
+          metrics_.tpot_s.Observe((s.done_s - s.first_token_s) / static_cast<double>(s.output - 1));
+        metrics_.generation_len.Observe(static_cast<double>(s.output));
+        ++metrics_.finished_length;
+      }
       s.cv.notify_all();
     }
     progressed_ = true;
@@ -119,6 +125,7 @@ std::shared_ptr<LiveStream> LiveEngine::Submit(int64_t input_tokens, int64_t out
   stream->output = output_tokens;
   stream->arrival_s = WallSeconds();
   const int64_t id = next_id_++;
+  stream->id = id;
   streams_[id] = stream;
   metrics_.prompt_tokens += input_tokens;
   metrics_.prompt_len.Observe(static_cast<double>(input_tokens));
@@ -170,6 +177,14 @@ void LiveEngine::AnnounceProgress() {
 void LiveEngine::set_on_progress(std::function<void()> on_progress) {
   std::lock_guard<std::mutex> lock(mu_);
   on_progress_ = std::move(on_progress);
+}
+
+void LiveEngine::Cancel(LiveStream& stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!streams_.count(stream.id) || !sim_->Cancel(stream.id)) return;
+  cancelled_.insert(stream.id);
+  kicked_ = true;
+  wake_.notify_one();
 }
 
 void LiveEngine::BeginDrain() {

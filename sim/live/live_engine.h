@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,10 +24,11 @@ namespace fathom::sim {
 struct LiveStream {
   std::mutex mu;
   std::condition_variable cv;
+  int64_t id = 0;  // the engine's
   int64_t input = 0, output = 0;
   int64_t tokens = 0;  // produced so far
   bool done = false;
-  bool aborted = false;  // ended without its tokens (engine stopped)
+  bool aborted = false;  // ended without its tokens (engine stopped, or Cancel)
   double arrival_s = 0;  // wall seconds since the engine started
   double first_token_s = -1;
   double done_s = -1;
@@ -64,6 +66,9 @@ class LiveEngine {
 
   // Issues a request now; nullptr once draining (the caller answers 503).
   std::shared_ptr<LiveStream> Submit(int64_t input_tokens, int64_t output_tokens);
+  // The client left: the request ends after the token being computed, aborted, its KV cache
+  // freed (vLLM aborts a request whose client disconnects). Nothing once it has ended.
+  void Cancel(LiveStream& stream);
   // Stops admitting; requests in flight run to their end.
   void BeginDrain();
   bool draining() const;
@@ -92,6 +97,7 @@ class LiveEngine {
   std::condition_variable wake_;
   std::unique_ptr<Simulator> sim_;
   std::map<int64_t, std::shared_ptr<LiveStream>> streams_;
+  std::set<int64_t> cancelled_;  // streams_ ids whose clients left
   int64_t next_id_ = 0;
   bool kicked_ = false, stop_ = false, draining_ = false;
   bool progressed_ = false;  // tokens or ends not yet announced through on_progress_

@@ -233,6 +233,60 @@ TEST_CASE(
              Catch::Matchers::Contains("vllm:generation_tokens_total{model_name=\"llama\"} 8"));
 }
 
+TEST_CASE(
+    "fathom serve survives poison requests: invalid UTF-8, long non-ASCII names, prompts past the "
+    "context") {
+  ServeOptions o;
+  o.max_model_len = 1000;
+  Served served(50.0, o);
+  httplib::Client client(served.url());
+  // Bytes that are not UTF-8 inside a JSON string: the parser's message quotes them.
+  auto bad_utf8 = client.Post("/v1/completions", "{\"prompt\":\"hi \xff\xfe\",\"max_tokens\":2}",
+                              "application/json");
+  REQUIRE(bad_utf8);
+  CHECK(bad_utf8->status == 400);
+  CHECK_THAT(bad_utf8->body, Catch::Matchers::Contains("ill-formed UTF-8"));
+  CHECK(ParseJson(bad_utf8->body, "answer").ok());  // the body is valid JSON
+  // A model name cut inside a two-byte character by the error message's 200-byte limit.
+  std::string name;
+  for (int i = 0; i < 500; ++i) name += "\xc3\xa9";  // é
+  auto long_name = client.Post("/v1/completions",
+                               "{\"model\":\"" + name + "\",\"prompt\":\"x\",\"max_tokens\":2}",
+                               "application/json");
+  REQUIRE(long_name);
+  CHECK(long_name->status == 404);
+  CHECK(ParseJson(long_name->body, "answer").ok());
+  // Prompt plus max_tokens past the context: refused with vLLM's words, never queued.
+  auto too_long =
+      client.Post("/v1/completions", R"({"prompt":"x","max_tokens":1000})", "application/json");
+  REQUIRE(too_long);
+  CHECK(too_long->status == 400);
+  CHECK_THAT(too_long->body,
+             Catch::Matchers::Contains("maximum context length is 1000 tokens. However, you "
+                                       "requested 1001 tokens (1 in the prompt, 1000 in the "
+                                       "completion)"));
+  std::string prompt = "[";
+  for (int i = 0; i < 1000; ++i) prompt += (i ? ",7" : "7");
+  auto long_prompt =
+      client.Post("/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":")" + std::string(8000, 'a') + "\"}]}",
+                  "application/json");
+  REQUIRE(long_prompt);
+  CHECK(long_prompt->status == 400);
+  CHECK_THAT(long_prompt->body, Catch::Matchers::Contains("in the messages"));
+  // Without max_tokens the default (16) shrinks to what the context leaves.
+  auto fits = client.Post("/v1/completions", "{\"prompt\":" + prompt.substr(0, 1990) + "]}",
+                          "application/json");
+  REQUIRE(fits);
+  CHECK(fits->status == 200);
+  CHECK_THAT(fits->body, Catch::Matchers::Contains("\"total_tokens\":1000"));
+  // The server still answers everyone else.
+  auto fine =
+      client.Post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":4})", "application/json");
+  REQUIRE(fine);
+  CHECK(fine->status == 200);
+}
+
 TEST_CASE("an HTTP request is read whole from its bytes as they arrive, and bad ones are refused") {
   HttpRequest r;
   const std::string post =
@@ -472,16 +526,43 @@ TEST_CASE(
   CHECK_THAT(answer, Catch::Matchers::Contains("read timeout"));
   close(sock);
   CHECK(strict.engine.Metrics().prompt_tokens == 0);
-  // A client that takes nothing of its stream for that long is dropped; the engine finishes.
+  // A client that takes nothing of its stream for that long is dropped, its request aborted.
   sock = Connect(strict.server.port(), 2048);
   SendAll(sock, StreamRequest(tokens));
-  while (strict.engine.Metrics().finished_length == 0)
+  while (strict.engine.Metrics().finished_abort == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(strict.engine.Metrics().finished_length == 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   answer = ReadUntil(sock, "data: [DONE]");  // what the buffers held, then the end
   close(sock);
   CHECK(Count(answer, " tok") < tokens);
   CHECK(Count(answer, "[DONE]") == 0);
+}
+
+TEST_CASE("a request whose client leaves is aborted and frees its place, as vLLM aborts it") {
+  ServeOptions o;
+  Served served(5.0, o);
+  const int sock = Connect(served.server.port());
+  const std::string body = R"({"prompt":[1,2,3],"max_tokens":100000,"stream":true})";
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body);
+  ReadUntil(sock, "data: ", 3);  // a few tokens, then the client goes
+  close(sock);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (served.engine.in_flight() > 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(served.engine.in_flight() == 0);  // 100,000 tokens would take minutes
+  const LiveMetrics m = served.engine.Metrics();
+  CHECK(m.finished_abort == 1);
+  CHECK(m.finished_length == 0);
+  CHECK(m.generation_tokens < 1000);
+  httplib::Client client(served.url());
+  auto next =
+      client.Post("/v1/completions", R"({"prompt":[1],"max_tokens":3})", "application/json");
+  REQUIRE(next);
+  CHECK(next->status == 200);
 }
 
 TEST_CASE("fathom serve answers 503 to connections beyond its limit") {
@@ -547,6 +628,18 @@ TEST_CASE(
   CHECK(a.engine.Metrics().finished_length + b.engine.Metrics().finished_length ==
         4);  // neither reached them
   CHECK(gateway.TakeWindow().arrived == 0);
+
+  // What a replica refuses as the client's fault is passed on and is no failure of the fleet.
+  for (int i = 0; i < 3; ++i) {
+    auto unknown =
+        client.Post("/v1/completions", R"({"model":"gpt","prompt":"x"})", "application/json");
+    REQUIRE(unknown);
+    CHECK(unknown->status == 404);
+  }
+  const GatewayWindow refused = gateway.TakeWindow();
+  CHECK(refused.arrived == 3);
+  CHECK(refused.client_errors == 3);
+  CHECK(refused.failed == 0);
 
   // A client that never finishes its request is dropped after the read timeout.
   o.read_timeout_s = 0.3;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <exception>
 
 #include "base/check.h"
 #include "base/format.h"
@@ -94,6 +95,16 @@ Result<Completion> ParseCompletion(const std::string& body, bool chat, const Ser
                                      std::to_string(o.max_tokens_limit));
     }
     c.output = m.get<int64_t>();
+  } else if (o.max_model_len > c.input) {
+    c.output = std::min(c.output, o.max_model_len - c.input);  // the default fits what is left
+  }
+  if (o.max_model_len > 0 && c.input + c.output > o.max_model_len) {  // vLLM's words and status
+    return Status::InvalidArgument(
+        "This model's maximum context length is " + std::to_string(o.max_model_len) +
+        " tokens. However, you requested " + std::to_string(c.input + c.output) + " tokens (" +
+        std::to_string(c.input) + " in the " + (chat ? "messages" : "prompt") + ", " +
+        std::to_string(c.output) + " in the completion). Please reduce the length of the " +
+        (chat ? "messages" : "prompt") + " or completion.");
   }
   auto flag = [&](const Json& obj, const char* key) -> Result<bool> {
     if (!obj.contains(key) || obj[key].is_null()) return false;
@@ -195,6 +206,10 @@ Status ServeOptions::Validate() const {
     return Status::InvalidArgument("read timeout: must be > 0 and finite");
   }
   if (host.empty()) return Status::InvalidArgument("--host: empty");
+  if (max_model_len < 0) {
+    return Status::InvalidArgument("--max-model-len = " + std::to_string(max_model_len) +
+                                   ": must be >= 1");
+  }
   return Status::Ok();
 }
 
@@ -363,10 +378,7 @@ void OpenAiServer::Serve() {
         Flush(c);
         if (!c.dead && !c.pending() && c.answer) Advance(c);  // what waited for the client
       }
-      if (c.dead) {
-        ::close(fd);
-        connections_.erase(it);
-      }
+      if (c.dead) Close(it);
     }
     if (progress) {
       for (auto& [fd, c] : connections_) {
@@ -378,16 +390,22 @@ void OpenAiServer::Serve() {
       checked = Clock::now();
     }
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (it->second->dead) {
-        ::close(it->first);
-        it = connections_.erase(it);
-      } else {
+      if (it->second->dead)
+        it = Close(it);
+      else
         ++it;
-      }
     }
   }
   for (auto& [fd, c] : connections_) ::close(fd);
   connections_.clear();
+}
+
+OpenAiServer::Connections::iterator OpenAiServer::Close(Connections::iterator it) {
+  // A request its client left is aborted, as vLLM aborts it: nobody reads its tokens, and a long
+  // one would hold the KV cache for nothing.
+  if (it->second->answer) engine_->Cancel(*it->second->answer->stream);
+  ::close(it->first);
+  return connections_.erase(it);
 }
 
 void OpenAiServer::Accept() {
@@ -437,7 +455,7 @@ void OpenAiServer::Read(Connection& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    c.dead = true;  // the client left (or the connection broke); the engine finishes its request
+    c.dead = true;  // the client left (or the connection broke): its request is aborted
     return;
   }
   // Bytes of a next request wait while one is answered (or a refusal is sent); beyond what a
@@ -468,7 +486,13 @@ void OpenAiServer::HandleRequests(Connection& c) {
     c.in.erase(0, p.consumed);
     c.continue_sent = false;
     if (!request.keep_alive) c.close_after = true;
-    Handle(c, request);
+    try {
+      Handle(c, request);
+    } catch (const std::exception& e) {  // one request's fault is its own: answer it, serve on
+      c.answer.reset();
+      c.close_after = true;
+      Reply(c, 500, ErrorBody(std::string("internal error: ") + e.what(), "internal_error"));
+    }
   }
   Flush(c);
 }
@@ -482,6 +506,7 @@ void OpenAiServer::Reply(Connection& c, int status, const std::string& body,
                        : status == 405 ? "Method Not Allowed"
                        : status == 413 ? "Payload Too Large"
                        : status == 431 ? "Request Header Fields Too Large"
+                       : status == 500 ? "Internal Server Error"
                                        : "Service Unavailable";
   c.out +=
       StrFormat("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n", status,
@@ -520,7 +545,7 @@ void OpenAiServer::Handle(Connection& c, const HttpRequest& req) {
     OrderedJson j;
     j["object"] = "list";
     j["data"] = OrderedJson::array({m});
-    return Reply(c, 200, j.dump());
+    return Reply(c, 200, DumpUtf8(j));
   }
   const bool chat = path == "/v1/chat/completions";
   Result<Completion> parsed = ParseCompletion(req.body, chat, options_);
@@ -571,7 +596,7 @@ void OpenAiServer::Advance(Connection& c) {
     } else {
       OrderedJson j = Chunk(comp, a.id, a.created, model, TokenText(tokens), "length", true, true);
       j["usage"] = Usage(comp, tokens);
-      Reply(c, 200, j.dump());
+      Reply(c, 200, DumpUtf8(j));
     }
     return HandleRequests(c);
   }
@@ -581,9 +606,8 @@ void OpenAiServer::Advance(Connection& c) {
     // The last token ends the request whether or not the engine has marked it done yet.
     const bool last = !aborted && tokens == comp.output;
     events += "data: " +
-              Chunk(comp, a.id, a.created, model, TokenText(tokens - a.sent),
-                    last ? "length" : nullptr, a.sent == 0, false)
-                  .dump() +
+              DumpUtf8(Chunk(comp, a.id, a.created, model, TokenText(tokens - a.sent),
+                             last ? "length" : nullptr, a.sent == 0, false)) +
               "\n\n";
     a.sent = tokens;
   }
@@ -596,7 +620,7 @@ void OpenAiServer::Advance(Connection& c) {
       OrderedJson u = Chunk(comp, a.id, a.created, model, "", nullptr, false, false);
       u["choices"] = OrderedJson::array();
       u["usage"] = Usage(comp, tokens);
-      events += "data: " + u.dump() + "\n\n";
+      events += "data: " + DumpUtf8(u) + "\n\n";
     }
     events += "data: [DONE]\n\n";
   }

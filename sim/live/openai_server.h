@@ -26,6 +26,10 @@ struct ServeOptions {
   // A client slower than this to send its request (400), or to take what it is sent, is dropped.
   double read_timeout_s = 10;
   int64_t max_tokens_limit = 1 << 20;  // largest max_tokens accepted
+  // Prompt plus max_tokens a request may take, else 400 as vLLM answers (0: no limit). fathom
+  // serve sets the model's context, or --max-model-len, at most what one rank's KV cache holds:
+  // a longer request could never be scheduled and would wait forever.
+  int64_t max_model_len = 0;
   Status Validate() const;
 };
 
@@ -60,7 +64,10 @@ class OpenAiServer {
 
  private:
   struct Connection;
+  using Connections = std::unordered_map<int, std::unique_ptr<Connection>>;  // by socket
   void Accept();
+  // Closes a connection and aborts the request it was answering; the next one.
+  Connections::iterator Close(Connections::iterator it);
   void Read(Connection& c);
   void HandleRequests(Connection& c);
   void Handle(Connection& c, const HttpRequest& request);
@@ -76,7 +83,7 @@ class OpenAiServer {
   int port_ = 0;
   int64_t next_id_ = 0;  // of completions; Serve's thread
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
-  std::unordered_map<int, std::unique_ptr<Connection>> connections_;  // by socket; Serve's thread
+  Connections connections_;  // Serve's thread
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable ready_cv_;
