@@ -130,10 +130,11 @@ Result<Window> PrometheusApi::Next(double range_s, double time_unix_s, double st
                                    double end_s) {
   const std::string range =
       "[" + std::to_string(std::max<int64_t>(1, std::llround(range_s * 1e3))) + "ms]";
+  const std::string selected = selector_.empty() ? "" : "{" + selector_ + "}";
   Metrics page;
   auto increase = [&](const std::string& series, const std::string& by, bool required) {
-    return Add("sum by (" + by + ") (increase(" + series + range + "))", series, time_unix_s,
-               required, &page);
+    return Add("sum by (" + by + ") (increase(" + series + selected + range + "))", series,
+               time_unix_s, required, &page);
   };
   auto histogram = [&](const std::string& name, bool required) {
     return increase(name + "_bucket", "le", required);
@@ -148,9 +149,11 @@ Result<Window> PrometheusApi::Next(double range_s, double time_unix_s, double st
   FATHOM_RETURN_IF_ERROR(histogram("vllm:request_prompt_tokens", false).status());
   FATHOM_RETURN_IF_ERROR(histogram("vllm:request_generation_tokens", false).status());
   FATHOM_RETURN_IF_ERROR(
-      Add(std::string("sum(") + kRunning + ")", kRunning, time_unix_s, true, &page).status());
+      Add(std::string("sum(") + kRunning + selected + ")", kRunning, time_unix_s, true, &page)
+          .status());
   FATHOM_RETURN_IF_ERROR(
-      Add(std::string("sum(") + kWaiting + ")", kWaiting, time_unix_s, false, &page).status());
+      Add(std::string("sum(") + kWaiting + selected + ")", kWaiting, time_unix_s, false, &page)
+          .status());
   FATHOM_RETURN_IF_ERROR(CheckVllmMetrics(page, "Prometheus at " + url_));
   // The page holds the increases: the reading before them is zero but for the gauges.
   Window w = VllmWindow(gauges_before_, page, start_s, end_s, kMaxSample, pairing_seed_++);

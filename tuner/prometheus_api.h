@@ -1,6 +1,6 @@
 // A Prometheus server's HTTP API (instant queries, /api/v1/query), and the supervisor's windows
-// read through it: vLLM's series summed over every replica the server scrapes, as their increase
-// over the window.
+// read through it: vLLM's series summed over the replicas the server scrapes (those of one fleet,
+// by their labels), as their increase over the window.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,10 @@ class PrometheusApi {
   // `url`: http://HOST:PORT, optionally with a path prefix (--prometheus-url); errors name it.
   // `timeout_s`: how long one query may take.
   static Result<PrometheusApi> Create(const std::string& url, double timeout_s = 10);
+
+  // Reads only the series these PromQL label matchers select (`fathom_fleet="127.0.0.1:8000"`:
+  // one fleet's replicas on a server that scrapes others too); empty: every series.
+  void set_selector(std::string matchers) { selector_ = std::move(matchers); }
 
   // The series an instant query gives at `time_unix_s` (a "vector" result: labels and value).
   // Errors (no answer, an HTTP error, a reply that is not the API's JSON) name the URL and query.
@@ -41,9 +45,10 @@ class PrometheusApi {
   Result<bool> Add(const std::string& promql, const std::string& name, double time_unix_s,
                    bool required, Metrics* page) const;
 
-  std::string url_;     // as given
-  std::string origin_;  // http://host:port
-  std::string prefix_;  // the path before /api/v1 ("" or "/prefix")
+  std::string url_;       // as given
+  std::string origin_;    // http://host:port
+  std::string prefix_;    // the path before /api/v1 ("" or "/prefix")
+  std::string selector_;  // label matchers, without braces
   double timeout_s_;
   Metrics gauges_before_;  // running and waiting at the last window's end
   uint64_t pairing_seed_ = 1;

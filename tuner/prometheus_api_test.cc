@@ -144,6 +144,24 @@ TEST_CASE("PrometheusApi: a window from increase() queries over it, summed by le
   CHECK(next->arrived == 100 + 2 + 9 - 9);
 }
 
+TEST_CASE("PrometheusApi: a selector reads one fleet's series only", "[prometheus]") {
+  FakePrometheus fake(Vllm);
+  auto api = PrometheusApi::Create(fake.url());
+  REQUIRE(api.ok());
+  api->set_selector("fathom_fleet=\"127.0.0.1:8000\"");
+  auto w = api->Next(10, 1700000000.5, 0, 100);
+  INFO(w.status().message());
+  REQUIRE(w.ok());
+  const std::vector<std::string> queries = fake.queries();
+  CHECK(std::find(queries.begin(), queries.end(),
+                  "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{fathom_fleet="
+                  "\"127.0.0.1:8000\"}[10000ms]))") != queries.end());
+  CHECK(std::find(queries.begin(), queries.end(),
+                  "sum(vllm:num_requests_running{fathom_fleet=\"127.0.0.1:8000\"})") !=
+        queries.end());
+  for (const std::string& q : queries) CHECK(Has(q, "{fathom_fleet=\"127.0.0.1:8000\"}"));
+}
+
 TEST_CASE("PrometheusApi: the older TPOT histogram when the newer is absent", "[prometheus]") {
   FakePrometheus fake([](const std::string& q) -> std::pair<int, std::string> {
     if (Has(q, "vllm:request_time_per_output_token_seconds_bucket")) return {200, Vector({})};

@@ -178,15 +178,16 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
-  if (s->options_.metrics_source == MetricsSource::kPrometheus) {
-    FATHOM_ASSIGN_OR_RETURN(s->prometheus_, PrometheusApi::Create(s->options_.prometheus_url));
-  }
+  s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
+  FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     FATHOM_RETURN_IF_ERROR(s->WriteTargetsLocked());
   }
-  s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
-  FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
+  if (s->options_.metrics_source == MetricsSource::kPrometheus) {
+    FATHOM_ASSIGN_OR_RETURN(s->prometheus_, PrometheusApi::Create(s->options_.prometheus_url));
+    s->prometheus_->set_selector("fathom_fleet=\"" + s->Fleet() + "\"");
+  }
   for (int i = 0; i < s->options_.replicas; ++i)
     FATHOM_RETURN_IF_ERROR(s->Launch(initial).status().WithContext("--engine-cmd"));
   if (s->options_.metrics_source == MetricsSource::kEngines) {
@@ -217,10 +218,14 @@ Supervisor::~Supervisor() {
       waitpid(r.pid, &status, 0);
     }
   }
+  replicas_.clear();
+  if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());  // none left
   gateway_->Stop();
 }
 
 int Supervisor::gateway_port() const { return gateway_->port(); }
+
+std::string Supervisor::Fleet() const { return "127.0.0.1:" + std::to_string(gateway_->port()); }
 
 void Supervisor::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
@@ -419,6 +424,12 @@ Result<std::optional<Window>> Supervisor::Observe() {
       break;
     }
   }
+  if (options_.metrics_source != MetricsSource::kGateway) {
+    // The engines' histograms count wall seconds; the limits are in engine time, k times longer
+    // (read as they were, a --time-scale 10 fleet over its TTFT limit looked 10x inside it).
+    w.ttft_p99_ms *= k;
+    w.tpot_p99_ms *= k;
+  }
   w.start_s = start_s;
   w.end_s = end_s;
   elapsed_s_ = w.end_s;
@@ -500,6 +511,7 @@ Status Supervisor::WriteTargetsLocked() const {
     OrderedJson g;
     g["targets"] = OrderedJson::array({"127.0.0.1:" + std::to_string(r.port)});
     g["labels"]["fathom_replica"] = std::to_string(id);
+    g["labels"]["fathom_fleet"] = Fleet();
     groups.push_back(g);
   }
   // Prometheus watches the file: renamed into place, it is never read half-written.

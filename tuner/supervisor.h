@@ -78,6 +78,9 @@ class Supervisor : public ServingRuntime {
   ~Supervisor() override;
 
   int gateway_port() const;
+  // The fleet's name, its gateway's address: the fathom_fleet label of its replicas in the targets
+  // file, by which the Prometheus source reads only their series.
+  std::string Fleet() const;
   Result<std::optional<Window>> Observe() override;
   // A replacement that fails (a new replica exits or is not healthy within health_timeout_s) is
   // rolled back: not applied, for the reason the outcome gives.
