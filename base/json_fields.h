@@ -16,11 +16,9 @@ using OrderedJson = nlohmann::ordered_json;
 
 // JSON text that cannot throw: bytes that are not UTF-8 (a client's, echoed in an error message,
 // or a name cut inside a character) are written as U+FFFD. For whatever goes over the wire.
-inline std::string DumpUtf8(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-inline std::string DumpUtf8(const OrderedJson& j) {
-  return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+template <typename AnyJson>  // Json or OrderedJson
+std::string DumpUtf8(const AnyJson& j) {
+  return j.dump(-1, ' ', false, AnyJson::error_handler_t::replace);
 }
 
 // Parses JSON text nested at most kMaxJsonDepth levels; errors name `source` and the byte where

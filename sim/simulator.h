@@ -123,7 +123,8 @@ class Simulator : public EngineListener {
   void Inject(const traces::Request& r);
   // Ends a request still in the system after the token it is computing now (a waiting one after
   // its first), its KV freed as any finished request's: a live runtime's client that left. False
-  // when no request has that id.
+  // when no slot has that id. A finished request's slot keeps its id until reused: call it only
+  // for a request still in the system, with ids unique over the run (the live engine's are).
   bool Cancel(int64_t request_id);
   void set_on_tokens(std::function<void(int64_t request_id, int64_t count, SimTime t)> f) {
     on_tokens_ = std::move(f);
