@@ -1,5 +1,7 @@
 // The operator timings fathom's own profiler took on an H100 and an H200 (profiler/data/fathom):
 // what they say about the cost model's GEMM curve, and why operands are random.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -21,15 +23,18 @@ models::Hardware Gpu(const std::string& name) {
   return *(*models::HardwareCatalog::LoadBuiltin()).Find(name);
 }
 
-// A GPU's GEMM rows in a shipped database, read from a copy (opening a database may migrate it).
-std::vector<models::OpMeasurement> Gemms(const std::string& file, const std::string& gpu) {
-  const std::string copy = std::string(std::getenv("TMPDIR")) + "/measured_" + file;
+// A GPU's rows of the operators `ops` in a shipped database, read from a copy (opening a database
+// may migrate it) named for this process: ctest runs the test cases at once, on the same files.
+std::vector<models::OpMeasurement> Rows(const std::string& file, const std::string& gpu,
+                                        std::initializer_list<const char*> ops) {
+  const std::string copy =
+      std::string(std::getenv("TMPDIR")) + "/measured_" + std::to_string(getpid()) + "_" + file;
   std::filesystem::copy_file(DataDir() + "/profiler/data/fathom/" + file, copy,
                              std::filesystem::copy_options::overwrite_existing);
   auto db = models::PerfDb::Open(copy);
   REQUIRE(db.ok());
   std::vector<models::OpMeasurement> rows;
-  for (const char* op : {"gemm", "grouped_gemm"}) {
+  for (const char* op : ops) {
     auto part = db->Query(gpu, op, "", "");
     REQUIRE(part.ok());
     rows.insert(rows.end(), part->begin(), part->end());
@@ -37,6 +42,10 @@ std::vector<models::OpMeasurement> Gemms(const std::string& file, const std::str
   std::filesystem::remove(copy);
   REQUIRE(rows.size() > 300);
   return rows;
+}
+
+std::vector<models::OpMeasurement> Gemms(const std::string& file, const std::string& gpu) {
+  return Rows(file, gpu, {"gemm", "grouped_gemm"});
 }
 
 models::GemmFit Fit(const std::vector<models::OpMeasurement>& rows, const models::Hardware& hw) {
@@ -94,6 +103,28 @@ TEST_CASE("Measured H100 and H200 GEMMs: zeroed operands run large GEMMs faster"
     CHECK(Median(large) < 0.95);  // compute-bound: tensor cores clock higher on zeros
     CHECK(Median(small) > 0.95);  // weight streaming: the same
   }
+}
+
+TEST_CASE("Measured H100 timings: another H100 three hours later reproduces them", "[measured]") {
+  // h100-sxm-repeat.db: the same shapes on another lent H100 (another machine, same image). The
+  // spread between machines is the floor under any error bar fathom puts on an operator's price.
+  const std::initializer_list<const char*> ops = {"gemm", "grouped_gemm", "attention_prefill",
+                                                  "attention_decode"};
+  const auto first = Rows("h100-sxm.db", "h100-sxm", ops);
+  const auto repeat = Rows("h100-sxm-repeat.db", "h100-sxm", ops);
+  std::vector<double> deviation;  // |repeat / first - 1| per shape
+  for (const auto& r : repeat) {
+    for (const auto& f : first) {
+      if (r.op == f.op && r.dtype == f.dtype && r.m == f.m && r.n == f.n && r.k == f.k &&
+          r.extra == f.extra && r.dims == f.dims) {
+        deviation.push_back(std::abs(r.median_us / f.median_us - 1));
+      }
+    }
+  }
+  REQUIRE(deviation.size() > 1000);
+  std::sort(deviation.begin(), deviation.end());
+  CHECK(Median(deviation) < 0.015);                    // measured 0.8%
+  CHECK(deviation[deviation.size() * 9 / 10] < 0.05);  // measured 3.3%
 }
 
 }  // namespace
