@@ -11,9 +11,9 @@
 #include "models/hardware.h"
 #include "reports/table.h"
 #include "sim/deployment_config.h"
-#include "tuner/launch.h"
-#include "tuner/results.h"
-#include "tuner/tuner.h"
+#include "tuner/search/launch.h"
+#include "tuner/search/results.h"
+#include "tuner/search/tuner.h"
 
 namespace fathom::reports {
 

@@ -20,16 +20,16 @@
 #include "models/roofline.h"
 #include "profiler/activity.h"
 #include "sim/deployment_config.h"
-#include "sim/live/loadgen.h"
-#include "sim/live/openai_server.h"
+#include "sim/serving/loadgen.h"
+#include "sim/serving/openai_server.h"
 #include "sim/simulator.h"
 #include "sim/time_model.h"
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
-#include "tuner/online.h"
-#include "tuner/tuner.h"
+#include "tuner/online/online.h"
+#include "tuner/search/tuner.h"
 
 namespace fathom {
 namespace {

@@ -10,8 +10,8 @@
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/stack.h"
-#include "tuner/calibrate.h"
-#include "tuner/work_pool.h"
+#include "tuner/calibration/calibrate.h"
+#include "tuner/sweep/work_pool.h"
 
 namespace fathom::cli {
 namespace {

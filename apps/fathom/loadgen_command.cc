@@ -8,8 +8,8 @@
 #include "base/format.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
-#include "sim/live/loadgen.h"
 #include "sim/mlperf.h"
+#include "sim/serving/loadgen.h"
 
 namespace fathom::cli {
 namespace {

@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
-#include "tuner/results.h"
+#include "tuner/search/results.h"
 
 namespace fathom::cli {
 namespace {

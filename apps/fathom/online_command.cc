@@ -18,11 +18,11 @@
 #include "sim/mlperf.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
-#include "tuner/journal.h"
-#include "tuner/launch.h"
-#include "tuner/live_runtime.h"
-#include "tuner/online.h"
-#include "tuner/supervisor.h"
+#include "tuner/online/journal.h"
+#include "tuner/online/live_runtime.h"
+#include "tuner/online/online.h"
+#include "tuner/online/supervisor.h"
+#include "tuner/search/launch.h"
 
 namespace fathom::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include "base/files.h"
 #include "models/hardware.h"
 #include "reports/sweep_report.h"
-#include "tuner/results.h"
+#include "tuner/search/results.h"
 
 namespace fathom::cli {
 namespace {

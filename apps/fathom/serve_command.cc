@@ -10,9 +10,9 @@
 #include "base/json_fields.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
-#include "sim/live/live_engine.h"
-#include "sim/live/openai_server.h"
-#include "tuner/launch.h"
+#include "sim/serving/live_engine.h"
+#include "sim/serving/openai_server.h"
+#include "tuner/search/launch.h"
 
 namespace fathom::cli {
 namespace {

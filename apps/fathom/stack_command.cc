@@ -10,7 +10,7 @@
 #include "models/hardware.h"
 #include "models/stack.h"
 #include "sim/mlperf.h"
-#include "tuner/tuner.h"
+#include "tuner/search/tuner.h"
 
 namespace fathom::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include "apps/fathom/tune_setup.h"
 #include "base/format.h"
 #include "models/hardware.h"
-#include "tuner/sweep.h"
+#include "tuner/sweep/sweep.h"
 
 namespace fathom::cli {
 namespace {

@@ -11,8 +11,8 @@
 #include "models/hardware.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
-#include "tuner/launch.h"
-#include "tuner/tuner.h"
+#include "tuner/search/launch.h"
+#include "tuner/search/tuner.h"
 
 namespace fathom::cli {
 namespace {

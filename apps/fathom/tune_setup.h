@@ -9,7 +9,7 @@
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/status.h"
-#include "tuner/tuner.h"
+#include "tuner/search/tuner.h"
 
 namespace fathom::cli {
 

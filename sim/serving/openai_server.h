@@ -1,0 +1,93 @@
+// An OpenAI-compatible HTTP front for a LiveEngine, shaped like vLLM's: /v1/completions and
+// /v1/chat/completions (streamed as server-sent events, or whole), /v1/models, /health, and
+// /metrics with vLLM's Prometheus names and bucket layouts.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "base/status.h"
+#include "sim/serving/http_request.h"
+#include "sim/serving/live_engine.h"
+
+namespace fathom::sim {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";  // loopback unless the user opens it
+  int port = 8000;                 // 0: any free port (see OpenAiServer::port)
+  std::string served_model_name;   // the id /v1/models lists and requests name
+  std::string api_key;             // when set, /v1/* needs "Authorization: Bearer <key>"
+  int max_connections = 1100;      // concurrent connections; more are answered 503 and closed
+  int64_t max_body_bytes = 4 << 20;
+  // A client slower than this to send its request (400), or to take what it is sent, is dropped.
+  double read_timeout_s = 10;
+  int64_t max_tokens_limit = 1 << 20;  // largest max_tokens accepted
+  // Prompt plus max_tokens a request may take, else 400 as vLLM answers (0: no limit). fathom
+  // serve sets the model's context, or --max-model-len, at most what one rank's KV cache holds:
+  // a longer request could never be scheduled and would wait forever.
+  int64_t max_model_len = 0;
+  Status Validate() const;
+};
+
+// Tokens a text counts for: one per four bytes (BPE tokenizers average about that on English);
+// token-id arrays count exactly, which is what benchmark clients send.
+int64_t TextTokens(const std::string& text);
+
+// What /metrics shows for `m` (model_name label `model`).
+std::string RenderMetrics(const LiveMetrics& m, const std::string& model);
+
+// One thread (the one calling Serve) answers every connection: non-blocking sockets under epoll,
+// each with its own output buffer. The engine wakes it once per step that produced tokens, and it
+// writes each stream's new tokens as one server-sent event; a stream whose client has not taken
+// the previous event yet gets the tokens since in one later event, so a slow client holds at most
+// one event in memory and delays no one else.
+class OpenAiServer {
+ public:
+  // Borrows `engine`, which must outlive the server.
+  OpenAiServer(LiveEngine* engine, ServeOptions options);
+  ~OpenAiServer();
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
+  // Binds the address; the error names it.
+  Status Bind();
+  int port() const { return port_; }
+  // Serves until Stop (blocks); after Bind.
+  void Serve();
+  // Blocks until Serve accepts; false if Stop came first.
+  bool WaitReady();
+  // From any thread: Serve closes every connection and returns.
+  void Stop();
+
+ private:
+  struct Connection;
+  using Connections = std::unordered_map<int, std::unique_ptr<Connection>>;  // by socket
+  void Accept();
+  // Closes a connection and aborts the request it was answering; the next one.
+  Connections::iterator Close(Connections::iterator it);
+  void Read(Connection& c);
+  void HandleRequests(Connection& c);
+  void Handle(Connection& c, const HttpRequest& request);
+  void Advance(Connection& c);  // sends what the connection's completion has new
+  void Flush(Connection& c);
+  void Reply(Connection& c, int status, const std::string& body,
+             const char* content_type = "application/json");
+  void CheckDeadlines();
+  void Wake();
+
+  LiveEngine* engine_;
+  ServeOptions options_;
+  int port_ = 0;
+  int64_t next_id_ = 0;  // of completions; Serve's thread
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  Connections connections_;  // Serve's thread
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable ready_cv_;
+  bool ready_ = false, stopped_ = false;
+};
+
+}  // namespace fathom::sim

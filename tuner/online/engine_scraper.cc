@@ -1,0 +1,69 @@
+#include "tuner/online/engine_scraper.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "tuner/online/vllm_metrics.h"
+
+namespace fathom::tuner {
+namespace {
+
+// Finished requests' lengths kept per window, at most (as LiveRuntime keeps).
+constexpr int64_t kMaxSample = 2000;
+
+// `from`'s series appended to `into`'s: FindHistogram and the sums add them up.
+void Append(const Metrics& from, Metrics* into) {
+  for (const auto& [name, samples] : from) {
+    std::vector<MetricSample>& to = (*into)[name];
+    to.insert(to.end(), samples.begin(), samples.end());
+  }
+}
+
+}  // namespace
+
+Result<std::optional<Metrics>> EngineScraper::Scrape(int port) const {
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::duration<double>(timeout_s_));
+  client.set_read_timeout(std::chrono::duration<double>(timeout_s_));
+  auto r = client.Get("/metrics");
+  if (!r) return std::optional<Metrics>();
+  if (r->status != 200) {
+    return Status::Unavailable(url + ": HTTP " + std::to_string(r->status) +
+                               " (a vLLM /metrics page expected)");
+  }
+  FATHOM_ASSIGN_OR_RETURN(Metrics m, ParsePrometheusText(r->body, url));
+  FATHOM_RETURN_IF_ERROR(CheckVllmMetrics(m, url));
+  return std::optional<Metrics>(std::move(m));
+}
+
+Status EngineScraper::Read(const std::map<int, int>& ports, Metrics* now, Metrics* before) {
+  std::map<int, Metrics> pages;
+  for (const auto& [id, port] : ports) {
+    FATHOM_ASSIGN_OR_RETURN(std::optional<Metrics> page, Scrape(port));
+    if (!page) {
+      // Kept for when it answers again; a replica restarted after dying has a new id.
+      if (auto it = last_.find(id); it != last_.end()) pages[id] = std::move(it->second);
+      continue;
+    }
+    Append(*page, now);
+    if (auto it = last_.find(id); it != last_.end()) Append(it->second, before);
+    pages[id] = std::move(*page);
+  }
+  last_ = std::move(pages);
+  return Status::Ok();
+}
+
+Status EngineScraper::Start(const std::map<int, int>& ports) {
+  Metrics now, before;
+  return Read(ports, &now, &before);
+}
+
+Result<Window> EngineScraper::Next(const std::map<int, int>& ports, double start_s, double end_s) {
+  Metrics now, before;
+  FATHOM_RETURN_IF_ERROR(Read(ports, &now, &before));
+  return VllmWindow(before, now, start_s, end_s, kMaxSample, pairing_seed_++);
+}
+
+}  // namespace fathom::tuner

@@ -1,0 +1,42 @@
+// The supervisor's windows from its replicas' own /metrics pages (vLLM's names), read over HTTP at
+// each window's end: counters and histogram buckets summed across the replicas, each as its change
+// since that replica's page a window earlier (a replica new since then counts from zero), as
+// VllmWindow reads them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "base/prometheus.h"
+#include "base/status.h"
+#include "tuner/online/online.h"
+
+namespace fathom::tuner {
+
+class EngineScraper {
+ public:
+  // `timeout_s`: how long one page may take to arrive.
+  explicit EngineScraper(double timeout_s = 5) : timeout_s_(timeout_s) {}
+
+  // Reads the pages of `ports` (replica id -> its port on 127.0.0.1) the next window is measured
+  // from, and forgets replicas not among them; then reports the window `start_s` to `end_s`. A
+  // replica that does not answer is left out (it died: its requests are retried elsewhere, and it
+  // is restarted); a page that is not vLLM's is an error naming its URL.
+  Result<Window> Next(const std::map<int, int>& ports, double start_s, double end_s);
+  // The pages the first window is measured from (Next's reading without a window).
+  Status Start(const std::map<int, int>& ports);
+
+ private:
+  // The page of the replica on `port`; nullopt when it does not answer.
+  Result<std::optional<Metrics>> Scrape(int port) const;
+  // Pages of `ports` now, and the readings before them (a replica new since: none).
+  Status Read(const std::map<int, int>& ports, Metrics* now, Metrics* before);
+
+  double timeout_s_;
+  std::map<int, Metrics> last_;  // by replica id
+  uint64_t pairing_seed_ = 1;
+};
+
+}  // namespace fathom::tuner

@@ -1,0 +1,522 @@
+#include "tuner/online/supervisor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "base/files.h"
+#include "base/format.h"
+#include "base/json_fields.h"
+#include "base/stats.h"
+#include "tuner/search/launch.h"
+
+namespace fathom::tuner {
+namespace {
+
+void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+// A loopback port nothing listens on now (the replica binds it a moment later).
+Result<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::IoError("supervisor: no socket for a replica's port");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!ok) return Status::IoError("supervisor: no free loopback port for a replica");
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+void ReplaceAll(std::string* s, const std::string& key, const std::string& value) {
+  for (size_t at = s->find(key); at != std::string::npos; at = s->find(key, at + value.size())) {
+    s->replace(at, key.size(), value);
+  }
+}
+
+// "--flag 123" in `s` becomes "--flag {placeholder}".
+void Placeholder(std::string* s, const std::string& flag, const std::string& placeholder) {
+  const size_t at = s->find(" " + flag + " ");
+  if (at == std::string::npos) return;
+  const size_t value = at + flag.size() + 2;
+  s->replace(
+      value,
+      s->find(' ', value) == std::string::npos ? std::string::npos : s->find(' ', value) - value,
+      placeholder);
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Whether the process has exited (reaped, its status in `status`).
+bool Exited(pid_t pid, int* status) { return waitpid(pid, status, WNOHANG) == pid; }
+
+std::string ExitText(int status) {
+  return WIFEXITED(status)
+             ? "exited with status " + std::to_string(WEXITSTATUS(status))
+             : "was killed by signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The window from the gateway's record, its latencies scaled by `time_scale` to engine time.
+Window FromGateway(const sim::GatewayWindow& g, double time_scale) {
+  const double k = time_scale;
+  Window w;
+  w.arrived = g.arrived;
+  w.completed = static_cast<int64_t>(g.finished.size());
+  w.dropped = g.failed;
+  w.in_flight = g.in_flight;
+  w.waiting = g.waiting;
+  std::vector<double> ttft_ms, tpot_ms;
+  for (size_t i = 0; i < g.finished.size(); ++i) {
+    const sim::GatewayRecord& r = g.finished[i];
+    traces::Request q;
+    q.id = static_cast<int64_t>(i);
+    q.input_tokens = std::max<int64_t>(1, r.prompt_tokens);
+    q.output_tokens = std::max<int64_t>(1, r.completion_tokens);
+    w.finished.push_back(q);
+    if (!r.streamed) continue;  // a whole answer has no first-token time of its own
+    ttft_ms.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
+    if (r.completion_tokens > 1) {
+      tpot_ms.push_back((r.done_s - r.first_token_s) * k * 1e3 /
+                        static_cast<double>(r.completion_tokens - 1));
+    }
+  }
+  // A stream still waiting has a TTFT of at least its age: counted, a queue that serves few of its
+  // requests cannot hide behind the few it finishes fast (or the ones a draining replica finishes).
+  for (const double age_s : g.waiting_stream_ages_s) ttft_ms.push_back(age_s * k * 1e3);
+  w.ttft_p99_ms = ttft_ms.empty() ? 0 : Percentile(ttft_ms, 0.99);
+  w.tpot_p99_ms = tpot_ms.empty() ? 0 : Percentile(tpot_ms, 0.99);
+  return w;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Result<MetricsSource> ParseMetricsSource(const std::string& name) {
+  if (name == "gateway") return MetricsSource::kGateway;
+  if (name == "engines") return MetricsSource::kEngines;
+  if (name == "prometheus") return MetricsSource::kPrometheus;
+  return Status::InvalidArgument("--metrics-source = " + name.substr(0, 100) +
+                                 ": must be gateway, engines or prometheus");
+}
+
+Status SupervisorOptions::Validate() const {
+  if (engine_cmd.empty()) return Status::InvalidArgument("--engine-cmd: empty");
+  if (engine_cmd.find("{port}") == std::string::npos) {
+    return Status::InvalidArgument("--engine-cmd = " + engine_cmd.substr(0, 200) +
+                                   ": must contain {port} (each replica listens on its own)");
+  }
+  if (replicas < 1 || replicas > 64) {
+    return Status::InvalidArgument("--replicas = " + std::to_string(replicas) +
+                                   ": must be 1 to 64");
+  }
+  auto positive = [](double v, const char* flag) -> Status {
+    if (v > 0 && std::isfinite(v)) return Status::Ok();
+    return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) +
+                                   ": must be > 0 and finite");
+  };
+  FATHOM_RETURN_IF_ERROR(positive(window_s, "--window-s"));
+  FATHOM_RETURN_IF_ERROR(positive(time_scale, "--time-scale"));
+  FATHOM_RETURN_IF_ERROR(positive(health_timeout_s, "--health-timeout"));
+  if (metrics_source == MetricsSource::kPrometheus) {
+    if (prometheus_url.empty()) {
+      return Status::InvalidArgument(
+          "--metrics-source = prometheus: give --prometheus-url, the server's HTTP API");
+    }
+    FATHOM_RETURN_IF_ERROR(PrometheusApi::Create(prometheus_url).status());
+  } else if (!prometheus_url.empty()) {
+    return Status::InvalidArgument("--prometheus-url: only with --metrics-source prometheus");
+  }
+  return gateway.Validate();
+}
+
+std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port) {
+  std::string s = engine_cmd;
+  ReplaceAll(&s, "{port}", std::to_string(port));
+  ReplaceAll(&s, "{max_num_seqs}", std::to_string(limits.max_batch));
+  ReplaceAll(&s, "{max_num_batched_tokens}", std::to_string(limits.max_num_tokens));
+  return s;
+}
+
+std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const models::HardwareCatalog& catalog,
+                                 const std::string& fathom_path, const std::string& extra) {
+  std::string s = MakeLaunchCommands(deployment, catalog).vllm;
+  s = s.substr(0, s.find("  #"));  // "# one per replica": each replica is one process here
+  s.replace(0, std::string("vllm").size(), ShellQuote(fathom_path));
+  Placeholder(&s, "--max-num-seqs", "{max_num_seqs}");
+  Placeholder(&s, "--max-num-batched-tokens", "{max_num_batched_tokens}");
+  s += " --hardware " + deployment.hardware + " --port {port}";
+  if (!extra.empty()) s += " " + extra;
+  return s;
+}
+
+Supervisor::Supervisor(SupervisorOptions options)
+    : options_(std::move(options)), gateway_(std::make_unique<sim::Gateway>(options_.gateway)) {}
+
+Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
+                                                      BatchLimits initial) {
+  FATHOM_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
+  s->target_ = initial;
+  s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
+  FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
+  {
+    std::lock_guard<std::mutex> lock(s->mu_);
+    FATHOM_RETURN_IF_ERROR(s->WriteTargetsLocked());
+  }
+  if (s->options_.metrics_source == MetricsSource::kPrometheus) {
+    FATHOM_ASSIGN_OR_RETURN(s->prometheus_, PrometheusApi::Create(s->options_.prometheus_url));
+    s->prometheus_->set_selector("fathom_fleet=\"" + s->Fleet() + "\"");
+  }
+  for (int i = 0; i < s->options_.replicas; ++i)
+    FATHOM_RETURN_IF_ERROR(s->Launch(initial).status().WithContext("--engine-cmd"));
+  if (s->options_.metrics_source == MetricsSource::kEngines) {
+    s->engines_.emplace();
+    FATHOM_RETURN_IF_ERROR(s->engines_->Start(s->ReplicaPorts()));
+  }
+  s->window_start_wall_s_ = s->gateway_->Now();
+  s->monitor_ = std::thread([raw = s.get()] { raw->Monitor(); });
+  return s;
+}
+
+Supervisor::~Supervisor() {
+  stopping_ = true;
+  if (monitor_.joinable()) monitor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, r] : replicas_) {
+    gateway_->RemoveReplica(id);
+    kill(r.pid, SIGTERM);
+  }
+  // Each drains what it has (fathom serve: --shutdown-timeout); one still there after a minute is
+  // killed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& [id, r] : replicas_) {
+    int status = 0;
+    while (!Exited(r.pid, &status) && std::chrono::steady_clock::now() < deadline) SleepS(0.02);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(r.pid, SIGKILL);
+      waitpid(r.pid, &status, 0);
+    }
+  }
+  replicas_.clear();
+  if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());  // none left
+  gateway_->Stop();
+}
+
+int Supervisor::gateway_port() const { return gateway_->port(); }
+
+std::string Supervisor::Fleet() const { return "127.0.0.1:" + std::to_string(gateway_->port()); }
+
+void Supervisor::Log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+Result<int> Supervisor::Launch(const BatchLimits& limits) {
+  FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
+  const std::string command = EngineCommand(options_.engine_cmd, limits, port);
+  const int out =
+      options_.engine_log.empty()
+          ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+          : open(options_.engine_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0)
+    return Status::IoError("--engine-log = " + options_.engine_log +
+                           ": cannot open it for appending");
+  const int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    close(out);
+    return Status::IoError("supervisor: cannot open /dev/null for a replica's input");
+  }
+  const std::string exec = "exec " + command;  // the shell becomes the engine: signals reach it
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(in);
+    close(out);
+    return Status::IoError("supervisor: cannot start a replica (fork failed)");
+  }
+  if (pid == 0) {
+    // The child of a threaded process may call only async-signal-safe functions until it execs
+    // (a lock another thread held at the fork, malloc's or a sanitizer's, stays held here; under
+    // ThreadSanitizer replicas were seen never to answer, as a child stuck so would), so all it
+    // needs is made before the fork. A replica never outlives its supervisor: SIGTERM when the
+    // thread that started it ends (the main thread or the monitor's, both as long-lived as the
+    // supervisor).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    dup2(in, STDIN_FILENO);
+    execl("/bin/sh", "sh", "-c", exec.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in);
+  close(out);
+  const double started = gateway_->Now();
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(1));
+  client.set_read_timeout(std::chrono::seconds(2));
+  const std::string replica =
+      "the replica on port " + std::to_string(port) + " (" + limits.Label() + ")";
+  for (;;) {
+    int status = 0;
+    if (Exited(pid, &status)) {
+      return Status::Unavailable(replica + " " + ExitText(status) +
+                                 " before it was healthy (its output: --engine-log)");
+    }
+    if (auto r = client.Get("/health"); r && r->status == 200) break;
+    if (gateway_->Now() - started > options_.health_timeout_s || stopping_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Status::Unavailable(replica + " was not healthy within " +
+                                 StrFormat("%g", options_.health_timeout_s) +
+                                 " s (--health-timeout): killed");
+    }
+    SleepS(0.05);
+  }
+  int id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    replicas_[id] = Replica{pid, port, limits, false};
+    if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
+  }
+  gateway_->AddReplica(id, port);
+  Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid),
+                port, gateway_->Now() - started, limits.Label().c_str()));
+  return id;
+}
+
+void Supervisor::Retire(int id) {
+  gateway_->RemoveReplica(id);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = replicas_.find(id);
+  if (it == replicas_.end()) return;
+  it->second.draining = true;
+  kill(it->second.pid, SIGTERM);
+  Log(StrFormat("replica %d (pid %d) out of routing, draining %lld requests", id,
+                static_cast<int>(it->second.pid),
+                static_cast<long long>(gateway_->Outstanding(id))));
+}
+
+void Supervisor::Monitor() {
+  std::vector<std::pair<int, Replica>> died;  // replicas to restart (again, after a failed try)
+  while (!stopping_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = replicas_.begin(); it != replicas_.end();) {
+        int status = 0;
+        if (!Exited(it->second.pid, &status)) {
+          ++it;
+          continue;
+        }
+        if (it->second.draining) {
+          Log(StrFormat("replica %d (pid %d) drained and exited", it->first,
+                        static_cast<int>(it->second.pid)));
+        } else {
+          Log(StrFormat(
+              "replica %d (pid %d) died (%s): out of routing, its requests retried elsewhere",
+              it->first, static_cast<int>(it->second.pid), ExitText(status).c_str()));
+          died.emplace_back(*it);
+        }
+        it = replicas_.erase(it);
+        if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
+      }
+    }
+    std::vector<std::pair<int, Replica>> failed;
+    for (const auto& [id, r] : died) {
+      gateway_->RemoveReplica(id);
+      BatchLimits limits;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        limits = target_;
+      }
+      if (options_.journal && r.pid != 0) {
+        JournalEntry e;
+        e.event = "replica_died";
+        e.reason =
+            StrFormat("replica %d (pid %d) exited unexpectedly", id, static_cast<int>(r.pid));
+        e.before = r.limits;
+        (void)options_.journal->Record(e);  // a journal error must not stop the restart
+      }
+      const double started = gateway_->Now();
+      Result<int> fresh = Launch(limits);
+      if (!fresh.ok()) {
+        Log("restart failed, trying again in 1 s: " + fresh.status().message());
+        failed.emplace_back(id, Replica{});  // pid 0: its death is journaled already
+        continue;
+      }
+      ++restarts_;
+      if (options_.journal) {
+        JournalEntry e;
+        e.event = "replica_restarted";
+        e.reason = StrFormat("replica %d replaces replica %d", *fresh, id);
+        e.after = limits;
+        e.replace_s = gateway_->Now() - started;
+        (void)options_.journal->Record(e);
+      }
+    }
+    died = std::move(failed);
+    SleepS(died.empty() ? 0.05 : 1.0);
+  }
+}
+
+std::string Supervisor::ReplicasJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  OrderedJson list = OrderedJson::array();
+  for (const auto& [id, r] : replicas_) {
+    OrderedJson j;
+    j["id"] = id;
+    j["pid"] = static_cast<int64_t>(r.pid);
+    j["port"] = r.port;
+    j["max_num_seqs"] = r.limits.max_batch;
+    j["max_num_batched_tokens"] = r.limits.max_num_tokens;
+    j["draining"] = r.draining;
+    j["outstanding"] = gateway_->Outstanding(id);
+    list.push_back(j);
+  }
+  return list.dump();
+}
+
+Result<std::optional<Window>> Supervisor::Observe() {
+  // The window after an Apply runs a whole window past the replacement, so that the change is
+  // judged on the new replicas serving, not on the old ones draining.
+  const double end_wall =
+      std::max(window_end_wall_s_, window_start_wall_s_ + options_.window_s / options_.time_scale);
+  while (gateway_->Now() < end_wall) {
+    if (options_.stop && *options_.stop) return std::optional<Window>();
+    SleepS(0.02);
+  }
+  const double now = gateway_->Now();
+  const double k = options_.time_scale;
+  const double start_s = elapsed_s_, end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
+  // The gateway's record is taken whatever the source: it would grow without end otherwise.
+  sim::GatewayWindow g = gateway_->TakeWindow();
+  Window w;
+  switch (options_.metrics_source) {
+    case MetricsSource::kGateway:
+      w = FromGateway(g, k);
+      break;
+    case MetricsSource::kEngines: {
+      FATHOM_ASSIGN_OR_RETURN(w, engines_->Next(ReplicaPorts(), start_s, end_s));
+      break;
+    }
+    case MetricsSource::kPrometheus: {
+      FATHOM_ASSIGN_OR_RETURN(
+          w, prometheus_->Next(now - window_start_wall_s_, UnixNow(), start_s, end_s));
+      break;
+    }
+  }
+  if (options_.metrics_source != MetricsSource::kGateway) {
+    // The engines' histograms count wall seconds; the limits are in engine time, k times longer
+    // (read as they were, a --time-scale 10 fleet over its TTFT limit looked 10x inside it).
+    w.ttft_p99_ms *= k;
+    w.tpot_p99_ms *= k;
+  }
+  w.start_s = start_s;
+  w.end_s = end_s;
+  elapsed_s_ = w.end_s;
+  window_start_wall_s_ = now;
+  if (g.retried > 0) {
+    Log(StrFormat("%lld requests retried on another replica this window (the last: %s)",
+                  static_cast<long long>(g.retried), g.retry_cause.c_str()));
+  }
+  return std::optional<Window>(std::move(w));
+}
+
+Status Supervisor::ReplaceWith(const BatchLimits& limits) {
+  // One replica at a time: the new one healthy and routed before the old one leaves routing.
+  for (;;) {
+    std::optional<int> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, r] : replicas_) {
+        if (!r.draining && !(r.limits == limits)) {
+          old = id;
+          break;
+        }
+      }
+    }
+    if (!old) return Status::Ok();
+    FATHOM_RETURN_IF_ERROR(Launch(limits).status());
+    Retire(*old);
+  }
+}
+
+Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
+  const double started = gateway_->Now();
+  BatchLimits launch = limits;
+  if (options_.inject_limits && !injected_) {
+    injected_ = true;
+    launch = *options_.inject_limits;
+    Log("injected bad configuration (canary test): starting " + launch.Label() + " instead of " +
+        limits.Label());
+  }
+  BatchLimits before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = target_;
+    target_ = launch;
+  }
+  ApplyOutcome outcome;
+  if (Status replaced = ReplaceWith(launch); !replaced.ok()) {
+    // The failed replica is gone (Launch killed it) and the old ones still serve; those already
+    // replaced are replaced back. Failing that too leaves no known state: an error.
+    Log("rolling replacement to " + launch.Label() + " failed, rolling back to " + before.Label() +
+        ": " + replaced.message());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target_ = before;
+    }
+    FATHOM_RETURN_IF_ERROR(ReplaceWith(before).WithContext("rolling back to " + before.Label() +
+                                                           " after " + replaced.message()));
+    outcome.applied = false;
+    outcome.why_not = replaced.message();
+  }
+  last_replace_s_ = gateway_->Now() - started;
+  window_end_wall_s_ = gateway_->Now() + options_.window_s / options_.time_scale;
+  Log(StrFormat("rolling replacement to %s %s in %.2f s", launch.Label().c_str(),
+                outcome.applied ? "done" : "rolled back", *last_replace_s_));
+  return outcome;
+}
+
+std::map<int, int> Supervisor::ReplicaPorts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<int, int> ports;
+  for (const auto& [id, r] : replicas_) ports[id] = r.port;
+  return ports;
+}
+
+Status Supervisor::WriteTargetsLocked() const {
+  if (options_.prometheus_targets.empty()) return Status::Ok();
+  OrderedJson groups = OrderedJson::array();
+  for (const auto& [id, r] : replicas_) {
+    OrderedJson g;
+    g["targets"] = OrderedJson::array({"127.0.0.1:" + std::to_string(r.port)});
+    g["labels"]["fathom_replica"] = std::to_string(id);
+    g["labels"]["fathom_fleet"] = Fleet();
+    groups.push_back(g);
+  }
+  // Prometheus watches the file: renamed into place, it is never read half-written.
+  return WriteFileAtomic(options_.prometheus_targets, groups.dump(2) + "\n")
+      .WithContext("--prometheus-targets");
+}
+
+}  // namespace fathom::tuner

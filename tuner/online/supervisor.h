@@ -1,0 +1,133 @@
+// The supervisor behind `fathom online --supervise`: it starts the engine replicas itself as child
+// processes, fronts them with fathom's gateway, reports each window from the gateway's own record
+// of every request, the replicas' /metrics pages or a Prometheus server, and applies new batch
+// limits by rolling replacement: a new replica with the new flags, healthy before it takes
+// traffic, then the old one drained (SIGTERM). A new replica that exits or is not healthy in time
+// is killed and the change rolled back: the replicas already replaced are replaced back, and the
+// old ones serve on. A replica that dies is taken out of routing at once (its requests are retried
+// once on another) and restarted.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "sim/serving/gateway.h"
+#include "tuner/online/engine_scraper.h"
+#include "tuner/online/journal.h"
+#include "tuner/online/online.h"
+#include "tuner/online/prometheus_api.h"
+
+namespace fathom::tuner {
+
+// Where each window's measurements come from.
+enum class MetricsSource {
+  kGateway,     // the gateway's record of every request: exact arrivals, lengths and latencies
+  kEngines,     // each replica's /metrics page, summed over the replicas
+  kPrometheus,  // a Prometheus server that scrapes the replicas, through its HTTP API
+};
+// "gateway", "engines" or "prometheus" (--metrics-source).
+Result<MetricsSource> ParseMetricsSource(const std::string& name);
+
+struct SupervisorOptions {
+  // The command that starts one replica, run by /bin/sh; {port}, {max_num_seqs} and
+  // {max_num_batched_tokens} are replaced for each replica.
+  std::string engine_cmd;
+  int replicas = 2;
+  double window_s = 60;           // an observation window, in the engines' time
+  double time_scale = 1;          // engines' seconds per wall second (fathom serve --time-scale)
+  double health_timeout_s = 120;  // wall seconds a new replica has to answer /health
+  std::string engine_log;         // the replicas' output is appended here; empty: discarded
+  sim::GatewayOptions gateway;
+  MetricsSource metrics_source = MetricsSource::kGateway;
+  std::string prometheus_url;  // with kPrometheus: http://HOST:PORT of its HTTP API
+  // When set, the replicas' addresses are written here whenever they change, as a Prometheus
+  // file_sd_configs target file (JSON, replaced atomically).
+  std::string prometheus_targets;
+  // A test of the canary: the first change starts replicas with these limits instead of the chosen
+  // ones (a bad configuration the window after it must catch and roll back).
+  std::optional<BatchLimits> inject_limits;
+  Journal* journal = nullptr;               // borrowed; may be null
+  const std::atomic<bool>* stop = nullptr;  // borrowed; once true, Observe reports no more windows
+  std::function<void(const std::string&)> log;  // a line per replica event (default: none)
+  Status Validate() const;
+};
+
+// The command for one replica: `engine_cmd` with its placeholders filled in.
+std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port);
+
+// The default engine command: fathom's own vLLM launch command for `deployment` (whose GPU
+// `catalog` holds), run by the fathom binary at `fathom_path` (`fathom serve`), the limits and
+// port left as placeholders, then `extra`.
+std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
+                                 const models::HardwareCatalog& catalog,
+                                 const std::string& fathom_path, const std::string& extra);
+
+class Supervisor : public ServingRuntime {
+ public:
+  // Starts the gateway and the replicas with `initial`, and returns once every replica is healthy.
+  static Result<std::unique_ptr<Supervisor>> Start(SupervisorOptions options, BatchLimits initial);
+  // Drains and stops every replica, then the gateway.
+  ~Supervisor() override;
+
+  int gateway_port() const;
+  // The fleet's name, its gateway's address: the fathom_fleet label of its replicas in the targets
+  // file, by which the Prometheus source reads only their series.
+  std::string Fleet() const;
+  Result<std::optional<Window>> Observe() override;
+  // A replacement that fails (a new replica exits or is not healthy within health_timeout_s) is
+  // rolled back: not applied, for the reason the outcome gives.
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override;
+  // Wall seconds the last Apply took (start, health, shift, drain signal, and a rollback's
+  // replacements back); nullopt before any.
+  std::optional<double> last_replace_s() const { return last_replace_s_; }
+  // Replicas restarted after they died, since the start.
+  int64_t restarts() const { return restarts_; }
+
+ private:
+  struct Replica {
+    pid_t pid = 0;
+    int port = 0;
+    BatchLimits limits;
+    bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
+  };
+  explicit Supervisor(SupervisorOptions options);
+  // Starts a replica, waits until it is healthy, and routes traffic to it; returns its id. One
+  // that exits first or is not healthy in time is killed, and the error says which.
+  Result<int> Launch(const BatchLimits& limits);
+  // Replaces every serving replica not running `limits`, one at a time.
+  Status ReplaceWith(const BatchLimits& limits);
+  std::map<int, int> ReplicaPorts() const;  // id -> port, draining replicas included
+  // Rewrites options_.prometheus_targets (if set) with the replicas now; mu_ held.
+  Status WriteTargetsLocked() const;
+  void Retire(int id);  // out of routing, then SIGTERM: it finishes what it has
+  void Monitor();       // reaps exits; restarts a replica that died
+  std::string ReplicasJson() const;
+  void Log(const std::string& line) const;
+
+  SupervisorOptions options_;
+  std::unique_ptr<sim::Gateway> gateway_;
+  std::optional<EngineScraper> engines_;     // with MetricsSource::kEngines
+  std::optional<PrometheusApi> prometheus_;  // with MetricsSource::kPrometheus
+  mutable std::mutex mu_;
+  std::map<int, Replica> replicas_;
+  int next_id_ = 1;
+  BatchLimits target_;  // what serving replicas run, and restarts use
+  bool injected_ = false;
+  double elapsed_s_ = 0;  // engine time at the current window's start
+  double window_start_wall_s_ = 0;
+  double window_end_wall_s_ = 0;  // a window after an Apply ends no earlier (its canary)
+  std::optional<double> last_replace_s_;
+  std::atomic<int64_t> restarts_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread monitor_;
+};
+
+}  // namespace fathom::tuner

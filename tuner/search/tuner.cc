@@ -1,0 +1,723 @@
+#include "tuner/search/tuner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "base/format.h"
+#include "base/parallel.h"
+#include "sim/mlperf.h"
+#include "sim/simulator.h"
+#include "traces/benchmark.h"
+#include "tuner/search/results.h"
+
+namespace fathom::tuner {
+namespace {
+
+// The p99 limits a server-type tune holds to: the options', else the MLPerf benchmark's.
+struct HeldLimits {
+  std::optional<double> ttft_ms, tpot_ms;
+};
+HeldLimits LimitsMs(const TuneOptions& o) {
+  HeldLimits l{o.ttft_limit_ms, o.tpot_limit_ms};
+  if (auto mlperf = sim::MlperfLimits(o.benchmark, o.space.scenario)) {
+    if (!l.ttft_ms) l.ttft_ms = mlperf->ttft_ms;
+    if (!l.tpot_ms) l.tpot_ms = mlperf->tpot_ms;
+  }
+  return l;
+}
+
+// What a tune's bounds need of its workload: request-averaged lengths, and the decode context an
+// average generated token sees (sum over requests of output x (input + output / 2), divided by the
+// output tokens).
+struct WorkloadMeans {
+  double input = 0, output = 1, decode_context = 1;
+};
+WorkloadMeans Means(const std::vector<traces::Request>& data) {
+  double in = 0, out = 0, weighted = 0;
+  for (const auto& r : data) {
+    const double o = static_cast<double>(r.output_tokens);
+    in += static_cast<double>(r.input_tokens);
+    out += o;
+    weighted += o * (static_cast<double>(r.input_tokens) + o / 2);
+  }
+  if (data.empty() || !(out > 0)) return {};
+  const auto n = static_cast<double>(data.size());
+  return {in / n, out / n, weighted / out};
+}
+
+// The pool that generates the tokens (the decode pool when disaggregated) and its engine.
+struct DecodeSide {
+  const sim::PoolSpec& pool;
+  const sim::EngineConfig& engine;
+};
+DecodeSide Decoding(const sim::ResolvedDeployment& r) {
+  if (r.spec.decode_pool) return {*r.spec.decode_pool, r.spec.decode_engine};
+  return {r.spec.pool, r.spec.engine};
+}
+
+// `batch` decoding sequences per rank at the workload's mean decode context: tokens/s of the pool,
+// and the seconds between a sequence's tokens. Every sequence advances once per round. With the
+// batch split evenly into m microbatches, a round takes at least m times the slowest stage's time
+// for one microbatch (each stage serves every microbatch) and at least the sum of the stages'
+// times (a microbatch crosses every stage). The simulator forms as many microbatches as keep the
+// stages busy, each of at most max_batch, so the round is the least of these over the m in
+// 1..stages that fit the batch: with a large per-iteration cost on one stage, fewer and larger
+// microbatches can be faster than one per stage.
+//
+// An aggregated engine also prefills every prompt: each token generated brings input / output
+// prompt tokens, spread over the steps (step time is convex, so an even spread costs least). The
+// share is priced as the decode-only step prices it (a captured graph where the batch has one)
+// and as whole prompts of the mean input plus a piece of one, whose attention is no more than the
+// prompts' own. A decode pool prefills nothing; with prefix caching, no prompt token is sure to be
+// computed.
+struct DecodeRate {
+  double tokens_per_s = 0;
+  double round_s = 0;
+};
+
+DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, int64_t batch) {
+  const auto [pool, engine] = Decoding(r);
+  const bool prefills = !r.spec.decode_pool && !engine.prefix_caching;
+  const auto prompt = static_cast<int64_t>(w.input);
+  const int stages = pool.time->num_stages();
+  double round = std::numeric_limits<double>::infinity();
+  std::vector<models::BatchShape> ranks(pool.ranks);
+  for (int m = 1; m <= stages; ++m) {
+    if ((batch + m - 1) / m > engine.max_batch) continue;
+    const int64_t micro = std::max<int64_t>(1, batch / m);
+    for (auto& shape : ranks) {
+      shape = models::BatchShape{};
+      for (int64_t i = 0; i < micro; ++i) {
+        shape.Add({1 + engine.mtp_depth, static_cast<int64_t>(w.decode_context), true, true},
+                  pool.sliding_window);
+      }
+    }
+    models::PadToCudaGraph(ranks, sim::CudaGraphSizes(engine, *pool.time), 1 + engine.mtp_depth);
+    if (prefills && prompt > 0) {
+      const double prompts = static_cast<double>(micro * (1 + engine.mtp_depth)) / w.output;
+      const auto piece = static_cast<int64_t>((prompts - std::floor(prompts)) * w.input);
+      for (auto& shape : ranks) {
+        for (int64_t i = 0; i < static_cast<int64_t>(prompts); ++i)
+          shape.Add({prompt, 0, false, false}, pool.sliding_window);
+        if (piece > 0) shape.Add({piece, 0, false, false}, pool.sliding_window);
+      }
+    }
+    double slowest = 0, crossing = 0;
+    for (int s = 0; s < stages; ++s) {
+      const double t = ToSeconds(pool.time->StageTime(ranks, s));
+      slowest = std::max(slowest, t);
+      crossing += t;
+    }
+    round = std::min(round, std::max(slowest * m, crossing));
+  }
+  round = std::max(round, 1e-9);
+  const double tokens_per_round = static_cast<double>(batch * pool.ranks) * (1 + engine.mtp_depth);
+  return {pool.instances * tokens_per_round / round, round};
+}
+
+// The largest batch per rank: max_batch on every pipeline stage, and what the KV cache holds at
+// `mean_context`.
+int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
+  const auto [pool, engine] = Decoding(r);
+  const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
+  return std::max<int64_t>(1, std::min<int64_t>(engine.MaxRunning(pool.time->num_stages()),
+                                                static_cast<int64_t>(kv_tokens / mean_context)));
+}
+
+// Upper bound on tokens/s. The workload fixes the work: its tokens, the contexts they attend to,
+// and its prompts. A step's time is convex in its batch's sequences, contexts and prompt tokens, so
+// the total is at least (tokens / full batch) steps of a full batch at the mean decode context with
+// an even share of the prefill (Jensen), with the batch limited by max_batch and by the KV cache
+// at that context, and split evenly over the pipeline's microbatches.
+double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
+  return FullBatchRate(r, w, BatchCap(r, w.decode_context)).tokens_per_s;
+}
+
+// Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
+// (per token generated) stays within the TPOT limit. An estimate, not a bound: queueing and the
+// spread of contexts and prompts move the real figure either way.
+double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
+                                double tpot_limit_s) {
+  const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);
+  int64_t lo = 1, hi = BatchCap(r, w.decode_context);
+  if (const DecodeRate full = FullBatchRate(r, w, hi); full.round_s <= limit)
+    return full.tokens_per_s;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (FullBatchRate(r, w, mid).round_s <= limit ? lo : hi) = mid;
+  }
+  return FullBatchRate(r, w, lo).tokens_per_s;
+}
+
+// Server-type searches probe a fixed grid of rates kQpsStep apart (Evaluate): searches from
+// different starts probe the same rates, so they agree wherever validity is monotone in the rate.
+constexpr double kQpsStep = 1.02;
+double GridRate(int64_t k) { return std::exp(static_cast<double>(k) * std::log(kQpsStep)); }
+int64_t GridAtOrBelow(double qps) {  // the highest grid index whose rate is at most `qps`
+  constexpr double kEnds = 1e6;      // beyond any rate a double holds (1.02^1e6 overflows)
+  const double k = std::floor(std::log(qps) / std::log(kQpsStep) + 1e-9);
+  return static_cast<int64_t>(k > -kEnds ? std::min(k, kEnds) : -kEnds);  // 0 or NaN: the bottom
+}
+// The highest rate a QPS search may find, given the bound on the long-run rate: the grid rate
+// above it (a run of finite length can pass a little above the long-run rate, as B200 Llama 2 70B
+// Server passes 365 QPS on a bound of 364.6).
+double QpsCeiling(double qps_bound) {
+  return qps_bound > 0 ? GridRate(GridAtOrBelow(qps_bound) + 1) : 0.0;
+}
+
+struct Probe {
+  sim::SimulationResult result;
+  bool valid = false;
+  std::string error;  // why no run could serve the requests
+};
+
+// What broke in an invalid probe (a probe stopped early counts the requests over each limit).
+std::string Failure(const Probe& p) {
+  if (!p.error.empty()) return p.error;
+  const sim::SimulationResult& r = p.result;
+  if (!r.limits) return "latency limits";
+  const bool ttft = r.stopped_early ? r.ttft_violations > 0 : r.ttft_p99_ms > r.limits->ttft_ms;
+  const bool tpot = r.stopped_early ? r.tpot_violations > 0 : r.tpot_p99_ms > r.limits->tpot_ms;
+  return ttft && tpot ? "TTFT and TPOT" : ttft ? "TTFT" : tpot ? "TPOT" : "latency limits";
+}
+
+const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
+  return traces::FindBenchmark(traces::MlperfBenchmarks(), o.benchmark);
+}
+
+// Requests a Server/Interactive probe at `qps` issues, as LoadGen counts a run's: whole data sets
+// covering `probe_duration_s` of arrivals, the benchmark's minimum Server run and
+// `probe_min_samples`; at most `probe_max_samples`.
+int64_t ProbeSamples(const TuneOptions& o, double qps) {
+  const traces::Benchmark* b = BenchmarkOf(o);
+  const int64_t least = std::max(o.probe_min_samples, b != nullptr ? b->server_min_query_count : 0);
+  const auto n = sim::LoadGenServerSamples(static_cast<int64_t>(o.dataset.size()), qps,
+                                           o.probe_duration_s, least);
+  return std::min(n, o.probe_max_samples);
+}
+
+// A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
+// or an Offline run of `samples`.
+Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o,
+                       const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
+                       bool to_the_end = false) {
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+  sim::ScenarioConfig sc;
+  sc.scenario = o.space.scenario;
+  sc.min_duration_s = 0;  // short probes: MLPerf's 600 s minimum is for the final run
+  const HeldLimits limits = LimitsMs(o);
+  sc.ttft_limit_ms = limits.ttft_ms;
+  sc.tpot_limit_ms = limits.tpot_ms;
+  sc.seed = o.seed;
+  std::unique_ptr<sim::RequestSource> source;
+  if (ServerLike(sc.scenario)) {
+    sc.qps = qps;
+    const int64_t n = ProbeSamples(o, qps);
+    source = sim::PoissonSource(o.dataset, n, qps, o.seed);
+    // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
+    if (!to_the_end)
+      sc.stop_after_violations =
+          n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
+  } else {
+    sc.scenario = sim::Scenario::kOffline;
+    source = sim::OfflineSource(o.dataset, samples, o.seed);
+  }
+  resolved->spec.scenario = sc;
+  sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+  auto res = simulator.Run();
+  Probe p;
+  if (!res.ok()) {  // could not serve every request: not valid
+    p.error = res.status().message();
+    return p;
+  }
+  p.result = *res;
+  p.valid = ServerLike(sc.scenario) ? res->latency_limits_met : true;
+  return p;
+}
+
+// Offline issues one query of every sample at t = 0, which the router spreads evenly over the
+// instances of an aggregated deployment; identical instances then share nothing, so one instance
+// with its share of the samples stands for all of them (k times its throughput; the k-instance
+// run differs only in which samples each gets, which tests check). Disaggregated pools share
+// their prefill and decode instances and are simulated whole.
+struct OfflineShare {
+  sim::DeploymentConfig one;
+  int instances = 1;
+};
+OfflineShare OneInstance(const sim::DeploymentConfig& d) {
+  OfflineShare s{d, 1};
+  if (d.disaggregated) return s;
+  const int per_instance = d.tp * d.pp;
+  s.instances = std::max(1, d.gpus / per_instance);
+  s.one.gpus = per_instance;
+  return s;
+}
+
+// An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
+// drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
+// 13.7k tokens/s on one pass, 32.6k over 4,714 s).
+Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
+                         const models::HardwareCatalog& catalog, int instances) {
+  if (o.offline_samples > 0) {
+    return Simulate(one, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
+  }
+  Probe run;
+  auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
+    FATHOM_ASSIGN_OR_RETURN(run, Simulate(one, o, catalog, 0, samples));
+    if (!run.valid) return std::optional<double>();
+    return std::optional<double>(run.result.duration_s);
+  };
+  FATHOM_RETURN_IF_ERROR(sim::OfflineRunSamples(static_cast<int64_t>(o.dataset.size()),
+                                                sim::OfflineRunTargetS(BenchmarkOf(o)), lasted)
+                             .status());
+  return run;
+}
+
+}  // namespace
+
+bool ServerLike(sim::Scenario s) {
+  return s == sim::Scenario::kServer || s == sim::Scenario::kInteractive;
+}
+
+OrderedJson SearchFailure::ToJson() const {
+  OrderedJson j;
+  j["out_of_memory"] = out_of_memory;
+  if (out_of_memory > 0) {
+    j["least_shortfall_bytes_per_gpu"] = least_shortfall_bytes;
+    j["least_shortfall"] = least_shortfall;
+  }
+  j["ttft_broken"] = ttft_broken;
+  j["tpot_broken"] = tpot_broken;
+  j["unservable"] = unservable;
+  if (ttft_limit_ms) j["ttft_limit_ms"] = *ttft_limit_ms;
+  if (tpot_limit_ms) j["tpot_limit_ms"] = *tpot_limit_ms;
+  if (closest) j["closest"] = closest->ToJson();
+  j["advice"] = advice;
+  return j;
+}
+
+Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& o,
+                                 const models::HardwareCatalog& catalog, double beat) {
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+  CandidateResult c;
+  c.config = d;
+  const bool server = ServerLike(o.space.scenario);
+  const WorkloadMeans means = Means(o.dataset);
+  const double tok_bound = ThroughputBound(*resolved, means);
+  c.bound = server ? QpsCeiling(tok_bound / means.output) : tok_bound;
+  const double price =
+      o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
+  Probe best;
+  double scale = 1;  // Offline: the instances one simulated instance stands for
+  if (!server) {
+    const OfflineShare share = OneInstance(d);
+    FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(share.one, o, catalog, share.instances));
+    scale = share.instances;
+  } else {
+    // The highest grid rate whose p99s meet the limits (GridRate). The first probe is the grid
+    // rate just below the bound (batch-limited candidates get there), the second the TPOT-limited
+    // estimate, then bisection between the highest rate that passed and the lowest that failed
+    // (at first the one above the ceiling, taken to); valid probes run to the end and cost the
+    // most.
+    if (!(c.bound > 0)) return c;
+    const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
+    const double estimate =
+        tpot_ms ? LatencyLimitedTokensPerS(*resolved, means, *tpot_ms * 1e-3) / means.output
+                : c.bound;
+    std::optional<int64_t> lo;
+    int64_t hi = GridAtOrBelow(c.bound) + 1;
+    Probe lowest_failed;
+    bool failed = false;
+    auto probe = [&](int64_t k) -> Result<bool> {
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, GridRate(k)));
+      if (p.valid) {
+        lo = k;
+        best = p;
+      } else {
+        hi = k;
+        lowest_failed = p;
+        failed = true;
+      }
+      return p.valid;
+    };
+    if (beat > 0 && GridAtOrBelow(beat) + 1 < hi) {
+      // Only a rate above the best found so far matters: probe the next one up first.
+      const int64_t k = GridAtOrBelow(beat) + 1;
+      FATHOM_ASSIGN_OR_RETURN(bool valid, probe(k));
+      if (!valid) {
+        c.below_qps = GridRate(k);
+        return c;
+      }
+    }
+    constexpr int64_t kHalve = 35;  // grid steps in a factor of 2 (1.02^35 = 2.0)
+    for (int n = 0; n < o.qps_steps && (!lo || hi - *lo > 1); ++n) {
+      int64_t k = lo ? *lo + (hi - *lo) / 2 : hi - kHalve;
+      if (n == 0 && !lo) k = hi - 2;
+      if (n == 1 && !lo && estimate > 0 && GridAtOrBelow(estimate) < hi - 1)
+        k = GridAtOrBelow(estimate);
+      FATHOM_RETURN_IF_ERROR(probe(k).status());
+    }
+    if (lo) c.qps = GridRate(*lo);
+    if (!lo && failed) {
+      c.failure = Failure(lowest_failed);
+      c.failed_qps = GridRate(hi);
+      c.failed_ttft_p99_ms = lowest_failed.result.ttft_p99_ms;
+      c.failed_tpot_p99_ms = lowest_failed.result.tpot_p99_ms;
+    }
+  }
+  c.valid = best.valid;
+  if (!c.valid && !server) c.failure = best.error;
+  if (c.valid) {
+    const sim::SimulationResult& r = best.result;
+    c.throughput_tokens_per_s = scale * r.sustained_tokens_per_s;
+    c.tokens_per_s_per_gpu = c.throughput_tokens_per_s / d.TotalGpus();
+    c.loadgen_tokens_per_s = scale * r.throughput_tokens_per_s;
+    c.tokens_per_s_per_user = r.tpot_mean_ms > 0 ? 1000.0 / r.tpot_mean_ms : 0.0;
+    c.ttft_p99_ms = r.ttft_p99_ms;
+    c.tpot_p99_ms = r.tpot_p99_ms;
+    c.run_samples = static_cast<int64_t>(scale) * r.completed_requests;
+    c.run_s = r.duration_s;
+    c.cost_per_million_tokens = models::CostPerMillionTokens(price, c.tokens_per_s_per_gpu);
+  }
+  return c;
+}
+
+std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server) {
+  std::vector<CandidateResult> ranked;
+  for (const auto& r : results) {
+    if (r.valid) ranked.push_back(r);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const CandidateResult& a, const CandidateResult& b) {
+                     if (a.Objective(server) != b.Objective(server))
+                       return a.Objective(server) > b.Objective(server);
+                     return CandidateKey(a.config) < CandidateKey(b.config);
+                   });
+  return ranked;
+}
+
+std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results) {
+  std::vector<CandidateResult> frontier;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CandidateResult& c = results[i];
+    if (!c.valid) continue;
+    bool dominated = false;
+    for (size_t j = 0; j < results.size(); ++j) {
+      const CandidateResult& o = results[j];
+      // Of candidates at the same point, the first stands for them all.
+      if (o.valid && o.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu &&
+          o.tokens_per_s_per_user >= c.tokens_per_s_per_user &&
+          (o.tokens_per_s_per_gpu > c.tokens_per_s_per_gpu ||
+           o.tokens_per_s_per_user > c.tokens_per_s_per_user || j < i)) {
+        dominated = true;
+        break;
+      }
+    }
+    if (!dominated) frontier.push_back(c);
+  }
+  std::stable_sort(frontier.begin(), frontier.end(),
+                   [](const CandidateResult& a, const CandidateResult& b) {
+                     return a.tokens_per_s_per_user < b.tokens_per_s_per_user;
+                   });
+  return frontier;
+}
+
+namespace {
+
+// Why no candidate is valid, and what to relax: memory where nothing fits, else the limit that
+// broke, by how much on the candidate that came closest (re-run at its lowest QPS to the end).
+Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                               const Candidates& cands,
+                               const std::vector<CandidateResult>& simulated) {
+  SearchFailure f;
+  f.out_of_memory = cands.out_of_memory;
+  f.least_shortfall_bytes = cands.least_shortfall_bytes;
+  f.least_shortfall = cands.least_shortfall;
+  const HeldLimits limits = LimitsMs(o);
+  f.ttft_limit_ms = limits.ttft_ms;
+  f.tpot_limit_ms = limits.tpot_ms;
+  const CandidateResult* closest = nullptr;
+  double nearest = std::numeric_limits<double>::infinity();
+  for (const CandidateResult& c : simulated) {
+    if (c.valid) continue;
+    if (c.failed_qps <= 0) {
+      ++f.unservable;
+      continue;
+    }
+    if (c.failure.find("TTFT") != std::string::npos) ++f.ttft_broken;
+    if (c.failure.find("TPOT") != std::string::npos) ++f.tpot_broken;
+    const double over = std::max(c.failed_ttft_p99_ms / limits.ttft_ms.value_or(1e300),
+                                 c.failed_tpot_p99_ms / limits.tpot_ms.value_or(1e300));
+    if (over < nearest) {
+      nearest = over;
+      closest = &c;
+    }
+  }
+  const std::string more_gpus = StrFormat("more GPUs (--gpus %d)", 2 * o.space.gpus);
+  if (closest != nullptr) {
+    CandidateResult c = *closest;
+    FATHOM_ASSIGN_OR_RETURN(Probe p,
+                            Simulate(c.config, o, catalog, c.failed_qps, 0, /*to_the_end=*/true));
+    if (p.error.empty()) {
+      c.failure = Failure(p);
+      c.failed_ttft_p99_ms = p.result.ttft_p99_ms;
+      c.failed_tpot_p99_ms = p.result.tpot_p99_ms;
+    }
+    f.closest = c;
+    if (limits.tpot_ms && c.failed_tpot_p99_ms > *limits.tpot_ms) {
+      f.advice.push_back(StrFormat(
+          "a p99 TPOT limit of at least %.0f ms (--tpot-ms; the closest candidate's p99 at "
+          "%.3g QPS)",
+          std::ceil(c.failed_tpot_p99_ms), c.failed_qps));
+      f.advice.push_back(more_gpus + " or a faster GPU: shorter steps per token");
+      FATHOM_ASSIGN_OR_RETURN(models::ModelArch model, models::LoadModel(o.space.model));
+      if (model.mtp_layers > 0 && o.space.scenario == sim::Scenario::kServer) {
+        f.advice.push_back(
+            "the interactive scenario, where MLPerf allows speculative decoding (MTP)");
+      }
+    }
+    if (limits.ttft_ms && c.failed_ttft_p99_ms > *limits.ttft_ms) {
+      f.advice.push_back(StrFormat("a p99 TTFT limit of at least %.0f ms (--ttft-ms)",
+                                   std::ceil(c.failed_ttft_p99_ms)));
+      f.advice.push_back(more_gpus + ": more prefill capacity");
+    }
+  } else if (f.unservable > 0) {
+    f.advice.push_back(
+        more_gpus +
+        " or fp8 KV (--kv fp8): a request needs more KV cache than one attention rank holds");
+    f.advice.push_back("a lower output cap (--max-output) on the workload");
+  }
+  if (cands.feasible.empty()) {
+    f.advice.push_back(more_gpus + StrFormat(": the closest candidate (%s) lacks %s per GPU",
+                                             f.least_shortfall.c_str(),
+                                             HumanBytes(f.least_shortfall_bytes).c_str()));
+    f.advice.push_back(
+        "lower-precision weights or KV cache (--weights fp8 or fp4, --kv fp8), or smaller "
+        "--max-batch");
+  }
+  return f;
+}
+
+}  // namespace
+
+Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog& catalog) {
+  if (o.dataset.empty()) return Status::InvalidArgument("the workload has no requests");
+  const bool server = ServerLike(o.space.scenario);
+  const HeldLimits limits = LimitsMs(o);
+  if (server && (!limits.ttft_ms || !limits.tpot_ms)) {
+    return Status::InvalidArgument("no MLPerf latency limits known for " + o.space.model +
+                                   " in this scenario: give --ttft-ms and --tpot-ms");
+  }
+  PreparedTune p;
+  SearchSpace space = o.space;
+  const WorkloadMeans means = Means(o.dataset);
+  space.sequence_kv_tokens =
+      std::min(space.sequence_kv_tokens, std::max(1.0, means.input + means.output / 2));
+  FATHOM_ASSIGN_OR_RETURN(p.candidates, Enumerate(space, catalog));
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(o.space.hardware));
+  SweepInfo& info = p.info;
+  // The sweep id covers everything a result depends on.
+  if (o.sweep_id.empty()) {
+    // v2: server-type tokens/s is the sustained rate (stored results of v1 meant LoadGen's).
+    std::string sig =
+        "v3|" + o.benchmark + "|" + o.space.model + "|" + o.space.hardware + "|" +
+        std::to_string(o.space.gpus) + "|" + std::string(sim::Name(o.space.scenario)) + "|" +
+        std::to_string(o.dataset.size()) + "|" + std::to_string(o.offline_samples) + "|" +
+        std::to_string(o.probe_duration_s) + "|" + std::to_string(o.probe_min_samples) + "|" +
+        std::to_string(o.probe_max_samples) + "|" + std::to_string(o.qps_steps) + "|" +
+        std::to_string(o.ttft_limit_ms.value_or(0)) + "|" +
+        std::to_string(o.tpot_limit_ms.value_or(0)) + "|" + o.time_model_tag + "|" +
+        std::to_string(o.seed);
+    for (const auto& r : o.dataset)
+      sig += "," + std::to_string(r.input_tokens) + ":" + std::to_string(r.output_tokens);
+    info.id = std::to_string(std::hash<std::string>{}(sig));
+  } else {
+    info.id = o.sweep_id;
+  }
+  info.model = o.space.model;
+  info.hardware = o.space.hardware;
+  info.gpus = o.space.gpus;
+  info.scenario = o.space.scenario;
+  if (server) {
+    info.ttft_limit_ms = limits.ttft_ms;
+    info.tpot_limit_ms = limits.tpot_ms;
+  }
+  info.price_per_gpu_hour =
+      o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  info.candidates = static_cast<int64_t>(p.candidates.feasible.size());
+  info.infeasible = p.candidates.infeasible;
+  return p;
+}
+
+Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& catalog) {
+  const auto start = std::chrono::steady_clock::now();
+  FATHOM_ASSIGN_OR_RETURN(PreparedTune prepared, Prepare(o, catalog));
+  std::unique_ptr<ResultStore> store;
+  SearchLog log;
+  if (!o.db_path.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(store, ResultStore::Open(o.db_path));
+    FATHOM_RETURN_IF_ERROR(store->Record(prepared.info));
+    FATHOM_ASSIGN_OR_RETURN(log.stored, store->Load(prepared.info.id));
+    log.source = o.db_path;
+    log.save = [&](const std::string& key, const CandidateResult& r) {
+      return store->Save(prepared.info.id, key, r);
+    };
+  }
+  FATHOM_ASSIGN_OR_RETURN(TuneResult out, Search(o, catalog, prepared, log));
+  if (out.ranked.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(SearchFailure failure,
+                            Diagnose(o, catalog, prepared.candidates, out.simulated));
+    out.failure = std::move(failure);
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                          const PreparedTune& prepared, const SearchLog& log) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool server = ServerLike(o.space.scenario);
+  const Candidates& cands = prepared.candidates;
+  TuneResult out;
+  out.sweep_id = prepared.info.id;
+  out.candidates = prepared.info.candidates;
+  out.infeasible = prepared.info.infeasible;
+  const std::map<std::string, Json>& stored = log.stored;
+
+  // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
+  const WorkloadMeans means = Means(o.dataset);
+  struct Item {
+    sim::DeploymentConfig config;
+    std::string key;
+    double bound;
+  };
+  std::vector<Item> items;
+  for (const auto& d : cands.feasible) {
+    FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+    const double b = ThroughputBound(*resolved, means);
+    items.push_back({d, CandidateKey(d), server ? QpsCeiling(b / means.output) : b});
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.bound > b.bound; });
+
+  std::vector<std::optional<CandidateResult>> results(items.size());
+  std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
+  std::mutex mu;
+  // A resumed sweep starts from the best it has stored, so whatever an earlier run pruned is pruned
+  // again whatever order the threads reach the candidates in.
+  double best = 0;
+  std::map<std::string, CandidateResult> stored_results;
+  for (const auto& item : items) {
+    if (auto it = stored.find(item.key); it != stored.end()) {
+      FATHOM_ASSIGN_OR_RETURN(
+          CandidateResult r,
+          CandidateFromJson(item.config, it->second,
+                            log.source + ": sweep " + out.sweep_id + ": candidate metrics"));
+      if (r.valid) best = std::max(best, r.Objective(server));
+      stored_results.emplace(item.key, std::move(r));
+    }
+  }
+  Status failure;
+  ParallelFor(items.size(), o.jobs, [&](size_t i) {
+    const Item& item = items[i];
+    auto it = stored_results.find(item.key);
+    if (it != stored_results.end()) {
+      const CandidateResult& r = it->second;
+      std::lock_guard<std::mutex> lock(mu);
+      if (r.below_qps > 0) {
+        ++pruned;
+      } else {
+        results[i] = r;
+        ++reused;
+      }
+    } else {
+      double incumbent = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        incumbent = best;
+      }
+      if (o.prune && item.bound < incumbent) {
+        ++pruned;
+      } else {
+        auto r = Evaluate(item.config, o, catalog, server && o.prune ? incumbent : 0);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r.ok()) {
+          if (failure.ok()) failure = r.status();
+        } else {
+          if (r->valid) best = std::max(best, r->Objective(server));
+          if (r->below_qps > 0) {
+            ++pruned;
+          } else {
+            results[i] = *r;
+            ++evaluated;
+          }
+          if (log.save) {
+            if (Status saved = log.save(item.key, *r); !saved.ok() && failure.ok()) failure = saved;
+          }
+        }
+      }
+    }
+    const int64_t n = ++done;
+    if (o.progress) {
+      std::lock_guard<std::mutex> lock(mu);
+      o.progress({n, static_cast<int64_t>(items.size()), evaluated.load(), reused.load(),
+                  pruned.load(), best});
+    }
+  });
+  FATHOM_RETURN_IF_ERROR(failure);
+
+  for (auto& r : results) {
+    if (r) out.simulated.push_back(*r);
+  }
+  out.ranked = RankValid(out.simulated, server);
+  out.frontier = ParetoFrontier(out.ranked);
+  out.evaluated = evaluated;
+  out.reused = reused;
+  out.pruned = pruned;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
+                                  std::vector<int> gpu_counts,
+                                  const models::HardwareCatalog& catalog) {
+  if (!ServerLike(options.space.scenario)) {
+    return Status::InvalidArgument("capacity planning needs the server or interactive scenario");
+  }
+  if (!(target_qps > 0))
+    return Status::InvalidArgument("--capacity-qps = " + std::to_string(target_qps) +
+                                   ": must be > 0");
+  std::sort(gpu_counts.begin(), gpu_counts.end());
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware hw, catalog.Find(options.space.hardware));
+  const double price =
+      options.price_per_gpu_hour > 0 ? options.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  CapacityPlan plan;
+  for (int gpus : gpu_counts) {
+    TuneOptions o = options;
+    o.space.gpus = gpus;
+    o.sweep_id = options.sweep_id.empty() ? "" : options.sweep_id + "-" + std::to_string(gpus);
+    FATHOM_ASSIGN_OR_RETURN(TuneResult r, Tune(o, catalog));
+    CapacityStep step;
+    step.gpus = gpus;
+    step.cost_per_hour = gpus * price;
+    if (!r.ranked.empty()) step.best = r.ranked.front();
+    step.failure = r.failure;
+    step.meets = step.best && step.best->qps >= target_qps;
+    plan.steps.push_back(step);
+    if (step.meets) {
+      plan.chosen = step;
+      break;
+    }
+  }
+  return plan;
+}
+
+}  // namespace fathom::tuner

@@ -1,0 +1,193 @@
+// The offline tuner: search deployments for the best one under MLPerf's rules, simulating each
+// candidate, pruning with analytical upper bounds, in parallel, resumable from SQLite.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json_fields.h"
+#include "base/status.h"
+#include "models/hardware.h"
+#include "sim/deployment_config.h"
+#include "traces/request.h"
+#include "tuner/search/search_space.h"
+
+namespace fathom::tuner {
+
+// Where a search stands, after each candidate.
+struct TuneProgress {
+  int64_t done = 0, total = 0;  // candidates
+  int64_t simulated = 0, reused = 0, pruned = 0;
+  double best = 0;  // the best valid objective so far: QPS (server-type scenarios) or tokens/s
+};
+
+struct TuneOptions {
+  SearchSpace space;
+  std::vector<traces::Request> dataset;  // the workload's samples
+  // The MLPerf benchmark the run is scored against (traces/benchmark.h): its p99 limits where the
+  // options give none, and its minimum Server run; empty for none.
+  std::string benchmark;
+  // Offline run length in samples; 0 = whole data sets lasting LoadGen's 1.1 x 600 s or the
+  // benchmark's published run, whichever is longer.
+  int64_t offline_samples = 0;
+  // Server-type scenarios: each QPS probe issues requests for this long (MLPerf's minimum run;
+  // shorter probes never fill the system with long-output requests and look better than they
+  // are), at least probe_min_samples and the benchmark's minimum Server run, at most
+  // probe_max_samples requests.
+  double probe_duration_s = 600;
+  int64_t probe_min_samples = 300;
+  int64_t probe_max_samples = 250000;
+  int qps_steps = 7;                                   // bisection steps of the QPS search
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // default: the MLPerf benchmark's
+  int jobs = 0;                                        // worker threads; 0 = all cores
+  std::string db_path;            // results store; empty = none (nothing resumable)
+  std::string sweep_id;           // empty = derived from the sweep's inputs
+  double price_per_gpu_hour = 0;  // 0 = the hardware's default
+  // Called after each candidate, from the worker threads one at a time; empty: none.
+  std::function<void(const TuneProgress&)> progress;
+  bool prune = true;
+  sim::TimeModelFactory make_time;
+  std::string time_model_tag;  // part of the derived sweep id (e.g. calibration file hash)
+  uint64_t seed = 1;
+};
+
+// Server and Interactive: QPS searched under p99 latency limits (Offline maximises tokens/s).
+bool ServerLike(sim::Scenario s);
+
+struct CandidateResult {
+  sim::DeploymentConfig config;
+  bool valid = false;  // served every request (and, server-type, met the limits)
+  // Server-type scenarios: the rate sustained at `qps` (output tokens per second of arrivals),
+  // which costs are computed from; Offline: LoadGen's throughput.
+  double throughput_tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double loadgen_tokens_per_s = 0;   // what LoadGen would report for the run
+  double tokens_per_s_per_user = 0;  // 1000 / mean TPOT
+  double qps = 0;                    // highest valid QPS (server-type scenarios)
+  double ttft_p99_ms = 0, tpot_p99_ms = 0;
+  double cost_per_million_tokens = 0;
+  // Analytical upper bound on the objective (server-type: on the QPS the search can find, the grid
+  // rate above the bound on the long-run rate).
+  double bound = 0;
+  // The run behind the figures: samples issued (over all instances) and LoadGen's measured time.
+  int64_t run_samples = 0;
+  double run_s = 0;
+  bool reused = false;  // read back from the results store
+  // An invalid candidate: what broke ("TTFT", "TPOT", "TTFT and TPOT", or why no run could serve
+  // the requests), and for server-type scenarios the lowest QPS probed with its p99s there
+  // (over the requests done when the probe stopped at 1% of requests over a limit).
+  std::string failure;
+  double failed_qps = 0, failed_ttft_p99_ms = 0, failed_tpot_p99_ms = 0;
+  // Server-type search pruned by a probe: it broke the limits just above this QPS, the best found
+  // when it was reached, so it cannot beat that best (the search's figures are not known).
+  double below_qps = 0;
+
+  double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
+  OrderedJson ToJson() const;
+  bool operator==(const CandidateResult&) const = default;
+};
+
+// Why a search found nothing valid, and what to relax.
+struct SearchFailure {
+  int64_t out_of_memory = 0;         // candidates that do not fit (Candidates::out_of_memory)
+  double least_shortfall_bytes = 0;  // per GPU, of the one that comes closest
+  std::string least_shortfall;
+  int64_t ttft_broken = 0, tpot_broken = 0,
+          unservable = 0;  // simulated candidates, at their lowest load
+  // The simulated candidate nearest the limits (least max(p99 / limit) at its lowest QPS), re-run
+  // there to the end so its p99s are whole.
+  std::optional<CandidateResult> closest;
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;
+  std::vector<std::string> advice;  // what to relax, most promising first
+  OrderedJson ToJson() const;
+};
+
+// What a sweep searched, as of its latest run.
+struct SweepInfo {
+  std::string id;
+  std::string model, hardware;
+  int gpus = 0;
+  sim::Scenario scenario = sim::Scenario::kOffline;
+  std::optional<double> ttft_limit_ms, tpot_limit_ms;  // the p99 limits held to (server-type)
+  double price_per_gpu_hour = 0;                       // what costs were computed at
+  int64_t candidates = 0, infeasible = 0;              // feasible and infeasible in the space
+  // False for sweeps stored by a fathom that kept no record: model, GPU and GPU count then come
+  // from the candidates, the scenario from whether they have a QPS, and the rest is unknown.
+  bool recorded = true;
+
+  bool ServerLike() const { return tuner::ServerLike(scenario); }
+};
+
+struct TuneResult {
+  std::string sweep_id;
+  std::vector<CandidateResult> simulated;  // simulated or read back, valid or not, in bound order
+  std::vector<CandidateResult> ranked;     // valid candidates, best first
+  std::vector<CandidateResult> frontier;   // Pareto: tokens/s per GPU vs tokens/s per user
+  int64_t candidates = 0;                  // feasible candidates in the space
+  int64_t evaluated = 0;                   // simulated in this run
+  int64_t reused = 0;                      // answered by the results store
+  int64_t pruned = 0;                      // bound below the best found
+  int64_t infeasible = 0;                  // invalid layouts or out of memory
+  double wall_s = 0;
+  std::optional<SearchFailure> failure;  // set when no candidate is valid
+};
+
+Result<TuneResult> Tune(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// A tune split in two, so that one process can keep the results store while another searches
+// (fathom sweep): Prepare checks the options and enumerates the space, Search simulates.
+struct PreparedTune {
+  Candidates candidates;
+  SweepInfo info;  // what the results store records; info.id names the sweep
+};
+Result<PreparedTune> Prepare(const TuneOptions& options, const models::HardwareCatalog& catalog);
+
+// What an earlier run of the sweep stored, by candidate key, and where each new result goes as it
+// completes (`save` is called one result at a time; it may be empty).
+struct SearchLog {
+  std::map<std::string, Json> stored;
+  std::string source;  // where `stored` came from (the store's path), for errors
+  std::function<Status(const std::string& key, const CandidateResult& result)> save;
+};
+// Simulates the prepared candidates in decreasing order of bound (on `options.jobs` threads),
+// reusing stored results and pruning below the best found; does not diagnose an empty result.
+// With one job the outcome depends only on the inputs and what is stored, never on timing.
+Result<TuneResult> Search(const TuneOptions& options, const models::HardwareCatalog& catalog,
+                          const PreparedTune& prepared, const SearchLog& log);
+
+// The valid results, best first (ties in key order).
+std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server);
+// The valid results no other valid one matches or beats on both tokens/s per GPU and tokens/s
+// per user, in increasing tokens/s per user; of equal ones, only the first.
+std::vector<CandidateResult> ParetoFrontier(const std::vector<CandidateResult>& results);
+
+// Capacity planning: the fewest GPUs (and so the lowest cost on one GPU type) whose best
+// deployment sustains `target_qps` within the latency limits.
+struct CapacityStep {
+  int gpus = 0;
+  bool meets = false;
+  std::optional<CandidateResult> best;   // the highest-QPS deployment on this many GPUs
+  std::optional<SearchFailure> failure;  // why none is valid, where none is
+  double cost_per_hour = 0;
+};
+struct CapacityPlan {
+  std::vector<CapacityStep> steps;  // in the order tried
+  std::optional<CapacityStep> chosen;
+};
+// Tries each count of `gpu_counts` in increasing order and stops at the first that meets the
+// target. `options.space.scenario` must be server or interactive.
+Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
+                                  std::vector<int> gpu_counts,
+                                  const models::HardwareCatalog& catalog);
+
+// Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
+// with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)
+// when the candidate breaks the limits, since it cannot then beat `beat`.
+Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
+                                 const models::HardwareCatalog& catalog, double beat = 0);
+
+}  // namespace fathom::tuner

@@ -1,0 +1,701 @@
+#include "tuner/search/tuner.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "base/files.h"
+#include "base/format.h"
+#include "models/cost_model.h"
+#include "models/memory.h"
+#include "sim/mlperf.h"
+#include "sim/simulator.h"
+#include "sim/time_model.h"
+#include "traces/benchmark.h"
+#include "tuner/search/launch.h"
+
+namespace fathom::tuner {
+namespace {
+
+// The v5.1 stack's calibration: a fixed one keeps the tests' figures put as newer stacks arrive.
+models::CostParams ShippedParams() {
+  return models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
+}
+
+TuneOptions SmallOptions(sim::Scenario scenario,
+                         const models::CostParams& params = ShippedParams()) {
+  TuneOptions o;
+  o.space.model = "llama2-70b";
+  o.space.hardware = "h200";
+  o.space.gpus = 4;
+  o.space.scenario = scenario;
+  o.space.weights = {"fp8"};
+  o.space.max_batch = {16, 64, 256};
+  o.space.max_num_tokens = {2048, 8192};
+  o.space.disaggregated = scenario != sim::Scenario::kOffline;
+  o.benchmark = "llama2-70b";  // its p99 limits
+  for (int i = 0; i < 120; ++i) {
+    traces::Request r;
+    r.id = i;
+    r.input_tokens = 200 + (i * 37) % 800;
+    r.output_tokens = 50 + (i * 53) % 300;
+    o.dataset.push_back(r);
+  }
+  o.probe_duration_s = 60;
+  o.qps_steps = 5;
+  o.jobs = 2;
+  o.make_time = sim::CalibratedFactory(params, nullptr);
+  return o;
+}
+
+models::HardwareCatalog Catalog() { return *models::HardwareCatalog::LoadBuiltin(); }
+
+}  // namespace
+
+TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustive search",
+          "[tuner]") {
+  // The shipped calibration, and one whose per-iteration host cost dwarfs the operators: there
+  // pipelines run fewer, larger microbatches than they have stages, which the bound must allow.
+  models::CostParams host_bound = ShippedParams();
+  host_bound.iteration_overhead_us = 20000;
+  host_bound.per_sequence_overhead_us = 0;
+  for (const models::CostParams& params : {ShippedParams(), host_bound}) {
+    for (sim::Scenario scenario : {sim::Scenario::kOffline, sim::Scenario::kServer}) {
+      TuneOptions o = SmallOptions(scenario, params);
+      o.prune = false;
+      auto exhaustive = Tune(o, Catalog());
+      REQUIRE(exhaustive.ok());
+      o.prune = true;
+      auto pruned = Tune(o, Catalog());
+      REQUIRE(pruned.ok());
+      REQUIRE_FALSE(exhaustive->ranked.empty());
+      CHECK(pruned->pruned > 0);
+      CHECK(pruned->evaluated + pruned->pruned == exhaustive->evaluated);
+      const bool server = scenario != sim::Scenario::kOffline;
+      const double found = pruned->ranked.front().Objective(server),
+                   best = exhaustive->ranked.front().Objective(server);
+      if (server) {
+        // A QPS search of a few steps stops within a grid step (2%) of a candidate's capacity,
+        // where it starts from the best found so far, which depends on which thread finished
+        // first.
+        CHECK(found >= best / 1.02 * (1 - 1e-9));
+      } else {
+        CHECK(found == best);
+        CHECK(CandidateKey(pruned->ranked.front().config) ==
+              CandidateKey(exhaustive->ranked.front().config));
+      }
+      // Every candidate's bound is above what it achieved.
+      for (const auto& c : exhaustive->ranked) {
+        INFO(CandidateKey(c.config));
+        CHECK(c.bound >= c.Objective(server));
+      }
+    }
+  }
+}
+
+TEST_CASE("Evaluate: the bound counts the prompts' prefill, except with prefix caching",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  o.offline_samples = 20;
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.gpus = 1;
+  d.tp = 1;
+  d.ep = 1;
+  d.attn_dp = 1;
+  d.weights = "fp8";
+  d.kv = "fp8";
+  d.engine.max_batch = 64;
+  auto bound = [&](int64_t input, bool prefix_caching) {
+    for (auto& r : o.dataset) r.input_tokens = input;
+    d.engine.prefix_caching = prefix_caching;
+    auto c = Evaluate(d, o, Catalog());
+    INFO(c.status().message());
+    REQUIRE(c.ok());
+    CHECK(c->bound >= c->Objective(false));
+    return c->bound;
+  };
+  // Prefix caching makes no prompt token certain work, so its bound leaves the prefill out.
+  CHECK(bound(2000, false) < bound(2000, true));
+  CHECK(bound(2000, false) < bound(200, false));
+}
+
+TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  std::vector<TuneProgress> heard;
+  o.progress = [&](const TuneProgress& p) { heard.push_back(p); };  // called one at a time
+  auto r = Tune(o, Catalog());
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(heard.empty());
+  const TuneProgress& last = heard.back();
+  CHECK(last.done == last.total);
+  CHECK(static_cast<int64_t>(heard.size()) == last.total);
+  CHECK(last.simulated + last.pruned == last.total);
+  CHECK(last.simulated == r->evaluated);
+  CHECK(last.best == r->ranked.front().Objective(false));
+}
+
+TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one",
+          "[tuner]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string db = (dir / "fathom_tune_resume.db").string();
+  const std::string fresh_db = (dir / "fathom_tune_fresh.db").string();
+  std::filesystem::remove(db);
+  std::filesystem::remove(fresh_db);
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  o.prune = false;
+  o.sweep_id = "resume-test";
+  o.db_path = db;
+  // An interrupted sweep: only part of the space got simulated and stored.
+  TuneOptions partial = o;
+  partial.space.max_batch = {16};
+  auto first = Tune(partial, Catalog());
+  INFO(first.status().message());
+  REQUIRE(first.ok());
+  CHECK(first->evaluated > 0);
+  // Resuming: the stored candidates are read back, the rest simulated.
+  auto resumed = Tune(o, Catalog());
+  REQUIRE(resumed.ok());
+  CHECK(resumed->reused == first->evaluated);
+  CHECK(resumed->evaluated == resumed->candidates - first->evaluated);
+  // Once more: everything comes from the store.
+  auto again = Tune(o, Catalog());
+  CHECK(again->evaluated == 0);
+  CHECK(again->reused == again->candidates);
+  // The same answer as an uninterrupted sweep.
+  TuneOptions clean = o;
+  clean.db_path = fresh_db;
+  auto uninterrupted = Tune(clean, Catalog());
+  REQUIRE(uninterrupted.ok());
+  REQUIRE(resumed->ranked.size() == uninterrupted->ranked.size());
+  CHECK(CandidateKey(resumed->ranked.front().config) ==
+        CandidateKey(uninterrupted->ranked.front().config));
+  CHECK(resumed->ranked.front().throughput_tokens_per_s ==
+        Approx(uninterrupted->ranked.front().throughput_tokens_per_s).epsilon(1e-12));
+  std::filesystem::remove(db);
+  std::filesystem::remove(fresh_db);
+}
+
+TEST_CASE(
+    "Tune: a resumed pruned sweep prunes what the first run pruned, whatever the thread order",
+    "[tuner]") {
+  const std::string db =
+      (std::filesystem::temp_directory_path() / "fathom_tune_resume_pruned.db").string();
+  std::filesystem::remove(db);
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.sweep_id = "resume-pruned";
+  o.db_path = db;
+  auto first = Tune(o, Catalog());
+  INFO(first.status().message());
+  REQUIRE(first.ok());
+  REQUIRE(first->pruned > 0);
+  // Many threads reach unstored (pruned) candidates before the stored best is read back.
+  o.jobs = 16;
+  for (int run = 0; run < 5; ++run) {
+    auto again = Tune(o, Catalog());
+    REQUIRE(again.ok());
+    CHECK(again->evaluated == 0);
+    CHECK(again->reused == first->evaluated);
+    CHECK(again->pruned == first->pruned);
+    CHECK(CandidateKey(again->ranked.front().config) == CandidateKey(first->ranked.front().config));
+  }
+  std::filesystem::remove(db);
+}
+
+TEST_CASE(
+    "Evaluate: an Offline run is whole data sets lasting LoadGen's 1.1 x 600 s or the benchmark's "
+    "run",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  auto cands = Enumerate(o.space, Catalog());
+  REQUIRE(cands.ok());
+  REQUIRE_FALSE(cands->feasible.empty());
+  const sim::DeploymentConfig& d = cands->feasible.front();
+  const auto size = static_cast<int64_t>(o.dataset.size());
+  o.offline_samples = size;  // one pass: mostly ramp and drain
+  auto one = Evaluate(d, o, Catalog());
+  o.offline_samples = 0;  // the default
+  auto run = Evaluate(d, o, Catalog());
+  REQUIRE(one.ok());
+  REQUIRE(run.ok());
+  CHECK(run->run_s >= 660);
+  CHECK(run->run_samples % size == 0);
+  CHECK(run->throughput_tokens_per_s > one->throughput_tokens_per_s);  // less of the drain
+  // Fewer whole data sets would not have lasted long enough.
+  const int64_t instances = d.gpus / (d.tp * d.pp);
+  o.offline_samples = run->run_samples - size * instances;
+  auto shorter = Evaluate(d, o, Catalog());
+  REQUIRE(shorter.ok());
+  CHECK(shorter->run_s < 660 * 1.5);
+
+  // DeepSeek-R1's benchmark runs as long as the published v6.0 runs (4,520 s).
+  TuneOptions r1 = o;
+  r1.offline_samples = 0;
+  r1.benchmark = "deepseek-r1";
+  r1.space.model = "deepseek-r1";
+  r1.space.hardware = "b200";
+  r1.space.gpus = 8;
+  r1.space.weights = {"fp4"};
+  r1.space.kv = {"fp8"};
+  r1.space.max_batch = {512};
+  r1.space.max_num_tokens = {4096};
+  r1.dataset =
+      *traces::BenchmarkDataset(*traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1"));
+  sim::DeploymentConfig adp;
+  adp.engine.max_batch = 512;
+  auto dsr1 = Evaluate(adp, r1, Catalog());
+  REQUIRE(dsr1.ok());
+  CHECK(dsr1->run_s >= 4520);
+  CHECK(dsr1->run_samples % 4388 == 0);
+}
+
+namespace {
+
+// `instances` aggregated TP2 instances of Llama 2 70B on H200.
+sim::DeploymentConfig Llama2Tp2Instances(int instances) {
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.weights = "fp8";
+  d.tp = 2;
+  d.ep = 1;
+  d.attn_dp = 1;
+  d.engine.max_batch = 64;
+  d.engine.max_num_tokens = 4096;
+  d.gpus = 2 * instances;
+  return d;
+}
+
+}  // namespace
+
+// Identical replicas must add up: an Offline run of k instances is k times one instance's, and
+// the tuner's one-instance shortcut agrees with simulating all of them.
+TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  auto single = Evaluate(d, o, Catalog());
+  REQUIRE(single.ok());
+  REQUIRE(single->valid);
+  for (int k : {2, 4}) {
+    d = Llama2Tp2Instances(k);
+    auto many = Evaluate(d, o, Catalog());
+    REQUIRE(many.ok());
+    CHECK(many->throughput_tokens_per_s ==
+          Approx(k * single->throughput_tokens_per_s).epsilon(0.03));
+    CHECK(many->tokens_per_s_per_gpu == Approx(single->tokens_per_s_per_gpu).epsilon(0.03));
+    // All k instances simulated together, behind the router, on as many samples.
+    auto resolved = sim::Resolve(d, Catalog(), o.make_time);
+    REQUIRE(resolved.ok());
+    sim::ScenarioConfig sc;
+    sc.scenario = sim::Scenario::kOffline;
+    sc.min_duration_s = 0;
+    (*resolved)->spec.scenario = sc;
+    sim::Simulator whole(std::move((*resolved)->spec),
+                         sim::OfflineSource(o.dataset, many->run_samples, o.seed));
+    auto res = whole.Run();
+    REQUIRE(res.ok());
+    CHECK(res->throughput_tokens_per_s == Approx(many->throughput_tokens_per_s).epsilon(0.03));
+  }
+}
+
+// Server capacity adds up too, and a little more: behind a router each replica sees smoother
+// arrivals than one replica alone does (round robin deals every k-th Poisson arrival, Erlang-k
+// gaps; least-outstanding also steers around busy replicas), so p99 TTFT holds at a higher rate
+// per replica. Never less than n times one.
+TEST_CASE("Evaluate: n identical replicas give at least n x Server capacity", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.qps_steps = 9;
+  o.probe_duration_s = 300;
+  sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  auto single = Evaluate(d, o, Catalog());
+  REQUIRE(single.ok());
+  REQUIRE(single->valid);
+  d = Llama2Tp2Instances(3);
+  for (sim::RouterKind router :
+       {sim::RouterKind::kRoundRobin, sim::RouterKind::kLeastOutstanding}) {
+    d.router = router;
+    auto three = Evaluate(d, o, Catalog());
+    REQUIRE(three.ok());
+    REQUIRE(three->valid);
+    CHECK(three->qps >= 0.97 * 3 * single->qps);
+    CHECK(three->qps <= 1.25 * 3 * single->qps);
+  }
+}
+
+TEST_CASE(
+    "Evaluate: the Server capacity is the highest rate on the QPS grid that passes, wherever the "
+    "search starts",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.qps_steps = 20;
+  const sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  auto found = Evaluate(d, o, Catalog());
+  REQUIRE(found.ok());
+  REQUIRE(found->valid);
+  // Each probe issues whole data sets, as LoadGen does.
+  CHECK(found->run_samples % static_cast<int64_t>(o.dataset.size()) == 0);
+  // The next rate of the grid fails: a search told to beat the capacity stops there.
+  auto above = Evaluate(d, o, Catalog(), found->qps);
+  REQUIRE(above.ok());
+  CHECK_FALSE(above->valid);
+  CHECK(above->below_qps == Approx(found->qps * 1.02));
+  // Searches started lower, from a rate on the grid and from one between, find the same rate.
+  for (double start : {found->qps / std::pow(1.02, 5), found->qps / 1.3}) {
+    auto again = Evaluate(d, o, Catalog(), start);
+    REQUIRE(again.ok());
+    REQUIRE(again->valid);
+    CHECK(again->qps == Approx(found->qps).epsilon(1e-9));
+  }
+}
+
+TEST_CASE(
+    "Evaluate: a Server candidate's tokens/s and cost are the rate it sustains, QPS x mean output",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.space.disaggregated = false;
+  auto cands = Enumerate(o.space, Catalog());
+  REQUIRE(cands.ok());
+  REQUIRE_FALSE(cands->feasible.empty());
+  auto c = Evaluate(cands->feasible.front(), o, Catalog());
+  REQUIRE(c.ok());
+  REQUIRE(c->valid);
+  double output = 0;
+  for (const auto& r : o.dataset) output += static_cast<double>(r.output_tokens);
+  const double mean_output = output / static_cast<double>(o.dataset.size());
+  // Token conservation, within the sampling error of a probe's Poisson arrivals.
+  CHECK(c->throughput_tokens_per_s == Approx(c->qps * mean_output).epsilon(0.15));
+  CHECK(c->tokens_per_s_per_gpu ==
+        Approx(c->throughput_tokens_per_s / cands->feasible.front().TotalGpus()));
+  CHECK(c->cost_per_million_tokens ==
+        Approx(models::CostPerMillionTokens(3.8, c->tokens_per_s_per_gpu)));
+  CHECK(c->loadgen_tokens_per_s > 0);
+}
+
+TEST_CASE("Enumerate: by default fp4 and fp8 weights where fp4 runs natively, and fp8 and bf16 KV",
+          "[tuner]") {
+  auto formats = [](const std::string& hardware) {
+    SearchSpace space;
+    space.hardware = hardware;
+    space.gpus = 8;
+    auto cands = Enumerate(space, Catalog());
+    REQUIRE(cands.ok());
+    std::set<std::string> seen;
+    for (const auto& d : cands->feasible) seen.insert(d.weights + "/" + d.kv);
+    return seen;
+  };
+  CHECK(formats("b200") == std::set<std::string>{"fp4/bf16", "fp4/fp8", "fp8/bf16", "fp8/fp8"});
+  CHECK(formats("h200") == std::set<std::string>{"fp8/bf16", "fp8/fp8"});
+  // gpt-oss also runs as it ships: MXFP4 experts, BF16 attention.
+  SearchSpace oss;
+  oss.model = "gpt-oss-120b";
+  oss.hardware = "h200";
+  oss.gpus = 1;
+  oss.disaggregated = false;
+  auto cands = Enumerate(oss, Catalog());
+  REQUIRE(cands.ok());
+  std::set<std::string> seen;
+  for (const auto& d : cands->feasible) seen.insert(d.weights + "/" + d.dense_weights);
+  CHECK(seen == std::set<std::string>{"mxfp4/bf16", "fp8/"});
+}
+
+TEST_CASE("Prepare: batch limits are tried where the KV cache holds the workload's sequences",
+          "[tuner]") {
+  // Llama 2 70B in FP4 on one B200 holds about 800k FP8 KV tokens: 2,048 sequences of 512
+  // tokens do not fit, 2,048 of MLPerf's (190-token prompts, 294-token answers) do, and there a
+  // batch limit of 2,048 holds more Server QPS than 1,024 (fathom simulate: 355 against 338 QPS).
+  SearchSpace space;
+  space.model = "llama2-70b";
+  space.hardware = "b200";
+  space.gpus = 1;
+  space.weights = {"fp4"};
+  space.kv = {"fp8"};
+  space.max_num_tokens = {2048};
+  space.disaggregated = false;
+  auto batches = [&](int64_t input, int64_t output) {
+    TuneOptions o;
+    o.space = space;
+    o.dataset.assign(64, traces::Request{});
+    for (traces::Request& r : o.dataset) {
+      r.input_tokens = input;
+      r.output_tokens = output;
+    }
+    auto p = Prepare(o, Catalog());
+    REQUIRE(p.ok());
+    std::set<int64_t> seen;
+    for (const auto& d : p->candidates.feasible) seen.insert(d.engine.max_batch);
+    return seen;
+  };
+  CHECK(batches(190, 294).count(2048) == 1);
+  CHECK(batches(2000, 2000).count(2048) == 0);  // at most 512 tokens a sequence are assumed
+  CHECK(batches(2000, 2000).count(1024) == 1);
+  space.max_batch = {2048};
+  CHECK(Enumerate(space, Catalog())->feasible.empty());  // 512 tokens a sequence by default
+}
+
+TEST_CASE(
+    "Enumerate: attention-DP layouts also run with balancing, at each of the scenario's counts",
+    "[tuner]") {
+  for (sim::Scenario scenario : {sim::Scenario::kOffline, sim::Scenario::kServer}) {
+    SearchSpace space;
+    space.scenario = scenario;
+    space.disaggregated = false;
+    auto cands = Enumerate(space, Catalog());
+    REQUIRE(cands.ok());
+    // Each aggregated layout with attention DP appears once without balancing and once with each
+    // pair of the harnesses' counts: Offline 10/500, Server 2/6 and 3/9.
+    const bool offline = scenario == sim::Scenario::kOffline;
+    int64_t plain = 0, single_rank = 0;
+    std::map<std::pair<int64_t, int64_t>, int64_t> balanced;
+    for (const auto& d : cands->feasible) {
+      if (d.attn_dp == 1) {
+        CHECK_FALSE(d.engine.adp_balance);
+        ++single_rank;
+      } else if (d.engine.adp_balance) {
+        ++balanced[{d.engine.adp_batching_wait_iters, d.engine.adp_timeout_iters}];
+      } else {
+        ++plain;
+      }
+    }
+    CHECK(single_rank > 0);
+    CHECK(plain > 0);
+    using Counts = std::map<std::pair<int64_t, int64_t>, int64_t>;
+    CHECK(balanced ==
+          (offline ? Counts{{{10, 500}, plain}} : Counts{{{2, 6}, plain}, {{3, 9}, plain}}));
+    space.adp_balance = false;
+    auto without = Enumerate(space, Catalog());
+    REQUIRE(without.ok());
+    CHECK(static_cast<int64_t>(without->feasible.size()) == plain + single_rank);
+  }
+}
+
+TEST_CASE("Enumerate: each runtime the stack offers, TensorRT engines without attention DP",
+          "[tuner]") {
+  SearchSpace space;  // DeepSeek-R1: attention-DP layouts among them
+  space.disaggregated = false;
+  auto python = Enumerate(space, Catalog());
+  REQUIRE(python.ok());
+  for (const auto& d : python->feasible) CHECK(d.runtime == models::Runtime::kPython);
+  space.runtimes = {models::Runtime::kPython, models::Runtime::kCpp};
+  auto both = Enumerate(space, Catalog());
+  REQUIRE(both.ok());
+  int64_t cpp = 0, single_rank = 0;
+  for (const auto& d : python->feasible) single_rank += d.attn_dp == 1;
+  for (const auto& d : both->feasible) {
+    if (d.runtime != models::Runtime::kCpp) {
+      // The harness keeps each instance's seats full, and no more.
+      CHECK(d.engine.max_concurrency == d.engine.max_batch * d.pp * d.attn_dp);
+      continue;
+    }
+    ++cpp;
+    CHECK(d.attn_dp == 1);
+    CHECK_FALSE(d.engine.adp_balance);
+    CHECK(d.engine.max_concurrency == 0);
+  }
+  // The C++ runtime adds a copy of every single-rank layout, and nothing else.
+  CHECK(cpp == single_rank);
+  CHECK(both->feasible.size() == python->feasible.size() + static_cast<size_t>(cpp));
+  std::set<std::string> keys;
+  for (const auto& d : both->feasible) keys.insert(CandidateKey(d));
+  CHECK(keys.size() == both->feasible.size());  // the runtime is part of a candidate's key
+  // No TensorRT engines on AMD GPUs.
+  space.hardware = "mi355x";
+  auto amd = Enumerate(space, Catalog());
+  REQUIRE(amd.ok());
+  REQUIRE_FALSE(amd->feasible.empty());
+  for (const auto& d : amd->feasible) CHECK(d.runtime == models::Runtime::kPython);
+}
+
+TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.space.disaggregated = false;
+  o.space.max_batch = {64};
+  o.space.max_num_tokens = {4096};
+  // What one GPU sustains, then ask for 1.5 times that.
+  o.space.gpus = 1;
+  auto one = Tune(o, Catalog());
+  REQUIRE(one.ok());
+  REQUIRE_FALSE(one->ranked.empty());
+  const double target = 1.5 * one->ranked.front().qps;
+  auto plan = PlanCapacity(o, target, {4, 1, 2}, Catalog());
+  INFO(plan.status().message());
+  REQUIRE(plan.ok());
+  REQUIRE(plan->chosen.has_value());
+  CHECK(plan->steps.front().gpus == 1);
+  CHECK_FALSE(plan->steps.front().meets);
+  CHECK(plan->chosen->gpus == 2);
+  CHECK(plan->chosen->best->qps >= target);
+  CHECK(plan->chosen->cost_per_hour == Approx(2 * 3.8));
+  CHECK_FALSE(PlanCapacity(o, target, {1}, Catalog())->chosen.has_value());
+}
+
+TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits", "[tuner]") {
+  sim::DeploymentConfig d;  // DeepSeek-R1, TP8 / EP8 / attention DP8, FP4, FP8 KV
+  d.engine.max_batch = 512;
+  d.engine.max_num_tokens = 4608;
+  const LaunchCommands c = MakeLaunchCommands(d, Catalog());
+  CHECK(c.trtllm.find("nvidia/DeepSeek-R1-FP4") != std::string::npos);
+  CHECK(c.trtllm.find(
+            "--tp_size 8 --pp_size 1 --ep_size 8 --max_batch_size 512 --max_num_tokens 4608") !=
+        std::string::npos);
+  CHECK(c.trtllm_yaml.find("enable_attention_dp: true") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("moe_expert_parallel_size: 8") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("  dtype: fp8") != std::string::npos);
+  CHECK(c.sglang.find("--tp 8 --dp 8 --enable-dp-attention --ep-size 8") != std::string::npos);
+  CHECK(c.sglang.find("--chunked-prefill-size 4608") != std::string::npos);
+  CHECK(c.vllm.find("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel") !=
+        std::string::npos);
+  CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
+  CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
+  CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
+  // Each engine's memory flag gives it the KV cache the memory plan holds: TensorRT-LLM a share
+  // of the memory the weights leave (the deployment's when it names one), vLLM and SGLang a share
+  // of HBM, rounded down to the hundredth.
+  const models::ModelArch ds = *models::LoadModel("deepseek-r1");
+  const models::Hardware b200 = *Catalog().Find("b200");
+  auto plan = [&](double kv_free_fraction) {
+    models::MemoryOptions o;
+    o.max_num_tokens = 4608;
+    o.max_batch = 512;
+    o.kv_free_fraction = kv_free_fraction;
+    return models::PlanMemory(ds, b200, {8, 8, 1, 8, 8},
+                              {models::DType::kNvfp4, models::DType::kNvfp4, models::DType::kFp8},
+                              o);
+  };
+  auto hundredths = [](double x) { return StrFormat("%.2f", std::floor(x * 100 + 1e-6) / 100); };
+  const models::MemoryPlan by_reserve = plan(0);
+  const std::string trt_share = hundredths(by_reserve.kv_budget_bytes /
+                                           (by_reserve.kv_budget_bytes + by_reserve.reserve_bytes));
+  CHECK(trt_share < "0.90");  // 10% of HBM is more than 10% of what the weights leave
+  CHECK(c.trtllm.find("--kv_cache_free_gpu_memory_fraction " + trt_share) != std::string::npos);
+  CHECK(c.vllm.find("--gpu-memory-utilization 0.90") != std::string::npos);
+  CHECK(c.sglang.find("--mem-fraction-static 0.90") != std::string::npos);
+  d.engine.kv_free_fraction = 0.95;
+  const LaunchCommands by_free = MakeLaunchCommands(d, Catalog());
+  const std::string hbm_share = hundredths(1 - plan(0.95).reserve_bytes / b200.memory_bytes);
+  CHECK(hbm_share > "0.90");
+  CHECK(by_free.trtllm.find("--kv_cache_free_gpu_memory_fraction 0.95") != std::string::npos);
+  CHECK(by_free.trtllm_yaml.find("free_gpu_memory_fraction: 0.95") != std::string::npos);
+  CHECK(by_free.vllm.find("--gpu-memory-utilization " + hbm_share) != std::string::npos);
+  CHECK(by_free.sglang.find("--mem-fraction-static " + hbm_share) != std::string::npos);
+  // A layout that is not one (EP 8 on TP 1) has no memory plan: the reserve's share.
+  sim::DeploymentConfig broken;
+  broken.tp = 1;
+  CHECK(MakeLaunchCommands(broken, Catalog()).vllm.find("--gpu-memory-utilization 0.90") !=
+        std::string::npos);
+  d.engine.kv_free_fraction = 0;
+  d.engine.adp_balance = true;
+  d.engine.adp_batching_wait_iters = 10;
+  d.engine.adp_timeout_iters = 500;
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("attention_dp_config:\n  enable_balance: true\n  "
+                              "batching_wait_iters: 10\n  timeout_iters: 500\n") !=
+        std::string::npos);
+  // The deployment file keeps it, and the runtime.
+  d.runtime = models::Runtime::kCpp;
+  auto back = sim::DeploymentFromJson(Json::parse(sim::ToJson(d).dump()), "round trip");
+  REQUIRE(back.ok());
+  CHECK(back->engine.adp_balance);
+  CHECK(back->engine.adp_timeout_iters == 500);
+  CHECK(back->runtime == models::Runtime::kCpp);
+  auto bad_runtime = sim::DeploymentFromJson(Json::parse(R"({"runtime": "java"})"), "x.json");
+  REQUIRE_FALSE(bad_runtime.ok());
+  CHECK(bad_runtime.status().message() ==
+        "x.json: runtime = \"java\": unknown (one of python, cpp)");
+  // TensorRT engines: trtllm-serve's tensorrt backend, no PyTorch-flow CUDA-graph options.
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend tensorrt") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") ==
+        std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("gemm_allreduce_plugin") ==
+        std::string::npos);
+  d.fusions.gemm_allreduce = true;  // built with the GEMM + all-reduce fusion
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("build_config:\n  plugin_config:\n    gemm_allreduce_plugin: "
+                              "bfloat16\n") != std::string::npos);
+  d.fusions.gemm_allreduce = false;
+  d.runtime = models::Runtime::kPython;
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm.find("--backend pytorch") != std::string::npos);
+  CHECK(MakeLaunchCommands(d, Catalog()).trtllm_yaml.find("cuda_graph_config") !=
+        std::string::npos);
+  // Layout numbers as typed: never truncated to int (4294967304 read as 8), never overflowing one.
+  CHECK(
+      sim::DeploymentFromJson(Json::parse(R"({"tp": 4294967304})"), "x.json").status().message() ==
+      "x.json: field 'tp' = 4294967304: must be in [1, 65536]");
+  CHECK(sim::DeploymentFromJson(Json::parse(R"({"gpus": 0})"), "x.json").status().message() ==
+        "x.json: field 'gpus' = 0: must be in [1, 65536]");
+  CHECK(
+      sim::DeploymentFromJson(Json::parse(R"({"mtp": 4294967299})"), "x.json").status().message() ==
+      "x.json: field 'mtp' = 4294967299: must be in [0, 16]");
+  auto bad = sim::DeploymentFromJson(Json::parse(R"({"adp_balance": {"wait": 3}})"), "x.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("adp_balance") != std::string::npos);
+  d.engine.mtp_depth = 3;
+  CHECK(MakeLaunchCommands(d, Catalog())
+            .trtllm_yaml.find("decoding_type: MTP\n  num_nextn_predict_layers: 3") !=
+        std::string::npos);
+  d.disaggregated = true;
+  d.prefill = {2, 4, 1, 4, 1};
+  d.decode = {1, 8, 1, 8, 8};
+  const LaunchCommands dis = MakeLaunchCommands(d, Catalog());
+  CHECK(dis.sglang.find("--disaggregation-mode prefill") != std::string::npos);
+  CHECK(dis.sglang.find("--disaggregation-mode decode") != std::string::npos);
+}
+
+TEST_CASE("RunRecord: a deployment file carries the run behind its figures, checked on reading",
+          "[tuner]") {
+  sim::DeploymentConfig d;
+  sim::RunRecord run;
+  run.scenario = sim::Scenario::kServer;
+  run.qps = 13.143582031768943;
+  run.samples = 26382;
+  run.seed = 7;
+  run.benchmark = "deepseek-r1";
+  run.stack = "trtllm-1.2";
+  run.tpot_limit_ms = 60;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "fathom_run_record.json").string();
+  REQUIRE(WriteFileAtomic(path, sim::ToJson(d, run).dump(2)).ok());
+  auto file = sim::LoadDeploymentFile(path);
+  REQUIRE(file.ok());
+  REQUIRE(file->run.has_value());
+  CHECK(file->run->scenario == sim::Scenario::kServer);
+  CHECK(file->run->qps == run.qps);  // exactly: the same arrivals again
+  CHECK(file->run->samples == 26382);
+  CHECK(file->run->seed == 7);
+  CHECK(file->run->stack == "trtllm-1.2");
+  CHECK(!file->run->ttft_limit_ms);
+  CHECK(file->run->tpot_limit_ms == 60);
+  REQUIRE(
+      WriteFileAtomic(path, R"({"run": {"scenario": "server", "samples": 10, "qps": -1}})").ok());
+  CHECK(sim::LoadDeploymentFile(path).status().message() ==
+        path + ": run: field 'qps' = -1: must be > 0 and finite");
+  REQUIRE(WriteFileAtomic(path, R"({"run": {"scenario": "offline", "samples": 10, "sample": 3}})")
+              .ok());
+  CHECK(sim::LoadDeploymentFile(path).status().message().find("run: field 'sample': unknown") !=
+        std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("OfflineRunSamples: the fewest whole data sets lasting the target, extrapolated",
+          "[tuner]") {
+  // A run lasting 100 s per data set plus a 50 s drain: 660 s needs ceil(6.1) = 7 passes.
+  std::vector<int64_t> tried;
+  auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
+    tried.push_back(samples);
+    return std::optional<double>(50 + 100.0 * static_cast<double>(samples / 10));
+  };
+  auto samples = sim::OfflineRunSamples(10, sim::OfflineRunTargetS(nullptr), lasted);
+  REQUIRE(samples.ok());
+  CHECK(*samples == 70);
+  CHECK(tried.back() == 70);  // the answer is the last run simulated
+  CHECK(sim::OfflineRunTargetS(traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1")) ==
+        4520);
+  // A deployment that cannot serve the data set ends the search at once.
+  auto never = [](int64_t) -> Result<std::optional<double>> { return std::optional<double>(); };
+  CHECK(*sim::OfflineRunSamples(10, 660, never) == 10);
+}
+
+}  // namespace fathom::tuner
