@@ -53,7 +53,7 @@ expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- m
 expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
 expect 2 'unknown command "srve" for fathom (did you mean serve?)' -- srve --help
 expect 2 "--max-model-len = 99999999: more than the 3464992 tokens one rank's KV cache holds" -- serve llama2-70b -tp 8 --max-model-len 99999999 --port 0
-expect 2 'the commands: hardware, model, memory' -- srve --help
+expect 2 'the commands: tune, simulate, memory, report' -- srve --help
 expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
 expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv
 expect 2 'unknown flag --db for fathom profile summarize; see fathom profile summarize --help' -- profile summarize --db x.db

@@ -75,6 +75,76 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+// Each command's job (its group in `fathom --help`) and examples that run as printed from the
+// repository's root, in order; a line ending in & starts a server the next lines use
+// (tests/help_examples_test.sh runs every one).
+struct CommandHelp {
+  const char* command;
+  const char* group;
+  std::vector<const char*> examples;
+};
+
+const std::vector<CommandHelp>& Help() {
+  static const std::vector<CommandHelp> help = {
+      {"tune",
+       "Plan",
+       {"fathom tune",
+        "fathom tune --model llama2-70b --hardware h200 --scenario server --weights fp8 "
+        "--max-batch 128 256 --no-disagg --best-out best.json"}},
+      {"simulate",
+       "Plan",
+       {"fathom simulate",
+        "fathom simulate --model llama2-70b --hardware h200 --tp 8 --scenario server --qps 10"}},
+      {"memory",
+       "Plan",
+       {"fathom memory", "fathom memory --model llama2-70b --hardware h100-sxm --tp 4"}},
+      {"report",
+       "Plan",
+       {"fathom tune --model llama2-70b --hardware h200 --scenario server --weights fp8 "
+        "--max-batch 128 256 --no-disagg --db tune.db",
+        "fathom report --db tune.db --out report.html --price h200=3.8"}},
+      {"calibrate", "Measure", {"fathom calibrate --results models/calibration/mlperf_v6.0.csv"}},
+      {"profile",
+       "Measure",
+       {"fathom profile summarize profiler/data/fathom/h200.db",
+        "fathom profile compare profiler/data/fathom/h100-sxm.db --fit"}},
+      {"loadgen",
+       "Measure",
+       {"fathom serve llama2-70b --tensor-parallel-size 2 --time-scale 20 &",
+        "fathom loadgen --model llama2-70b --scenario offline --samples 40 --min-duration 0 "
+        "--time-scale 20"}},
+      {"serve",
+       "Serve",
+       {"fathom serve llama2-70b --tensor-parallel-size 2 --time-scale 20 &",
+        "fathom loadgen --model llama2-70b --scenario server --qps 2 --samples 40 --min-duration 0 "
+        "--time-scale 20"}},
+      {"online", "Serve", {"fathom online --initial-batch 32 --windows 20"}},
+      {"sweep", "Sweep", {"fathom sweep docs/examples/sweep_plan.json --db sweep.db"}},
+      {"merge",
+       "Sweep",
+       {"fathom sweep docs/examples/sweep_plan.json --db shard0.db --shard 0/2",
+        "fathom sweep docs/examples/sweep_plan.json --db shard1.db --shard 1/2",
+        "fathom merge shard0.db shard1.db --out merged.db"}},
+      {"hardware", "Inspect", {"fathom hardware list", "fathom hardware show h200"}},
+      {"model",
+       "Inspect",
+       {"fathom model list", "fathom model show models/configs/qwen3-235b-a22b.json"}},
+      {"trace",
+       "Inspect",
+       {"fathom trace stats traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+        "fathom trace synth --out synth.jsonl --requests 200 --rate 2"}},
+      {"stack", "Inspect", {"fathom stack list", "fathom stack diff trtllm-1.0 trtllm-1.2"}},
+  };
+  return help;
+}
+
+const CommandHelp* FindHelp(const std::string& command) {
+  for (const CommandHelp& h : Help()) {
+    if (command == h.command) return &h;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,21 +154,30 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "fathom 0.1.0");
   fathom::Status result;
-  fathom::cli::RegisterHardware(app, &result);
-  fathom::cli::RegisterModel(app, &result);
-  fathom::cli::RegisterMemory(app, &result);
-  fathom::cli::RegisterTrace(app, &result);
-  fathom::cli::RegisterSimulate(app, &result);
-  fathom::cli::RegisterCalibrate(app, &result);
+  // Registered by job: `fathom --help` lists the groups in this order.
   fathom::cli::RegisterTune(app, &result);
-  fathom::cli::RegisterProfile(app, &result);
+  fathom::cli::RegisterSimulate(app, &result);
+  fathom::cli::RegisterMemory(app, &result);
   fathom::cli::RegisterReport(app, &result);
-  fathom::cli::RegisterOnline(app, &result);
-  fathom::cli::RegisterStack(app, &result);
-  fathom::cli::RegisterServe(app, &result);
+  fathom::cli::RegisterCalibrate(app, &result);
+  fathom::cli::RegisterProfile(app, &result);
   fathom::cli::RegisterLoadgen(app, &result);
+  fathom::cli::RegisterServe(app, &result);
+  fathom::cli::RegisterOnline(app, &result);
   fathom::cli::RegisterSweep(app, &result);
   fathom::cli::RegisterMerge(app, &result);
+  fathom::cli::RegisterHardware(app, &result);
+  fathom::cli::RegisterModel(app, &result);
+  fathom::cli::RegisterTrace(app, &result);
+  fathom::cli::RegisterStack(app, &result);
+  for (CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const CommandHelp* help = FindHelp(command->get_name());
+    if (help == nullptr) continue;
+    command->group(help->group);
+    std::string footer = "Examples (from the repository's root):";
+    for (const char* line : help->examples) footer += std::string("\n  ") + line;
+    command->footer(footer);
+  }
 
   // The first word that is not a flag must be a command, and so must the word after a command
   // that has subcommands of its own (`fathom trace stats`).
