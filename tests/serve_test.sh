@@ -109,9 +109,23 @@ check "loadgen exits 2 when requests are aborted" test $? -eq 2
 check "loadgen names the failures" grep -q "of 8 requests failed" "$tmp/abort.log"
 check "serve counts the aborted requests" grep -Eq "[1-9][0-9]* aborted" "$tmp/serve2.log"
 
+# Without layout flags: the default model on its default deployment, as simulate and tune take it;
+# a model that does not fit one GPU on the fewest that hold it.
+start_server "$tmp/default.log" deepseek-r1
+check "serve deepseek-r1 takes the built-in deployment: $(head -1 "$tmp/default.log")" \
+  grep -q "deepseek-r1 on 8 x b200 (TP8 PP1 EP8 attnDP8" "$tmp/default.log"
+kill -TERM "$server"
+wait "$server"
+start_server "$tmp/wider.log" meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm
+check "serve spreads a model that does not fit one GPU: $(head -1 "$tmp/wider.log")" \
+  grep -q "does not fit one h100-sxm; serving it on 4" "$tmp/wider.log"
+kill -TERM "$server"
+wait "$server"
+server=""
+
 # Bad launches exit 2 and say why.
 expect_fail "--kv-cache-dtype = int3" serve meta-llama/Llama-2-70b-chat-hf -tp 2 --hardware h200 --kv-cache-dtype int3
-expect_fail "does not fit" serve meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm
+expect_fail "does not fit" serve meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm -tp 1
 expect_fail "--host 203.0.113.9 --port 8000: cannot listen there" serve meta-llama/Llama-2-70b-chat-hf -tp 2 \
   --hardware h200 --host 203.0.113.9 --port 8000
 expect_fail "cannot connect (nothing listening there?)" loadgen --url http://127.0.0.1:1 --samples 3 --qps 1 \

@@ -4,10 +4,12 @@
 #include <csignal>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/time_model_flags.h"
 #include "base/json_fields.h"
+#include "models/deployment.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
 #include "sim/serving/live_engine.h"
@@ -37,6 +39,14 @@ struct ServeFlags {
   double time_scale = 1;
   double shutdown_timeout_s = 30;
 };
+
+// Whether the user gave the vLLM flag `name`.
+bool Given(const ServeFlags& f, const std::string& name) {
+  for (const CLI::Option* o : f.vllm_options) {
+    if (o->check_name(name)) return o->count() > 0;
+  }
+  return false;
+}
 
 Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   if (!f.deployment_file.empty()) {
@@ -95,7 +105,21 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
     d.attn_dp = d.ep = 1;
     d.gpus = d.tp * d.pp * f.data_parallel;
   }
-  if (f.kv_cache_dtype.rfind("fp8", 0) == 0) {
+  // Without layout flags the built-in default model serves on the built-in default deployment
+  // (MLPerf's on 8 B200s), as `simulate` and `tune` do; any of vLLM's layout flags overrides it.
+  const bool default_deployment =
+      !Given(f, "--tensor-parallel-size") && !Given(f, "--pipeline-parallel-size") &&
+      !Given(f, "--data-parallel-size") && !Given(f, "--enable-expert-parallel") &&
+      d.model == models::kDefaultModel && d.hardware == models::kDefaultHardware;
+  if (default_deployment) {
+    const models::ParallelLayout& l = models::kDefaultLayout;
+    std::tie(d.gpus, d.tp, d.pp, d.ep, d.attn_dp) = std::tie(l.gpus, l.tp, l.pp, l.ep, l.attn_dp);
+    if (f.weights.empty() && f.quantization.empty() && f.model == models::kDefaultModel)
+      d.weights = models::kDefaultWeights;
+  }
+  if (default_deployment && !Given(f, "--kv-cache-dtype")) {
+    d.kv = models::kDefaultKv;
+  } else if (f.kv_cache_dtype.rfind("fp8", 0) == 0) {
     d.kv = "fp8";
   } else if (f.kv_cache_dtype == "auto" || f.kv_cache_dtype == "bfloat16") {
     d.kv = "bf16";
@@ -149,10 +173,30 @@ Status Run(const ServeFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
-                          sim::Resolve(d, catalog, time_model.factory));
+  auto resolved = sim::Resolve(d, catalog, time_model.factory);
+  // Without layout flags, a model that does not fit one GPU is served on the fewest GPUs of a
+  // node (tensor parallel) that hold it, where vLLM would fail to start.
+  const bool layout_given =
+      Given(f, "--tensor-parallel-size") || Given(f, "--pipeline-parallel-size") ||
+      Given(f, "--data-parallel-size") || Given(f, "--enable-expert-parallel");
+  if (!resolved.ok() && f.deployment_file.empty() && !layout_given && d.gpus == 1) {
+    for (int tp : {2, 4, 8}) {
+      sim::DeploymentConfig wider = d;
+      wider.tp = wider.gpus = tp;
+      auto r = sim::Resolve(wider, catalog, time_model.factory);
+      if (!r.ok()) continue;
+      std::fprintf(stderr,
+                   "fathom serve: %s does not fit one %s; serving it on %d (tensor parallel; "
+                   "--tensor-parallel-size chooses)\n",
+                   d.model.c_str(), d.hardware.c_str(), tp);
+      d = wider;
+      resolved = std::move(r);
+      break;
+    }
+  }
+  if (!resolved.ok()) return resolved.status();
   sim::ServeOptions options = f.serve;
-  FATHOM_ASSIGN_OR_RETURN(options.max_model_len, MaxModelLen(*resolved, f.serve.max_model_len));
+  FATHOM_ASSIGN_OR_RETURN(options.max_model_len, MaxModelLen(**resolved, f.serve.max_model_len));
   if (options.served_model_name.empty())
     options.served_model_name =
         f.model.empty() ? tuner::HuggingFaceId(d.model, d.weights) : f.model;
@@ -164,7 +208,7 @@ Status Run(const ServeFlags& f) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  sim::LiveEngine engine(std::move(resolved), f.time_scale);
+  sim::LiveEngine engine(std::move(*resolved), f.time_scale);
   sim::OpenAiServer server(&engine, options);
   FATHOM_RETURN_IF_ERROR(server.Bind());
   std::fprintf(stderr,
