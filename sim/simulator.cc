@@ -22,6 +22,11 @@ std::vector<std::string> SimulationResult::InvalidReasons() const {
     why.push_back(StrFormat("run %s s below the %s s minimum", FormatCount(run_length_s).c_str(),
                             FormatCount(min_duration_s).c_str()));
   }
+  if (why.empty() && !mlperf_valid) {
+    why.push_back(
+        "no p99 latency limits to judge it by (the workload has no MLPerf benchmark: give "
+        "--ttft-ms and --tpot-ms)");
+  }
   return why;
 }
 

@@ -204,6 +204,21 @@ expect 0 "MTP: 3 draft tokens a step, each accepted with probability 0.60 (assum
   tune --scenario interactive --max-batch 64 --max-num-tokens 2048 --no-disagg --dataset-samples 200 \
   --max-output 2000 --acceptance 0.6
 expect 2 "--acceptance = 1.5: must be in [0, 1)" -- tune --scenario interactive --acceptance 1.5
+# What a newcomer trips on, said where it happens: a KV cache that thrashes, latencies past 100 s
+# in seconds, an invalid run's reason, medians over no rows.
+expect 0 "KV THRASHING      33.3 preemptions a request" -- simulate --model deepseek-r1 --hardware b200 --gpus 8 \
+  --ep 8 --attn-dp 8
+expect 0 "TTFT (s)" -- simulate
+expect 0 "MLPerf valid      no: no p99 latency limits to judge it by" -- simulate --model llama2-70b --hardware h200 \
+  --tp 8 --weights fp8 --scenario replay --trace "$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_code.csv"
+(head -1 "$root/models/calibration/mlperf_v6.0.csv" && grep ",Server," "$root/models/calibration/mlperf_v6.0.csv") \
+  >"$tmp/server_rows.csv"
+expect 0 "(Offline rows none)" -- calibrate --results "$tmp/server_rows.csv" --max-requests 1000
+# Every number is checked before the search starts (it runs for minutes).
+expect 2 "--price = nan: must be USD per GPU-hour > 0 and finite" -- tune --price nan
+expect 2 "--ttft-ms = -1: must be > 0 and finite" -- tune --ttft-ms -1
+expect 2 "--tpot-ms = nan: must be > 0 and finite" -- tune --tpot-ms nan
+expect 2 "--capacity-qps = -1: must be > 0 and finite" -- tune --capacity-qps -1
 expect 0 "Run: whole data sets lasting 660 s" -- simulate --model llama2-70b --hardware h200 --gpus 2 --tp 2 --weights fp8
 expect 0 "run length        " -- simulate --deployment "$tmp/best_offline.json"
 # A search that finds nothing says why, what came closest and what to relax; --json too.

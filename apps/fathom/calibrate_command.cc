@@ -6,6 +6,7 @@
 
 #include "apps/fathom/commands.h"
 #include "base/files.h"
+#include "base/format.h"
 #include "base/json_fields.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
@@ -100,12 +101,18 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
     std::printf("%s\n", p.extrapolated ? "  (extrapolated)" : "");
   }
   const tuner::ErrorSummary s = tuner::Summarize(preds);
+  // A median over no rows is not a figure.
+  auto pct = [](double median, int rows) {
+    return rows > 0 ? StrFormat("%.1f%%", median) : std::string("none");
+  };
   std::printf(
-      "median |error|: throughput %.1f%% (Offline rows %.1f%%), p99 latencies at the published QPS "
-      "%.1f%%, "
-      "Server capacity %.1f%% (at the published runs' use of their limits %.1f%%) over %d rows\n",
-      s.tokens_median_abs_pct, s.offline_tokens_median_abs_pct, s.latency_median_abs_pct,
-      s.capacity_median_abs_pct, s.capacity_at_use_median_abs_pct, s.rows);
+      "median |error|: throughput %s (Offline rows %s), p99 latencies at the published QPS %s, "
+      "Server capacity %s (at the published runs' use of their limits %s) over %d rows\n",
+      pct(s.tokens_median_abs_pct, s.rows).c_str(),
+      pct(s.offline_tokens_median_abs_pct, s.offline_rows).c_str(),
+      pct(s.latency_median_abs_pct, s.latency_rows).c_str(),
+      pct(s.capacity_median_abs_pct, s.capacity_rows).c_str(),
+      pct(s.capacity_at_use_median_abs_pct, s.capacity_at_use_rows).c_str(), s.rows);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {

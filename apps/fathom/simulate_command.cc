@@ -162,13 +162,21 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
         "sample)\n",
         res.sustained_tokens_per_s);
   }
-  std::printf("  %-16s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p99");
-  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "TTFT", res.ttft_mean_ms, res.ttft_p50_ms,
-              res.ttft_p99_ms);
-  std::printf("  %-16s %10.2f %10.2f %10.2f\n", "TPOT", res.tpot_mean_ms, res.tpot_p50_ms,
-              res.tpot_p99_ms);
-  std::printf("  %-16s %10.1f %10.1f %10.1f\n", "end to end", res.e2e_mean_ms, res.e2e_p50_ms,
-              res.e2e_p99_ms);
+  // Latencies whose p99 passes 100 s read in seconds.
+  auto latency = [](const char* name, double mean, double p50, double p99, int decimals) {
+    const bool seconds = p99 >= 1e5;
+    const double unit = seconds ? 1e-3 : 1;
+    std::printf("  %-16s %10.*f %10.*f %10.*f\n",
+                (std::string(name) + (seconds ? " (s)" : " (ms)")).c_str(), decimals, mean * unit,
+                decimals, p50 * unit, decimals, p99 * unit);
+  };
+  std::printf("  %-16s %10s %10s %10s\n", "latency", "mean", "p50", "p99");
+  latency("TTFT", res.ttft_mean_ms, res.ttft_p50_ms, res.ttft_p99_ms, 1);
+  latency("TPOT", res.tpot_mean_ms, res.tpot_p50_ms, res.tpot_p99_ms, 2);
+  latency("end to end", res.e2e_mean_ms, res.e2e_p50_ms, res.e2e_p99_ms, 1);
+  if (sc.scenario == sim::Scenario::kOffline) {
+    std::printf("  (Offline issues every query at the start: TTFT counts its wait for a place)\n");
+  }
   if (res.limits) {
     std::printf("\n  limits (p99)      TTFT %.0f ms, TPOT %.0f ms: %s\n", res.limits->ttft_ms,
                 res.limits->tpot_ms, res.latency_limits_met ? "met" : "NOT met");
@@ -194,6 +202,16 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
               static_cast<long long>(res.iterations));
   if (d.engine.prefix_caching) std::printf(", prefix hit rate %.1f%%", 100 * res.prefix_hit_rate);
   std::printf("\n");
+  // A request preempted more than once on average: the KV cache thrashes, recomputing its work.
+  const double preempted =
+      static_cast<double>(res.preemptions) / std::max<int64_t>(1, res.completed_requests);
+  if (preempted > 1) {
+    std::printf(
+        "  KV THRASHING      %.1f preemptions a request: running sequences outgrow the KV cache "
+        "and recompute; --admission reserve (admit only what fits), a lower --max-batch%s or more "
+        "GPUs hold them\n",
+        preempted, d.kv == "fp8" ? "" : ", --kv fp8");
+  }
   if (time_model.roofline) {
     std::printf("  (execution times: plain roofline, an optimistic bound)\n");
   } else if (std::find(time_model.calibration.fitted_hardware.begin(),

@@ -151,7 +151,7 @@ void RegisterStack(CLI::App& app, Status* result) {
       cmd->add_subcommand("diff", "What a stack is worth: one deployment under two stacks");
   diff->add_option("stacks", f->diff, "Two stack names")->required()->expected(2);
   diff->add_option("--deployment", f->deployment_file,
-                   "Deployment file (default: DeepSeek-R1 on 8xB200, TP8/EP8/ADP8)");
+                   "Deployment file (default: DeepSeek-R1 on 8xB200, TP8/EP8/attnDP8)");
   diff->add_option("--scenario", f->scenario, "offline, server or interactive")
       ->capture_default_str();
   diff->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");

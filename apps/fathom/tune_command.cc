@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -176,6 +177,10 @@ Result<sim::DeploymentConfig> WithCudaGraphSizes(sim::DeploymentConfig d,
 }
 
 Status Run(TuneFlags f) {
+  if (!(f.capacity_qps >= 0 && std::isfinite(f.capacity_qps))) {
+    return Status::InvalidArgument(
+        StrFormat("--capacity-qps = %g: must be > 0 and finite", f.capacity_qps));
+  }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(f.in));

@@ -1,5 +1,8 @@
 #include "apps/fathom/tune_setup.h"
 
+#include <cmath>
+
+#include "base/format.h"
 #include "models/model_arch.h"
 #include "traces/transforms.h"
 
@@ -28,6 +31,16 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
   if (o.jobs < 0)
     return Status::InvalidArgument("--jobs = " + std::to_string(o.jobs) + ": must be >= 0");
   if (!(o.probe_duration_s > 0)) return Status::InvalidArgument("--probe-duration must be > 0");
+  // Every number before any work: a search runs for minutes. Written so that NaN fails.
+  for (const auto& [flag, limit] :
+       {std::pair{"--ttft-ms", o.ttft_limit_ms}, {"--tpot-ms", o.tpot_limit_ms}}) {
+    if (limit && !(*limit > 0 && std::isfinite(*limit)))
+      return Status::InvalidArgument(StrFormat("%s = %g: must be > 0 and finite", flag, *limit));
+  }
+  if (!(o.price_per_gpu_hour >= 0 && std::isfinite(o.price_per_gpu_hour))) {
+    return Status::InvalidArgument(StrFormat(
+        "--price = %g: must be USD per GPU-hour > 0 and finite", o.price_per_gpu_hour));
+  }
   if (o.probe_max_samples < o.probe_min_samples)
     return Status::InvalidArgument("--probe-max-samples must be >= 300");
   o.space.disaggregated = !in.no_disagg;

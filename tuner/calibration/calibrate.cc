@@ -953,6 +953,10 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   s.capacity_median_abs_pct = median(capacity);
   s.capacity_at_use_median_abs_pct = median(at_use);
   s.offline_tokens_median_abs_pct = median(offline);
+  s.offline_rows = static_cast<int>(offline.size());
+  s.latency_rows = static_cast<int>(latency.size() / 2);
+  s.capacity_rows = static_cast<int>(capacity.size());
+  s.capacity_at_use_rows = static_cast<int>(at_use.size());
   return s;
 }
 

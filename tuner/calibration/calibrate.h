@@ -211,6 +211,8 @@ struct ErrorSummary {
   double capacity_at_use_median_abs_pct = 0;  // over rows with published p99s
   double offline_tokens_median_abs_pct = 0;   // throughput over the Offline rows only
   int rows = 0;
+  // The rows behind each median (a median over none reads 0).
+  int offline_rows = 0, latency_rows = 0, capacity_rows = 0, capacity_at_use_rows = 0;
 };
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions);
 
