@@ -78,6 +78,18 @@ expect 0 "fitted lognormal lengths" -- trace synth --requests 100 --lengths fit 
 expect 2 "--cv = -1: must be > 0 and finite" -- trace synth --arrival gamma --cv -1 --out "$tmp/never.jsonl"
 [[ ! -e "$tmp/never.jsonl" ]] || { echo "FAIL: a failed synth left a file"; failed=$((failed + 1)); }
 expect 2 "bad.csv:3" -- trace convert "$tmp/bad.csv" --out "$tmp/half.csv"
+expect 2 "--requests = 1000000000000: must be at most 100,000,000" -- trace synth --requests 1000000000000 \
+  --out "$tmp/never.jsonl"
+expect 2 "--rate = 1e+30: must be > 0 and at most 1e6 requests a second" -- trace synth --rate 1e30 \
+  --out "$tmp/never.jsonl"
+expect 2 "--rate = -1: must be > 0 and at most 1e6 requests a second" -- trace convert \
+  "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --rate -1 --out "$tmp/never.csv"
+expect 2 "--sample = -3: must be from 1 to 100,000,000" -- trace convert \
+  "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --sample -3 --out "$tmp/never.csv"
+if [[ -e "$tmp/never.jsonl" || -e "$tmp/never.csv" ]]; then
+  echo "FAIL: a refused trace command left its output behind"
+  failed=$((failed + 1))
+fi
 [[ ! -e "$tmp/half.csv" ]] || { echo "FAIL: a failed convert left a half-written file"; failed=$((failed + 1)); }
 
 # Simulation.
@@ -302,7 +314,7 @@ expect 2 "the choice (512 seqs, 2048 tokens) exceeds the limits the runtime star
 expect 2 "--window-s = 0: must be >= 1 and finite" -- online --window-s 0
 expect 2 "--cv = nan: must be > 0 and finite" -- trace synth --cv nan --out "$tmp/never.jsonl"
 expect 2 "--time-scale = nan: must be > 0 and finite" -- trace convert "$data/burstgpt_sample.csv" --time-scale nan --out "$tmp/never.jsonl"
-expect 2 "--rate = inf: must be > 0 and finite" -- trace convert "$data/burstgpt_sample.csv" --rate inf --out "$tmp/never.jsonl"
+expect 2 "--rate = inf: must be > 0 and at most 1e6 requests a second" -- trace convert "$data/burstgpt_sample.csv" --rate inf --out "$tmp/never.jsonl"
 expect 2 "--min-input = -3: must be >= 0" -- trace convert "$data/burstgpt_sample.csv" --min-input -3 --out "$tmp/never.jsonl"
 expect 2 "--window-s = 1e-06: must be >= 1 and finite" -- online --window-s 1e-6
 expect 2 '--load = "": give at least one DURATION_S:RATE segment' -- online --load ""

@@ -16,6 +16,8 @@ using internal::JsonValue;
 // Column positions of a CSV trace; -1 where the format has no such column.
 struct CsvColumns {
   int timestamp = -1, input = -1, output = -1, model = -1, log_type = -1;
+  size_t count = 0;  // columns in every row: the header's, or a headerless file's first row's
+  bool headerless = false;
   std::string timestamp_name, input_name, output_name;
   bool absolute_time = false;  // datetimes: arrivals count from the first row
 };
@@ -32,6 +34,10 @@ int FindColumn(const std::vector<std::string_view>& header,
   }
   return -1;
 }
+
+// The latest arrival a trace may hold, in seconds from its start: a year. Later ones are a
+// timestamp in the wrong unit (epoch seconds in a relative column, milliseconds as seconds).
+constexpr double kMaxArrivalS = 366 * 86400.0;
 
 bool LooksNumeric(std::string_view s) {
   double d;
@@ -91,6 +97,8 @@ class TextTraceReader : public TraceReader {
       cols_.input = 0;
       cols_.output = 1;
       cols_.timestamp = fields_.size() > 2 ? 2 : -1;
+      cols_.count = fields_.size();
+      cols_.headerless = true;
       cols_.input_name = "input_length";
       cols_.output_name = "output_length";
       cols_.timestamp_name = "timestamp";
@@ -143,6 +151,7 @@ class TextTraceReader : public TraceReader {
  private:
   Status ResolveHeader() {
     std::string ignored;
+    cols_.count = fields_.size();
     switch (format_) {
       case TraceFormat::kLengthsCsv:
         cols_.input = FindColumn(fields_, {"input_length", "input_tokens", "prompt_tokens"},
@@ -199,6 +208,11 @@ class TextTraceReader : public TraceReader {
       if (!origin_) origin_ = t;
       t -= *origin_;
     }
+    if (t > kMaxArrivalS) {
+      return Bad(line_no, column, raw,
+                 "is more than a year into the trace (arrivals count from its start" +
+                     std::string(cols_.absolute_time ? "" : ", in seconds") + ")");
+    }
     if (last_arrival_ && t < *last_arrival_) {
       return Bad(line_no, column, raw,
                  "is earlier than the previous request (arrivals must not decrease)");
@@ -220,6 +234,12 @@ class TextTraceReader : public TraceReader {
       return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": " +
                                      std::to_string(fields_.size()) +
                                      " columns, expected at least " + std::to_string(needed + 1));
+    }
+    if (fields_.size() > cols_.count) {
+      return Status::InvalidArgument(name_ + ":" + std::to_string(line_no) + ": " +
+                                     std::to_string(fields_.size()) + " columns, more than the " +
+                                     std::to_string(cols_.count) + " of " +
+                                     (cols_.headerless ? "the first row" : "the header"));
     }
     if (format_ == TraceFormat::kBurstGpt) {
       if ((!options_.model_filter.empty() && fields_[cols_.model] != options_.model_filter) ||

@@ -123,6 +123,15 @@ TEST_CASE("Readers: rules on values and order are enforced per line", "[traces]"
       {"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-01 00:00:00,5,5\n",
        ":2: column TIMESTAMP: \"2023-13-01 00:00:00\" is not a timestamp"},
       {"prompt,answer\n1,2\n", ":1: header needs input_length and output_length"},
+      {"input_length,output_length\n5,3\n5,3,7\n", ":3: 3 columns, more than the 2 of the header"},
+      {"5,3\n5,3,7\n", ":2: 3 columns, more than the 2 of the first row"},
+      {"input_length,output_length,timestamp\n5,3,1764288000\n",
+       ":2: column timestamp: \"1764288000\" is more than a year into the trace (arrivals count "
+       "from its start, in seconds)"},
+      {"{\"timestamp\": 1764288000000, \"input_length\": 5, \"output_length\": 3}\n",
+       ":1: column timestamp: \"1764288000000\" is more than a year into the trace"},
+      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 3, \"hash_ids\": \"1 2\"}\n",
+       ":1: malformed JSON line: \"hash_ids\" must be an array of non-negative integers"},
   };
   for (const Case& c : cases) {
     INFO(c.content);

@@ -9,6 +9,7 @@
 
 #include "base/format.h"
 #include "base/random.h"
+#include "traces/transforms.h"
 
 namespace fathom::traces {
 namespace {
@@ -214,13 +215,14 @@ Status SynthSpec::Validate() const {
   };
   // Written so that NaN fails every rule.
   auto positive = [](double v) { return v > 0 && std::isfinite(v); };
-  if (arrivals.schedule.empty() && !positive(arrivals.rate_per_s)) {
-    return bad("--rate", arrivals.rate_per_s, "must be > 0 and finite");
+  if (arrivals.schedule.empty() &&
+      !(arrivals.rate_per_s > 0 && arrivals.rate_per_s <= kMaxArrivalRate)) {
+    return bad("--rate", arrivals.rate_per_s, "must be > 0 and at most 1e6 requests a second");
   }
   for (const auto& s : arrivals.schedule) {
-    if (!positive(s.duration_s) || !(s.rate_per_s >= 0 && std::isfinite(s.rate_per_s))) {
+    if (!positive(s.duration_s) || !(s.rate_per_s >= 0 && s.rate_per_s <= kMaxArrivalRate)) {
       return bad("--schedule segment", s.duration_s,
-                 "needs a duration > 0 and a rate >= 0, both finite");
+                 "needs a finite duration > 0 and a rate from 0 to 1e6 requests a second");
     }
   }
   if (!positive(arrivals.cv)) return bad("--cv", arrivals.cv, "must be > 0 and finite");

@@ -119,7 +119,7 @@ TEST_CASE("Synthesize: conversations share their earlier turns as prefix blocks"
 TEST_CASE("SynthSpec: invalid parameters name the flag and the rule", "[traces]") {
   SynthSpec spec;
   spec.arrivals.rate_per_s = 0;
-  CHECK(spec.Validate().message() == "--rate = 0: must be > 0 and finite");
+  CHECK(spec.Validate().message() == "--rate = 0: must be > 0 and at most 1e6 requests a second");
   spec.arrivals.rate_per_s = 1;
   spec.lengths.correlation = 2;
   CHECK(spec.Validate().message() == "--correlation = 2: must be in [-1, 1]");
@@ -132,7 +132,8 @@ TEST_CASE("SynthSpec: invalid parameters name the flag and the rule", "[traces]"
   spec.duration_s = std::nullopt;
   spec.arrivals.schedule = {{60, INFINITY}};
   CHECK(spec.Validate().message() ==
-        "--schedule segment = 60: needs a duration > 0 and a rate >= 0, both finite");
+        "--schedule segment = 60: needs a finite duration > 0 and a rate from 0 to 1e6 requests a "
+        "second");
 }
 
 }  // namespace fathom::traces

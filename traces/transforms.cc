@@ -170,8 +170,8 @@ Status TransformOptions::Validate() const {
     return bad("--sample-fraction", sample_fraction, "must be in (0, 1]");
   if (!(time_scale > 0 && std::isfinite(time_scale)))
     return bad("--time-scale", time_scale, "must be > 0 and finite");
-  if (rate && !(*rate > 0 && std::isfinite(*rate)))
-    return bad("--rate", *rate, "must be > 0 and finite");
+  if (rate && !(*rate > 0 && *rate <= kMaxArrivalRate))
+    return bad("--rate", *rate, "must be > 0 and at most 1e6 requests a second");
   if (head && *head < 0) return bad("--head", static_cast<double>(*head), "must be >= 0");
   for (const auto& [flag, bound] : {std::pair{"--min-input", min_input},
                                     {"--max-input", max_input},

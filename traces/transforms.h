@@ -12,6 +12,11 @@
 
 namespace fathom::traces {
 
+// The most requests a trace tool generates, samples or repeats a data set to (a larger count is a
+// typo), and the highest arrival rate it takes, in requests a second.
+inline constexpr int64_t kMaxTraceRequests = 100'000'000;
+inline constexpr double kMaxArrivalRate = 1e6;
+
 // Applied in this order: length filters, Bernoulli sampling, head, time scaling, re-timing.
 struct TransformOptions {
   std::optional<int64_t> min_input, max_input, min_output, max_output;  // keep within bounds

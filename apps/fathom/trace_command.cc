@@ -119,6 +119,13 @@ Status Write(traces::TraceReader& reader, const std::string& out, const std::str
 
 Status Convert(const ConvertFlags& f) {
   FATHOM_RETURN_IF_ERROR(f.transform.Validate());
+  for (const auto& [flag, count] :
+       {std::pair{"--sample", f.sample}, {"--equal-issue", f.equal_issue}}) {
+    if (count && !(*count >= 1 && *count <= traces::kMaxTraceRequests)) {
+      return Status::InvalidArgument(std::string(flag) + " = " + std::to_string(*count) +
+                                     ": must be from 1 to 100,000,000");
+    }
+  }
   if (f.combine != "concat" && f.combine != "mix") {
     return Status::InvalidArgument("--combine = \"" + f.combine + "\": must be concat or mix");
   }
@@ -154,6 +161,10 @@ Status Convert(const ConvertFlags& f) {
 }
 
 Status Synth(SynthFlags f) {
+  if (f.spec.requests > traces::kMaxTraceRequests) {
+    return Status::InvalidArgument("--requests = " + std::to_string(f.spec.requests) +
+                                   ": must be at most 100,000,000");
+  }
   if (f.arrival == "poisson") {
     f.spec.arrivals.kind = traces::ArrivalKind::kPoisson;
   } else if (f.arrival == "gamma") {

@@ -207,6 +207,9 @@ std::string ParseJsonLine(std::string_view line, const std::vector<std::string_v
         if (!js.SkipValue(0)) return "malformed value for key \"" + std::string(key) + "\"";
         v.kind = JsonValue::kOther;
       }
+      if (key == array_key && array != nullptr && v.kind != JsonValue::kArray) {
+        return "\"" + std::string(array_key) + "\" must be an array of non-negative integers";
+      }
       if (slot < keys.size()) (*values)[slot] = v;
       if (js.Eat(',')) continue;
       if (js.Eat('}')) break;
