@@ -148,6 +148,22 @@ TEST_CASE("LogTicks: powers of ten, with 2 and 5 between them over few decades",
   CHECK(TickLabel(-1e-17) == "0");
 }
 
+TEST_CASE("RenderSvg: series that share a point keep distinct, hollow markers", "[reports]") {
+  // An Offline and a Server sweep of one deployment: the same frontier point.
+  Plot p;
+  p.title = "shared";
+  p.x = {"x", false};
+  p.y = {"y", false};
+  for (int i = 0; i < 4; ++i)
+    p.series.push_back({"s" + std::to_string(i), {5}, {7}, true, true, false, -1});
+  auto svg = RenderSvg(p);
+  REQUIRE(svg.ok());
+  CHECK(Count(*svg, "<circle class=\"marker\"") == 1);
+  CHECK(Count(*svg, "<rect class=\"marker\"") == 1);
+  CHECK(Count(*svg, "<path class=\"marker\"") == 2);  // a triangle and a diamond
+  CHECK(Count(*svg, "fill=\"white\"") >= 4);
+}
+
 TEST_CASE(
     "RenderSvg: every point lands inside the plot area, and bad values are errors naming them",
     "[reports]") {
@@ -161,9 +177,10 @@ TEST_CASE(
   REQUIRE(svg.ok());
   CHECK(svg->find("a &lt; b &amp; c") != std::string::npos);
   CHECK(Count(*svg, "<polyline") == 1);
-  CHECK(Count(*svg, "<circle") == 5);
+  CHECK(Count(*svg, "class=\"marker\"") == 5);
+  CHECK(Count(*svg, "<circle class=\"marker\"") == 3);  // the second series' are squares
   CHECK(Count(*svg, "fill-opacity=\"0.25\"") == 2);
-  const std::regex circle("cx=\"([0-9.]+)\" cy=\"([0-9.]+)\"");
+  const std::regex circle("class=\"marker\" cx=\"([0-9.]+)\" cy=\"([0-9.]+)\"");
   for (auto it = std::sregex_iterator(svg->begin(), svg->end(), circle);
        it != std::sregex_iterator(); ++it) {
     const double cx = std::stod((*it)[1]), cy = std::stod((*it)[2]);

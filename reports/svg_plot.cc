@@ -58,6 +58,33 @@ Scale MakeScale(const Axis& axis, double lo, double hi, double from, double to) 
 
 std::string Num(double v) { return StrFormat("%.1f", v); }
 
+// A point's marker: the shape follows the colour index (circle, square, triangle, diamond), so
+// series that share a point (an Offline and a Server sweep of one deployment) stay apart. Drawn
+// hollow; a faint one filled, small and translucent.
+std::string Marker(int index, double x, double y, const char* color, bool faint) {
+  const std::string paint =
+      faint ? StrFormat("fill=\"%s\" fill-opacity=\"0.25\"", color)
+            : StrFormat("fill=\"white\" fill-opacity=\"0.6\" stroke=\"%s\" stroke-width=\"1.8\"",
+                        color);
+  const double r = faint ? 2.5 : 4.5;
+  switch (index % 4) {
+    case 1:
+      return "<rect class=\"marker\" x=\"" + Num(x - r) + "\" y=\"" + Num(y - r) + "\" width=\"" +
+             Num(2 * r) + "\" height=\"" + Num(2 * r) + "\" " + paint + "/>";
+    case 2:
+      return "<path class=\"marker\" d=\"M" + Num(x) + " " + Num(y - 1.3 * r) + "L" +
+             Num(x + 1.2 * r) + " " + Num(y + 0.9 * r) + "L" + Num(x - 1.2 * r) + " " +
+             Num(y + 0.9 * r) + "Z\" " + paint + "/>";
+    case 3:
+      return "<path class=\"marker\" d=\"M" + Num(x) + " " + Num(y - 1.4 * r) + "L" +
+             Num(x + 1.4 * r) + " " + Num(y) + "L" + Num(x) + " " + Num(y + 1.4 * r) + "L" +
+             Num(x - 1.4 * r) + " " + Num(y) + "Z\" " + paint + "/>";
+    default:
+      return "<circle class=\"marker\" cx=\"" + Num(x) + "\" cy=\"" + Num(y) + "\" r=\"" + Num(r) +
+             "\" " + paint + "/>";
+  }
+}
+
 // `name` in lines of at most kLegendChars: broken at spaces, and a word longer than a line in
 // pieces (after a '-' where it has one).
 std::vector<std::string> LegendLines(const std::string& name) {
@@ -204,7 +231,8 @@ Result<std::string> RenderSvg(const Plot& plot) {
   double ly = kTop + 8;
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const Series& s = plot.series[i];
-    const char* color = kPalette[(s.color >= 0 ? s.color : static_cast<int>(i)) % kPaletteSize];
+    const int index = s.color >= 0 ? s.color : static_cast<int>(i);
+    const char* color = kPalette[index % kPaletteSize];
     svg += "<g>";
     if (!s.name.empty()) svg += "<title>" + EscapeXml(s.name) + "</title>";
     if (s.line && s.x.size() > 1) {
@@ -215,18 +243,21 @@ Result<std::string> RenderSvg(const Plot& plot) {
       svg += "\"/>";
     }
     if (s.points) {
-      for (size_t p = 0; p < s.x.size(); ++p) {
-        svg += "<circle cx=\"" + Num(sx(s.x[p])) + "\" cy=\"" + Num(sy(s.y[p])) + "\" r=\"" +
-               (s.faint ? "2.5" : "3.5") + "\" fill=\"" + color + "\"" +
-               (s.faint ? " fill-opacity=\"0.25\"" : "") + "/>";
-      }
+      for (size_t p = 0; p < s.x.size(); ++p)
+        svg += Marker(index, sx(s.x[p]), sy(s.y[p]), color, s.faint);
     }
     svg += "</g>\n";
     if (s.name.empty()) continue;
-    svg += "<g class=\"legend\"><rect x=\"" + Num(right + 14) + "\" y=\"" + Num(ly - 5) +
-           "\" width=\"14\" height=\"" + (s.faint ? "4" : "10") + "\" fill=\"" + color + "\"" +
-           (s.faint ? " fill-opacity=\"0.35\"" : "") + "/><text x=\"" + Num(right + 34) +
-           "\" y=\"" + Num(ly + 4) + "\">";
+    // The entry's swatch: its line and, where the series has markers, its marker.
+    svg += "<g class=\"legend\"><rect x=\"" + Num(right + 14) + "\" y=\"" +
+           Num(ly - (s.faint ? 2 : 1)) + "\" width=\"14\" height=\"" + (s.faint ? "4" : "2") +
+           "\" fill=\"" + color + "\"" + (s.faint ? " fill-opacity=\"0.35\"" : "") + "/>";
+    if (s.points && !s.faint) {
+      std::string swatch = Marker(index, right + 21, ly, color, false);
+      swatch.replace(swatch.find("marker"), 6, "swatch");
+      svg += swatch;
+    }
+    svg += "<text x=\"" + Num(right + 34) + "\" y=\"" + Num(ly + 4) + "\">";
     for (size_t l = 0; l < legend[i].size(); ++l) {
       svg += "<tspan x=\"" + Num(right + 34) + "\"" +
              (l > 0 ? " dy=\"" + Num(kLegendLine) + "\"" : "") + ">" + EscapeXml(legend[i][l]) +

@@ -45,9 +45,9 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
       d.disaggregated
           ? "P " + std::to_string(d.prefill.instances) + "xTP" + std::to_string(d.prefill.tp) +
                 " / D " + std::to_string(d.decode.instances) + "xTP" + std::to_string(d.decode.tp) +
-                "DP" + std::to_string(d.decode.attn_dp)
+                " attnDP" + std::to_string(d.decode.attn_dp)
           : "TP" + std::to_string(d.tp) + " PP" + std::to_string(d.pp) + " EP" +
-                std::to_string(d.ep) + " DP" + std::to_string(d.attn_dp) + " x" +
+                std::to_string(d.ep) + " attnDP" + std::to_string(d.attn_dp) + " x" +
                 std::to_string(d.gpus / (d.tp * d.pp));
   layout +=
       " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
@@ -395,32 +395,66 @@ Result<std::string> SweepReport::CostSvg() const {
   return RenderSvg(p);
 }
 
+// One sentence per sweep for the top of the HTML report: its best deployment and what it serves.
+std::string SweepReport::Headline() const {
+  std::string out = "<ul class=\"headline\">\n";
+  for (const View& v : views_) {
+    out += "<li><b>" + EscapeXml(v.label) + "</b>: ";
+    if (v.ranked.empty()) {
+      out += "no candidate met the limits.</li>\n";
+      continue;
+    }
+    const tuner::CandidateResult& b = v.ranked.front();
+    out += "best " + EscapeXml(LayoutLabel(b.config)) + ", " +
+           (v.info.ServerLike() ? FormatFixed(b.qps, 2) + " QPS, " : "") +
+           FormatFixed(b.throughput_tokens_per_s, 0) + " tok/s (" +
+           FormatFixed(b.tokens_per_s_per_gpu, 0) + " per GPU)";
+    if (Cost(v, b) > 0) out += " at $" + FormatFixed(Cost(v, b), 3) + " per million tokens";
+    out += ".</li>\n";
+  }
+  return out + "</ul>\n";
+}
+
 Result<std::string> SweepReport::Html() const {
+  // Laid out for a page 800 px wide or more: plots scale to it, tables wrap their layout cells.
   std::string out =
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fathom tuning "
       "report</title>\n<style>"
-      "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-      "margin:0.5em 0 1.5em}"
-      "th,td{border:1px solid #ccc;padding:3px "
-      "8px;font-size:13px}th{background:#f3f3f3}td.n{text-align:right}"
-      "pre{background:#f6f6f6;padding:6px "
-      "8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
-      "</style></head><body>\n<h1>fathom tuning report</h1>\n<h2>Best deployment of each "
-      "sweep</h2>\n";
-  out += Overview().Html();
-  if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
-    out += "<h2>Cheapest deployment per model across GPUs</h2>\n" + cheapest.Html();
-  }
+      "body{font-family:sans-serif;margin:1.5em;max-width:1200px}"
+      "table{border-collapse:collapse;margin:0.5em 0 1.5em}"
+      "th,td{border:1px solid #ccc;padding:3px 6px;font-size:12px}th{background:#f3f3f3}"
+      "td{overflow-wrap:anywhere}td.n{text-align:right;white-space:nowrap}"
+      "svg{width:100%;max-width:1000px;height:auto}ul.headline li{margin:0.3em 0}"
+      "pre{background:#f6f6f6;padding:6px 8px;font-size:12px;white-space:pre-wrap;"
+      "overflow-wrap:anywhere}"
+      "</style></head><body>\n<h1>fathom tuning report</h1>\n" +
+      Headline();
   const bool any_valid =
       std::any_of(views_.begin(), views_.end(), [](const View& v) { return !v.ranked.empty(); });
   if (any_valid) {
     FATHOM_ASSIGN_OR_RETURN(std::string frontier, FrontierSvg());
     out +=
-        "<h2>Pareto frontiers</h2>\n<p>Faint points: every valid candidate simulated; lines: each "
-        "sweep's "
-        "frontier (no other candidate serves both more tokens/s per GPU and more tokens/s per "
-        "user).</p>\n" +
+        "<p>Faint points: every valid candidate simulated; lines: each sweep's frontier (no other "
+        "candidate serves both more tokens/s per GPU and more tokens/s per user).</p>\n" +
         frontier;
+  }
+  out +=
+      "<h2>Assumptions</h2>\n<ul>\n"
+      "<li>Every figure is the simulator's prediction for the sweep's model, GPUs, workload and "
+      "p99 limits (each sweep's section names them); pruned candidates were never "
+      "simulated.</li>\n"
+      "<li>tok/s: output tokens per second over the run, as MLPerf LoadGen counts them; "
+      "tok/s/user: 1000 / mean TPOT in ms.</li>\n"
+      "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>, at the "
+      "prices in the overview ($/GPU-h).</li>\n"
+      "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that "
+      "leaves out hosts, network and cooling.</li>\n</ul>\n"
+      "<h2>Best deployment of each sweep</h2>\n" +
+      Overview().Html();
+  if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
+    out += "<h2>Cheapest deployment per model across GPUs</h2>\n" + cheapest.Html();
+  }
+  if (any_valid) {
     const bool priced = std::any_of(views_.begin(), views_.end(), [&](const View& v) {
       return std::any_of(v.frontier.begin(), v.frontier.end(),
                          [&](const auto& c) { return Cost(v, c) > 0; });
@@ -444,17 +478,6 @@ Result<std::string> SweepReport::Html() const {
     out += "<h3>Pareto frontier</h3>\n";
     out += v.frontier.empty() ? "<p>No valid candidate.</p>\n" : FrontierTable(v).Html();
   }
-  out +=
-      "<h2>Definitions</h2>\n<ul>\n"
-      "<li>tok/s: output tokens per second over the run, as MLPerf LoadGen counts them; "
-      "tok/s/user: 1000 / mean "
-      "TPOT in ms.</li>\n"
-      "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>.</li>\n"
-      "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that "
-      "leaves out "
-      "hosts, network and cooling.</li>\n"
-      "<li>Figures are the simulator's predictions; pruned candidates were never "
-      "simulated.</li>\n</ul>\n";
   return out + "</body></html>\n";
 }
 

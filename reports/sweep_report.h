@@ -24,7 +24,8 @@ struct ReportOptions {
   std::map<std::string, double> prices;
 };
 
-// "TP8 PP1 EP8 DP8 x1 fp4", "P 1xTP8 / D 1xTP8DP8 fp4 MTP3": a deployment's layout in one cell.
+// "TP8 PP1 EP8 attnDP8 x1 fp4", "P 1xTP8 / D 1xTP8 attnDP8 fp4 MTP3": a deployment's layout in one
+// cell.
 std::string LayoutLabel(const sim::DeploymentConfig& d);
 
 // A deployment's launch commands (vLLM, SGLang, TensorRT-LLM) in a ```sh fence and TensorRT-LLM's
@@ -76,6 +77,8 @@ class SweepReport {
   };
   double Cost(const View& v, const tuner::CandidateResult& c) const;
   Table Overview() const;
+  // The HTML report's opening: each sweep's best in one sentence.
+  std::string Headline() const;
   // The cheapest valid deployment of each model and scenario (at the same limits) over every GPU
   // kind and count the sweeps tried, at the report's prices; rows only where they tried several.
   Table Cheapest() const;

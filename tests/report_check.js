@@ -18,6 +18,18 @@ window.addEventListener("load", () => {
   }
   if (new Set(labels).size !== labels.length) problems.push(`overview labels repeat: ${labels.join(" | ")}`);
 
+  // The opening: a headline per sweep, then the frontier plot, then the assumptions, all before
+  // the first table.
+  const first = document.querySelector("h1").nextElementSibling;
+  if (!first || !first.matches("ul.headline")) problems.push("the report does not open with its headline");
+  else if (first.querySelectorAll("li").length !== expectedSweeps) {
+    problems.push(`the headline has ${first.querySelectorAll("li").length} entries, expected ${expectedSweeps}`);
+  }
+  const before = (a, b) => a && b && (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING) !== 0;
+  const assumptions = Array.from(document.querySelectorAll("h2")).find((h) => h.textContent === "Assumptions");
+  if (!before(document.querySelector("svg"), document.querySelector("table"))) problems.push("no plot above the tables");
+  if (!before(assumptions, document.querySelector("table"))) problems.push("no assumptions above the tables");
+
   const svgs = Array.from(document.querySelectorAll("svg"));
   if (svgs.length === 0) problems.push("no plot");
   svgs.forEach((svg, n) => {
@@ -52,6 +64,18 @@ window.addEventListener("load", () => {
     }
     if (!shown.some((text) => squash(text).includes("(novalidcandidate)"))) {
       problems.push(`${name}: no legend entry says a sweep has no valid candidate`);
+    }
+    // Markers of different series at one point differ in shape, so neither hides the other.
+    const seen = new Map();
+    for (const m of svg.querySelectorAll(".marker[stroke]")) {
+      const b = m.getBoundingClientRect();
+      const key = `${Math.round(b.x + b.width / 2)},${Math.round(b.y + b.height / 2)}`;
+      const shape = m.tagName + (m.getAttribute("d") || "").replace(/[-0-9.]+/g, "");
+      const other = seen.get(key);
+      if (other && other.group !== m.parentNode && other.shape === shape) {
+        problems.push(`${name}: two series' markers hide each other at ${key}`);
+      }
+      seen.set(key, {group: m.parentNode, shape: shape});
     }
     notes.push(`${name}: ${entries.length} legend entries: ${shown.join(" | ")}`);
   });

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Renders a fathom HTML report in headless Chromium and checks it as a person sees it: every plot
-# has axis labels, its legend names each sweep once and distinctly (one with no valid candidate
-# included), no text leaves its plot and nothing is wider than the page. Saves a screenshot.
+# Renders a fathom HTML report in headless Chromium on a page 800 px wide and checks it as a person
+# sees it: it opens with a headline, a plot and its assumptions; every plot has axis labels, its
+# legend names each sweep once and distinctly (one with no valid candidate included), no two
+# series' markers hide each other, no text leaves its plot and nothing is wider than the page.
+# Saves a screenshot.
 # Usage: report_check.sh FATHOM_BINARY SCREENSHOT_PNG; exit 77 (skipped) without chromium.
 set -u
 fathom=$1
@@ -43,7 +45,7 @@ html=$(<"$tmp/report.html")
   printf '</script>\n</body></html>\n'
 } >"$tmp/checked.html"
 
-chrome=("$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,2000
+chrome=("$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=800,2000
         --user-data-dir="$tmp/profile")
 "${chrome[@]}" --dump-dom "file://$tmp/checked.html" >"$tmp/dom.html" 2>"$tmp/chromium.log"
 mkdir -p "$(dirname "$screenshot")"
