@@ -114,7 +114,10 @@ TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keep
   CHECK(CsvCells(csv, 2)[7] == "-");
   CHECK(CsvCells(csv, 2)[8] == "-");
   CHECK(CsvCells(csv, 2)[9] == "1.0e+300");
-  for (const auto& cell : CsvCells(csv, 2)) CHECK(cell.size() <= 24);
+  const auto cells = CsvCells(csv, 2);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (titles[i] != "layout") CHECK(cells[i].size() <= 24);  // the figures; a layout is a label
+  }
 }
 
 TEST_CASE("LinearTicks: round steps of 1, 2 or 5 that cover the range", "[reports]") {
