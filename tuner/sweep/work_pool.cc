@@ -78,6 +78,15 @@ int LaunchedRanks() {
 Result<std::unique_ptr<WorkPool>> MakeWorkPool(int jobs) {
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<WorkPool> mpi, internal::MakeMpiWorkPool());
   if (mpi) return mpi;
+  // An srun step of several tasks that joined no MPI job (srun without --mpi=pmix): each task
+  // would run every work item, the whole plan once per task.
+  const char* step_tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (step_tasks != nullptr && std::atoi(step_tasks) > 1 && internal::LaunchedRanks() == 0) {
+    return Status::Unavailable(
+        "started as one of " + std::string(step_tasks) +
+        " srun tasks that joined no MPI job, so each would run all the work: launch with srun "
+        "--mpi=pmix (or --mpi=pmi2), or give one task (--ntasks=1) and let it use threads");
+  }
   return MakeThreadWorkPool(jobs);
 }
 
