@@ -17,7 +17,7 @@ start_server() {
   "$fathom" serve "$@" --port 0 2>"$log" &
   server=$!
   for _ in $(seq 1 100); do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
+    url=$(grep -o 'http://[0-9.]*:[0-9][0-9]*' "$log" | head -1)
     [ -n "$url" ] && return 0
     sleep 0.1
   done
@@ -114,6 +114,11 @@ check "serve counts the aborted requests" grep -Eq "[1-9][0-9]* aborted" "$tmp/s
 start_server "$tmp/default.log" deepseek-r1
 check "serve deepseek-r1 takes the built-in deployment: $(head -1 "$tmp/default.log")" \
   grep -q "deepseek-r1 on 8 x b200 (TP8 PP1 EP8 attnDP8" "$tmp/default.log"
+kill -TERM "$server"
+wait "$server"
+start_server "$tmp/open.log" llama2-70b -tp 2 --host 0.0.0.0
+check "serve warns when it listens beyond loopback with no --api-key" \
+  grep -q "warning: 0.0.0.0 is reachable from other hosts and no --api-key is set" "$tmp/open.log"
 kill -TERM "$server"
 wait "$server"
 start_server "$tmp/wider.log" meta-llama/Llama-2-70b-chat-hf --hardware h100-sxm

@@ -16,6 +16,7 @@
 #include "base/json_fields.h"
 #include "models/hardware.h"
 #include "sim/mlperf.h"
+#include "sim/serving/http_text.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
 #include "tuner/online/journal.h"
@@ -185,6 +186,13 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
   FATHOM_ASSIGN_OR_RETURN(auto supervisor, tuner::Supervisor::Start(o, initial));
   std::fprintf(stderr, "fathom online: gateway listening on http://%s:%d\n", o.gateway.host.c_str(),
                supervisor->gateway_port());
+  if (!sim::http::IsLoopbackHost(o.gateway.host) && o.gateway.token.empty()) {
+    std::fprintf(stderr,
+                 "fathom online: warning: the gateway at %s is reachable from other hosts and no "
+                 "--token is set: it passes anyone's requests to the replicas (give them an "
+                 "--api-key through --engine-args) and its control endpoints are off\n",
+                 o.gateway.host.c_str());
+  }
   return supervisor;
 }
 

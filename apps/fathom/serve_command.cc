@@ -12,6 +12,7 @@
 #include "models/deployment.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
+#include "sim/serving/http_text.h"
 #include "sim/serving/live_engine.h"
 #include "sim/serving/openai_server.h"
 #include "tuner/search/launch.h"
@@ -222,6 +223,12 @@ Status Run(const ServeFlags& f) {
   server.WaitReady();
   std::fprintf(stderr, "fathom serve: listening on http://%s:%d (model %s)\n", options.host.c_str(),
                server.port(), options.served_model_name.c_str());
+  if (!sim::http::IsLoopbackHost(options.host) && options.api_key.empty()) {
+    std::fprintf(stderr,
+                 "fathom serve: warning: %s is reachable from other hosts and no --api-key is "
+                 "set: anyone who reaches it can send requests\n",
+                 options.host.c_str());
+  }
 
   int signal = 0;
   sigwait(&signals, &signal);

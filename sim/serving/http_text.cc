@@ -35,4 +35,8 @@ bool ParseNumber(std::string_view s, int base, int64_t* out) {
   return true;
 }
 
+bool IsLoopbackHost(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace fathom::sim::http

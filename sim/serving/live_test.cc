@@ -235,7 +235,7 @@ TEST_CASE(
 
 TEST_CASE(
     "fathom serve survives poison requests: invalid UTF-8, long non-ASCII names, prompts past the "
-    "context") {
+    "context, n > 1") {
   ServeOptions o;
   o.max_model_len = 1000;
   Served served(50.0, o);
@@ -280,6 +280,20 @@ TEST_CASE(
   REQUIRE(fits);
   CHECK(fits->status == 200);
   CHECK_THAT(fits->body, Catch::Matchers::Contains("\"total_tokens\":1000"));
+  // n > 1 is refused, not answered with one choice; n = 1 and null are fine.
+  auto choices =
+      client.Post("/v1/completions", R"({"prompt":"x","max_tokens":2,"n":3})", "application/json");
+  REQUIRE(choices);
+  CHECK(choices->status == 400);
+  CHECK_THAT(choices->body, Catch::Matchers::Contains("n = 3: fathom serve generates one choice"));
+  // A null max_completion_tokens leaves max_tokens in force, as OpenAI's SDKs send it.
+  auto null_length = client.Post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":null,"max_tokens":3,"n":1})",
+      "application/json");
+  REQUIRE(null_length);
+  CHECK(null_length->status == 200);
+  CHECK_THAT(null_length->body, Catch::Matchers::Contains("\"completion_tokens\":3"));
   // The server still answers everyone else.
   auto fine =
       client.Post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":4})", "application/json");

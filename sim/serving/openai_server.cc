@@ -85,8 +85,16 @@ Result<Completion> ParseCompletion(const std::string& body, bool chat, const Ser
     FATHOM_ASSIGN_OR_RETURN(c.input, PromptTokens(j.contains("prompt") ? j["prompt"] : Json()));
   }
   c.input = std::max<int64_t>(c.input, 1);
+  // OpenAI's n: fathom serve generates one choice a request; more is refused, not ignored.
+  if (j.contains("n") && !j["n"].is_null() && j["n"] != 1) {
+    return Status::InvalidArgument("n = " + j["n"].dump().substr(0, 40) +
+                                   ": fathom serve generates one choice a request (n = 1)");
+  }
+  // Chat's max_completion_tokens, where given (null is not given), else max_tokens.
   const char* length_key =
-      chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+      chat && j.contains("max_completion_tokens") && !j["max_completion_tokens"].is_null()
+          ? "max_completion_tokens"
+          : "max_tokens";
   if (j.contains(length_key) && !j[length_key].is_null()) {
     const Json& m = j[length_key];
     if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > o.max_tokens_limit) {
