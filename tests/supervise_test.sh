@@ -94,6 +94,8 @@ check "the killed replica was detected" grep -q "replica [0-9]* (pid $victim) di
 check "and restarted" grep -q "Replicas restarted after dying: 1" "$tmp/online.out"
 sql() { sqlite3 "${2:-$tmp/journal.db}" "$1"; }  # sql QUERY [DATABASE]
 check "the injected bad configuration was started" grep -q "injected bad configuration" "$tmp/online.log"
+check "and journaled as the configuration applied" \
+  test "$(sql "SELECT count(*) FROM journal WHERE event = 'apply' AND after_config LIKE '%\"max_num_seqs\":1,%'")" -ge 1
 check "and rolled back after its canary window" test "$(sql "SELECT count(*) FROM journal WHERE event = 'rollback'")" -ge 1
 check "then the better configuration applied for real" \
   test "$(sql "SELECT count(*) FROM journal WHERE event = 'apply' AND after_config LIKE '%\"max_num_seqs\":64%'

@@ -255,6 +255,11 @@ void Controller::FailedToStart(const BatchLimits& in_force) {
   Withdraw(in_force);
 }
 
+void Controller::StartedInstead(const BatchLimits& actual) {
+  limits_ = actual;
+  predicted_in_force_ = kNan;  // the prediction was the chosen limits'
+}
+
 Result<Decision> Controller::Step(const Window& w) {
   Decision d;
   d.limits = limits_;
@@ -405,6 +410,11 @@ Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller,
         d.reason += "; rolled back, " + d.limits.Label() + " failed to start: " + outcome.why_not;
         d.action = Decision::Action::kRollback;
         d.limits = in_force;
+      } else if (outcome.started_instead && !(*outcome.started_instead == d.limits)) {
+        d.reason += "; the runtime started " + outcome.started_instead->Label() + " instead of " +
+                    d.limits.Label();
+        d.limits = *outcome.started_instead;
+        controller.StartedInstead(d.limits);
       }
       ++(d.action == Decision::Action::kApply ? s.changes : s.rollbacks);
     }

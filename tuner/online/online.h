@@ -54,6 +54,8 @@ struct Window {
 struct ApplyOutcome {
   bool applied = true;
   std::string why_not;
+  // What the runtime started where it is not what was asked (a canary test's injected limits).
+  std::optional<BatchLimits> started_instead;
 };
 
 // A serving runtime as the loop sees it.
@@ -127,6 +129,9 @@ class Controller {
   // The runtime could not start the limits Step just chose and still runs `in_force`: those stay,
   // and the failed limits are never chosen again.
   void FailedToStart(const BatchLimits& in_force);
+  // The runtime started `actual` in place of the limits Step just chose: they are in force, and
+  // the window after judges them.
+  void StartedInstead(const BatchLimits& actual);
 
   // The predicted p99 margin of `limits` at `qps` on the workload sample so far.
   Result<double> PredictMargin(const BatchLimits& limits, double qps) const;

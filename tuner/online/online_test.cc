@@ -291,7 +291,8 @@ class RefusingRuntime : public ServingRuntime {
   }
   Result<ApplyOutcome> Apply(const BatchLimits& limits) override {
     tried.push_back(limits);
-    return ApplyOutcome{false, "the replica on port 1 exited with status 1 before it was healthy"};
+    return ApplyOutcome{false, "the replica on port 1 exited with status 1 before it was healthy",
+                        std::nullopt};
   }
   std::vector<BatchLimits> tried;
 
@@ -329,6 +330,40 @@ TEST_CASE("RunOnline: a change that fails to start is rolled back at once, and n
                         "was healthy") != std::string::npos);
   }
   CHECK(controller->limits() == initial);
+}
+
+// A runtime that starts other limits than those asked for the first change (a canary test's
+// injection), as broken as RefusingRuntime's windows otherwise.
+class InjectingRuntime : public RefusingRuntime {
+ public:
+  using RefusingRuntime::RefusingRuntime;
+  Result<ApplyOutcome> Apply(const BatchLimits& limits) override {
+    tried.push_back(limits);
+    return ApplyOutcome{true, "", tried.size() == 1 ? std::optional(kInjected) : std::nullopt};
+  }
+  static constexpr BatchLimits kInjected{1, 2048};
+};
+
+TEST_CASE("RunOnline: limits the runtime started instead of the choice are what is in force",
+          "[online]") {
+  InjectingRuntime runtime(MlperfSet(), 4);
+  OnlineOptions o = Options();
+  o.cooldown_windows = 0;
+  auto controller = Make(BatchLimits{32, 8192}, o);
+  std::vector<Decision> decisions;
+  auto s = RunOnline(runtime, *controller, 0,
+                     [&](const Window&, const Decision& d) { decisions.push_back(d); });
+  REQUIRE(s.ok());
+  REQUIRE(runtime.tried.size() >= 2);
+  const auto first = std::find_if(decisions.begin(), decisions.end(),
+                                  [](const Decision& d) { return d.action != Action::kHold; });
+  REQUIRE(first != decisions.end());
+  // The decision (and so the journal) records the injected limits, not the controller's choice,
+  // and the next change starts from them.
+  CHECK(first->limits == InjectingRuntime::kInjected);
+  CHECK(first->reason.find("; the runtime started 1 seqs, 2048 tokens instead of ") !=
+        std::string::npos);
+  CHECK_FALSE(runtime.tried[1] == InjectingRuntime::kInjected);
 }
 
 TEST_CASE("RunOnline --advise: recommendations are reported, nothing is applied", "[online]") {

@@ -476,6 +476,7 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
     target_ = launch;
   }
   ApplyOutcome outcome;
+  if (!(launch == limits)) outcome.started_instead = launch;
   if (Status replaced = ReplaceWith(launch); !replaced.ok()) {
     // The failed replica is gone (Launch killed it) and the old ones still serve; those already
     // replaced are replaced back. Failing that too leaves no known state: an error.
