@@ -386,7 +386,7 @@ expect 0 "h200, 4 GPUs: 23 all-reduce sizes" -- profile tables "$tmp/aic_b200.db
 if grep -q '"b200"' "$tmp/tables2.json" && ! cmp -s "$tmp/tables.json" "$tmp/tables2.json"; then passed=$((passed + 1)); else echo "FAIL: profile tables dropped b200's tables or left h200's as they were"; failed=$((failed + 1)); fi
 expect 2 "aic.db: no all-reduce measured within one node on gb200" -- profile tables "$tmp/aic.db" --hardware gb200 --out "$tmp/none.json"
 
-# A GEMM table (timed by a known curve, see README) against the cost model, and the curve fitted back.
+# A GEMM table (timed by a known curve, see docs/profiler.md, "Test fixtures") against the cost model, and the curve fitted back.
 expect 0 "left out 2 rows of int8_wo" -- profile import "$data/gemm_table.csv" --db "$tmp/gemm.db"
 expect 0 "gemm bf16, M 1-16" -- profile compare "$tmp/gemm.db"
 expect 0 "gemm_efficiency       0.550" -- profile compare "$tmp/gemm.db" --fit

@@ -1,25 +1,75 @@
 #!/usr/bin/env bash
-# The README's figures, checked against the program's own output: each check runs fathom, takes a
-# figure from what it prints and requires the README to state it, so the two cannot drift apart.
+# The documentation's figures, checked against the program's own output: each check runs fathom,
+# takes a figure from what it prints and requires README.md or a page in docs/ to state it, so the
+# two cannot drift apart. Also: every relative link in README.md and docs/*.md resolves, the README
+# stays a front page (at most 260 lines), and the README's plot is what the program draws today.
 # Usage: readme_test.sh FATHOM_BINARY REPO_ROOT
 set -u
 fathom=$1
 root=$2
-readme="$root/README.md"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 
-# claim TEXT: the README states TEXT (line breaks in the README count as spaces).
+# The README and every docs page as one text, line breaks as spaces and runs of spaces as one: a
+# figure may be stated on any page.
+cat "$root/README.md" "$root"/docs/*.md | tr '\n' ' ' | sed 's/  */ /g' >"$tmp/docs.txt"
+
+# claim TEXT: the README or a docs page states TEXT (line breaks count as spaces).
 claim() {
-  if tr '\n' ' ' <"$readme" | sed 's/  */ /g' | grep -qF -- "$1"; then
+  if grep -qF -- "$1" "$tmp/docs.txt"; then
     passed=$((passed + 1))
   else
-    echo "FAIL: the README does not say: $1"
+    echo "FAIL: neither README.md nor docs/*.md says: $1"
     failed=$((failed + 1))
   fi
 }
+# check CONDITION_STATUS MESSAGE: counts a check that is not a claim.
+check() {
+  if [[ $1 -eq 0 ]]; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $2"
+    failed=$((failed + 1))
+  fi
+}
+
+# The README is a front page; the depth goes to docs/.
+lines=$(wc -l <"$root/README.md")
+[[ $lines -le 260 ]]
+check $? "README.md has $lines lines: at most 260 (move the depth to a page in docs/)"
+
+# Every relative link in README.md and docs/*.md (outside fenced code), inline ](path#anchor) or a
+# reference's [name]: path#anchor, names a file that exists relative to the linking file, and its
+# anchor (if any) a heading of that file.
+# slugs FILE: the anchors of FILE's headings, as GitHub makes them (lowercase; punctuation but
+# hyphens, underscores and spaces dropped; spaces to hyphens; a repeated heading gets -1, -2, ...).
+slugs() {
+  awk '/^```/ { fence = !fence; next }
+    !fence && /^#+ / { h = $0; sub(/^#+ +/, "", h); h = tolower(h); gsub(/[^a-z0-9 _-]/, "", h)
+                       gsub(/ /, "-", h); n = seen[h]++; print (n ? h "-" n : h) }' "$1"
+}
+for page in "$root/README.md" "$root"/docs/*.md; do
+  while IFS= read -r target; do
+    case $target in http://* | https://* | mailto:*) continue ;; esac
+    path=${target%%#*}
+    anchor=""
+    [[ $target == *"#"* ]] && anchor=${target#*#}
+    file=$(dirname "$page")/$path
+    [[ -z $path ]] && file=$page
+    name=${page#"$root"/}
+    if [[ ! -e $file ]]; then
+      check 1 "$name links to $target: no such file"
+    elif [[ -n $anchor ]] && ! slugs "$file" | grep -qxF -- "$anchor"; then
+      check 1 "$name links to $target: no heading of ${file#"$root"/} has that anchor"
+    else
+      check 0 ""
+    fi
+  done < <(awk '/^```/ { fence = !fence; next } !fence' "$page" >"$tmp/prose.md"
+           grep -oE '\]\([^) ]+\)' "$tmp/prose.md" | sed -E 's/^\]\(//; s/\)$//'
+           sed -nE 's/^ {0,3}\[[^]]+\]: +([^ ]+).*/\1/p' "$tmp/prose.md")
+done
 
 # figure REGEX FILE: the first match of the extended REGEX's group 1 in FILE.
 figure() { sed -nE "s/.*$1.*/\\1/p" "$2" | head -1; }
@@ -33,6 +83,13 @@ thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta'; }
 # the error columns keep their positions from the end on every row.
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51.txt"
 summary='median \|error\|: throughput ([0-9.]+%) \(Offline rows ([0-9.]+%)\), p99 latencies at the published QPS ([0-9.]+%), Server capacity ([0-9.]+%) \(at the published runs. use of their limits ([0-9.]+%)\)'
+# accuracy FILE ROWS STACK: the README's accuracy-table row of a results file's medians.
+accuracy() {
+  local m
+  read -r -a m <<<"$(sed -nE "s/.*$summary.*/\\1 \\2 \\3 \\4 \\5/p" "$1")"
+  echo "| $2 | $3 | ${m[0]-} | ${m[1]-} | ${m[2]-} | ${m[3]-} | ${m[4]-} |"
+}
+claim "$(accuracy "$tmp/v51.txt" "v5.1: 83 rows, 63 never fitted" '`trtllm-1.0`')"
 claim "the median throughput error is $(figure "$summary" "$tmp/v51.txt") (Offline rows $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/v51.txt"))"
 claim "are off by $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v51.txt") in the median"
 # The highest QPS DeepSeek-R1 on 8xB200 holds, against its submitters' (columns QPS pub, QPS max).
@@ -55,6 +112,7 @@ claim "Llama 3.1 405B on 8xH200 comes out $(span "$tmp/v51.txt" '(NF-3)' '$3 == 
 claim "Llama 2 70B Interactive on 8xH200 is within $(span "$tmp/v51.txt" '(NF-3)' '$3 == "h200" && $4 == "llama2-70b-99" && $5 == "Interactive"' | cut -d- -f2)%"
 claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" '(NF-3)' '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
+claim "$(accuracy "$tmp/v60.txt" "v6.0 DeepSeek-R1 8xB200: 6 rows, fitted" '`trtllm-1.2`')"
 claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline within $(span "$tmp/v60.txt" NF '$5 == "Offline"' | cut -d- -f2)%) and $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies"
 claim "capacity is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") off"
 claim "own use of its limits the median is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/v60.txt")"
@@ -65,6 +123,7 @@ claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% l
 # 9 throughput error, 13 published p99 TPOT (77.6 ms and up: 97% of the limit), NF capacity error.
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout.csv) >"$tmp/v60h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v60h.txt"
+claim "$(accuracy "$tmp/v60h.txt" "v6.0 DeepSeek-R1, B300 to racks: 30 held out" '`trtllm-1.2`')"
 # span1 FILE FIELD FILTER: "lo-hi" of |FIELD| to one decimal over the rows matching FILTER.
 span1() {
   awk "$3"' { v = $'"$2"'; if (v < 0) v = -v; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v }
@@ -85,6 +144,7 @@ claim "GB200 racks Server, $(span "$tmp/v60h.txt" '(NF-3)' '$3 == "gb200" && $5 
 # gpt-oss-120b, a model held out of every fit (columns as above; 15 the p99 TPOT error).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout_gpt-oss.csv) >"$tmp/oss.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/oss.txt"
+claim "$(accuracy "$tmp/oss.txt" "v6.0 gpt-oss-120b: 26 rows, model held out" '`trtllm-1.2`')"
 # all_high FIELD FILTER: "every row high" when FIELD is positive on every row matching FILTER.
 all_high() { awk "$2"' && $'"$1"' <= 0 { n++ } END { print (n ? "not every row high" : "every row high") }' "$tmp/oss.txt"; }
 plus_span() { span "$tmp/oss.txt" "$1" "$2" | sed 's/-/% to +/'; }
@@ -94,6 +154,7 @@ claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv) >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"
+claim "$(accuracy "$tmp/v51h.txt" "v5.1 DeepSeek-R1 racks: 6 held out" '`trtllm-1.0`')"
 gb200_offline=$(awk '$3 == "gb200" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
 gb200_capacity=$(awk '$3 == "gb200" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
 gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
@@ -102,10 +163,29 @@ claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n"
 claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
 
 # The default search space.
-"$fathom" tune --scenario server --jobs 1 >"$tmp/server.txt" 2>&1  # one thread: which candidates are pruned depends on the order they finish
+# One thread: which candidates are pruned depends on the order they finish (the store, and so the
+# plot below, too).
+"$fathom" tune --scenario server --jobs 1 --db "$tmp/tunes.db" >"$tmp/server.txt" 2>&1
 claim "The default Server space for DeepSeek-R1 on 8xB200 is $(figure '^([0-9]+) candidates:' "$tmp/server.txt" | thousands) feasible candidates"
 claim "and $(figure '; ([0-9]+) infeasible;' "$tmp/server.txt" | thousands) that do not fit or break a layout rule"
 claim "the default Server tune simulates $(figure '^[0-9]+ candidates: ([0-9]+) simulated' "$tmp/server.txt") of its"
+
+# The README's plot, docs/images/frontier.svg: the frontier of the two tunes the README's first
+# command runs (DeepSeek-R1 on 8xB200, Server and Offline), drawn from their results store. The
+# simulator is deterministic, and on one thread so is the set of candidates each tune simulates.
+# To regenerate it after a change that moves these tunes, from the repository's root:
+#   db=$(mktemp -d)/tunes.db
+#   ./build/fathom tune --scenario server --jobs 1 --db "$db"
+#   ./build/fathom tune --jobs 1 --db "$db"
+#   ./build/fathom report --db "$db" --out docs/images/frontier.svg --plot frontier
+"$fathom" tune --jobs 1 --db "$tmp/tunes.db" >"$tmp/offline.txt" 2>&1
+"$fathom" report --db "$tmp/tunes.db" --out "$tmp/frontier.svg" --plot frontier >"$tmp/report.txt" 2>&1
+cmp -s "$tmp/frontier.svg" "$root/docs/images/frontier.svg"
+check $? "docs/images/frontier.svg is not what fathom draws today; regenerate it (docs/tuning.md, \"The README's plot\"):
+  db=\$(mktemp -d)/tunes.db
+  ./build/fathom tune --scenario server --jobs 1 --db \"\$db\"
+  ./build/fathom tune --jobs 1 --db \"\$db\"
+  ./build/fathom report --db \"\$db\" --out docs/images/frontier.svg --plot frontier"
 
 # The online example.
 "$fathom" online --initial-batch 32 --compare-static >"$tmp/online.txt" 2>&1

@@ -87,15 +87,15 @@ out=$(env SLURM_STEP_NUM_TASKS=3 SLURM_PROCID=1 SLURM_STEP_ID=0 "$fathom" sweep 
 check "a task of srun without --mpi=pmix is refused: $out" $?
 expect_error "none.db: no such results database" -- merge --out "$tmp/bad.db" "$tmp/none.db"
 
-# The README's Slurm batch scripts parse.
-readme="${FATHOM_DATA_DIR:-.}/README.md"
+# The Slurm batch scripts in docs/sweeps.md parse.
+page="${FATHOM_DATA_DIR:-.}/docs/sweeps.md"
 scripts=$(awk -v dir="$tmp" '/^```bash$/ { f = dir "/batch" ++n ".sh"; next } /^```/ { f = ""; next } f { print > f }
-                      END { print n + 0 }' "$readme")
+                      END { print n + 0 }' "$page")
 [[ $scripts -ge 2 ]]
-check "the README has the Slurm batch scripts ($scripts)" $?
+check "docs/sweeps.md has the Slurm batch scripts ($scripts)" $?
 for script in "$tmp"/batch*.sh; do
   grep -q "^#SBATCH" "$script" && bash -n "$script"
-  check "bash -n $(basename "$script") (README)" $?
+  check "bash -n $(basename "$script") (docs/sweeps.md)" $?
 done
 
 if [[ ${#mpirun[@]} -gt 0 ]]; then
