@@ -12,7 +12,7 @@
 
 namespace fathom::models {
 
-// Degrees in the engines' counting (see README): GPUs = tp x pp x replicas; attention data
+// Degrees in the engines' counting (docs/simulation.md): GPUs = tp x pp x replicas; attention data
 // parallelism splits the TP group (attention TP = tp / attn_dp); experts are sharded over ep GPUs
 // of the TP group (expert TP = tp / ep). Dense MLPs, shared experts, embedding and LM head follow
 // the attention layout.
@@ -38,8 +38,8 @@ struct Precision {
   static constexpr DType kHighPrecision = DType::kBf16;
 };
 
-// The built-in default deployment (see README): MLPerf v5.1 NVIDIA DeepSeek-R1 on 8 B200s, TP8 +
-// EP8 with attention data parallelism, FP4 weights and FP8 KV.
+// The built-in default deployment (docs/tuning.md): MLPerf v5.1 NVIDIA DeepSeek-R1 on 8 B200s, TP8
+// + EP8 with attention data parallelism, FP4 weights and FP8 KV.
 inline constexpr std::string_view kDefaultModel = "deepseek-r1";
 inline constexpr std::string_view kDefaultHardware = "b200";
 inline constexpr ParallelLayout kDefaultLayout = {8, 8, 1, 8, 8};

@@ -64,8 +64,8 @@ TEST_CASE("Measured H100 and H200 GEMMs: random operands agree with Vidur's H100
   const auto h100 = Gpu("h100-sxm"), h200 = Gpu("h200");
   const auto fit100 = Fit(Gemms("h100-sxm.db", "h100-sxm"), h100);
   const auto fit200 = Fit(Gemms("h200.db", "h200"), h200);
-  // BF16 tensor-core efficiency: Vidur's PyTorch timings on DGX H100 give 0.759 (README); the
-  // same SMs at the same clocks on an H200 give the same.
+  // BF16 tensor-core efficiency: Vidur's PyTorch timings on DGX H100 give 0.759 (docs/profiler.md);
+  // the same SMs at the same clocks on an H200 give the same.
   CHECK(std::abs(fit100.value[0] - 0.759) < 0.03);
   CHECK(std::abs(fit200.value[0] - fit100.value[0]) < 0.02);
   // FP8 at DeepGEMM's stated share of the FP8 peak or a little above, on both.

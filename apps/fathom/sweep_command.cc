@@ -109,7 +109,7 @@ void RegisterSweep(CLI::App& app, Status* result) {
       app.add_subcommand("sweep",
                          "Tune every cell of a plan (models x GPUs x counts x scenarios ...) "
                          "into one results store, on threads or under mpirun/srun");
-  cmd->add_option("plan", f->plan, "Sweep plan (JSON; README, \"Sweeps\")")->required();
+  cmd->add_option("plan", f->plan, "Sweep plan (JSON; docs/sweeps.md)")->required();
   cmd->add_option("--db", f->db, "SQLite results store: a killed sweep resumes from it")
       ->required();
   cmd->add_option("--jobs", f->jobs,

@@ -118,7 +118,7 @@ Result<bool> PrometheusApi::Add(const std::string& promql, const std::string& na
   if (samples.empty() && required) {
     return Status::Unavailable("Prometheus at " + url_ + ", query " + promql +
                                ": no series (does it scrape the replicas, at an interval well "
-                               "under the window? see the README)");
+                               "under the window? see docs/serving.md)");
   }
   if (samples.empty()) return false;
   std::vector<MetricSample>& series = (*page)[name];

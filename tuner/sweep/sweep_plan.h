@@ -1,5 +1,5 @@
 // A sweep plan: a grid of tunes (models x hardware x GPU counts x scenarios x stacks x p99 limits
-// x traces) sharing one set of tune settings, read from a JSON file (README, "Sweeps").
+// x traces) sharing one set of tune settings, read from a JSON file (docs/sweeps.md).
 #pragma once
 
 #include <cstdint>
