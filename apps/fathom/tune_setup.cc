@@ -38,8 +38,8 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
       return Status::InvalidArgument(StrFormat("%s = %g: must be > 0 and finite", flag, *limit));
   }
   if (!(o.price_per_gpu_hour >= 0 && std::isfinite(o.price_per_gpu_hour))) {
-    return Status::InvalidArgument(StrFormat(
-        "--price = %g: must be USD per GPU-hour > 0 and finite", o.price_per_gpu_hour));
+    return Status::InvalidArgument(
+        StrFormat("--price = %g: must be USD per GPU-hour > 0 and finite", o.price_per_gpu_hour));
   }
   if (o.probe_max_samples < o.probe_min_samples)
     return Status::InvalidArgument("--probe-max-samples must be >= 300");
