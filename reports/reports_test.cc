@@ -94,6 +94,14 @@ TEST_CASE("FormatFixed: fixed decimals, and huge or undefined values in a few ch
   CHECK(FormatFixed(-std::numeric_limits<double>::infinity(), 1) == "-inf");
 }
 
+TEST_CASE("LayoutLabel: degrees as simulate prints them, attention DP as attnDP", "[reports]") {
+  sim::DeploymentConfig d;  // DeepSeek-R1 on 8 B200s, TP8 / EP8 / attention DP8, FP4
+  CHECK(LayoutLabel(d).rfind("TP8 PP1 EP8 attnDP8 x1 fp4", 0) == 0);
+  d.disaggregated = true;
+  d.decode.tp = d.decode.attn_dp = 8;
+  CHECK(LayoutLabel(d).find("xTP8 attnDP8") != std::string::npos);
+}
+
 TEST_CASE("RankingTable: Offline rows show no QPS or TTFT, and a huge value keeps its cell narrow",
           "[reports]") {
   tuner::CandidateResult server = Candidate(64, 900, 30);
