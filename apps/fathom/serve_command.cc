@@ -49,6 +49,12 @@ bool Given(const ServeFlags& f, const std::string& name) {
   return false;
 }
 
+// Whether the user gave any of vLLM's layout flags.
+bool LayoutGiven(const ServeFlags& f) {
+  return Given(f, "--tensor-parallel-size") || Given(f, "--pipeline-parallel-size") ||
+         Given(f, "--data-parallel-size") || Given(f, "--enable-expert-parallel");
+}
+
 Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   if (!f.deployment_file.empty()) {
     for (CLI::Option* o : f.vllm_options) {
@@ -109,9 +115,7 @@ Result<sim::DeploymentConfig> BuildDeployment(const ServeFlags& f) {
   // Without layout flags the built-in default model serves on the built-in default deployment
   // (MLPerf's on 8 B200s), as `simulate` and `tune` do; any of vLLM's layout flags overrides it.
   const bool default_deployment =
-      !Given(f, "--tensor-parallel-size") && !Given(f, "--pipeline-parallel-size") &&
-      !Given(f, "--data-parallel-size") && !Given(f, "--enable-expert-parallel") &&
-      d.model == models::kDefaultModel && d.hardware == models::kDefaultHardware;
+      !LayoutGiven(f) && d.model == models::kDefaultModel && d.hardware == models::kDefaultHardware;
   if (default_deployment) {
     const models::ParallelLayout& l = models::kDefaultLayout;
     std::tie(d.gpus, d.tp, d.pp, d.ep, d.attn_dp) = std::tie(l.gpus, l.tp, l.pp, l.ep, l.attn_dp);
@@ -177,10 +181,7 @@ Status Run(const ServeFlags& f) {
   auto resolved = sim::Resolve(d, catalog, time_model.factory);
   // Without layout flags, a model that does not fit one GPU is served on the fewest GPUs of a
   // node (tensor parallel) that hold it, where vLLM would fail to start.
-  const bool layout_given =
-      Given(f, "--tensor-parallel-size") || Given(f, "--pipeline-parallel-size") ||
-      Given(f, "--data-parallel-size") || Given(f, "--enable-expert-parallel");
-  if (!resolved.ok() && f.deployment_file.empty() && !layout_given && d.gpus == 1) {
+  if (!resolved.ok() && f.deployment_file.empty() && !LayoutGiven(f) && d.gpus == 1) {
     for (int tp : {2, 4, 8}) {
       sim::DeploymentConfig wider = d;
       wider.tp = wider.gpus = tp;
