@@ -7,12 +7,12 @@
 namespace fathom::models {
 namespace {
 
-struct Setup {
+struct ModelOnGpu {
   ModelArch model;
   Hardware hw;
 };
 
-Setup Make(const std::string& model, const std::string& gpu) {
+ModelOnGpu Make(const std::string& model, const std::string& gpu) {
   auto m = LoadModel(model);
   REQUIRE(m.ok());
   auto catalog = HardwareCatalog::LoadBuiltin();
@@ -36,7 +36,7 @@ ParallelLayout Layout(int gpus, int tp, int pp, int ep, int dp) {
 
 TEST_CASE("PlanMemory: DeepSeek-R1 MLA cache is 576 values per layer, replicated over attention TP",
           "[models]") {
-  Setup s = Make("deepseek-r1", "b200");
+  ModelOnGpu s = Make("deepseek-r1", "b200");
   Precision p{DType::kNvfp4, DType::kNvfp4, DType::kFp8};
   const MemoryPlan dp8 = PlanMemory(s.model, s.hw, Layout(8, 8, 1, 8, 8), p, {});
   CHECK(dp8.kv_bytes_per_token == Approx(61 * 576 * 1.0));
@@ -58,7 +58,7 @@ TEST_CASE("PlanMemory: DeepSeek-R1 MLA cache is 576 values per layer, replicated
 
 TEST_CASE("PlanMemory: weights of every GPU add up to the whole model under pure TP and PP",
           "[models]") {
-  Setup s = Make("llama3.1-405b", "h200");
+  ModelOnGpu s = Make("llama3.1-405b", "h200");
   Precision p{DType::kFp8, DType::kFp8, DType::kFp8};
   const ParamCounts c = CountParams(s.model);
   const MemoryPlan one = PlanMemory(s.model, s.hw, Layout(1, 1, 1, 1, 1), p, {});
@@ -86,7 +86,7 @@ TEST_CASE("PlanMemory: weights of every GPU add up to the whole model under pure
 }
 
 TEST_CASE("PlanMemory: sliding-window layers hold at most the window per sequence", "[models]") {
-  Setup s = Make("gpt-oss-120b", "h100-sxm");
+  ModelOnGpu s = Make("gpt-oss-120b", "h100-sxm");
   Precision p{DType::kMxfp4, DType::kBf16, DType::kBf16};
   MemoryOptions o;
   o.max_batch = 64;
@@ -101,7 +101,7 @@ TEST_CASE("PlanMemory: sliding-window layers hold at most the window per sequenc
 
 TEST_CASE("PlanMemory: capacity = what is left after weights, activations, runtime and reserve",
           "[models]") {
-  Setup s = Make("llama2-70b", "h200");
+  ModelOnGpu s = Make("llama2-70b", "h200");
   Precision p{DType::kFp8, DType::kFp8, DType::kFp8};
   const MemoryPlan plan = PlanMemory(s.model, s.hw, Layout(1, 1, 1, 1, 1), p, {});
   const double left =
@@ -113,7 +113,7 @@ TEST_CASE("PlanMemory: capacity = what is left after weights, activations, runti
 TEST_CASE("PlanMemory: a KV fraction of free memory takes that share of what weights leave",
           "[models]") {
   // TensorRT-LLM's kv_cache_free_gpu_memory_fraction: the MLPerf B200 Llama 2 harness sets 0.95.
-  Setup s = Make("llama2-70b", "b200");
+  ModelOnGpu s = Make("llama2-70b", "b200");
   Precision p{DType::kNvfp4, DType::kNvfp4, DType::kFp8};
   MemoryOptions o;
   o.kv_free_fraction = 0.95;
@@ -130,13 +130,13 @@ TEST_CASE("PlanMemory: a KV fraction of free memory takes that share of what wei
 
 TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the rule",
           "[models]") {
-  Setup s = Make("deepseek-r1", "b200");
+  ModelOnGpu s = Make("deepseek-r1", "b200");
   CHECK(ValidateLayout(s.model, Layout(8, 8, 1, 8, 8)).ok());
   CHECK(ValidateLayout(s.model, Layout(8, 3, 1, 1, 1)).message() ==
         "gpus = 8: must be a multiple of tp x pp (3): GPUs = tp x pp x replicas");
   CHECK(ValidateLayout(s.model, Layout(6, 6, 1, 6, 1)).message() ==
         "attention tp (tp / attn_dp) = 6: must divide num_attention_heads (128)");
-  Setup x = Make("mixtral-8x7b", "h100-sxm");
+  ModelOnGpu x = Make("mixtral-8x7b", "h100-sxm");
   CHECK(ValidateLayout(x.model, Layout(16, 16, 1, 16, 1)).message() ==
         "ep = 16: must divide the number of experts (8)");
   CHECK(ValidateLayout(s.model, Layout(8, 8, 1, 8, 3)).message() ==
@@ -144,7 +144,7 @@ TEST_CASE("ValidateLayout: impossible layouts name the degree, the value and the
         "group");
   CHECK(ValidateLayout(s.model, Layout(64, 1, 64, 1, 1)).message() ==
         "pp = 64: must be <= num_hidden_layers (61)");
-  Setup l = Make("llama2-70b", "h200");
+  ModelOnGpu l = Make("llama2-70b", "h200");
   CHECK(ValidateLayout(l.model, Layout(8, 8, 1, 2, 1)).message() ==
         "ep = 2: must be 1: llama2-70b has no experts");
   CHECK(ValidateLayout(l.model, Layout(6, 6, 1, 1, 1))

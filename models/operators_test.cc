@@ -8,7 +8,7 @@
 namespace fathom::models {
 namespace {
 
-ModelArch Load(const std::string& name) {
+ModelArch Arch(const std::string& name) {
   auto m = LoadModel(name);
   REQUIRE(m.ok());
   return *m;
@@ -42,7 +42,7 @@ TEST_CASE("Operators: GEMM FLOPs of a prefill are 2 x active parameters per toke
   for (const char* name :
        {"deepseek-r1", "llama3.1-405b", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"}) {
     INFO(name);
-    const ModelArch m = Load(name);
+    const ModelArch m = Arch(name);
     OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
     std::vector<Operator> ops;
     const int64_t T = 2048;
@@ -56,7 +56,7 @@ TEST_CASE("Operators: GEMM FLOPs of a prefill are 2 x active parameters per toke
 
 TEST_CASE("Operators: causal attention FLOPs are 4 x heads x head_dim per query-key pair",
           "[models]") {
-  const ModelArch m = Load("llama3.1-405b");
+  const ModelArch m = Arch("llama3.1-405b");
   OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
   std::vector<Operator> ops;
   const double T = 1000;
@@ -72,7 +72,7 @@ TEST_CASE("Operators: causal attention FLOPs are 4 x heads x head_dim per query-
 }
 
 TEST_CASE("Operators: sliding-window layers attend to at most the window", "[models]") {
-  const ModelArch m = Load("gpt-oss-120b");
+  const ModelArch m = Arch("gpt-oss-120b");
   OperatorBuilder builder(m, Layout(1, 1, 1, 1), Precision{});
   std::vector<Operator> ops;
   BatchShape decode;
@@ -89,7 +89,7 @@ TEST_CASE("Operators: sliding-window layers attend to at most the window", "[mod
 }
 
 TEST_CASE("Operators: DeepSeek-R1 with TP8/EP8 and attention DP", "[models]") {
-  const ModelArch m = Load("deepseek-r1");
+  const ModelArch m = Arch("deepseek-r1");
   OperatorBuilder builder(m, Layout(8, 8, 8, 8),
                           Precision{DType::kNvfp4, DType::kNvfp4, DType::kFp8});
   std::vector<Operator> ops;
@@ -125,7 +125,7 @@ TEST_CASE("Operators: DeepSeek-R1 with TP8/EP8 and attention DP", "[models]") {
 }
 
 TEST_CASE("Operators: Llama 3.1 405B with TP8", "[models]") {
-  const ModelArch m = Load("llama3.1-405b");
+  const ModelArch m = Arch("llama3.1-405b");
   OperatorBuilder builder(m, Layout(8, 8, 1, 1), Precision{DType::kFp8, DType::kFp8, DType::kFp8});
   std::vector<Operator> ops;
   builder.Build(Prefill(4096), MoeInput{4096}, 0, &ops);
@@ -168,7 +168,7 @@ TEST_CASE("Operators: Llama 3.1 405B with TP8", "[models]") {
 
 TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, monotone in batch",
           "[models]") {
-  const ModelArch m = Load("llama2-70b");
+  const ModelArch m = Arch("llama2-70b");
   auto catalog = HardwareCatalog::LoadBuiltin();
   const Hardware hw = *catalog->Find("h200");
   const Precision p{DType::kFp8, DType::kFp8, DType::kFp8};

@@ -40,7 +40,7 @@ double MedianAbs(const ModelComparison& c, const std::string& group) {
   return 0;
 }
 
-models::Hardware H100() { return *(*models::HardwareCatalog::LoadBuiltin()).Find("h100-sxm"); }
+models::Hardware H100Sxm() { return *(*models::HardwareCatalog::LoadBuiltin()).Find("h100-sxm"); }
 
 }  // namespace
 
@@ -79,11 +79,11 @@ TEST_CASE(
     "[vidur]") {
   const auto rows = VidurRows();
   const models::CostParams start;
-  auto fit = models::FitOperators(rows, H100(), start);
+  auto fit = models::FitOperators(rows, H100Sxm(), start);
   REQUIRE(fit.ok());
   REQUIRE(fit->gemm);
   REQUIRE(fit->links);
-  auto after = CompareWithModel(rows, H100(), fit->Applied(start));
+  auto after = CompareWithModel(rows, H100Sxm(), fit->Applied(start));
   REQUIRE(after.ok());
   CHECK(MedianAbs(*after, "gemm bf16") <= 10);
   CHECK(MedianAbs(*after, "all_reduce bf16") <= 15);
@@ -94,9 +94,9 @@ TEST_CASE(
     for (const auto& r : rows)
       (models::DimText(r.dims, "model") == std::optional<std::string_view>(held) ? test : train)
           .push_back(r);
-    auto fold = models::FitOperators(train, H100(), start);
+    auto fold = models::FitOperators(train, H100Sxm(), start);
     REQUIRE(fold.ok());
-    auto priced = CompareWithModel(test, H100(), fold->Applied(start));
+    auto priced = CompareWithModel(test, H100Sxm(), fold->Applied(start));
     REQUIRE(priced.ok());
     CHECK(MedianAbs(*priced, "gemm bf16") <= 10);
   }

@@ -61,7 +61,7 @@ std::atomic<bool> stop_requested{false};
 
 std::string Ms(double v) { return StrFormat("%.0f ms", v); }
 
-struct Run {
+struct LoopRun {
   tuner::OnlineSummary summary;
   OrderedJson windows = OrderedJson::array();
 };
@@ -90,11 +90,11 @@ Result<std::unique_ptr<tuner::ServingRuntime>> Emulated(const OnlineFlags& f,
 
 // Observe, decide, apply until the runtime ends or --windows are done; prints a line a window
 // under `title` (quiet when it is empty).
-Result<Run> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime,
-                 tuner::Controller& controller, const std::string& title,
-                 const std::function<void(const tuner::Decision&)>& also = nullptr) {
+Result<LoopRun> Loop(const OnlineFlags& f, tuner::ServingRuntime& runtime,
+                     tuner::Controller& controller, const std::string& title,
+                     const std::function<void(const tuner::Decision&)>& also = nullptr) {
   const bool print = !title.empty();
-  Run run;
+  LoopRun run;
   auto on_step = [&](const tuner::Window& w, const tuner::Decision& dec) {
     if (also) also(dec);
     OrderedJson j;
@@ -299,9 +299,10 @@ Status RunOnlineCommand(OnlineFlags f) {
         f.advise);
     if (changed) in_force = dec.limits;
   };
-  FATHOM_ASSIGN_OR_RETURN(Run tuned, Loop(f, *runtime, *controller, f.json ? "" : title, record));
+  FATHOM_ASSIGN_OR_RETURN(LoopRun tuned,
+                          Loop(f, *runtime, *controller, f.json ? "" : title, record));
   FATHOM_RETURN_IF_ERROR(journal_status);
-  std::optional<Run> held;
+  std::optional<LoopRun> held;
   if (f.compare_static) {
     tuner::OnlineOptions fixed = o;
     fixed.max_batch = {initial.max_batch};

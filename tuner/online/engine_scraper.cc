@@ -9,9 +9,6 @@
 namespace fathom::tuner {
 namespace {
 
-// Finished requests' lengths kept per window, at most (as LiveRuntime keeps).
-constexpr int64_t kMaxSample = 2000;
-
 // `from`'s series appended to `into`'s: FindHistogram and the sums add them up.
 void Append(const Metrics& from, Metrics* into) {
   for (const auto& [name, samples] : from) {
@@ -63,7 +60,7 @@ Status EngineScraper::Start(const std::map<int, int>& ports) {
 Result<Window> EngineScraper::Next(const std::map<int, int>& ports, double start_s, double end_s) {
   Metrics now, before;
   FATHOM_RETURN_IF_ERROR(Read(ports, &now, &before));
-  return VllmWindow(before, now, start_s, end_s, kMaxSample, pairing_seed_++);
+  return VllmWindow(before, now, start_s, end_s, kVllmMaxSample, pairing_seed_++);
 }
 
 }  // namespace fathom::tuner

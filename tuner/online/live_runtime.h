@@ -13,6 +13,7 @@
 #include "base/prometheus.h"
 #include "base/status.h"
 #include "tuner/online/online.h"
+#include "tuner/online/vllm_metrics.h"
 
 namespace fathom::tuner {
 
@@ -21,7 +22,7 @@ struct LiveRuntimeOptions {
   std::string apply_cmd;    // {max_batch} and {max_num_tokens} are replaced by the new limits
   double window_s = 60;
   double command_timeout_s = 30;  // either command not done by then is killed and stops the loop
-  int64_t max_sample = 2000;      // finished requests' lengths kept per window, at most
+  int64_t max_sample = kVllmMaxSample;  // finished requests' lengths kept per window, at most
   // Waits out a window (seconds); the default sleeps. Tests pass one that returns at once.
   std::function<void(double)> wait;
   Env* env = Env::Default();  // borrowed: runs the two commands

@@ -14,10 +14,6 @@
 namespace fathom::tuner {
 namespace {
 
-constexpr int64_t kMaxSample = 2000;  // finished requests' lengths kept per window, at most
-constexpr const char* kRunning = "vllm:num_requests_running";
-constexpr const char* kWaiting = "vllm:num_requests_waiting";
-
 // A sample's value as the API writes it: a string, "NaN" and "+Inf" included.
 bool ParseSampleValue(const std::string& s, double* v) {
   char* end = nullptr;
@@ -148,17 +144,17 @@ Result<Window> PrometheusApi::Next(double range_s, double time_unix_s, double st
   }
   FATHOM_RETURN_IF_ERROR(histogram("vllm:request_prompt_tokens", false).status());
   FATHOM_RETURN_IF_ERROR(histogram("vllm:request_generation_tokens", false).status());
-  FATHOM_RETURN_IF_ERROR(
-      Add(std::string("sum(") + kRunning + selected + ")", kRunning, time_unix_s, true, &page)
-          .status());
-  FATHOM_RETURN_IF_ERROR(
-      Add(std::string("sum(") + kWaiting + selected + ")", kWaiting, time_unix_s, false, &page)
-          .status());
+  FATHOM_RETURN_IF_ERROR(Add(std::string("sum(") + kVllmRunning + selected + ")", kVllmRunning,
+                             time_unix_s, true, &page)
+                             .status());
+  FATHOM_RETURN_IF_ERROR(Add(std::string("sum(") + kVllmWaiting + selected + ")", kVllmWaiting,
+                             time_unix_s, false, &page)
+                             .status());
   FATHOM_RETURN_IF_ERROR(CheckVllmMetrics(page, "Prometheus at " + url_));
   // The page holds the increases: the reading before them is zero but for the gauges.
-  Window w = VllmWindow(gauges_before_, page, start_s, end_s, kMaxSample, pairing_seed_++);
+  Window w = VllmWindow(gauges_before_, page, start_s, end_s, kVllmMaxSample, pairing_seed_++);
   gauges_before_.clear();
-  for (const char* gauge : {kRunning, kWaiting}) {
+  for (const char* gauge : {kVllmRunning, kVllmWaiting}) {
     if (auto it = page.find(gauge); it != page.end()) gauges_before_[gauge] = it->second;
   }
   return w;

@@ -12,8 +12,6 @@ namespace fathom::tuner {
 namespace {
 
 constexpr const char* kSuccess = "vllm:request_success_total";
-constexpr const char* kRunning = "vllm:num_requests_running";
-constexpr const char* kWaiting = "vllm:num_requests_waiting";
 constexpr const char* kTtft = "vllm:time_to_first_token_seconds";
 constexpr const char* kTpotNames[] = {"vllm:request_time_per_output_token_seconds",
                                       "vllm:time_per_output_token_seconds"};
@@ -75,8 +73,8 @@ std::vector<int64_t> Representatives(const Histogram& h, int64_t limit) {
 }  // namespace
 
 Status CheckVllmMetrics(const Metrics& m, const std::string& source) {
-  if (!m.count(kSuccess) || !m.count(kRunning)) {
-    return Status::InvalidArgument(source + ": no " + kSuccess + " or " + kRunning +
+  if (!m.count(kSuccess) || !m.count(kVllmRunning)) {
+    return Status::InvalidArgument(source + ": no " + kSuccess + " or " + kVllmRunning +
                                    " (is it a vLLM /metrics page?)");
   }
   if (!FindHistogram(m, kTtft)) {
@@ -87,7 +85,7 @@ Status CheckVllmMetrics(const Metrics& m, const std::string& source) {
     return Status::InvalidArgument(source + ": no " + kTpotNames[0] + " (or " + kTpotNames[1] +
                                    ") histogram: the p99 TPOT limit cannot be judged");
   }
-  for (const std::string name : {kSuccess, kRunning, kWaiting}) {
+  for (const std::string name : {kSuccess, kVllmRunning, kVllmWaiting}) {
     FATHOM_RETURN_IF_ERROR(CheckCounts(m, name, source));
   }
   for (const std::string name :
@@ -114,7 +112,7 @@ Window VllmWindow(const Metrics& before, const Metrics& now, double start_s, dou
     return it != s.labels.end() && it->second == "abort";
   };
   auto finished = [&](const MetricSample& s) { return !aborted(s); };
-  auto in_system = [](const Metrics& m) { return Sum(m, kRunning) + Sum(m, kWaiting); };
+  auto in_system = [](const Metrics& m) { return Sum(m, kVllmRunning) + Sum(m, kVllmWaiting); };
   Window w;
   w.start_s = start_s;
   w.end_s = end_s;
@@ -122,7 +120,7 @@ Window VllmWindow(const Metrics& before, const Metrics& now, double start_s, dou
       std::llround(CounterDelta(Sum(now, kSuccess, finished), Sum(before, kSuccess, finished)));
   w.dropped =
       std::llround(CounterDelta(Sum(now, kSuccess, aborted), Sum(before, kSuccess, aborted)));
-  w.waiting = std::llround(Sum(now, kWaiting));
+  w.waiting = std::llround(Sum(now, kVllmWaiting));
   w.in_flight = std::llround(in_system(now));
   w.arrived =
       std::max<int64_t>(0, w.completed + w.dropped + w.in_flight - std::llround(in_system(before)));

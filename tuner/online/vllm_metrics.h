@@ -12,6 +12,12 @@
 
 namespace fathom::tuner {
 
+// vLLM's gauges of the requests running and waiting.
+inline constexpr const char* kVllmRunning = "vllm:num_requests_running";
+inline constexpr const char* kVllmWaiting = "vllm:num_requests_waiting";
+// Finished requests' lengths a window keeps, at most (VllmWindow's `max_sample`).
+inline constexpr int64_t kVllmMaxSample = 2000;
+
 // Checks that `m` has vllm:request_success_total, vllm:num_requests_running and the TTFT and TPOT
 // histograms (without them a p99 would read as 0 ms: within any limit), and that every count is
 // in [0, 1e15] and every length bucket's bound a token count; errors name `source`.

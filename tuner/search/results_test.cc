@@ -14,7 +14,7 @@ std::string TempDb(const std::string& name) {
   return path.string();
 }
 
-CandidateResult Result(int max_batch, bool valid, double qps) {
+CandidateResult StoredResult(int max_batch, bool valid, double qps) {
   CandidateResult r;
   r.config.engine.max_batch = max_batch;
   r.valid = valid;
@@ -42,9 +42,10 @@ TEST_CASE("ResultStore: sweeps read back with their record, in the order first r
     later.candidates = 4;  // a resumed sweep updates its record and keeps its place
     REQUIRE((*store)->Record(later).ok());
     for (int b : {64, 256, 128})
-      REQUIRE(
-          (*store)->Save("b-sweep", "key" + std::to_string(b), Result(b, b != 128, b / 64.0)).ok());
-    REQUIRE((*store)->Save("a-sweep", "k", Result(32, true, 0)).ok());
+      REQUIRE((*store)
+                  ->Save("b-sweep", "key" + std::to_string(b), StoredResult(b, b != 128, b / 64.0))
+                  .ok());
+    REQUIRE((*store)->Save("a-sweep", "k", StoredResult(32, true, 0)).ok());
   }
   auto store = ResultStore::OpenExisting(path);
   REQUIRE(store.ok());
@@ -75,7 +76,7 @@ TEST_CASE(
   {
     auto store = ResultStore::Open(path);
     REQUIRE(store.ok());
-    CandidateResult r = Result(64, true, 2.5);
+    CandidateResult r = StoredResult(64, true, 2.5);
     r.config.model = "llama2-70b";
     r.config.hardware = "h100";
     r.config.gpus = 4;
