@@ -160,11 +160,11 @@ expect 0 "server at 4.080 QPS, 30716 requests" -- simulate --deployment "$tmp/pp
 # Calibration and tuning.
 expect 0 '"error_pct"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
 expect 0 '"capacity_qps_pred"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --json --max-requests 2000
-# Cross-validation fitted on the first 20 rows (every fold refits: fits on all 83 take three times
-# as long), each fold predicting all its group's rows: Cisco has none among the 20, so its fold
-# is the fit on all of them.
+# Cross-validation fitted on the first 8 rows (every fold refits: on 20 rows it takes six times as
+# long), each fold predicting all its group's rows: Cisco has none among the 8, so its fold is the
+# fit on all of them.
 expect 0 '"held_out": "Cisco"' -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" \
-  --fit-rows 20 --json --cross-validate --max-requests 100 --samples 200
+  --fit-rows 8 --json --cross-validate --max-requests 100 --samples 200
 expect 0 "(the first 2 rows, each run as long as its MLPerf run" -- calibrate \
   --results "$root/models/calibration/mlperf_v5.1.csv" --fit --fit-rows 2 --free iteration_overhead_us \
   --max-requests 100 --samples 200 --json
@@ -362,7 +362,11 @@ expect 0 "imported 1036 records" -- profile import "$vidur/h100/phi-2/mlp.csv" -
 expect 0 "imported 2979 records" -- profile import "$vidur/network/h100_dgx/all_reduce.csv" --db "$tmp/vidur.db"
 expect 0 "imported 4144 records" -- profile import "$vidur/h100/Llama-2-7b-hf/mlp.csv" --db "$tmp/vidur.db"
 expect 0 "collective_hop_latency_us" -- profile compare "$tmp/vidur.db" --fit --out "$tmp/h100ops.json"
-expect 0 "fitted without phi-2, its rows:" -- profile compare "$tmp/vidur.db" --fit --cross-validate
+# Not in sanitizer builds (FATHOM_TIMED=OFF): its three refits take 10 minutes instrumented, and the
+# profiler's unit test runs the same leave-one-model-out fits on Vidur's rows.
+if [[ ${FATHOM_TIMED:-ON} == ON ]]; then
+  expect 0 "fitted without phi-2, its rows:" -- profile compare "$tmp/vidur.db" --fit --cross-validate
+fi
 expect 0 '"completed_requests": 24576' -- simulate --hardware h100-sxm --model llama2-70b --tp 8 --ep 1 --attn-dp 1 \
   --weights fp8 --kv fp8 --samples 100 --calibration "$tmp/h100ops.json" --json
 
