@@ -122,6 +122,9 @@ struct ScenarioConfig {
   // > 0: end the run as soon as this many requests have broken the TTFT or the TPOT limit, when
   // the p99 can no longer be met (a QPS search needs no more than that).
   int64_t stop_after_violations = 0;
+  // With stop_after_violations: end it sooner, once the requests over a limit are more than a p99
+  // within it leaves to chance among the requests issued so far (P99ClearlyBroken in sim/mlperf.h).
+  bool stop_when_clearly_broken = false;
 
   // Every number finite and in range (NaN breaks every rule); the message names the flag.
   Status Validate() const;

@@ -27,6 +27,15 @@ int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_durati
   return traces::EqualIssueCount(dataset_size, std::max(arrivals, min_query_count));
 }
 
+bool P99ClearlyBroken(int64_t violations, int64_t requests) {
+  constexpr double kShare = 0.01;  // a p99 allows 1% over
+  if (requests <= 0 || violations <= kShare * static_cast<double>(requests)) return false;
+  const double q = std::min(1.0, static_cast<double>(violations) / static_cast<double>(requests));
+  const double kl =
+      q * std::log(q / kShare) + (q < 1 ? (1 - q) * std::log((1 - q) / (1 - kShare)) : 0.0);
+  return static_cast<double>(requests) * kl >= std::log(1e6);
+}
+
 double OfflineRunTargetS(const traces::Benchmark* benchmark, double min_duration_s) {
   return std::max(1.1 * min_duration_s, benchmark != nullptr ? benchmark->offline_run_s : 0.0);
 }

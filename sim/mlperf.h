@@ -27,6 +27,13 @@ int64_t LoadGenOfflineSamples(int64_t dataset_size, double expected_samples_per_
 int64_t LoadGenServerSamples(int64_t dataset_size, double qps, double min_duration_s = 600,
                              int64_t min_query_count = 0);
 
+// Whether `violations` of a limit among `requests` rule out a p99 within it: were each request
+// over the limit independently with probability 1%, so many would come up less than once in a
+// million runs (Chernoff's bound on the binomial tail, exp(-n KL(v/n || 1%)), which errs toward
+// "not ruled out"). A run's requests not yet over a limit count as within it, which errs the same
+// way, as does a run's start (an empty system answers fastest).
+bool P99ClearlyBroken(int64_t violations, int64_t requests);
+
 // How long an Offline run lasts when sized as a submitter sizes it: LoadGen's 1.1 x the minimum
 // run (its sample count is what the expected rate gives over that time when the rate is the run's
 // own), or the benchmark's published run length where longer (`benchmark` may be null).

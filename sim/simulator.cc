@@ -7,7 +7,8 @@
 namespace fathom::sim {
 std::vector<std::string> SimulationResult::InvalidReasons() const {
   std::vector<std::string> why;
-  if (stopped_early) why.push_back("stopped once over 1% of requests broke a limit");
+  if (stopped_early)
+    why.push_back("stopped once its requests over a limit ruled out a p99 within it");
   if (limits && ttft_p99_ms > limits->ttft_ms) {
     why.push_back(StrFormat("p99 TTFT %s ms over the %s ms limit (%lld requests over)",
                             FormatCount(ttft_p99_ms).c_str(), FormatCount(limits->ttft_ms).c_str(),
@@ -309,7 +310,10 @@ void Simulator::OnTokens(int64_t slot, int64_t count, SimTime t) {
 void Simulator::CountViolation(int64_t* violations) {
   ++*violations;
   const int64_t stop = spec_.scenario.stop_after_violations;
-  if (stop > 0 && *violations >= stop) stopped_ = true;
+  if (stop > 0 && (*violations >= stop || (spec_.scenario.stop_when_clearly_broken &&
+                                           P99ClearlyBroken(*violations, score_.issued())))) {
+    stopped_ = true;
+  }
 }
 
 bool Simulator::Watching() const { return limits_ && spec_.scenario.stop_after_violations > 0; }

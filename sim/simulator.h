@@ -65,7 +65,8 @@ struct SimulationResult {
   // Why the run is not MLPerf-valid, one phrase each ("p99 TTFT 2,310 ms over the 2,000 ms limit");
   // empty when it is.
   std::vector<std::string> InvalidReasons() const;
-  bool stopped_early = false;  // ended at ScenarioConfig::stop_after_violations: partial figures
+  // Ended by ScenarioConfig::stop_after_violations or stop_when_clearly_broken: partial figures.
+  bool stopped_early = false;
   int64_t ttft_violations = 0, tpot_violations = 0;  // requests over each p99 limit
   // Arrivals over time (Server, Interactive, replay): when the last request arrived, and how many
   // were then still waiting for their first token. A queue holding more than a minute of arrivals
@@ -192,7 +193,7 @@ class Simulator : public EngineListener {
   std::function<void(int64_t, int64_t, SimTime)> on_tokens_;
 
   // Metrics.
-  void CountViolation(int64_t* violations);  // sets stopped_ at stop_after_violations
+  void CountViolation(int64_t* violations);  // sets stopped_ as ScenarioConfig's stop rules say
   bool Watching() const;  // counting violations as soon as they are certain (stop_after_violations)
   void CountCertainViolations(SimTime now);
   struct Deadline {

@@ -260,13 +260,34 @@ TEST_CASE("Simulator: a run stops once its p99 limits cannot be met, and only th
   CHECK(over.stopped_early);
   CHECK_FALSE(over.latency_limits_met);
   CHECK(over.completed_requests < n / 2);
-  // Under load (rho = 0.5) it runs to the end with the same figures as without the rule.
+  // Sooner still once the violations rule the p99 out (P99ClearlyBroken) before they reach 1%.
+  spec.scenario.stop_when_clearly_broken = true;
+  const SimulationResult clear = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 150.0, 3));
+  CHECK(clear.stopped_early);
+  CHECK_FALSE(clear.latency_limits_met);
+  CHECK(clear.ttft_violations < over.ttft_violations);
+  CHECK(clear.completed_requests < over.completed_requests);
+  // Under load (rho = 0.5) it runs to the end with the same figures as without the rules.
   const SimulationResult under = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 50.0, 3));
   spec.scenario.stop_after_violations = 0;
+  spec.scenario.stop_when_clearly_broken = false;
   const SimulationResult plain = RunOk(spec, PoissonSource(Dataset(1, 10, 1), n, 50.0, 3));
   CHECK_FALSE(under.stopped_early);
   CHECK(under.latency_limits_met);
   CHECK(under.ToJson().dump() == plain.ToJson().dump());
+}
+
+TEST_CASE("P99ClearlyBroken: a one-in-a-million binomial tail at 1% over the limit", "[sim]") {
+  CHECK_FALSE(P99ClearlyBroken(0, 0));
+  CHECK_FALSE(P99ClearlyBroken(10, 1000));  // exactly 1%
+  CHECK_FALSE(P99ClearlyBroken(2, 2));      // 1e-4 by chance
+  CHECK(P99ClearlyBroken(3, 3));            // 1e-6
+  // n KL(q || 1%) >= ln 1e6 = 13.8: 31 of 1,000 (14.3) but not 30 (13.2).
+  CHECK(P99ClearlyBroken(31, 1000));
+  CHECK_FALSE(P99ClearlyBroken(30, 1000));
+  // On a LoadGen-length run it asks more than the count that settles it (1% of 30,716 is 308).
+  CHECK_FALSE(P99ClearlyBroken(360, 30716));
+  CHECK(P99ClearlyBroken(420, 30716));
 }
 
 TEST_CASE("Simulator: a violation counts as soon as it is certain, before the request ends",
