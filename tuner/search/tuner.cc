@@ -157,6 +157,13 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const Workload
   return FullBatchRate(r, w, lo).tokens_per_s;
 }
 
+// A server-type candidate's QPS estimate under the TPOT limit (the bound where none is held).
+double QpsEstimate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, const TuneOptions& o,
+                   double qps_bound) {
+  const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
+  return tpot_ms ? LatencyLimitedTokensPerS(r, w, *tpot_ms * 1e-3) / w.output : qps_bound;
+}
+
 // Server-type searches probe a fixed grid of rates kQpsStep apart (Evaluate): searches from
 // different starts probe the same rates, so they agree wherever validity is monotone in the rate.
 constexpr double kQpsStep = 1.02;
@@ -222,10 +229,13 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o,
     sc.qps = qps;
     const int64_t n = ProbeSamples(o, qps);
     source = sim::PoissonSource(o.dataset, n, qps, o.seed);
-    // Stop a probe once its p99s cannot be met: more than 1% of its requests broke a limit.
-    if (!to_the_end)
+    // Stop a probe once its p99s cannot be met (more than 1% of its requests broke a limit), or
+    // once the requests over a limit so far leave no reasonable doubt that they will be.
+    if (!to_the_end) {
       sc.stop_after_violations =
           n - static_cast<int64_t>(std::floor(0.99 * static_cast<double>(n)));
+      sc.stop_when_clearly_broken = true;
+    }
   } else {
     sc.scenario = sim::Scenario::kOffline;
     source = sim::OfflineSource(o.dataset, samples, o.seed);
@@ -328,10 +338,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     // (at first the one above the ceiling, taken to); valid probes run to the end and cost the
     // most.
     if (!(c.bound > 0)) return c;
-    const std::optional<double> tpot_ms = LimitsMs(o).tpot_ms;
-    const double estimate =
-        tpot_ms ? LatencyLimitedTokensPerS(*resolved, means, *tpot_ms * 1e-3) / means.output
-                : c.bound;
+    const double estimate = QpsEstimate(*resolved, means, o, c.bound);
     std::optional<int64_t> lo;
     int64_t hi = GridAtOrBelow(c.bound) + 1;
     Probe lowest_failed;
@@ -592,21 +599,28 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
   out.infeasible = prepared.info.infeasible;
   const std::map<std::string, Json>& stored = log.stored;
 
-  // Bounds first (cheap), then evaluate in decreasing order of bound so pruning bites early.
+  // Bounds first (cheap), then evaluate the likeliest best first so that pruning bites early:
+  // Offline in decreasing order of bound, server-type in decreasing order of the TPOT-limited
+  // estimate (the bound ignores the latency limits, and a candidate that loses to the best found
+  // costs one short probe, where the search to its own capacity costs several full-length ones).
   const WorkloadMeans means = Means(o.dataset);
   struct Item {
     sim::DeploymentConfig config;
     std::string key;
     double bound;
+    double estimate;  // the order
   };
   std::vector<Item> items;
   for (const auto& d : cands.feasible) {
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
     const double b = ThroughputBound(*resolved, means);
-    items.push_back({d, CandidateKey(d), server ? QpsCeiling(b / means.output) : b});
+    const double bound = server ? QpsCeiling(b / means.output) : b;
+    const double estimate = server ? QpsEstimate(*resolved, means, o, bound) : bound;
+    items.push_back({d, CandidateKey(d), bound, std::min(estimate, bound)});
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.bound > b.bound; });
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.estimate != b.estimate ? a.estimate > b.estimate : a.bound > b.bound;
+  });
 
   std::vector<std::optional<CandidateResult>> results(items.size());
   std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
@@ -644,7 +658,11 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
         std::lock_guard<std::mutex> lock(mu);
         incumbent = best;
       }
-      if (o.prune && item.bound < incumbent) {
+      // A server-type bound is a grid rate and only a rate above the best found counts (Evaluate's
+      // first probe), so a candidate whose ceiling is the best's rate cannot beat it either.
+      const bool beaten =
+          server ? incumbent > 0 && item.bound <= incumbent : item.bound < incumbent;
+      if (o.prune && beaten) {
         ++pruned;
       } else {
         auto r = Evaluate(item.config, o, catalog, server && o.prune ? incumbent : 0);

@@ -79,7 +79,7 @@ struct CandidateResult {
   bool reused = false;  // read back from the results store
   // An invalid candidate: what broke ("TTFT", "TPOT", "TTFT and TPOT", or why no run could serve
   // the requests), and for server-type scenarios the lowest QPS probed with its p99s there
-  // (over the requests done when the probe stopped at 1% of requests over a limit).
+  // (over the requests done when the probe stopped, its limits ruled out).
   std::string failure;
   double failed_qps = 0, failed_ttft_p99_ms = 0, failed_tpot_p99_ms = 0;
   // Server-type search pruned by a probe: it broke the limits just above this QPS, the best found
