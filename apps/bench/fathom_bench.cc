@@ -1,6 +1,6 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
 //   fathom_bench [csv|offline|server|stream|activity|online|tune|serve|loadgen|all] [--rows N]
-//   [--repeat R]
+//   [--repeat R] [--only NAME-PART]  (tune: only the tunes whose name holds it)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/format.h"
 #include "base/stats.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
@@ -213,23 +214,31 @@ void Online(int repeat) {
 }
 
 // A default tune (the calibrated cost model, the benchmark's data set and run rules) of each
-// system: seconds per tune and what it found.
-void Tunes(int repeat) {
+// system: seconds per tune and what it found. The default pair first, then the held-out systems'
+// tunes (DeepSeek-R1 on 8xB300, a GB300 NVL72 rack and four; Llama 3.1 405B on the rack), then
+// other models.
+void Tunes(int repeat, const std::string& only) {
   struct System {
     const char* model;
     const char* hardware;
     int gpus;
     sim::Scenario scenario;
   };
-  const System systems[] = {{"deepseek-r1", "b200", 8, sim::Scenario::kOffline},
-                            {"deepseek-r1", "b200", 8, sim::Scenario::kServer},
-                            {"deepseek-r1", "gb200", 72, sim::Scenario::kOffline},
-                            {"deepseek-r1", "gb300", 288, sim::Scenario::kOffline},
-                            {"llama2-70b", "h200", 8, sim::Scenario::kOffline},
-                            {"llama2-70b", "h200", 8, sim::Scenario::kServer},
-                            {"gpt-oss-120b", "b200", 8, sim::Scenario::kServer}};
+  using enum sim::Scenario;
+  const System systems[] = {
+      {"deepseek-r1", "b200", 8, kOffline},        {"deepseek-r1", "b200", 8, kServer},
+      {"deepseek-r1", "b300", 8, kOffline},        {"deepseek-r1", "b300", 8, kServer},
+      {"deepseek-r1", "b300", 8, kInteractive},    {"deepseek-r1", "gb300", 72, kOffline},
+      {"deepseek-r1", "gb300", 72, kServer},       {"deepseek-r1", "gb300", 72, kInteractive},
+      {"deepseek-r1", "gb300", 288, kOffline},     {"deepseek-r1", "gb300", 288, kServer},
+      {"deepseek-r1", "gb300", 288, kInteractive}, {"llama3.1-405b", "gb300", 72, kOffline},
+      {"llama3.1-405b", "gb300", 72, kServer},     {"llama2-70b", "h200", 8, kOffline},
+      {"llama2-70b", "h200", 8, kServer},          {"gpt-oss-120b", "b200", 8, kServer}};
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   for (const System& sys : systems) {
+    const std::string name = StrFormat("tune_%s_%dx%s_%s", sys.model, sys.gpus, sys.hardware,
+                                       std::string(sim::Name(sys.scenario)).c_str());
+    if (name.find(only) == std::string::npos) continue;
     // As `fathom tune` sets it up: the newest stack, and the runtimes it serves the model on.
     const sim::TimeModel time_model = *sim::MakeTimeModel({}, sys.hardware);
     tuner::TuneOptions o;
@@ -247,12 +256,12 @@ void Tunes(int repeat) {
     const bool server = sys.scenario != sim::Scenario::kOffline;
     const std::string at =
         server && !r.ranked.empty() ? " at " + std::to_string(r.ranked.front().qps) + " QPS" : "";
-    std::printf(
-        "tune_%s_%dx%s_%s: %.2f s, %lld simulated of %lld; best %.0f tok/s (%.0f per GPU)%s\n",
-        sys.model, sys.gpus, sys.hardware, std::string(sim::Name(sys.scenario)).c_str(), s,
-        static_cast<long long>(r.evaluated), static_cast<long long>(r.candidates),
-        r.ranked.empty() ? 0.0 : r.ranked.front().throughput_tokens_per_s,
-        r.ranked.empty() ? 0.0 : r.ranked.front().tokens_per_s_per_gpu, at.c_str());
+    std::printf("%s: %.2f s, %lld simulated of %lld; best %.0f tok/s (%.0f per GPU)%s\n",
+                name.c_str(), s, static_cast<long long>(r.evaluated),
+                static_cast<long long>(r.candidates),
+                r.ranked.empty() ? 0.0 : r.ranked.front().throughput_tokens_per_s,
+                r.ranked.empty() ? 0.0 : r.ranked.front().tokens_per_s_per_gpu, at.c_str());
+    std::fflush(stdout);
   }
 }
 
@@ -359,9 +368,11 @@ int main(int argc, char** argv) {
   std::string what = argc > 1 ? argv[1] : "all";
   int64_t rows = 10'000'000;
   int repeat = 5;
+  std::string only;  // tunes whose name holds this, e.g. "gb300" or "_server"
   for (int i = 2; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--rows") == 0) rows = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   if (what == "csv" || what == "all") fathom::CsvParse(rows, repeat);
   if (what == "offline" || what == "all")
@@ -371,7 +382,7 @@ int main(int argc, char** argv) {
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   if (what == "online" || what == "all") fathom::Online(repeat);
-  if (what == "tune" || what == "all") fathom::Tunes(std::min(repeat, 3));
+  if (what == "tune" || what == "all") fathom::Tunes(std::min(repeat, 3), only);
   if (what == "serve" || what == "all") fathom::Serve();
   if (what == "loadgen" || what == "all") fathom::Loadgen();
   return 0;
