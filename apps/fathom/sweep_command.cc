@@ -115,9 +115,11 @@ void RegisterSweep(CLI::App& app, Status* result) {
   cmd->add_option("--jobs", f->jobs,
                   "Threads (default: all cores): the workers without MPI; under MPI, rank 0's "
                   "for checking the cells");
-  cmd->add_option("--shard", f->shard,
-                  "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
-                  "array: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT");
+  cmd->add_option(
+      "--shard", f->shard,
+      "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
+      "array of 16 tasks: --shard $SLURM_ARRAY_TASK_ID/16 (not the array's task count, which "
+      "a re-run of failed tasks changes)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->callback([f, result] { *result = Run(*f); });
