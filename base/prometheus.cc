@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 
+#include "base/format.h"
+
 namespace fathom {
 namespace {
 
@@ -140,6 +142,17 @@ double Quantile(const Histogram& h, double q) {
     if (std::isfinite(bound)) lower = bound;
   }
   return lower;
+}
+
+void AppendMetric(std::string* out, const std::string& name, const std::string& type,
+                  const std::string& help,
+                  const std::vector<std::pair<std::string, double>>& samples) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  for (const auto& [labels, v] : samples) {
+    *out += labels.empty() ? name : name + "{" + labels + "}";
+    *out += std::abs(v) < 1e15 && v == std::floor(v) ? StrFormat(" %.0f\n", v)
+                                                     : StrFormat(" %.9g\n", v);
+  }
 }
 
 }  // namespace fathom

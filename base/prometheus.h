@@ -1,5 +1,5 @@
 // The Prometheus text exposition format (what a /metrics page serves): samples by name, and
-// histograms summed over their series with their deltas and quantiles.
+// histograms summed over their series with their deltas and quantiles; metrics written in it.
 #pragma once
 
 #include <map>
@@ -36,5 +36,11 @@ Histogram Delta(const Histogram& now, const std::optional<Histogram>& before);
 // Prometheus's histogram_quantile: linear within the bucket that holds the q-th observation;
 // the largest finite bound when that is the +Inf bucket; 0 when empty.
 double Quantile(const Histogram& h, double q);
+
+// Appends a metric's HELP and TYPE lines, then a sample per (labels, value); labels as written
+// between the braces (`a="x",b="y"`), empty for none. Whole values print exactly.
+void AppendMetric(std::string* out, const std::string& name, const std::string& type,
+                  const std::string& help,
+                  const std::vector<std::pair<std::string, double>>& samples);
 
 }  // namespace fathom

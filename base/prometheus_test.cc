@@ -61,4 +61,22 @@ TEST_CASE("FindHistogram: a bucket whose bound is NaN is left out (NaN has no pl
   CHECK(h->count == 3);
 }
 
+TEST_CASE("AppendMetric writes what ParsePrometheusText reads back, whole values exactly",
+          "[live]") {
+  std::string page;
+  AppendMetric(&page, "requests_total", "counter", "Requests by outcome.",
+               {{"outcome=\"ok\"", 12345678901234.0}, {"outcome=\"failed\"", 0}});
+  AppendMetric(&page, "usage", "gauge", "A share.", {{"", 0.25}});
+  CHECK(page ==
+        "# HELP requests_total Requests by outcome.\n# TYPE requests_total counter\n"
+        "requests_total{outcome=\"ok\"} 12345678901234\nrequests_total{outcome=\"failed\"} 0\n"
+        "# HELP usage A share.\n# TYPE usage gauge\nusage 0.25\n");
+  auto m = ParsePrometheusText(page, "page");
+  REQUIRE(m.ok());
+  REQUIRE(m->at("requests_total").size() == 2);
+  CHECK(m->at("requests_total")[0].labels.at("outcome") == "ok");
+  CHECK(m->at("requests_total")[0].value == 12345678901234.0);
+  CHECK(m->at("usage")[0].value == 0.25);
+}
+
 }  // namespace fathom

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/prometheus.h"
 #include "sim/serving/http_reply.h"
 
 namespace fathom::sim {
@@ -41,20 +43,33 @@ void ReadUsage(const Json& j, GatewayRecord* r) {
 
 }  // namespace
 
-// One client request on its way through the gateway.
+// One client request on its way through the gateway. The event loop sets what comes before
+// `mu`; the forwarding thread owns the rest until `finished`.
 struct Gateway::Exchange {
-  std::string path, body, authorization;
+  std::string method = "POST", path, body, authorization;
   bool chat = false, stream = false;
   bool drop_usage = false;  // the gateway asked for the usage chunk; the client did not
-  std::function<bool(const std::string&)>
-      emit;  // writes to the client's stream; false once it left
+  bool counted = true;      // a completion, in the windows and totals (/v1/models is not)
+  uint64_t connection = 0;  // the client's, to notify
+  // The forwarding thread's.
   GatewayRecord record;
   bool waiting = true;  // no first token yet
-  // The outcome: a whole answer's status and body, or a stream's end.
+  bool gone = false;    // the client left (seen by Emit)
+  std::string error, retry_cause;
+  // The outcome, read by the event loop once `finished`: a whole answer's status and body
+  // (status 0: no replica answered), or a stream's end.
   int status = 0;
   std::string body_out;
-  bool ok = false, client_left = false;
-  std::string error, retry_cause;
+  bool ok = false;
+  // Shared.
+  std::mutex mu;
+  std::string out;  // stream bytes for the client, not yet taken by the event loop
+  bool finished = false, client_left = false;
+};
+
+struct Gateway::Answer : HttpAnswer {
+  std::shared_ptr<Exchange> x;
+  bool headers_sent = false;
 };
 
 Status GatewayOptions::Validate() const {
@@ -63,9 +78,9 @@ Status GatewayOptions::Validate() const {
                                    ": must be 0 to 65535");
   if (host.empty()) return Status::InvalidArgument("--gateway-host: empty");
   if (max_body_bytes < 1) return Status::InvalidArgument("--max-body-bytes: must be >= 1");
-  if (max_connections < 1 || max_connections > 100000) {
+  if (max_connections < 1 || max_connections > 1000000) {
     return Status::InvalidArgument("--max-connections = " + std::to_string(max_connections) +
-                                   ": must be 1 to 100000");
+                                   ": must be 1 to 1000000");
   }
   if (!(read_timeout_s > 0) || !std::isfinite(read_timeout_s) || !(upstream_timeout_s > 0) ||
       !std::isfinite(upstream_timeout_s) || !(replica_wait_s >= 0) ||
@@ -88,136 +103,32 @@ std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
 
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - kStart).count(); }
 
-Gateway::Gateway(GatewayOptions options)
-    : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
-  httplib::Server& s = *server_;
-  const auto threads = static_cast<size_t>(options_.max_connections);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_tcp_nodelay(true);
-  s.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
-  s.set_read_timeout(std::chrono::duration<double>(options_.read_timeout_s));
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/fathom/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (options_.token.empty()) {
-      Reply(res, 403,
-            ErrorBody("control endpoints are off: start the supervisor with --token",
-                      "permission_error"));
-    } else if (req.get_header_value("Authorization") != "Bearer " + options_.token) {
-      Reply(res, 401,
-            ErrorBody("a valid control token is required (Authorization: Bearer <token>)",
-                      "authentication_error"));
-    } else {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const char* what = res.status == 404   ? "not found"
-                       : res.status == 413 ? "request body too large"
-                                           : "bad request";
-    Reply(res, res.status, ErrorBody(what, "invalid_request_error"));
-  });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, r] : replicas_) {
-      if (r.routed) return Reply(res, 200, "{}");
-    }
-    Reply(res, 503, ErrorBody("no replica is ready", "service_unavailable"));
-  });
-  s.Get("/fathom/replicas", [this](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, replicas_json_ ? replicas_json_() : "[]");
-  });
-  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    auto pick = Pick(-1);
-    if (!pick) return Reply(res, 503, ErrorBody("no replica is ready", "service_unavailable"));
-    httplib::Client client("127.0.0.1", pick->second);
-    httplib::Headers headers;
-    if (req.has_header("Authorization"))
-      headers.emplace("Authorization", req.get_header_value("Authorization"));
-    auto answer = client.Get("/v1/models", headers);
-    Release(pick->first);
-    if (!answer)
-      return Reply(res, 502, ErrorBody("the replica did not answer", "service_unavailable"));
-    Reply(res, answer->status, answer->body);
-  });
-  auto complete = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      // Checked here, so a malformed request costs the replicas nothing.
-      Result<Json> parsed = ParseJson(req.body, "request body");
-      if (!parsed.ok())
-        return Reply(res, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
-      Json j = std::move(*parsed);
-      if (!j.is_object())
-        return Reply(res, 400, ErrorBody("request body: a JSON object", "invalid_request_error"));
-      if (j.contains("stream") && !j["stream"].is_null() && !j["stream"].is_boolean()) {
-        return Reply(res, 400, ErrorBody("stream: must be true or false", "invalid_request_error"));
-      }
-      auto x = std::make_shared<Exchange>();
-      x->path = req.path;
-      x->chat = chat;
-      x->authorization = req.get_header_value("Authorization");
-      x->stream = j.value("stream", false);
-      if (x->stream) {
-        // Every stream ends with its usage, which the gateway reads (and drops if not asked for).
-        const bool asked = j.contains("stream_options") && j["stream_options"].is_object() &&
-                           j["stream_options"].value("include_usage", false);
-        x->drop_usage = !asked;
-        j["stream_options"] = {{"include_usage", true}};
-      }
-      x->body = DumpUtf8(j);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        x->record.arrival_s = Now();
-        ++window_.arrived;
-        ++in_flight_;
-        ++waiting_;
-        if (x->stream) streams_waiting_since_.insert(x->record.arrival_s);
-      }
-      if (!x->stream) {
-        Forward(*x);
-        Finish(*x);
-        if (x->status == 0) return Reply(res, 503, ErrorBody(x->error, "service_unavailable"));
-        return Reply(res, x->status, x->body_out);
-      }
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          "text/event-stream", [this, x](size_t, httplib::DataSink& sink) {
-            x->emit = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
-            Forward(*x);
-            if (!x->ok && !x->client_left) {
-              const std::string out =
-                  "data: " + ErrorBody(x->error, "service_unavailable") + "\n\ndata: [DONE]\n\n";
-              sink.write(out.data(), out.size());
-            }
-            Finish(*x);
-            sink.done();
-            return true;
-          });
-    };
-  };
-  s.Post("/v1/completions", complete(false));
-  s.Post("/v1/chat/completions", complete(true));
+namespace {
+
+HttpServerOptions GatewayHttpOptions(const GatewayOptions& o) {
+  HttpServerOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.host_flag = "--gateway-host";
+  h.port_flag = "--gateway-port";
+  h.max_connections = o.max_connections;
+  h.max_body_bytes = o.max_body_bytes;
+  h.read_timeout_s = o.read_timeout_s;
+  return h;
 }
+
+}  // namespace
+
+Gateway::Gateway(GatewayOptions options)
+    : options_(std::move(options)), server_(this, GatewayHttpOptions(options_)) {}
 
 Gateway::~Gateway() { Stop(); }
 
 Status Gateway::Start() {
   FATHOM_RETURN_IF_ERROR(options_.Validate());
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ <= 0)
-      return Status::InvalidArgument("--gateway-host " + options_.host +
-                                     ": cannot listen on any port");
-  } else if (server_->bind_to_port(options_.host, options_.port)) {
-    port_ = options_.port;
-  } else {
-    return Status::InvalidArgument(
-        StrFormat("--gateway-host %s --gateway-port %d: cannot listen there (in use, or not "
-                  "this machine's address)",
-                  options_.host.c_str(), options_.port));
-  }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  FATHOM_RETURN_IF_ERROR(server_.Bind());
+  thread_ = std::thread([this] { server_.Serve(); });
+  started_ = true;
   return Status::Ok();
 }
 
@@ -227,14 +138,204 @@ void Gateway::Stop() {
     stopping_ = true;
   }
   routed_cv_.notify_all();
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  server_.Stop();
+  if (thread_.joinable()) thread_.join();  // every client's exchange is aborted by now
+  std::unique_lock<std::mutex> lock(mu_);
+  forwarders_cv_.wait(lock, [this] { return forwarders_ == 0; });
 }
 
-void Gateway::AddReplica(int id, int port) {
+std::optional<std::pair<int, std::string>> Gateway::Admit(const HttpRequest& head) {
+  const std::string& path = head.path;
+  if (path.rfind("/fathom/", 0) == 0) {
+    if (options_.token.empty()) {
+      return std::make_pair(
+          403, ErrorBody("control endpoints are off: start the supervisor with --token",
+                         "permission_error"));
+    }
+    if (head.Header("authorization") != "Bearer " + options_.token) {
+      return std::make_pair(
+          401, ErrorBody("a valid control token is required (Authorization: Bearer <token>)",
+                         "authentication_error"));
+    }
+  }
+  if (!IsCompletionPath(path) && path != "/v1/models" && path != "/health" && path != "/metrics" &&
+      path != "/fathom/replicas") {
+    return std::make_pair(404, ErrorBody("not found", "invalid_request_error"));
+  }
+  // Checked from the head, so a client without the key costs no more than its headers.
+  return RefuseOpenAiHead(head, options_.api_key);
+}
+
+void Gateway::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& req) {
+  if (req.path == "/health") {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : replicas_) {
+      if (r.routed) return server.Reply(c, 200, "{}");
+    }
+    return server.Reply(c, 503, ErrorBody("no replica is ready", "service_unavailable"));
+  }
+  if (req.path == "/metrics") return server.Reply(c, 200, Metrics(), "text/plain; version=0.0.4");
+  if (req.path == "/fathom/replicas")
+    return server.Reply(c, 200, replicas_json_ ? replicas_json_() : "[]");
+  auto x = std::make_shared<Exchange>();
+  x->path = req.path;
+  x->authorization = std::string(req.Header("authorization"));
+  if (req.path == "/v1/models") {
+    x->method = "GET";
+    x->counted = false;
+    return Dispatch(c, std::move(x));
+  }
+  // Checked here, so a malformed request costs the replicas nothing.
+  Result<Json> parsed = ParseJson(req.body, "request body");
+  if (!parsed.ok())
+    return server.Reply(c, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
+  Json j = std::move(*parsed);
+  if (!j.is_object())
+    return server.Reply(c, 400, ErrorBody("request body: a JSON object", "invalid_request_error"));
+  if (j.contains("stream") && !j["stream"].is_null() && !j["stream"].is_boolean()) {
+    return server.Reply(c, 400,
+                        ErrorBody("stream: must be true or false", "invalid_request_error"));
+  }
+  x->chat = req.path == "/v1/chat/completions";
+  x->stream = j.value("stream", false);
+  if (x->stream) {
+    // Every stream ends with its usage, which the gateway reads (and drops if not asked for).
+    const bool asked = j.contains("stream_options") && j["stream_options"].is_object() &&
+                       j["stream_options"].value("include_usage", false);
+    x->drop_usage = !asked;
+    j["stream_options"] = {{"include_usage", true}};
+  }
+  x->body = DumpUtf8(j);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    replicas_[id] = Replica{port, 0, true};
+    x->record.arrival_s = Now();
+    ++window_.arrived;
+    ++totals_.arrived;
+    ++in_flight_;
+    ++waiting_;
+    if (x->stream) streams_waiting_since_.insert(x->record.arrival_s);
+  }
+  Dispatch(c, std::move(x));
+}
+
+void Gateway::Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x) {
+  x->connection = c.id;
+  auto a = std::make_unique<Answer>();
+  a->x = x;
+  c.answer = std::move(a);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++forwarders_;
+  }
+  std::thread([this, x = std::move(x)] {
+    Forward(*x);
+    if (x->counted) Finish(*x);
+    {
+      std::lock_guard<std::mutex> lock(x->mu);
+      x->finished = true;
+    }
+    server_.Notify(x->connection);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--forwarders_ == 0) forwarders_cv_.notify_all();
+  }).detach();
+}
+
+void Gateway::Advance(HttpServer& server, HttpConnection& c) {
+  Answer& a = static_cast<Answer&>(*c.answer);
+  Exchange& x = *a.x;
+  std::string out;
+  bool finished;
+  {
+    std::lock_guard<std::mutex> lock(x.mu);
+    out.swap(x.out);
+    finished = x.finished;
+  }
+  if (!x.stream || (!a.headers_sent && out.empty())) {
+    if (!finished) return;
+    // A whole answer, or a stream that failed before its first event: the real status.
+    if (x.ok || x.status != 0) {
+      server.Reply(c, x.status, x.body_out);
+    } else {
+      server.Reply(c, 503, ErrorBody(x.error, "service_unavailable"));
+    }
+    return server.Finish(c);
+  }
+  if (!a.headers_sent) {
+    server.StartStream(c, "text/event-stream");
+    a.headers_sent = true;
+  }
+  if (!finished) return server.SendChunk(c, out);
+  // Cut mid-way past the retry: the client learns it from the stream itself.
+  if (!x.ok) out += "data: " + ErrorBody(x.error, "service_unavailable") + "\n\ndata: [DONE]\n\n";
+  server.EndStream(c, out);
+}
+
+void Gateway::Abort(HttpConnection& c) {
+  Exchange& x = *static_cast<Answer&>(*c.answer).x;
+  std::lock_guard<std::mutex> lock(x.mu);
+  x.client_left = true;
+}
+
+bool Gateway::Emit(Exchange& x, const std::string& bytes) {
+  {
+    std::lock_guard<std::mutex> lock(x.mu);
+    if (x.client_left) return false;
+    x.out += bytes;
+  }
+  server_.Notify(x.connection);
+  return true;
+}
+
+std::string Gateway::Metrics() const {
+  const HttpServerStats connections = server_.Stats();
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  std::string out;
+  std::unique_lock<std::mutex> lock(mu_);
+  AppendMetric(&out, "fathom_gateway_requests_total", "counter",
+               "Completions by outcome: ok, failed (after the retry), client_error (a replica's "
+               "4xx), client_left.",
+               {{"outcome=\"ok\"", d(totals_.ok)},
+                {"outcome=\"failed\"", d(totals_.failed)},
+                {"outcome=\"client_error\"", d(totals_.client_errors)},
+                {"outcome=\"client_left\"", d(totals_.client_left)}});
+  AppendMetric(&out, "fathom_gateway_retries_total", "counter",
+               "Completions moved to another replica after theirs failed.",
+               {{"", d(totals_.retried)}});
+  AppendMetric(&out, "fathom_gateway_requests_in_flight", "gauge",
+               "Completions on their way through the gateway.", {{"", d(in_flight_)}});
+  AppendMetric(&out, "fathom_gateway_requests_waiting", "gauge",
+               "Completions in flight without a first token yet.", {{"", d(waiting_)}});
+  AppendMetric(&out, "fathom_gateway_connections", "gauge", "Client connections open.",
+               {{"", d(connections.open)}});
+  AppendMetric(&out, "fathom_gateway_connections_closed_total", "counter",
+               "Client connections the gateway closed for its limits: evicted (the longest idle, "
+               "to make room), refused (at the limit, none idle), overflow (the bytes held over "
+               "all connections ran out).",
+               {{"reason=\"evicted\"", d(connections.evicted)},
+                {"reason=\"refused\"", d(connections.refused)},
+                {"reason=\"overflow\"", d(connections.overflow)}});
+  std::vector<std::pair<std::string, double>> outstanding;
+  double routed = 0, draining = 0;
+  for (const auto& [id, r] : replicas_) {
+    (r.routed ? routed : draining) += 1;
+    outstanding.emplace_back(
+        StrFormat("replica=\"%d\",address=\"%s:%d\"", id, r.host.c_str(), r.port),
+        static_cast<double>(r.outstanding));
+  }
+  AppendMetric(&out, "fathom_gateway_replicas", "gauge",
+               "Replicas behind the gateway: routed, or draining (no new requests).",
+               {{"state=\"routed\"", routed}, {"state=\"draining\"", draining}});
+  AppendMetric(&out, "fathom_gateway_replica_outstanding", "gauge",
+               "Requests each replica has from the gateway.", outstanding);
+  lock.unlock();  // the supervisor's part takes its own lock, which it holds calling in here
+  if (more_metrics_) out += more_metrics_();
+  return out;
+}
+
+void Gateway::AddReplica(int id, int port, std::string host) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    replicas_[id] = Replica{std::move(host), port, 0, true};
   }
   routed_cv_.notify_all();
 }
@@ -267,7 +368,7 @@ GatewayWindow Gateway::TakeWindow() {
   return w;
 }
 
-std::optional<std::pair<int, int>> Gateway::Pick(int exclude) {
+std::optional<Gateway::Pick> Gateway::PickReplica(int exclude) {
   std::unique_lock<std::mutex> lock(mu_);
   std::vector<ReplicaLoad> loads;
   auto found = [&] {
@@ -282,7 +383,7 @@ std::optional<std::pair<int, int>> Gateway::Pick(int exclude) {
   if (!id) return std::nullopt;
   Replica& r = replicas_[*id];
   ++r.outstanding;
-  return std::make_pair(*id, r.port);
+  return Pick{*id, r.port, r.host};
 }
 
 void Gateway::Release(int id) {
@@ -311,13 +412,20 @@ void Gateway::Finish(const Exchange& x) {
   if (x.waiting) StopWaiting(x);
   if (x.record.retried) {
     ++window_.retried;
+    ++totals_.retried;
     window_.retry_cause = x.retry_cause;
   }
-  if (x.client_left) return;
-  if (!x.ok) {
-    ++(x.status >= 400 && x.status < 500 ? window_.client_errors : window_.failed);
+  if (x.gone) {
+    ++totals_.client_left;
     return;
   }
+  if (!x.ok) {
+    const bool client = x.status >= 400 && x.status < 500;
+    ++(client ? window_.client_errors : window_.failed);
+    ++(client ? totals_.client_errors : totals_.failed);
+    return;
+  }
+  ++totals_.ok;
   GatewayRecord r = x.record;
   r.done_s = Now();
   if (!r.streamed) r.first_token_s = r.done_s;
@@ -328,31 +436,34 @@ void Gateway::Forward(Exchange& x) {
   x.record.streamed = x.stream;
   size_t text_sent = 0;  // bytes of generated text the client has: a retry skips them
   int exclude = -1;
-  for (int attempt = 0; attempt < 2 && !x.ok && !x.client_left; ++attempt) {
-    auto pick = Pick(exclude);
+  for (int attempt = 0; attempt < 2 && !x.ok && !x.gone; ++attempt) {
+    auto pick = PickReplica(exclude);
     if (!pick) {
       if (x.error.empty()) x.error = "no replica is ready";
       break;
     }
-    exclude = pick->first;
+    exclude = pick->id;
     if (attempt > 0) {
       x.record.retried = true;
       x.retry_cause = x.error;
     }
-    httplib::Client client("127.0.0.1", pick->second);
+    httplib::Client client(pick->host, pick->port);
     client.set_tcp_nodelay(true);
     client.set_connection_timeout(std::chrono::seconds(5));
     client.set_read_timeout(std::chrono::duration<double>(options_.upstream_timeout_s));
     httplib::Request req;
-    req.method = "POST";
+    req.method = x.method;
     req.path = x.path;
-    req.body = x.body;
-    req.set_header("Content-Type", "application/json");
+    if (x.method == "POST") {
+      req.body = x.body;
+      req.set_header("Content-Type", "application/json");
+    }
     if (!x.authorization.empty()) req.set_header("Authorization", x.authorization);
     int status = 0;
     std::string raw, buffer;
     size_t skip = text_sent;
     bool done = false, failed_mid_way = false;
+    auto emit = [&](const std::string& bytes) { return Emit(x, bytes) || (x.gone = true, false); };
     // One server-sent event of a stream: read, trimmed past the text already sent, forwarded.
     auto event = [&](std::string e) -> bool {
       const std::string prefix = "data: ";
@@ -360,7 +471,7 @@ void Gateway::Forward(Exchange& x) {
       const std::string payload = e.substr(prefix.size());
       if (payload == "[DONE]") {
         done = true;
-        return x.emit(e + "\n\n") || (x.client_left = true, false);
+        return emit(e + "\n\n");
       }
       Result<Json> parsed = ParseJson(payload, "the replica's stream");
       if (!parsed.ok()) return true;
@@ -389,7 +500,7 @@ void Gateway::Forward(Exchange& x) {
         FirstToken(x);
         text_sent += t.size();
       }
-      return x.emit(e + "\n\n") || (x.client_left = true, false);
+      return emit(e + "\n\n");
     };
     req.response_handler = [&](const httplib::Response& r) {
       status = r.status;
@@ -411,8 +522,8 @@ void Gateway::Forward(Exchange& x) {
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
     const bool sent = client.send(req, res, err);
-    Release(pick->first);
-    const std::string replica = "replica " + std::to_string(pick->first);
+    Release(pick->id);
+    const std::string replica = "replica " + std::to_string(pick->id);
     // The replica's own answer is passed on, except 503 (it is shutting down), which is retried.
     if (status != 0 && status != 200 && status != 503 && !failed_mid_way) {
       x.status = status;

@@ -3,6 +3,10 @@
 // through, and records every request's arrival, first token, end and usage, which gives the
 // online controller the exact recent trace. A request whose replica fails is retried once on
 // another replica; a stream cut mid-way continues from the retry, past the text already sent.
+// Clients are served by one event-loop thread (an HttpServer: idle and slow clients cost a
+// socket, not a thread); each request on its way to a replica has a thread of its own. A
+// stream's headers wait for its first event, so a request that fails before any is answered
+// with its real status (the replica's 4xx, or 503), not 200 and an error event.
 #pragma once
 
 #include <condition_variable>
@@ -15,13 +19,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
-
-namespace httplib {
-class Server;
-}
+#include "sim/serving/http_server.h"
 
 namespace fathom::sim {
 
@@ -30,9 +32,13 @@ struct GatewayOptions {
   int port = 0;                    // 0: any free port (see Gateway::port)
   // Control endpoints (/fathom/*) need "Authorization: Bearer <token>"; empty: they answer 403.
   std::string token;
+  // When set, /v1/* needs "Authorization: Bearer <key>", checked from a request's headers before
+  // its body is read (replicas get the same header).
+  std::string api_key;
   int64_t max_body_bytes = 1 << 20;  // larger bodies get 413 and never reach a replica
   double read_timeout_s = 10;        // a client slower than this to send its request is dropped
-  int max_connections = 1100;        // concurrent connections (one thread each)
+  // Concurrent client connections; at the limit the longest-idle one makes room.
+  int max_connections = 20000;
   double upstream_timeout_s = 3600;  // a replica silent this long fails the attempt
   double replica_wait_s =
       30;  // a request that finds no replica waits this long for one (a restart)
@@ -71,53 +77,78 @@ struct ReplicaLoad {
 };
 std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads);
 
-class Gateway {
+class Gateway : private HttpHandler {
  public:
   explicit Gateway(GatewayOptions options);
-  ~Gateway();
+  ~Gateway() override;
   // Binds (the error names the address) and serves on a thread of its own until Stop.
   Status Start();
+  // Closes every client connection, then waits for the requests on their way to replicas.
   void Stop();
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   double Now() const;  // seconds since the gateway started
 
-  // New requests may go to the replica on `port` from now on.
-  void AddReplica(int id, int port);
+  // New requests may go to the replica at host:port from now on.
+  void AddReplica(int id, int port, std::string host = "127.0.0.1");
   // No new request goes to the replica; those in flight continue (a drain) or, when it died,
   // fail there and are retried elsewhere.
   void RemoveReplica(int id);
   int64_t Outstanding(int id) const;
   GatewayWindow TakeWindow();
-  // GET /fathom/replicas answers with what this returns (JSON).
+  // GET /fathom/replicas answers with what this returns (JSON); set before Start.
   void set_replicas_json(std::function<std::string()> f) { replicas_json_ = std::move(f); }
+  // GET /metrics ends with what this returns (Prometheus text: the supervisor's); before Start.
+  void set_more_metrics(std::function<std::string()> f) { more_metrics_ = std::move(f); }
+  // What GET /metrics shows (Prometheus text).
+  std::string Metrics() const;
 
  private:
   struct Exchange;
+  struct Answer;
+  std::optional<std::pair<int, std::string>> Admit(const HttpRequest& head) override;
+  void Handle(HttpServer& server, HttpConnection& c, const HttpRequest& request) override;
+  void Advance(HttpServer& server, HttpConnection& c) override;
+  void Abort(HttpConnection& c) override;
+  // Starts a thread that forwards `x` and notifies its connection as answers arrive.
+  void Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x);
   // Runs one request on a replica, and on another if that one fails before the answer is whole.
   void Forward(Exchange& x);
+  // Passes stream bytes to the client's connection; false once the client left.
+  bool Emit(Exchange& x, const std::string& bytes);
   void FirstToken(Exchange& x);
   void StopWaiting(const Exchange& x);  // under mu_
-  // (id, port) of the replica to use, counted as outstanding; waits for one (replica_wait_s).
-  std::optional<std::pair<int, int>> Pick(int exclude);
+  struct Pick {
+    int id = 0, port = 0;
+    std::string host;
+  };
+  // The replica to use, counted as outstanding; waits for one (replica_wait_s).
+  std::optional<Pick> PickReplica(int exclude);
   void Release(int id);
   void Finish(const Exchange& x);
 
   GatewayOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  HttpServer server_;
   std::thread thread_;
-  int port_ = 0;
-  std::function<std::string()> replicas_json_;
+  bool started_ = false;
+  std::function<std::string()> replicas_json_, more_metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable routed_cv_;  // a replica was added, or the gateway stops
+  std::condition_variable forwarders_cv_;
   bool stopping_ = false;
+  int64_t forwarders_ = 0;  // threads forwarding requests
   struct Replica {
+    std::string host;
     int port = 0;
     int64_t outstanding = 0;
     bool routed = true;
   };
   std::map<int, Replica> replicas_;
   GatewayWindow window_;
+  // Since the start, for /metrics.
+  struct Totals {
+    int64_t arrived = 0, ok = 0, failed = 0, client_errors = 0, client_left = 0, retried = 0;
+  } totals_;
   int64_t in_flight_ = 0, waiting_ = 0;
   std::multiset<double> streams_waiting_since_;  // arrival of each stream without a first token
 };

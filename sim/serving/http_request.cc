@@ -138,9 +138,13 @@ HttpParse ParseHttpRequest(std::string_view in, int64_t max_body_bytes, HttpRequ
       p.consumed = body_at + static_cast<size_t>(length);
     }
   }
-  if (p.state == HttpParse::kIncomplete)
+  if (p.state == HttpParse::kBad) return p;
+  if (p.state == HttpParse::kIncomplete) {
     p.expects_continue = Lower(r.Header("expect")) == "100-continue";
-  if (p.state == HttpParse::kComplete) *request = std::move(r);
+    r.body.clear();
+  }
+  p.head_read = true;
+  *request = std::move(r);
   return p;
 }
 

@@ -24,13 +24,15 @@ struct HttpRequest {
 struct HttpParse {
   enum State { kIncomplete, kComplete, kBad } state = kIncomplete;
   size_t consumed = 0;            // kComplete: the request's bytes at the front of the input
+  bool head_read = false;         // the request line and headers are whole (kComplete too)
   bool expects_continue = false;  // kIncomplete: headers read, the client awaits "100 Continue"
   int status = 0;                 // kBad: 400, 413 (body too large) or 431 (headers too large)
   std::string error;              // kBad: what was wrong
 };
 
-// Parses the request at the front of `input` into `request` (overwritten only when complete).
-// Bodies over `max_body_bytes` are refused from their declared length, before they are read.
+// Parses the request at the front of `input` into `request`: whole when kComplete; its method,
+// path and headers (no body) when kIncomplete with head_read; untouched otherwise. Bodies over
+// `max_body_bytes` are refused from their declared length, before they are read.
 HttpParse ParseHttpRequest(std::string_view input, int64_t max_body_bytes, HttpRequest* request);
 
 }  // namespace fathom::sim

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "base/json_fields.h"
+#include "base/prometheus.h"
 #include "models/hardware.h"
 #include "models/roofline.h"
 #include "sim/deployment_config.h"
@@ -474,11 +476,11 @@ std::string ReadUntil(int sock, const std::string& until, int times = 1) {
   return got;
 }
 
-std::string StreamRequest(int max_tokens) {
+std::string StreamRequest(int max_tokens, const std::string& headers = "") {
   const std::string body =
       R"({"prompt":[1,2,3,4],"stream":true,"max_tokens":)" + std::to_string(max_tokens) + "}";
-  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\n\r\n" + body;
+  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 }  // namespace
@@ -579,18 +581,51 @@ TEST_CASE("a request whose client leaves is aborted and frees its place, as vLLM
   CHECK(next->status == 200);
 }
 
-TEST_CASE("fathom serve answers 503 to connections beyond its limit") {
+TEST_CASE(
+    "at its connection limit fathom serve closes the longest-idle connection to make room, and "
+    "answers 503 when every one is answering") {
   ServeOptions o;
   o.max_connections = 2;
   Served served(50.0, o);
-  const int a = Connect(served.server.port()), b = Connect(served.server.port());
-  SendAll(a, "GET /health HTTP/1.1\r\n\r\n");
-  CHECK(ReadUntil(a, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);  // both are accepted by now
-  const int c = Connect(served.server.port());
-  const std::string refused = ReadUntil(c, "}");
+  const int port = served.server.port();
+  const int idle = Connect(port), used = Connect(port);
+  SendAll(used, "GET /health HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(used, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);  // both are accepted by now
+  // A newcomer takes the idle one's place: the oldest without a request under way.
+  const int newcomer = Connect(port);
+  SendAll(newcomer, "GET /health HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(newcomer, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(ReadUntil(idle, "\r\n\r\n").empty());  // closed
+  close(idle);
+  // Both connections stream: nobody can make room.
+  for (int sock : {used, newcomer}) {
+    SendAll(sock, StreamRequest(100000));
+    ReadUntil(sock, "data: ");
+  }
+  const int refused_sock = Connect(port);
+  const std::string refused = ReadUntil(refused_sock, "}");
   CHECK(refused.rfind("HTTP/1.1 503", 0) == 0);
   CHECK_THAT(refused, Catch::Matchers::Contains("too many connections"));
-  for (int sock : {a, b, c}) close(sock);
+  for (int sock : {used, newcomer, refused_sock}) close(sock);
+}
+
+TEST_CASE("fathom serve refuses a request from its head: a body without the key is never read") {
+  ServeOptions o;
+  o.api_key = "key";
+  Served served(50.0, o);
+  const int sock = Connect(served.server.port());
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nContent-Length: 4000000\r\n\r\n{");
+  const std::string answer = ReadUntil(sock, "}");
+  CHECK(answer.rfind("HTTP/1.1 401", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("Connection: close"));
+  close(sock);
+  // With the key, the same connection serves on after a refusal whose request came whole.
+  const int keyed = Connect(served.server.port());
+  SendAll(keyed, "GET /nowhere HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+  const std::string both = ReadUntil(keyed, "HTTP/1.1 ", 2);
+  CHECK(both.rfind("HTTP/1.1 404", 0) == 0);
+  CHECK_THAT(both, Catch::Matchers::Contains("HTTP/1.1 200 OK"));
+  close(keyed);
 }
 
 TEST_CASE(
@@ -755,6 +790,117 @@ TEST_CASE(
   REQUIRE(w.finished.size() == 1);
   CHECK(w.finished[0].completion_tokens == 300);
   gateway.Stop();
+}
+
+TEST_CASE(
+    "hostile clients leave the gateway serving others: thousands of idle connections, slow "
+    "headers, bodies without the key or too large, invalid UTF-8") {
+  Served replica(20.0, {});
+  GatewayOptions o;
+  o.api_key = "key";
+  o.max_connections = 2000;
+  o.read_timeout_s = 2;
+  Gateway gateway(o);
+  REQUIRE(gateway.Start().ok());
+  gateway.AddReplica(1, replica.server.port());
+  const int port = gateway.port();
+  const std::string key = "Authorization: Bearer key\r\n";
+
+  // 5,000 connections that send nothing (beyond the limit, the longest idle make room), and one
+  // sending its headers a few bytes at a time.
+  std::vector<int> idle;
+  for (int i = 0; i < 5000; ++i) idle.push_back(Connect(port));
+  const int slow = Connect(port);
+  SendAll(slow, "POST /v1/comp");
+  // A body without the key is refused from its head, before it is sent; one past the limit is
+  // refused from its length, key or not.
+  const int anonymous = Connect(port);
+  SendAll(anonymous, "POST /v1/completions HTTP/1.1\r\nContent-Length: 900000\r\n\r\n{");
+  const int huge = Connect(port);
+  SendAll(huge, "POST /v1/completions HTTP/1.1\r\n" + key + "Content-Length: 10000000\r\n\r\n");
+  const int bad_bytes = Connect(port);
+  const std::string body = "{\"prompt\":\"\xff\xfe\xc3\",\"model\":\"\xe2\x82\"}";
+  SendAll(bad_bytes, "POST /v1/completions HTTP/1.1\r\n" + key +
+                         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+
+  // A client with the key meanwhile gets its whole stream.
+  const int client = Connect(port);
+  SendAll(client, StreamRequest(50, key));
+  const std::string streamed = ReadUntil(client, "data: [DONE]");
+  CHECK(streamed.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(Count(streamed, " tok") == 50);
+  close(client);
+  const std::string refused = ReadUntil(anonymous, "}");
+  CHECK(refused.rfind("HTTP/1.1 401", 0) == 0);
+  CHECK(ReadUntil(huge, "}").rfind("HTTP/1.1 413", 0) == 0);
+  const std::string invalid = ReadUntil(bad_bytes, "}");
+  CHECK(invalid.rfind("HTTP/1.1 400", 0) == 0);
+  const size_t json_at = invalid.find("\r\n\r\n");
+  REQUIRE(json_at != std::string::npos);
+  CHECK(ParseJson(invalid.substr(json_at + 4), "the answer").ok());  // valid JSON, valid UTF-8
+  // The slow client is answered 400 once its read timeout passes.
+  CHECK(ReadUntil(slow, "}").rfind("HTTP/1.1 400", 0) == 0);
+  for (int sock : {slow, anonymous, huge, bad_bytes}) close(sock);
+  for (int sock : idle) close(sock);
+
+  const std::string metrics = gateway.Metrics();
+  CHECK_THAT(metrics,
+             Catch::Matchers::Contains("fathom_gateway_requests_total{outcome=\"ok\"} 1\n"));
+  CHECK_THAT(metrics,
+             Catch::Matchers::Contains("fathom_gateway_requests_total{outcome=\"failed\"} 0\n"));
+  CHECK_THAT(metrics, Catch::Matchers::Contains(
+                          "fathom_gateway_connections_closed_total{reason=\"refused\"} 0\n"));
+  CHECK_THAT(metrics, Catch::Matchers::Contains(
+                          "fathom_gateway_replica_outstanding{replica=\"1\",address=\"127.0.0.1:" +
+                          std::to_string(replica.server.port()) + "\"} 0\n"));
+  Result<fathom::Metrics> parsed = ParsePrometheusText(metrics, "the gateway's /metrics");
+  INFO(parsed.status().message());
+  REQUIRE(parsed.ok());
+  const std::vector<MetricSample>& closed = parsed->at("fathom_gateway_connections_closed_total");
+  double evicted = 0;
+  for (const MetricSample& m : closed) {
+    if (m.labels.at("reason") == "evicted") evicted = m.value;
+  }
+  CHECK(evicted >= 3000);
+  CHECK(replica.engine.Metrics().finished_length == 1);  // only the good client's request
+}
+
+TEST_CASE(
+    "a stream the gateway cannot start is answered with its real status, not 200 and an error "
+    "event") {
+  Served replica(20.0, {});
+  GatewayOptions o;
+  o.replica_wait_s = 0.2;
+  Gateway gateway(o);
+  REQUIRE(gateway.Start().ok());
+  const int port = gateway.port();
+  // No replica within replica_wait_s: 503.
+  int sock = Connect(port);
+  SendAll(sock, StreamRequest(5));
+  std::string answer = ReadUntil(sock, "}");
+  close(sock);
+  CHECK(answer.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("no replica is ready"));
+  // The replica's own refusal keeps its status and body.
+  gateway.AddReplica(1, replica.server.port());
+  sock = Connect(port);
+  const std::string body = R"({"model":"gpt","prompt":"x","stream":true})";
+  SendAll(sock, "POST /v1/completions HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\n\r\n" + body);
+  answer = ReadUntil(sock, "}}");
+  close(sock);
+  CHECK(answer.rfind("HTTP/1.1 404", 0) == 0);
+  CHECK_THAT(answer, Catch::Matchers::Contains("does not exist"));
+  GatewayWindow w = gateway.TakeWindow();
+  CHECK(w.failed == 1);
+  CHECK(w.client_errors == 1);
+  // /v1/models is passed through, on the loop's terms too.
+  httplib::Client client("127.0.0.1", port);
+  auto models = client.Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  CHECK_THAT(models->body, Catch::Matchers::Contains("\"llama\""));
+  CHECK(gateway.TakeWindow().arrived == 0);
 }
 
 }  // namespace fathom::sim

@@ -1,29 +1,16 @@
 #include "sim/serving/openai_server.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <ctime>
-#include <exception>
+#include <mutex>
 
-#include "base/check.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/prometheus.h"
 #include "sim/serving/http_reply.h"
 
 namespace fathom::sim {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Completion {
   int64_t input = 0, output = 16;  // OpenAI's default max_tokens
@@ -186,21 +173,6 @@ void AppendHistogram(std::string* out, const std::string& name, const std::strin
   *out += name + "_count{" + labels + "} " + std::to_string(h.count) + "\n";
 }
 
-void AppendScalar(std::string* out, const std::string& name, const char* type,
-                  const std::string& help, double v, const std::string& labels) {
-  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  *out += name + "{" + labels + "} " + StrFormat("%.9g", v) + "\n";
-}
-
-// A completion being answered on a connection.
-struct Answer {
-  Completion c;
-  std::shared_ptr<LiveStream> stream;
-  std::string id;
-  int64_t created = 0;
-  int64_t sent = 0;  // tokens already sent (streamed)
-};
-
 }  // namespace
 
 Status ServeOptions::Validate() const {
@@ -226,23 +198,23 @@ int64_t TextTokens(const std::string& text) { return static_cast<int64_t>((text.
 std::string RenderMetrics(const LiveMetrics& m, const std::string& model) {
   const std::string labels = "model_name=\"" + model + "\"";
   std::string out;
-  AppendScalar(&out, "vllm:num_requests_running", "gauge",
-               "Number of requests in model execution batches.", static_cast<double>(m.running),
-               labels);
-  AppendScalar(&out, "vllm:num_requests_waiting", "gauge",
-               "Number of requests waiting to be processed.", static_cast<double>(m.waiting),
-               labels);
-  AppendScalar(&out, "vllm:gpu_cache_usage_perc", "gauge",
-               "KV-cache usage. 1 means 100 percent usage.", m.kv_usage, labels);
-  AppendScalar(&out, "vllm:kv_cache_usage_perc", "gauge",
-               "KV-cache usage. 1 means 100 percent usage.", m.kv_usage, labels);
-  AppendScalar(&out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
-               static_cast<double>(m.preemptions), labels);
-  AppendScalar(&out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-               static_cast<double>(m.prompt_tokens), labels);
-  AppendScalar(&out, "vllm:generation_tokens_total", "counter",
-               "Number of generation tokens processed.", static_cast<double>(m.generation_tokens),
-               labels);
+  AppendMetric(&out, "vllm:num_requests_running", "gauge",
+               "Number of requests in model execution batches.",
+               {{labels, static_cast<double>(m.running)}});
+  AppendMetric(&out, "vllm:num_requests_waiting", "gauge",
+               "Number of requests waiting to be processed.",
+               {{labels, static_cast<double>(m.waiting)}});
+  AppendMetric(&out, "vllm:gpu_cache_usage_perc", "gauge",
+               "KV-cache usage. 1 means 100 percent usage.", {{labels, m.kv_usage}});
+  AppendMetric(&out, "vllm:kv_cache_usage_perc", "gauge",
+               "KV-cache usage. 1 means 100 percent usage.", {{labels, m.kv_usage}});
+  AppendMetric(&out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+               {{labels, static_cast<double>(m.preemptions)}});
+  AppendMetric(&out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+               {{labels, static_cast<double>(m.prompt_tokens)}});
+  AppendMetric(&out, "vllm:generation_tokens_total", "counter",
+               "Number of generation tokens processed.",
+               {{labels, static_cast<double>(m.generation_tokens)}});
   out +=
       "# HELP vllm:request_success_total Count of successfully processed requests.\n"
       "# TYPE vllm:request_success_total counter\n";
@@ -267,282 +239,58 @@ std::string RenderMetrics(const LiveMetrics& m, const std::string& model) {
   return out;
 }
 
-struct OpenAiServer::Connection {
-  int fd = -1;
-  std::string in;   // received, not yet parsed
-  std::string out;  // to send, from out_at on
-  size_t out_at = 0;
-  bool continue_sent = false;    // "100 Continue" for the request being read
-  bool close_after = false;      // close once `out` is sent
-  bool writable_wait = false;    // EPOLLOUT requested
-  bool dead = false;             // to be closed: the loop closes and erases it
-  Clock::time_point idle_since;  // no request under way since (the read timeout's start)
-  Clock::time_point wrote_at;    // the last progress writing `out`
-  std::unique_ptr<Answer> answer;
-  bool pending() const { return out_at < out.size(); }
+namespace {
+
+// The completion a connection is answering.
+struct Answer : HttpAnswer {
+  Completion c;
+  std::shared_ptr<LiveStream> stream;
+  std::string id;
+  int64_t created = 0;
+  int64_t sent = 0;  // tokens already sent (streamed)
 };
 
+HttpServerOptions ServeHttpOptions(const ServeOptions& o) {
+  HttpServerOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.max_connections = o.max_connections;
+  h.max_body_bytes = o.max_body_bytes;
+  h.read_timeout_s = o.read_timeout_s;
+  return h;
+}
+
+}  // namespace
+
 OpenAiServer::OpenAiServer(LiveEngine* engine, ServeOptions options)
-    : engine_(engine), options_(std::move(options)) {}
+    : engine_(engine), options_(std::move(options)), server_(this, ServeHttpOptions(options_)) {}
 
 OpenAiServer::~OpenAiServer() {
-  if (wake_fd_ >= 0) engine_->set_on_progress(nullptr);
-  for (auto& [fd, c] : connections_) ::close(fd);
-  for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
-    if (fd >= 0) ::close(fd);
-  }
+  if (bound_) engine_->set_on_progress(nullptr);
 }
 
 Status OpenAiServer::Bind() {
   FATHOM_RETURN_IF_ERROR(options_.Validate());
-  const std::string where =
-      options_.port == 0 ? "--host " + options_.host
-                         : StrFormat("--host %s --port %d", options_.host.c_str(), options_.port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(options_.port);
-  if (::getaddrinfo(options_.host.c_str(), service.c_str(), &hints, &found) != 0) {
-    return Status::InvalidArgument(where + ": not an address of this machine");
-  }
-  for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    const int on = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      listen_fd_ = fd;
-    } else {
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(found);
-  if (listen_fd_ < 0) {
-    return Status::InvalidArgument(
-        where + (options_.port == 0 ? ": cannot listen on any port"
-                                    : ": cannot listen there (in use, or not this machine's "
-                                      "address)"));
-  }
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
-  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) {
-    return Status::Unavailable(std::string("cannot create the event loop: ") +
-                               std::strerror(errno));
-  }
-  for (int fd : {listen_fd_, wake_fd_}) {
-    epoll_event e{};
-    e.events = EPOLLIN;
-    e.data.fd = fd;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
-  }
-  engine_->set_on_progress([this] { Wake(); });
+  FATHOM_RETURN_IF_ERROR(server_.Bind());
+  engine_->set_on_progress([this] { server_.Wake(); });
+  bound_ = true;
   return Status::Ok();
 }
 
-void OpenAiServer::Wake() {
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);  // full only when unread
+std::optional<std::pair<int, std::string>> OpenAiServer::Admit(const HttpRequest& head) {
+  const std::string& path = head.path;
+  if (!IsCompletionPath(path) && path != "/v1/models" && path != "/health" && path != "/metrics")
+    return std::make_pair(404, ErrorBody("not found", "invalid_request_error"));
+  // Checked from the head, so a client without the key costs no more than its headers.
+  return RefuseOpenAiHead(head, options_.api_key);
 }
 
-void OpenAiServer::Serve() {
-  FATHOM_CHECK(epoll_fd_ >= 0);  // Bind first
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return;
-    ready_ = true;
-    ready_cv_.notify_all();
-  }
-  constexpr int kEvents = 256;
-  epoll_event events[kEvents];
-  Clock::time_point checked = Clock::now();
-  while (!stop_.load()) {
-    // Deadlines are checked every 100 ms, as the wait returns at least that often.
-    const int n = ::epoll_wait(epoll_fd_, events, kEvents, 100);
-    bool progress = false;
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == listen_fd_) {
-        Accept();
-        continue;
-      }
-      if (fd == wake_fd_) {
-        uint64_t count;
-        [[maybe_unused]] ssize_t r = ::read(wake_fd_, &count, sizeof count);
-        progress = true;
-        continue;
-      }
-      auto it = connections_.find(fd);
-      if (it == connections_.end()) continue;
-      Connection& c = *it->second;
-      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) Read(c);
-      if (!c.dead && (events[i].events & EPOLLOUT)) {
-        Flush(c);
-        if (!c.dead && !c.pending() && c.answer) Advance(c);  // what waited for the client
-      }
-      if (c.dead) Close(it);
-    }
-    if (progress) {
-      for (auto& [fd, c] : connections_) {
-        if (c->answer && !c->dead) Advance(*c);
-      }
-    }
-    if (Clock::now() - checked >= std::chrono::milliseconds(100)) {
-      CheckDeadlines();
-      checked = Clock::now();
-    }
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if (it->second->dead)
-        it = Close(it);
-      else
-        ++it;
-    }
-  }
-  for (auto& [fd, c] : connections_) ::close(fd);
-  connections_.clear();
-}
-
-OpenAiServer::Connections::iterator OpenAiServer::Close(Connections::iterator it) {
-  // A request its client left is aborted, as vLLM aborts it: nobody reads its tokens, and a long
-  // one would hold the KV cache for nothing.
-  if (it->second->answer) engine_->Cancel(*it->second->answer->stream);
-  ::close(it->first);
-  return connections_.erase(it);
-}
-
-void OpenAiServer::Accept() {
-  for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // none left (or out of descriptors: retried on the next wake-up)
-    if (connections_.size() >= static_cast<size_t>(options_.max_connections)) {
-      const std::string body = ErrorBody("too many connections", "service_unavailable");
-      const std::string reply =
-          StrFormat(
-              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-              body.size()) +
-          body;
-      [[maybe_unused]] ssize_t n = ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-      ::close(fd);
-      continue;
-    }
-    const int on = 1;
-    // Each token's event leaves at once (no Nagle wait on the client's delayed ACK).
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-    // A fixed send buffer: a client that stops reading holds this much of the kernel's memory
-    // (doubled by it) and its tokens wait for it in the engine; autotuned, it would grow to MiBs.
-    const int send_buffer_bytes = 64 << 10;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer_bytes, sizeof send_buffer_bytes);
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLRDHUP;
-    e.data.fd = fd;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
-      ::close(fd);
-      continue;
-    }
-    auto c = std::make_unique<Connection>();
-    c->fd = fd;
-    c->idle_since = Clock::now();
-    connections_[fd] = std::move(c);
-  }
-}
-
-void OpenAiServer::Read(Connection& c) {
-  char buffer[16 << 10];
-  for (;;) {
-    const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
-    if (n > 0) {
-      c.in.append(buffer, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    c.dead = true;  // the client left (or the connection broke): its request is aborted
-    return;
-  }
-  // Bytes of a next request wait while one is answered (or a refusal is sent); beyond what a
-  // request may take, with its headers and chunk framing, they are abuse.
-  if (c.in.size() > 2 * static_cast<size_t>(options_.max_body_bytes) + (128 << 10)) {
-    c.dead = true;
-    return;
-  }
-  HandleRequests(c);
-}
-
-void OpenAiServer::HandleRequests(Connection& c) {
-  while (!c.answer && !c.close_after && !c.in.empty()) {
-    HttpRequest request;
-    const HttpParse p = ParseHttpRequest(c.in, options_.max_body_bytes, &request);
-    if (p.state == HttpParse::kIncomplete) {
-      if (p.expects_continue && !c.continue_sent) {
-        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
-        c.continue_sent = true;
-      }
-      break;
-    }
-    if (p.state == HttpParse::kBad) {
-      c.close_after = true;
-      Reply(c, p.status, ErrorBody(p.error, "invalid_request_error"));
-      break;
-    }
-    c.in.erase(0, p.consumed);
-    c.continue_sent = false;
-    if (!request.keep_alive) c.close_after = true;
-    try {
-      Handle(c, request);
-    } catch (const std::exception& e) {  // one request's fault is its own: answer it, serve on
-      c.answer.reset();
-      c.close_after = true;
-      Reply(c, 500, ErrorBody(std::string("internal error: ") + e.what(), "internal_error"));
-    }
-  }
-  Flush(c);
-}
-
-void OpenAiServer::Reply(Connection& c, int status, const std::string& body,
-                         const char* content_type) {
-  const char* reason = status == 200   ? "OK"
-                       : status == 400 ? "Bad Request"
-                       : status == 401 ? "Unauthorized"
-                       : status == 404 ? "Not Found"
-                       : status == 405 ? "Method Not Allowed"
-                       : status == 413 ? "Payload Too Large"
-                       : status == 431 ? "Request Header Fields Too Large"
-                       : status == 500 ? "Internal Server Error"
-                                       : "Service Unavailable";
-  c.out +=
-      StrFormat("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n", status,
-                reason, content_type, body.size(), c.close_after ? "Connection: close\r\n" : "");
-  c.out += body;
-  c.idle_since = Clock::now();
-  if (c.out_at == 0) c.wrote_at = c.idle_since;  // the write timeout starts with the reply
-}
-
-void OpenAiServer::Handle(Connection& c, const HttpRequest& req) {
+void OpenAiServer::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& req) {
   const std::string& path = req.path;
-  const bool post = path == "/v1/completions" || path == "/v1/chat/completions";
-  const bool known = post || path == "/v1/models" || path == "/health" || path == "/metrics";
-  if (!known) return Reply(c, 404, ErrorBody("not found", "invalid_request_error"));
-  if (!options_.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
-      req.Header("authorization") != "Bearer " + options_.api_key) {
-    return Reply(c, 401,
-                 ErrorBody("a valid API key is required (Authorization: Bearer <key>)",
-                           "authentication_error"));
-  }
-  if (req.method != (post ? "POST" : "GET")) {
-    return Reply(c, 405,
-                 ErrorBody(path + " takes " + (post ? "POST" : "GET"), "invalid_request_error"));
-  }
-  if (path == "/health") return Reply(c, 200, "", "text/plain");
+  if (path == "/health") return server.Reply(c, 200, "", "text/plain");
   if (path == "/metrics") {
-    return Reply(c, 200, RenderMetrics(engine_->Metrics(), options_.served_model_name),
-                 "text/plain; version=0.0.4");
+    return server.Reply(c, 200, RenderMetrics(engine_->Metrics(), options_.served_model_name),
+                        "text/plain; version=0.0.4");
   }
   if (path == "/v1/models") {
     OrderedJson m;
@@ -553,38 +301,40 @@ void OpenAiServer::Handle(Connection& c, const HttpRequest& req) {
     OrderedJson j;
     j["object"] = "list";
     j["data"] = OrderedJson::array({m});
-    return Reply(c, 200, DumpUtf8(j));
+    return server.Reply(c, 200, DumpUtf8(j));
   }
   const bool chat = path == "/v1/chat/completions";
   Result<Completion> parsed = ParseCompletion(req.body, chat, options_);
   if (!parsed.ok())
-    return Reply(c, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
+    return server.Reply(c, 400, ErrorBody(parsed.status().message(), "invalid_request_error"));
   if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
-    return Reply(c, 404,
-                 ErrorBody("The model `" + parsed->model.substr(0, 200) + "` does not exist.",
-                           "invalid_request_error", "model"));
+    return server.Reply(
+        c, 404,
+        ErrorBody("The model `" + parsed->model.substr(0, 200) + "` does not exist.",
+                  "invalid_request_error", "model"));
   }
   std::shared_ptr<LiveStream> stream = engine_->Submit(parsed->input, parsed->output);
   if (!stream)
-    return Reply(c, 503, ErrorBody("the server is shutting down", "service_unavailable"));
+    return server.Reply(c, 503, ErrorBody("the server is shutting down", "service_unavailable"));
   auto a = std::make_unique<Answer>();
   a->c = *parsed;
   a->stream = std::move(stream);
   a->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   a->created = static_cast<int64_t>(std::time(nullptr));
-  if (a->c.stream) {
-    c.out += StrFormat(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "Transfer-Encoding: chunked\r\n%s\r\n",
-        c.close_after ? "Connection: close\r\n" : "");
-  }
+  if (a->c.stream) server.StartStream(c, "text/event-stream");
   c.answer = std::move(a);
-  Advance(c);
+  Advance(server, c);
 }
 
-void OpenAiServer::Advance(Connection& c) {
+void OpenAiServer::Abort(HttpConnection& c) {
+  // A request its client left is aborted, as vLLM aborts it: nobody reads its tokens, and a long
+  // one would hold the KV cache for nothing.
+  engine_->Cancel(*static_cast<Answer&>(*c.answer).stream);
+}
+
+void OpenAiServer::Advance(HttpServer& server, HttpConnection& c) {
   if (c.pending()) return;  // the client has not taken the last event: the next one waits
-  Answer& a = *c.answer;
+  Answer& a = static_cast<Answer&>(*c.answer);
   int64_t tokens;
   bool done, aborted;
   {
@@ -597,16 +347,16 @@ void OpenAiServer::Advance(Connection& c) {
   const std::string& model = options_.served_model_name;
   if (!comp.stream) {
     if (!done) return;
-    std::unique_ptr<Answer> finished = std::move(c.answer);
     if (aborted) {
-      Reply(c, 503,
-            ErrorBody("the engine stopped before the request finished", "service_unavailable"));
+      server.Reply(
+          c, 503,
+          ErrorBody("the engine stopped before the request finished", "service_unavailable"));
     } else {
       OrderedJson j = Chunk(comp, a.id, a.created, model, TokenText(tokens), "length", true, true);
       j["usage"] = Usage(comp, tokens);
-      Reply(c, 200, DumpUtf8(j));
+      server.Reply(c, 200, DumpUtf8(j));
     }
-    return HandleRequests(c);
+    return server.Finish(c);
   }
   if (tokens == a.sent && !done) return;
   std::string events;
@@ -632,85 +382,8 @@ void OpenAiServer::Advance(Connection& c) {
     }
     events += "data: [DONE]\n\n";
   }
-  c.out += StrFormat("%zx\r\n", events.size());
-  c.out += events;
-  c.out += "\r\n";
-  c.wrote_at = Clock::now();
-  if (done) {
-    c.out += "0\r\n\r\n";
-    c.answer.reset();
-    c.idle_since = c.wrote_at;
-    return HandleRequests(c);
-  }
-  Flush(c);
-}
-
-void OpenAiServer::Flush(Connection& c) {
-  while (c.pending()) {
-    const ssize_t n = ::send(c.fd, c.out.data() + c.out_at, c.out.size() - c.out_at, MSG_NOSIGNAL);
-    if (n > 0) {
-      c.out_at += static_cast<size_t>(n);
-      c.wrote_at = Clock::now();
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    c.dead = true;
-    return;
-  }
-  if (!c.pending()) {
-    c.out.clear();
-    c.out_at = 0;
-    if (c.close_after && !c.answer) {
-      c.dead = true;
-      return;
-    }
-  }
-  if (c.pending() != c.writable_wait) {
-    c.writable_wait = c.pending();
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLRDHUP | (c.writable_wait ? EPOLLOUT : 0u);
-    e.data.fd = c.fd;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &e);
-  }
-}
-
-void OpenAiServer::CheckDeadlines() {
-  const auto now = Clock::now();
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(options_.read_timeout_s));
-  for (auto& [fd, c] : connections_) {
-    if (c->dead) continue;
-    if (c->pending()) {
-      if (now - c->wrote_at > timeout) c->dead = true;  // the client stopped reading
-    } else if (!c->answer && now - c->idle_since > timeout) {
-      if (c->in.empty()) {
-        c->dead = true;  // idle between requests
-      } else {
-        c->close_after = true;
-        Reply(*c, 400,
-              ErrorBody("the request was not received within the read timeout",
-                        "invalid_request_error"));
-        Flush(*c);
-      }
-    }
-  }
-}
-
-bool OpenAiServer::WaitReady() {
-  std::unique_lock<std::mutex> lock(mu_);
-  ready_cv_.wait(lock, [this] { return ready_ || stopped_; });
-  return ready_ && !stopped_;
-}
-
-void OpenAiServer::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopped_ = true;
-    ready_cv_.notify_all();
-  }
-  stop_ = true;
-  if (wake_fd_ >= 0) Wake();
+  if (done) return server.EndStream(c, events);
+  server.SendChunk(c, events);
 }
 
 }  // namespace fathom::sim

@@ -3,15 +3,13 @@
 // /metrics with vLLM's Prometheus names and bucket layouts.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
 #include "base/status.h"
 #include "sim/serving/http_request.h"
+#include "sim/serving/http_server.h"
 #include "sim/serving/live_engine.h"
 
 namespace fathom::sim {
@@ -21,7 +19,9 @@ struct ServeOptions {
   int port = 8000;                 // 0: any free port (see OpenAiServer::port)
   std::string served_model_name;   // the id /v1/models lists and requests name
   std::string api_key;             // when set, /v1/* needs "Authorization: Bearer <key>"
-  int max_connections = 1100;      // concurrent connections; more are answered 503 and closed
+  // Concurrent connections; at the limit the longest-idle one makes room, or the newcomer is
+  // answered 503 when every one has a request under way.
+  int max_connections = 1100;
   int64_t max_body_bytes = 4 << 20;
   // A client slower than this to send its request (400), or to take what it is sent, is dropped.
   double read_timeout_s = 10;
@@ -40,54 +40,39 @@ int64_t TextTokens(const std::string& text);
 // What /metrics shows for `m` (model_name label `model`).
 std::string RenderMetrics(const LiveMetrics& m, const std::string& model);
 
-// One thread (the one calling Serve) answers every connection: non-blocking sockets under epoll,
-// each with its own output buffer. The engine wakes it once per step that produced tokens, and it
-// writes each stream's new tokens as one server-sent event; a stream whose client has not taken
-// the previous event yet gets the tokens since in one later event, so a slow client holds at most
-// one event in memory and delays no one else.
-class OpenAiServer {
+// One thread (the one calling Serve) answers every connection (an HttpServer). The engine wakes
+// it once per step that produced tokens, and it writes each stream's new tokens as one
+// server-sent event; a stream whose client has not taken the previous event yet gets the tokens
+// since in one later event, so a slow client holds at most one event in memory and delays no one
+// else.
+class OpenAiServer : private HttpHandler {
  public:
   // Borrows `engine`, which must outlive the server.
   OpenAiServer(LiveEngine* engine, ServeOptions options);
-  ~OpenAiServer();
+  ~OpenAiServer() override;
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;
   // Binds the address; the error names it.
   Status Bind();
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   // Serves until Stop (blocks); after Bind.
-  void Serve();
+  void Serve() { server_.Serve(); }
   // Blocks until Serve accepts; false if Stop came first.
-  bool WaitReady();
+  bool WaitReady() { return server_.WaitReady(); }
   // From any thread: Serve closes every connection and returns.
-  void Stop();
+  void Stop() { server_.Stop(); }
 
  private:
-  struct Connection;
-  using Connections = std::unordered_map<int, std::unique_ptr<Connection>>;  // by socket
-  void Accept();
-  // Closes a connection and aborts the request it was answering; the next one.
-  Connections::iterator Close(Connections::iterator it);
-  void Read(Connection& c);
-  void HandleRequests(Connection& c);
-  void Handle(Connection& c, const HttpRequest& request);
-  void Advance(Connection& c);  // sends what the connection's completion has new
-  void Flush(Connection& c);
-  void Reply(Connection& c, int status, const std::string& body,
-             const char* content_type = "application/json");
-  void CheckDeadlines();
-  void Wake();
+  std::optional<std::pair<int, std::string>> Admit(const HttpRequest& head) override;
+  void Handle(HttpServer& server, HttpConnection& c, const HttpRequest& request) override;
+  void Advance(HttpServer& server, HttpConnection& c) override;  // sends what is new
+  void Abort(HttpConnection& c) override;
 
   LiveEngine* engine_;
   ServeOptions options_;
-  int port_ = 0;
+  HttpServer server_;
+  bool bound_ = false;
   int64_t next_id_ = 0;  // of completions; Serve's thread
-  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
-  Connections connections_;  // Serve's thread
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable ready_cv_;
-  bool ready_ = false, stopped_ = false;
 };
 
 }  // namespace fathom::sim

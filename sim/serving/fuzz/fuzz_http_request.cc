@@ -17,6 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FATHOM_CHECK(p.consumed <= in.size());
       FATHOM_CHECK(request.body.size() <= static_cast<size_t>(kMaxBody));
       FATHOM_CHECK(!request.path.empty() && request.path[0] == '/');
+    } else if (p.state == HttpParse::kIncomplete && p.head_read) {
+      FATHOM_CHECK(request.body.empty());  // the head only, for the handler's Admit
+      FATHOM_CHECK(!request.path.empty() && request.path[0] == '/');
     } else if (p.state == HttpParse::kBad) {
       FATHOM_CHECK(p.status == 400 || p.status == 413 || p.status == 431);
       FATHOM_CHECK(!p.error.empty());
