@@ -84,6 +84,12 @@ kill -KILL "$victim"
 wait "$client"
 check "reasoning-like phase, a replica killed: every request answered" \
   jq -e '.failed_requests == 0 and .completed_requests == 500' "$tmp/reasoning.json"
+curl -sf "$gateway/metrics" >"$tmp/metrics.txt"
+check "the gateway's /metrics counts every request answered" \
+  grep -qE '^fathom_gateway_requests_total\{outcome="ok"\} ([6-9][0-9]{2}|[0-9]{4,})$' "$tmp/metrics.txt"
+check "and the supervisor's part its canary's rollback and the restart" \
+  bash -c "grep -qE '^fathom_supervisor_decisions_total\{action=\"rollback\"\} [1-9]' $tmp/metrics.txt &&
+           grep -qx 'fathom_supervisor_replica_restarts_total 1' $tmp/metrics.txt"
 kill -TERM "$supervisor"
 wait "$supervisor"
 check "the supervisor exits 0 after SIGTERM" test $? -eq 0

@@ -186,11 +186,16 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
   FATHOM_ASSIGN_OR_RETURN(auto supervisor, tuner::Supervisor::Start(o, initial));
   std::fprintf(stderr, "fathom online: gateway listening on http://%s:%d\n", o.gateway.host.c_str(),
                supervisor->gateway_port());
+  if (!sim::http::IsLoopbackHost(o.gateway.host) && o.gateway.api_key.empty()) {
+    std::fprintf(stderr,
+                 "fathom online: warning: the gateway at %s is reachable from other hosts and no "
+                 "--api-key is set: it passes anyone's requests to the replicas\n",
+                 o.gateway.host.c_str());
+  }
   if (!sim::http::IsLoopbackHost(o.gateway.host) && o.gateway.token.empty()) {
     std::fprintf(stderr,
                  "fathom online: warning: the gateway at %s is reachable from other hosts and no "
-                 "--token is set: it passes anyone's requests to the replicas (give them an "
-                 "--api-key through --engine-args) and its control endpoints are off\n",
+                 "--token is set: its control endpoints are off\n",
                  o.gateway.host.c_str());
   }
   return supervisor;
@@ -292,8 +297,13 @@ Status RunOnlineCommand(OnlineFlags f) {
   tuner::BatchLimits in_force = initial;
   Status journal_status;
   auto record = [&](const tuner::Decision& dec) {
-    if (!journal || !journal_status.ok()) return;
     const bool changed = !f.advise && dec.action != tuner::Decision::Action::kHold;
+    if (supervisor) {
+      supervisor->CountDecision(f.advise && dec.action != tuner::Decision::Action::kHold
+                                    ? "advise"
+                                    : tuner::Name(dec.action));
+    }
+    if (!journal || !journal_status.ok()) return;
     journal_status = journal->RecordDecision(
         dec, in_force, changed && supervisor ? supervisor->last_replace_s() : std::nullopt,
         f.advise);
@@ -408,6 +418,14 @@ void RegisterOnline(CLI::App& app, Status* result) {
   supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes,
                              "Larger request bodies get 413")
                  ->capture_default_str());
+  supervised(cmd->add_option("--max-connections", so.gateway.max_connections,
+                             "Client connections the gateway holds; at the limit the longest "
+                             "idle one makes room")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--api-key", so.gateway.api_key,
+                             "Clients' key: /v1/* needs Authorization: Bearer KEY, checked from "
+                             "the headers before the body is read (replicas get the same header)")
+                 ->envname("FATHOM_API_KEY"));
   cmd->add_option("--token", so.gateway.token,
                   "Bearer token for the gateway's control endpoints (/fathom/*)")
       ->envname("FATHOM_TOKEN");

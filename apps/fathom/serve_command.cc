@@ -312,7 +312,8 @@ void RegisterServe(CLI::App& app, Status* result) {
                   "Longest prompt plus max_tokens a request may take (default: the model's "
                   "context, within one rank's KV cache); longer ones are answered 400");
   cmd->add_option("--max-connections", f->serve.max_connections,
-                  "Concurrent connections (more are answered 503)")
+                  "Concurrent connections; at the limit the longest idle one makes room (503 when "
+                  "none is idle)")
       ->capture_default_str();
   cmd->add_option("--time-scale", f->time_scale,
                   "Simulated seconds per wall second (> 1 runs faster than real time)")

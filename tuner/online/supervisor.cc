@@ -18,6 +18,7 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/prometheus.h"
 #include "base/stats.h"
 #include "tuner/search/launch.h"
 
@@ -179,6 +180,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
   s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
+  s->gateway_->set_more_metrics([raw = s.get()] { return raw->Metrics(); });
   FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
   {
     std::lock_guard<std::mutex> lock(s->mu_);
@@ -395,6 +397,51 @@ std::string Supervisor::ReplicasJson() const {
   return list.dump();
 }
 
+void Supervisor::CountDecision(std::string_view action) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = decisions_.find(action);
+  if (it == decisions_.end()) it = decisions_.emplace(std::string(action), 0).first;
+  ++it->second;
+}
+
+std::string Supervisor::Metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  std::string out;
+  AppendMetric(&out, "fathom_supervisor_windows_total", "counter",
+               "Windows the controller has judged.", {{"", d(windows_)}});
+  std::vector<std::pair<std::string, double>> decisions;
+  for (const char* action : {"hold", "apply", "rollback", "advise"}) {
+    auto it = decisions_.find(action);
+    decisions.emplace_back(StrFormat("action=\"%s\"", action),
+                           it == decisions_.end() ? 0.0 : d(it->second));
+  }
+  AppendMetric(&out, "fathom_supervisor_decisions_total", "counter",
+               "The controller's decisions, one a window.", decisions);
+  AppendMetric(&out, "fathom_supervisor_replacements_total", "counter",
+               "Rolling replacements: done, or rolled_back (a new replica failed to start).",
+               {{"outcome=\"done\"", d(replacements_)},
+                {"outcome=\"rolled_back\"", d(replacements_rolled_back_)}});
+  AppendMetric(&out, "fathom_supervisor_replica_restarts_total", "counter",
+               "Replicas restarted after they died.", {{"", d(restarts_.load())}});
+  double serving = 0, draining = 0;
+  for (const auto& [id, r] : replicas_) (r.draining ? draining : serving) += 1;
+  AppendMetric(&out, "fathom_supervisor_replicas", "gauge",
+               "Replica processes: serving, or draining after a replacement.",
+               {{"state=\"serving\"", serving}, {"state=\"draining\"", draining}});
+  AppendMetric(&out, "fathom_supervisor_max_num_seqs", "gauge",
+               "The running-sequence limit serving replicas run (restarts use it).",
+               {{"", d(target_.max_batch)}});
+  AppendMetric(&out, "fathom_supervisor_max_num_batched_tokens", "gauge",
+               "The batched-token limit serving replicas run (restarts use it).",
+               {{"", d(target_.max_num_tokens)}});
+  if (last_replace_s_) {
+    AppendMetric(&out, "fathom_supervisor_last_replace_seconds", "gauge",
+                 "Wall seconds the last rolling replacement took.", {{"", *last_replace_s_}});
+  }
+  return out;
+}
+
 Result<std::optional<Window>> Supervisor::Observe() {
   // The window after an Apply runs a whole window past the replacement, so that the change is
   // judged on the new replicas serving, not on the old ones draining.
@@ -433,6 +480,10 @@ Result<std::optional<Window>> Supervisor::Observe() {
   w.start_s = start_s;
   w.end_s = end_s;
   elapsed_s_ = w.end_s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++windows_;
+  }
   window_start_wall_s_ = now;
   if (g.retried > 0) {
     Log(StrFormat("%lld requests retried on another replica this window (the last: %s)",
@@ -491,7 +542,11 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
     outcome.applied = false;
     outcome.why_not = replaced.message();
   }
-  last_replace_s_ = gateway_->Now() - started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // /metrics reads them
+    ++(outcome.applied ? replacements_ : replacements_rolled_back_);
+    last_replace_s_ = gateway_->Now() - started;
+  }
   window_end_wall_s_ = gateway_->Now() + options_.window_s / options_.time_scale;
   Log(StrFormat("rolling replacement to %s %s in %.2f s", launch.Label().c_str(),
                 outcome.applied ? "done" : "rolled back", *last_replace_s_));

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "base/status.h"
@@ -90,6 +91,11 @@ class Supervisor : public ServingRuntime {
   std::optional<double> last_replace_s() const { return last_replace_s_; }
   // Replicas restarted after they died, since the start.
   int64_t restarts() const { return restarts_; }
+  // Counts a decision of the controller for /metrics: hold, apply, rollback or advise.
+  void CountDecision(std::string_view action);
+  // The supervisor's part of the gateway's /metrics (Prometheus text): windows, decisions,
+  // replacements, restarts, replicas and the limits in force.
+  std::string Metrics() const;
 
  private:
   struct Replica {
@@ -126,6 +132,9 @@ class Supervisor : public ServingRuntime {
   double window_end_wall_s_ = 0;  // a window after an Apply ends no earlier (its canary)
   std::optional<double> last_replace_s_;
   std::atomic<int64_t> restarts_{0};
+  // For /metrics; under mu_.
+  std::map<std::string, int64_t, std::less<>> decisions_;
+  int64_t windows_ = 0, replacements_ = 0, replacements_rolled_back_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread monitor_;
 };
