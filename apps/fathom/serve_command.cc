@@ -321,6 +321,10 @@ void RegisterServe(CLI::App& app, Status* result) {
   cmd->add_option("--shutdown-timeout", f->shutdown_timeout_s,
                   "Seconds SIGTERM waits for requests in flight")
       ->capture_default_str();
+  cmd->add_option("--stall-timeout", f->serve.stall_timeout_s,
+                  "Wall seconds without a token, with requests in flight, after which /health "
+                  "answers 503")
+      ->capture_default_str();
   cmd->callback([f, result] { *result = Run(*f); });
 }
 

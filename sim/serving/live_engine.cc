@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/format.h"
+
 namespace fathom::sim {
 namespace {
 
@@ -71,6 +73,7 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
     s.done_s = now;  // last token so far; final once done
     s.tokens += count;
     progressed_ = true;
+    last_progress_s_ = now;
     metrics_.generation_tokens += count;
     s.cv.notify_all();
   });
@@ -97,6 +100,7 @@ LiveEngine::LiveEngine(std::unique_ptr<ResolvedDeployment> deployment, double ti
       s.cv.notify_all();
     }
     progressed_ = true;
+    last_progress_s_ = WallSeconds();
     streams_.erase(it);
   });
   thread_ = std::thread([this] { Loop(); });
@@ -124,6 +128,7 @@ std::shared_ptr<LiveStream> LiveEngine::Submit(int64_t input_tokens, int64_t out
   stream->input = input_tokens;
   stream->output = output_tokens;
   stream->arrival_s = WallSeconds();
+  if (streams_.empty()) last_progress_s_ = stream->arrival_s;  // the stall clock starts
   const int64_t id = next_id_++;
   stream->id = id;
   streams_[id] = stream;
@@ -195,6 +200,19 @@ void LiveEngine::BeginDrain() {
 bool LiveEngine::draining() const {
   std::lock_guard<std::mutex> lock(mu_);
   return draining_;
+}
+
+LiveHealth LiveEngine::Health(double stall_s) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.ok()) return {false, "the engine stopped: " + failure_.message()};
+  if (stop_) return {false, "the engine stopped"};
+  if (draining_) return {false, "draining: no new requests"};
+  const double idle = WallSeconds() - last_progress_s_;
+  if (!streams_.empty() && idle > stall_s) {
+    return {false, StrFormat("no token for %.1f s with %zu requests in flight (stalled past %g s)",
+                             idle, streams_.size(), stall_s)};
+  }
+  return {};
 }
 
 int64_t LiveEngine::in_flight() const {

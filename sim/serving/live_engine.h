@@ -54,6 +54,13 @@ struct LiveMetrics {
   LiveMetrics();
 };
 
+// Whether the engine serves: not when it stopped on an error, drains, or holds requests and has
+// produced nothing for longer than a stall limit (wedged: nothing it holds can run).
+struct LiveHealth {
+  bool ok = true;
+  std::string why;  // when not ok
+};
+
 class LiveEngine {
  public:
   // `deployment` must be resolved for an aggregated or disaggregated deployment; decoding is made
@@ -77,6 +84,7 @@ class LiveEngine {
   // Ends the engine: requests still in flight end aborted.
   void Stop();
   LiveMetrics Metrics() const;
+  LiveHealth Health(double stall_s) const;
   // Sets what the engine calls after each step that produced tokens or ended requests (on the
   // engine thread, with the engine's lock held: it must be quick and must not call the engine);
   // an empty function removes it, and no call runs after this returns.
@@ -101,6 +109,8 @@ class LiveEngine {
   int64_t next_id_ = 0;
   bool kicked_ = false, stop_ = false, draining_ = false;
   bool progressed_ = false;  // tokens or ends not yet announced through on_progress_
+  // Wall seconds of the last token or end, or of the request that ended an idle spell.
+  double last_progress_s_ = 0;
   std::function<void()> on_progress_;
   Status failure_;  // the first simulation error; the engine stops on it
   LiveMetrics metrics_;

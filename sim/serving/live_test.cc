@@ -903,4 +903,39 @@ TEST_CASE(
   CHECK(gateway.TakeWindow().arrived == 0);
 }
 
+TEST_CASE(
+    "fathom serve's /health says 503 while its engine holds requests and produces nothing, and "
+    "while it drains") {
+  ServeOptions o;
+  o.stall_timeout_s = 0.05;
+  Served served(0.002, o);  // 500x slower than real time: a first token takes seconds
+  httplib::Client client(served.url());
+  auto health = [&] {
+    auto r = client.Get("/health");
+    REQUIRE(r);
+    return std::make_pair(r->status, r->body);
+  };
+  CHECK(health().first == 200);  // idle is healthy
+  const int sock = Connect(served.server.port());
+  SendAll(sock, StreamRequest(3));
+  auto t0 = std::chrono::steady_clock::now();
+  auto seen = health();
+  while (seen.first == 200 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = health();
+  }
+  CHECK(seen.first == 503);
+  CHECK_THAT(seen.second, Catch::Matchers::Contains("requests in flight"));
+  close(sock);  // aborted: the engine holds nothing once the token under way is done
+  t0 = std::chrono::steady_clock::now();
+  while (served.engine.in_flight() > 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(health().first == 200);
+  served.engine.BeginDrain();
+  seen = health();
+  CHECK(seen.first == 503);
+  CHECK_THAT(seen.second, Catch::Matchers::Contains("draining"));
+}
+
 }  // namespace fathom::sim

@@ -185,6 +185,10 @@ Status ServeOptions::Validate() const {
   if (!(read_timeout_s > 0) || !std::isfinite(read_timeout_s)) {
     return Status::InvalidArgument("read timeout: must be > 0 and finite");
   }
+  if (!(stall_timeout_s > 0) || !std::isfinite(stall_timeout_s)) {
+    return Status::InvalidArgument("--stall-timeout = " + StrFormat("%g", stall_timeout_s) +
+                                   ": must be > 0 and finite");
+  }
   if (host.empty()) return Status::InvalidArgument("--host: empty");
   if (max_model_len < 0) {
     return Status::InvalidArgument("--max-model-len = " + std::to_string(max_model_len) +
@@ -287,7 +291,11 @@ std::optional<std::pair<int, std::string>> OpenAiServer::Admit(const HttpRequest
 
 void OpenAiServer::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& req) {
   const std::string& path = req.path;
-  if (path == "/health") return server.Reply(c, 200, "", "text/plain");
+  if (path == "/health") {
+    const LiveHealth health = engine_->Health(options_.stall_timeout_s);
+    if (!health.ok) return server.Reply(c, 503, ErrorBody(health.why, "service_unavailable"));
+    return server.Reply(c, 200, "", "text/plain");
+  }
   if (path == "/metrics") {
     return server.Reply(c, 200, RenderMetrics(engine_->Metrics(), options_.served_model_name),
                         "text/plain; version=0.0.4");

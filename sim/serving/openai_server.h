@@ -26,6 +26,9 @@ struct ServeOptions {
   // A client slower than this to send its request (400), or to take what it is sent, is dropped.
   double read_timeout_s = 10;
   int64_t max_tokens_limit = 1 << 20;  // largest max_tokens accepted
+  // /health answers 503 once the engine holds requests and has produced nothing for this many
+  // wall seconds (wedged), as well as when it stopped on an error or drains.
+  double stall_timeout_s = 60;
   // Prompt plus max_tokens a request may take, else 400 as vLLM answers (0: no limit). fathom
   // serve sets the model's context, or --max-model-len, at most what one rank's KV cache holds:
   // a longer request could never be scheduled and would wait forever.
