@@ -20,6 +20,7 @@ void RegisterReport(CLI::App& app, Status* result);
 void RegisterOnline(CLI::App& app, Status* result);
 void RegisterStack(CLI::App& app, Status* result);
 void RegisterServe(CLI::App& app, Status* result);
+void RegisterGateway(CLI::App& app, Status* result);
 // vLLM's two-letter short flags (-tp 8) spelled long, which CLI11 cannot parse as given.
 std::string ServeLongFlag(const std::string& word);
 void RegisterLoadgen(CLI::App& app, Status* result);

@@ -118,6 +118,12 @@ const std::vector<CommandHelp>& Help() {
        {"fathom serve llama2-70b --tensor-parallel-size 2 --time-scale 20 &",
         "fathom loadgen --model llama2-70b --scenario server --qps 2 --samples 40 --min-duration 0 "
         "--time-scale 20"}},
+      {"gateway",
+       "Serve",
+       {"fathom serve llama2-70b --tensor-parallel-size 2 --time-scale 20 --port 8001 &",
+        "fathom gateway --replica 127.0.0.1:8001 --port 8000 &",
+        "fathom loadgen --model llama2-70b --scenario server --qps 2 --samples 40 --min-duration 0 "
+        "--time-scale 20"}},
       {"online", "Serve", {"fathom online --initial-batch 32 --windows 20"}},
       {"sweep", "Sweep", {"fathom sweep docs/examples/sweep_plan.json --db sweep.db"}},
       {"merge",
@@ -163,6 +169,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterProfile(app, &result);
   fathom::cli::RegisterLoadgen(app, &result);
   fathom::cli::RegisterServe(app, &result);
+  fathom::cli::RegisterGateway(app, &result);
   fathom::cli::RegisterOnline(app, &result);
   fathom::cli::RegisterSweep(app, &result);
   fathom::cli::RegisterMerge(app, &result);

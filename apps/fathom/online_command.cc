@@ -184,6 +184,11 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
   std::fprintf(stderr, "fathom online: starting %d replicas: %s\n", o.replicas,
                tuner::EngineCommand(o.engine_cmd, initial, 0).c_str());
   FATHOM_ASSIGN_OR_RETURN(auto supervisor, tuner::Supervisor::Start(o, initial));
+  if (!o.gateway_url.empty()) {
+    std::fprintf(stderr, "fathom online: replicas behind the gateway at %s\n",
+                 o.gateway_url.c_str());
+    return supervisor;
+  }
   std::fprintf(stderr, "fathom online: gateway listening on http://%s:%d\n", o.gateway.host.c_str(),
                supervisor->gateway_port());
   if (!sim::http::IsLoopbackHost(o.gateway.host) && o.gateway.api_key.empty()) {
@@ -410,22 +415,32 @@ void RegisterOnline(CLI::App& app, Status* result) {
   supervised(cmd->add_option("--health-timeout", so.health_timeout_s,
                              "Seconds a new replica has to answer /health")
                  ->capture_default_str());
-  supervised(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")
-                 ->capture_default_str());
-  supervised(cmd->add_option("--gateway-port", so.gateway.port,
-                             "Gateway port (0: any free one, printed on stderr)")
-                 ->capture_default_str());
-  supervised(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes,
-                             "Larger request bodies get 413")
-                 ->capture_default_str());
-  supervised(cmd->add_option("--max-connections", so.gateway.max_connections,
-                             "Client connections the gateway holds; at the limit the longest "
-                             "idle one makes room")
-                 ->capture_default_str());
-  supervised(cmd->add_option("--api-key", so.gateway.api_key,
-                             "Clients' key: /v1/* needs Authorization: Bearer KEY, checked from "
-                             "the headers before the body is read (replicas get the same header)")
-                 ->envname("FATHOM_API_KEY"));
+  auto* gateway_url = cmd->add_option(
+      "--gateway-url", so.gateway_url,
+      "Put the replicas behind `fathom gateway` at this address (http://HOST:PORT, its --token) "
+      "instead of a gateway in this process: it and the replicas outlive this process if it "
+      "dies, and the next supervisor started on it replaces them");
+  supervised(gateway_url);
+  auto own_gateway = [&](CLI::Option* opt) {
+    supervised(opt);
+    opt->excludes(gateway_url);
+  };
+  own_gateway(cmd->add_option("--gateway-host", so.gateway.host, "Address the gateway listens on")
+                  ->capture_default_str());
+  own_gateway(cmd->add_option("--gateway-port", so.gateway.port,
+                              "Gateway port (0: any free one, printed on stderr)")
+                  ->capture_default_str());
+  own_gateway(cmd->add_option("--max-body-bytes", so.gateway.max_body_bytes,
+                              "Larger request bodies get 413")
+                  ->capture_default_str());
+  own_gateway(cmd->add_option("--max-connections", so.gateway.max_connections,
+                              "Client connections the gateway holds; at the limit the longest "
+                              "idle one makes room")
+                  ->capture_default_str());
+  own_gateway(cmd->add_option("--api-key", so.gateway.api_key,
+                              "Clients' key: /v1/* needs Authorization: Bearer KEY, checked from "
+                              "the headers before the body is read (replicas get the same header)")
+                  ->envname("FATHOM_API_KEY"));
   cmd->add_option("--token", so.gateway.token,
                   "Bearer token for the gateway's control endpoints (/fathom/*)")
       ->envname("FATHOM_TOKEN");

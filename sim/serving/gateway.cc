@@ -2,9 +2,9 @@
 
 #include <httplib.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 
 #include "base/format.h"
 #include "base/json_fields.h"
@@ -101,6 +101,115 @@ std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
   return best->id;
 }
 
+std::string WindowJson(const GatewayWindow& w) {
+  OrderedJson j;
+  j["arrived"] = w.arrived;
+  j["failed"] = w.failed;
+  j["client_errors"] = w.client_errors;
+  j["retried"] = w.retried;
+  j["retry_cause"] = w.retry_cause;
+  j["in_flight"] = w.in_flight;
+  j["waiting"] = w.waiting;
+  j["waiting_stream_ages_s"] = w.waiting_stream_ages_s;
+  OrderedJson finished = OrderedJson::array();
+  for (const GatewayRecord& r : w.finished) {
+    finished.push_back({{"arrival_s", r.arrival_s},
+                        {"first_token_s", r.first_token_s},
+                        {"done_s", r.done_s},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", r.completion_tokens},
+                        {"streamed", r.streamed},
+                        {"retried", r.retried}});
+  }
+  j["finished"] = std::move(finished);
+  return DumpUtf8(j);
+}
+
+Result<GatewayWindow> ParseWindowJson(std::string_view text, const std::string& source) {
+  FATHOM_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
+  if (!j.is_object()) return Status::InvalidArgument(source + ": a JSON object");
+  JsonFields f(j, source);
+  GatewayWindow w;
+  w.arrived = f.Int("arrived");
+  w.failed = f.Int("failed");
+  w.client_errors = f.Int("client_errors");
+  w.retried = f.Int("retried");
+  w.retry_cause = f.String("retry_cause", "");
+  w.in_flight = f.Int("in_flight");
+  w.waiting = f.Int("waiting");
+  FATHOM_RETURN_IF_ERROR(f.status());
+  auto array = [&](const char* key) -> Result<const Json*> {
+    if (!j.contains(key) || !j[key].is_array())
+      return Status::InvalidArgument(source + ": " + key + " must be an array");
+    return &j[key];
+  };
+  FATHOM_ASSIGN_OR_RETURN(const Json* ages, array("waiting_stream_ages_s"));
+  for (const Json& a : *ages) {
+    if (!a.is_number()) return Status::InvalidArgument(source + ": waiting_stream_ages_s: numbers");
+    w.waiting_stream_ages_s.push_back(a.get<double>());
+  }
+  FATHOM_ASSIGN_OR_RETURN(const Json* finished, array("finished"));
+  for (size_t i = 0; i < finished->size(); ++i) {
+    const Json& e = (*finished)[i];
+    const std::string where = source + ": finished[" + std::to_string(i) + "]";
+    if (!e.is_object()) return Status::InvalidArgument(where + ": a JSON object");
+    JsonFields r(e, where);
+    GatewayRecord g;
+    g.arrival_s = r.Double("arrival_s");
+    g.first_token_s = r.Double("first_token_s");
+    g.done_s = r.Double("done_s");
+    g.prompt_tokens = r.Int("prompt_tokens");
+    g.completion_tokens = r.Int("completion_tokens");
+    g.streamed = r.Bool("streamed", false);
+    g.retried = r.Bool("retried", false);
+    FATHOM_RETURN_IF_ERROR(r.status());
+    w.finished.push_back(g);
+  }
+  return w;
+}
+
+std::string ReplicasJson(const std::vector<GatewayReplica>& replicas) {
+  OrderedJson list = OrderedJson::array();
+  for (const GatewayReplica& r : replicas) {
+    Result<Json> about = ParseJson(r.about, "about");
+    OrderedJson j = OrderedJson::object();
+    if (about.ok() && about->is_object()) {
+      for (auto it = about->begin(); it != about->end(); ++it) j[it.key()] = it.value();
+    }
+    j["id"] = r.id;
+    j["host"] = r.host;
+    j["port"] = r.port;
+    j["draining"] = !r.routed;
+    j["outstanding"] = r.outstanding;
+    list.push_back(std::move(j));
+  }
+  return DumpUtf8(list);
+}
+
+Result<std::vector<GatewayReplica>> ParseReplicasJson(std::string_view text,
+                                                      const std::string& source) {
+  FATHOM_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
+  if (!j.is_array()) return Status::InvalidArgument(source + ": a JSON array");
+  std::vector<GatewayReplica> v;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string where = source + ": [" + std::to_string(i) + "]";
+    if (!j[i].is_object()) return Status::InvalidArgument(where + ": a JSON object");
+    JsonFields f(j[i], where);
+    GatewayReplica r;
+    r.id = static_cast<int>(f.Int("id"));
+    r.host = f.String("host");
+    r.port = static_cast<int>(f.Int("port"));
+    r.routed = !f.Bool("draining", false);
+    r.outstanding = f.Int("outstanding", 0);
+    FATHOM_RETURN_IF_ERROR(f.status());
+    Json about = j[i];
+    for (const char* key : {"id", "host", "port", "draining", "outstanding"}) about.erase(key);
+    r.about = DumpUtf8(about);
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - kStart).count(); }
 
 namespace {
@@ -128,8 +237,17 @@ Status Gateway::Start() {
   FATHOM_RETURN_IF_ERROR(options_.Validate());
   FATHOM_RETURN_IF_ERROR(server_.Bind());
   thread_ = std::thread([this] { server_.Serve(); });
-  started_ = true;
   return Status::Ok();
+}
+
+void Gateway::BeginDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+int64_t Gateway::InFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
 }
 
 void Gateway::Stop() {
@@ -148,20 +266,19 @@ std::optional<std::pair<int, std::string>> Gateway::Admit(const HttpRequest& hea
   const std::string& path = head.path;
   if (path.rfind("/fathom/", 0) == 0) {
     if (options_.token.empty()) {
-      return std::make_pair(
-          403, ErrorBody("control endpoints are off: start the supervisor with --token",
-                         "permission_error"));
+      return std::make_pair(403,
+                            ErrorBody("control endpoints are off: start the gateway with --token",
+                                      "permission_error"));
     }
     if (head.Header("authorization") != "Bearer " + options_.token) {
       return std::make_pair(
           401, ErrorBody("a valid control token is required (Authorization: Bearer <token>)",
                          "authentication_error"));
     }
+    return std::nullopt;  // Control answers unknown routes and methods
   }
-  if (!IsCompletionPath(path) && path != "/v1/models" && path != "/health" && path != "/metrics" &&
-      path != "/fathom/replicas") {
+  if (!IsCompletionPath(path) && path != "/v1/models" && path != "/health" && path != "/metrics")
     return std::make_pair(404, ErrorBody("not found", "invalid_request_error"));
-  }
   // Checked from the head, so a client without the key costs no more than its headers.
   return RefuseOpenAiHead(head, options_.api_key);
 }
@@ -175,8 +292,10 @@ void Gateway::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& r
     return server.Reply(c, 503, ErrorBody("no replica is ready", "service_unavailable"));
   }
   if (req.path == "/metrics") return server.Reply(c, 200, Metrics(), "text/plain; version=0.0.4");
-  if (req.path == "/fathom/replicas")
-    return server.Reply(c, 200, replicas_json_ ? replicas_json_() : "[]");
+  if (req.path.rfind("/fathom/", 0) == 0) {
+    const auto [status, body] = Control(req);
+    return server.Reply(c, status, body);
+  }
   auto x = std::make_shared<Exchange>();
   x->path = req.path;
   x->authorization = std::string(req.Header("authorization"));
@@ -208,6 +327,9 @@ void Gateway::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& r
   x->body = DumpUtf8(j);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) {
+      return server.Reply(c, 503, ErrorBody("the gateway is shutting down", "service_unavailable"));
+    }
     x->record.arrival_s = Now();
     ++window_.arrived;
     ++totals_.arrived;
@@ -216,6 +338,55 @@ void Gateway::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& r
     if (x->stream) streams_waiting_since_.insert(x->record.arrival_s);
   }
   Dispatch(c, std::move(x));
+}
+
+std::pair<int, std::string> Gateway::Control(const HttpRequest& req) {
+  const std::string& path = req.path;
+  const std::string prefix = "/fathom/replicas/";
+  auto bad = [](const std::string& why) {
+    return std::make_pair(400, ErrorBody(why, "invalid_request_error"));
+  };
+  if (path == "/fathom/replicas" && req.method == "GET") return {200, ReplicasJson(Replicas())};
+  if (path == "/fathom/window" && req.method == "POST") return {200, WindowJson(TakeWindow())};
+  if (path == "/fathom/metrics" && req.method == "PUT") {
+    Status checked = ParsePrometheusText(req.body, "PUT /fathom/metrics").status();
+    if (!checked.ok()) return bad(checked.message());
+    SetMoreMetrics(req.body);
+    return {200, "{}"};
+  }
+  if (path.rfind(prefix, 0) == 0 && (req.method == "PUT" || req.method == "DELETE")) {
+    const std::string id_text = path.substr(prefix.size());
+    int id = 0;
+    const auto [end, error] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (error != std::errc() || end != id_text.data() + id_text.size() || id < 0)
+      return bad(path + ": the replica's id must be a whole number >= 0");
+    if (req.method == "DELETE") {
+      RemoveReplica(id);
+      return {200, "{}"};
+    }
+    const std::string source = "PUT " + path;
+    Result<Json> parsed = ParseJson(req.body, source);
+    if (!parsed.ok()) return bad(parsed.status().message());
+    if (!parsed->is_object()) return bad(source + ": a JSON object");
+    JsonFields f(*parsed, source);
+    GatewayReplica r;
+    r.id = id;
+    r.host = f.String("host", "127.0.0.1");
+    r.port = static_cast<int>(f.Int("port"));
+    if (f.status().ok() && (r.port < 1 || r.port > 65535))
+      f.Fail("port", std::to_string(r.port), "must be 1 to 65535");
+    if (f.status().ok() && r.host.empty()) f.Fail("host", "\"\"", "must not be empty");
+    if (f.status().ok() && parsed->contains("about") && !(*parsed)["about"].is_object())
+      f.Fail("about", DumpUtf8((*parsed)["about"]), "must be a JSON object");
+    if (!f.status().ok()) return bad(f.status().message());
+    if (parsed->contains("about")) r.about = DumpUtf8((*parsed)["about"]);
+    AddReplica(std::move(r));
+    return {200, "{}"};
+  }
+  return {404, ErrorBody(req.method + " " + path +
+                             ": no such control endpoint (GET /fathom/replicas, PUT or DELETE "
+                             "/fathom/replicas/ID, POST /fathom/window, PUT /fathom/metrics)",
+                         "invalid_request_error")};
 }
 
 void Gateway::Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x) {
@@ -290,7 +461,7 @@ std::string Gateway::Metrics() const {
   const HttpServerStats connections = server_.Stats();
   auto d = [](int64_t v) { return static_cast<double>(v); };
   std::string out;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   AppendMetric(&out, "fathom_gateway_requests_total", "counter",
                "Completions by outcome: ok, failed (after the retry), client_error (a replica's "
                "4xx), client_left.",
@@ -327,17 +498,31 @@ std::string Gateway::Metrics() const {
                {{"state=\"routed\"", routed}, {"state=\"draining\"", draining}});
   AppendMetric(&out, "fathom_gateway_replica_outstanding", "gauge",
                "Requests each replica has from the gateway.", outstanding);
-  lock.unlock();  // the supervisor's part takes its own lock, which it holds calling in here
-  if (more_metrics_) out += more_metrics_();
+  out += more_metrics_;
   return out;
 }
 
-void Gateway::AddReplica(int id, int port, std::string host) {
+void Gateway::AddReplica(GatewayReplica r) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    replicas_[id] = Replica{std::move(host), port, 0, true};
+    r.routed = true;
+    auto it = replicas_.find(r.id);
+    r.outstanding = it == replicas_.end() ? 0 : it->second.outstanding;  // re-added in use
+    replicas_[r.id] = std::move(r);
   }
   routed_cv_.notify_all();
+}
+
+std::vector<GatewayReplica> Gateway::Replicas() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<GatewayReplica> v;
+  for (const auto& [id, r] : replicas_) v.push_back(r);
+  return v;
+}
+
+void Gateway::SetMoreMetrics(std::string text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  more_metrics_ = std::move(text);
 }
 
 void Gateway::RemoveReplica(int id) {
@@ -381,7 +566,7 @@ std::optional<Gateway::Pick> Gateway::PickReplica(int exclude) {
   routed_cv_.wait_for(lock, std::chrono::duration<double>(options_.replica_wait_s), found);
   const std::optional<int> id = LeastOutstanding(loads);
   if (!id) return std::nullopt;
-  Replica& r = replicas_[*id];
+  GatewayReplica& r = replicas_[*id];
   ++r.outstanding;
   return Pick{*id, r.port, r.host};
 }

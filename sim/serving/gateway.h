@@ -11,13 +11,13 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -69,6 +69,26 @@ struct GatewayWindow {
   std::vector<GatewayRecord> finished;
 };
 
+// GatewayWindow as JSON (what POST /fathom/window answers), and back; errors name `source`.
+std::string WindowJson(const GatewayWindow& w);
+Result<GatewayWindow> ParseWindowJson(std::string_view text, const std::string& source);
+
+// A replica as the gateway routes it, with what its owner said of it (`about`: a JSON object,
+// the supervisor's pid and limits, listed with it by GET /fathom/replicas).
+struct GatewayReplica {
+  int id = 0;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  bool routed = true;  // false: draining, no new requests
+  int64_t outstanding = 0;
+  std::string about = "{}";
+};
+// The list as GET /fathom/replicas answers it (each replica's `about` fields, then id, host, port,
+// draining and outstanding), and back.
+std::string ReplicasJson(const std::vector<GatewayReplica>& replicas);
+Result<std::vector<GatewayReplica>> ParseReplicasJson(std::string_view text,
+                                                      const std::string& source);
+
 // Routing: the replica with the fewest outstanding requests, ties to the lowest id; none when
 // `loads` is empty.
 struct ReplicaLoad {
@@ -87,18 +107,22 @@ class Gateway : private HttpHandler {
   void Stop();
   int port() const { return server_.port(); }
   double Now() const;  // seconds since the gateway started
+  // New completions are answered 503 from now on; those in flight go on.
+  void BeginDrain();
+  int64_t InFlight() const;  // completions on their way
 
-  // New requests may go to the replica at host:port from now on.
-  void AddReplica(int id, int port, std::string host = "127.0.0.1");
+  // New requests may go to the replica from now on (PUT /fathom/replicas/ID over HTTP).
+  void AddReplica(GatewayReplica r);
+  void AddReplica(int id, int port) { AddReplica(GatewayReplica{id, "127.0.0.1", port}); }
   // No new request goes to the replica; those in flight continue (a drain) or, when it died,
-  // fail there and are retried elsewhere.
+  // fail there and are retried elsewhere (DELETE /fathom/replicas/ID).
   void RemoveReplica(int id);
   int64_t Outstanding(int id) const;
-  GatewayWindow TakeWindow();
-  // GET /fathom/replicas answers with what this returns (JSON); set before Start.
-  void set_replicas_json(std::function<std::string()> f) { replicas_json_ = std::move(f); }
-  // GET /metrics ends with what this returns (Prometheus text: the supervisor's); before Start.
-  void set_more_metrics(std::function<std::string()> f) { more_metrics_ = std::move(f); }
+  std::vector<GatewayReplica> Replicas() const;  // GET /fathom/replicas
+  GatewayWindow TakeWindow();                    // POST /fathom/window
+  // GET /metrics ends with `text` (Prometheus text: the supervisor's), until the next call
+  // (PUT /fathom/metrics).
+  void SetMoreMetrics(std::string text);
   // What GET /metrics shows (Prometheus text).
   std::string Metrics() const;
 
@@ -126,24 +150,20 @@ class Gateway : private HttpHandler {
   void Release(int id);
   void Finish(const Exchange& x);
 
+  // The control endpoints' answer to a whole request (/fathom/*, token checked).
+  std::pair<int, std::string> Control(const HttpRequest& req);
+
   GatewayOptions options_;
   HttpServer server_;
   std::thread thread_;
-  bool started_ = false;
-  std::function<std::string()> replicas_json_, more_metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable routed_cv_;  // a replica was added, or the gateway stops
   std::condition_variable forwarders_cv_;
-  bool stopping_ = false;
+  bool stopping_ = false, draining_ = false;
   int64_t forwarders_ = 0;  // threads forwarding requests
-  struct Replica {
-    std::string host;
-    int port = 0;
-    int64_t outstanding = 0;
-    bool routed = true;
-  };
-  std::map<int, Replica> replicas_;
+  std::map<int, GatewayReplica> replicas_;
+  std::string more_metrics_;
   GatewayWindow window_;
   // Since the start, for /metrics.
   struct Totals {

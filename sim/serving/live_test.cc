@@ -13,6 +13,7 @@
 #include "models/roofline.h"
 #include "sim/deployment_config.h"
 #include "sim/serving/gateway.h"
+#include "sim/serving/gateway_control.h"
 #include "sim/serving/http_request.h"
 #include "sim/serving/http_response.h"
 #include "sim/serving/live_engine.h"
@@ -936,6 +937,101 @@ TEST_CASE(
   seen = health();
   CHECK(seen.first == 503);
   CHECK_THAT(seen.second, Catch::Matchers::Contains("draining"));
+}
+
+TEST_CASE(
+    "the gateway's control endpoints: replicas registered and drained over HTTP, windows and "
+    "metrics taken, bad calls refused") {
+  Served replica(20.0, {});
+  GatewayOptions o;
+  o.token = "control";
+  Gateway gateway(o);
+  REQUIRE(gateway.Start().ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port());
+
+  CHECK(ConnectGateway("127.0.0.1:1", "control").status().message() ==
+        "--gateway-url = 127.0.0.1:1: must be http://HOST:PORT (fathom gateway's address)");
+  CHECK_THAT(ConnectGateway(url, "wrong").status().message(),
+             Catch::Matchers::Contains("the gateway answered HTTP 401"));
+  auto control = ConnectGateway(url + "/", "control");
+  INFO(control.status().message());
+  REQUIRE(control.ok());
+  CHECK((*control)->Address() == "127.0.0.1:" + std::to_string(gateway.port()));
+  REQUIRE((*control)
+              ->AddReplica({7, "127.0.0.1", replica.server.port(), true, 0, R"({"pid":42})"})
+              .ok());
+  auto listed = (*control)->Replicas();
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 1);
+  CHECK((*listed)[0].id == 7);
+  CHECK((*listed)[0].port == replica.server.port());
+  CHECK((*listed)[0].routed);
+  CHECK((*listed)[0].about == R"({"pid":42})");
+
+  CHECK(Count(Stream(url, 20, true), " tok") == 20);
+  auto window = (*control)->TakeWindow();
+  REQUIRE(window.ok());
+  CHECK(window->arrived == 1);
+  REQUIRE(window->finished.size() == 1);
+  CHECK(window->finished[0].completion_tokens == 20);
+  CHECK(window->finished[0].streamed);
+  CHECK(window->finished[0].first_token_s > window->finished[0].arrival_s);
+  CHECK((*control)->TakeWindow()->arrived == 0);  // taken once
+
+  REQUIRE((*control)
+              ->SetMoreMetrics("# TYPE fathom_supervisor_windows_total counter\n"
+                               "fathom_supervisor_windows_total 3\n")
+              .ok());
+  CHECK_THAT(gateway.Metrics(), Catch::Matchers::EndsWith("fathom_supervisor_windows_total 3\n"));
+  CHECK_THAT((*control)->SetMoreMetrics("not metrics {").message(),
+             Catch::Matchers::Contains("HTTP 400"));
+
+  httplib::Client client("127.0.0.1", gateway.port());
+  client.set_bearer_token_auth("control");
+  for (const auto& [body, why] :
+       std::vector<std::pair<std::string, std::string>>{{R"({"port": 0})", "port"},
+                                                        {R"({"host": ""})", "port"},
+                                                        {"[1]", "a JSON object"},
+                                                        {R"({"port": 80, "about": 3})", "about"}}) {
+    auto r = client.Put("/fathom/replicas/3", body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK_THAT(r->body, Catch::Matchers::Contains(why));
+  }
+  auto bad_id = client.Delete("/fathom/replicas/x");
+  REQUIRE(bad_id);
+  CHECK(bad_id->status == 400);
+  auto unknown = client.Get("/fathom/elsewhere");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(gateway.Replicas().size() == 1);
+
+  REQUIRE((*control)->RemoveReplica(7).ok());
+  CHECK(gateway.Replicas().empty());
+  gateway.BeginDrain();
+  auto refused =
+      httplib::Client(url).Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 503);
+  CHECK(gateway.InFlight() == 0);
+}
+
+TEST_CASE("a gateway window survives its trip as JSON") {
+  GatewayWindow w;
+  w.arrived = 5;
+  w.failed = 1;
+  w.client_errors = 2;
+  w.retried = 1;
+  w.retry_cause = "replica 3: \"closed\"";
+  w.in_flight = 4;
+  w.waiting = 2;
+  w.waiting_stream_ages_s = {0.5, 1.25};
+  w.finished.push_back({1.5, 2.25, 9.75, 300, 40, true, true});
+  auto back = ParseWindowJson(WindowJson(w), "window");
+  REQUIRE(back.ok());
+  CHECK(WindowJson(*back) == WindowJson(w));
+  CHECK(ParseWindowJson(R"({"arrived": 1})", "w").status().message() ==
+        "w: field 'failed': missing (required integer)");
 }
 
 }  // namespace fathom::sim

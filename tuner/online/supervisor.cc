@@ -147,6 +147,10 @@ Status SupervisorOptions::Validate() const {
   } else if (!prometheus_url.empty()) {
     return Status::InvalidArgument("--prometheus-url: only with --metrics-source prometheus");
   }
+  if (!gateway_url.empty() && gateway.token.empty()) {
+    return Status::InvalidArgument(
+        "--gateway-url: give --token (or FATHOM_TOKEN), the gateway's control token");
+  }
   return gateway.Validate();
 }
 
@@ -171,17 +175,30 @@ std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
   return s;
 }
 
-Supervisor::Supervisor(SupervisorOptions options)
-    : options_(std::move(options)), gateway_(std::make_unique<sim::Gateway>(options_.gateway)) {}
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+
+double Supervisor::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
 
 Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
                                                       BatchLimits initial) {
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
-  s->gateway_->set_replicas_json([raw = s.get()] { return raw->ReplicasJson(); });
-  s->gateway_->set_more_metrics([raw = s.get()] { return raw->Metrics(); });
-  FATHOM_RETURN_IF_ERROR(s->gateway_->Start());
+  std::vector<sim::GatewayReplica> earlier;
+  if (s->options_.gateway_url.empty()) {
+    s->own_gateway_ = std::make_unique<sim::Gateway>(s->options_.gateway);
+    FATHOM_RETURN_IF_ERROR(s->own_gateway_->Start());
+    s->gateway_ = sim::LocalGatewayControl(s->own_gateway_.get(), s->options_.gateway.host);
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(
+        s->gateway_, sim::ConnectGateway(s->options_.gateway_url, s->options_.gateway.token));
+    FATHOM_ASSIGN_OR_RETURN(earlier, s->gateway_->Replicas());
+    // Ids go on past an earlier supervisor's, whose replicas the gateway may still route.
+    for (const sim::GatewayReplica& r : earlier) s->next_id_ = std::max(s->next_id_, r.id + 1);
+  }
+  s->fleet_ = s->gateway_->Address();
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     FATHOM_RETURN_IF_ERROR(s->WriteTargetsLocked());
@@ -192,11 +209,13 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   }
   for (int i = 0; i < s->options_.replicas; ++i)
     FATHOM_RETURN_IF_ERROR(s->Launch(initial).status().WithContext("--engine-cmd"));
+  s->TakeOver(earlier);
   if (s->options_.metrics_source == MetricsSource::kEngines) {
     s->engines_.emplace();
     FATHOM_RETURN_IF_ERROR(s->engines_->Start(s->ReplicaPorts()));
   }
-  s->window_start_wall_s_ = s->gateway_->Now();
+  s->window_start_wall_s_ = s->Now();
+  s->PublishMetrics();
   s->monitor_ = std::thread([raw = s.get()] { raw->Monitor(); });
   return s;
 }
@@ -206,7 +225,7 @@ Supervisor::~Supervisor() {
   if (monitor_.joinable()) monitor_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, r] : replicas_) {
-    gateway_->RemoveReplica(id);
+    if (Status removed = gateway_->RemoveReplica(id); !removed.ok()) Log(removed.message());
     kill(r.pid, SIGTERM);
   }
   // Each drains what it has (fathom serve: --shutdown-timeout); one still there after a minute is
@@ -222,12 +241,33 @@ Supervisor::~Supervisor() {
   }
   replicas_.clear();
   if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());  // none left
-  gateway_->Stop();
+  if (own_gateway_) own_gateway_->Stop();
 }
 
-int Supervisor::gateway_port() const { return gateway_->port(); }
+std::string Supervisor::Fleet() const { return fleet_; }
 
-std::string Supervisor::Fleet() const { return "127.0.0.1:" + std::to_string(gateway_->port()); }
+int Supervisor::gateway_port() const { return std::stoi(fleet_.substr(fleet_.rfind(':') + 1)); }
+
+void Supervisor::TakeOver(const std::vector<sim::GatewayReplica>& earlier) {
+  for (const sim::GatewayReplica& r : earlier) {
+    if (Status removed = gateway_->RemoveReplica(r.id); !removed.ok()) Log(removed.message());
+    Result<Json> about = ParseJson(r.about, "about");
+    const int64_t pid = r.host == "127.0.0.1" && about.ok() && about->contains("pid") &&
+                                (*about)["pid"].is_number_integer()
+                            ? (*about)["pid"].get<int64_t>()
+                            : 0;
+    // An earlier supervisor's replica: its process was this host's (the gateway routes to it on
+    // loopback) and is ours to stop once it has drained.
+    if (pid > 1) kill(static_cast<pid_t>(pid), SIGTERM);
+    Log(StrFormat("replica %d (pid %lld, %s:%d) of an earlier supervisor out of routing, %s", r.id,
+                  static_cast<long long>(pid), r.host.c_str(), r.port,
+                  pid > 1 ? "draining" : "left running (no pid of this host registered)"));
+  }
+}
+
+void Supervisor::PublishMetrics() {
+  if (Status sent = gateway_->SetMoreMetrics(Metrics()); !sent.ok()) Log(sent.message());
+}
 
 void Supervisor::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
@@ -249,6 +289,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     return Status::IoError("supervisor: cannot open /dev/null for a replica's input");
   }
   const std::string exec = "exec " + command;  // the shell becomes the engine: signals reach it
+  const bool dies_with_us = own_gateway_ != nullptr;
   const pid_t pid = fork();
   if (pid < 0) {
     close(in);
@@ -259,10 +300,10 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     // The child of a threaded process may call only async-signal-safe functions until it execs
     // (a lock another thread held at the fork, malloc's or a sanitizer's, stays held here; under
     // ThreadSanitizer replicas were seen never to answer, as a child stuck so would), so all it
-    // needs is made before the fork. A replica never outlives its supervisor: SIGTERM when the
-    // thread that started it ends (the main thread or the monitor's, both as long-lived as the
-    // supervisor).
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // needs is made before the fork. Behind a gateway in this process a replica never outlives
+    // its supervisor (SIGTERM when the thread that started it ends, the main thread or the
+    // monitor's, both as long-lived as the supervisor); behind `fathom gateway` it serves on.
+    if (dies_with_us) prctl(PR_SET_PDEATHSIG, SIGTERM);
     dup2(out, STDOUT_FILENO);
     dup2(out, STDERR_FILENO);
     dup2(in, STDIN_FILENO);
@@ -271,7 +312,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
   }
   close(in);
   close(out);
-  const double started = gateway_->Now();
+  const double started = Now();
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(std::chrono::seconds(1));
   client.set_read_timeout(std::chrono::seconds(2));
@@ -284,7 +325,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
                                  " before it was healthy (its output: --engine-log)");
     }
     if (auto r = client.Get("/health"); r && r->status == 200) break;
-    if (gateway_->Now() - started > options_.health_timeout_s || stopping_) {
+    if (Now() - started > options_.health_timeout_s || stopping_) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       return Status::Unavailable(replica + " was not healthy within " +
@@ -300,22 +341,42 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     replicas_[id] = Replica{pid, port, limits, false};
     if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
-  gateway_->AddReplica(id, port);
+  OrderedJson about;
+  about["pid"] = static_cast<int64_t>(pid);
+  about["max_num_seqs"] = limits.max_batch;
+  about["max_num_batched_tokens"] = limits.max_num_tokens;
+  if (Status added = gateway_->AddReplica({id, "127.0.0.1", port, true, 0, DumpUtf8(about)});
+      !added.ok()) {
+    // Not routed, so not ours: stopped, as one that failed to start.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      replicas_.erase(id);
+    }
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return added;
+  }
   Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid),
-                port, gateway_->Now() - started, limits.Label().c_str()));
+                port, Now() - started, limits.Label().c_str()));
   return id;
 }
 
 void Supervisor::Retire(int id) {
-  gateway_->RemoveReplica(id);
+  if (Status removed = gateway_->RemoveReplica(id); !removed.ok()) Log(removed.message());
+  int64_t outstanding = 0;
+  if (auto listed = gateway_->Replicas(); listed.ok()) {
+    for (const sim::GatewayReplica& r : *listed) {
+      if (r.id == id) outstanding = r.outstanding;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = replicas_.find(id);
   if (it == replicas_.end()) return;
   it->second.draining = true;
   kill(it->second.pid, SIGTERM);
   Log(StrFormat("replica %d (pid %d) out of routing, draining %lld requests", id,
-                static_cast<int>(it->second.pid),
-                static_cast<long long>(gateway_->Outstanding(id))));
+                static_cast<int>(it->second.pid), static_cast<long long>(outstanding)));
 }
 
 void Supervisor::Monitor() {
@@ -344,7 +405,7 @@ void Supervisor::Monitor() {
     }
     std::vector<std::pair<int, Replica>> failed;
     for (const auto& [id, r] : died) {
-      gateway_->RemoveReplica(id);
+      if (Status removed = gateway_->RemoveReplica(id); !removed.ok()) Log(removed.message());
       BatchLimits limits;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -358,7 +419,7 @@ void Supervisor::Monitor() {
         e.before = r.limits;
         (void)options_.journal->Record(e);  // a journal error must not stop the restart
       }
-      const double started = gateway_->Now();
+      const double started = Now();
       Result<int> fresh = Launch(limits);
       if (!fresh.ok()) {
         Log("restart failed, trying again in 1 s: " + fresh.status().message());
@@ -371,37 +432,23 @@ void Supervisor::Monitor() {
         e.event = "replica_restarted";
         e.reason = StrFormat("replica %d replaces replica %d", *fresh, id);
         e.after = limits;
-        e.replace_s = gateway_->Now() - started;
+        e.replace_s = Now() - started;
         (void)options_.journal->Record(e);
       }
+      PublishMetrics();
     }
     died = std::move(failed);
     SleepS(died.empty() ? 0.05 : 1.0);
   }
 }
 
-std::string Supervisor::ReplicasJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  OrderedJson list = OrderedJson::array();
-  for (const auto& [id, r] : replicas_) {
-    OrderedJson j;
-    j["id"] = id;
-    j["pid"] = static_cast<int64_t>(r.pid);
-    j["port"] = r.port;
-    j["max_num_seqs"] = r.limits.max_batch;
-    j["max_num_batched_tokens"] = r.limits.max_num_tokens;
-    j["draining"] = r.draining;
-    j["outstanding"] = gateway_->Outstanding(id);
-    list.push_back(j);
-  }
-  return list.dump();
-}
-
 void Supervisor::CountDecision(std::string_view action) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = decisions_.find(action);
   if (it == decisions_.end()) it = decisions_.emplace(std::string(action), 0).first;
   ++it->second;
+  lock.unlock();
+  PublishMetrics();
 }
 
 std::string Supervisor::Metrics() const {
@@ -447,15 +494,15 @@ Result<std::optional<Window>> Supervisor::Observe() {
   // judged on the new replicas serving, not on the old ones draining.
   const double end_wall =
       std::max(window_end_wall_s_, window_start_wall_s_ + options_.window_s / options_.time_scale);
-  while (gateway_->Now() < end_wall) {
+  while (Now() < end_wall) {
     if (options_.stop && *options_.stop) return std::optional<Window>();
     SleepS(0.02);
   }
-  const double now = gateway_->Now();
+  const double now = Now();
   const double k = options_.time_scale;
   const double start_s = elapsed_s_, end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
   // The gateway's record is taken whatever the source: it would grow without end otherwise.
-  sim::GatewayWindow g = gateway_->TakeWindow();
+  FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow g, gateway_->TakeWindow());
   Window w;
   switch (options_.metrics_source) {
     case MetricsSource::kGateway:
@@ -484,6 +531,7 @@ Result<std::optional<Window>> Supervisor::Observe() {
     std::lock_guard<std::mutex> lock(mu_);
     ++windows_;
   }
+  PublishMetrics();
   window_start_wall_s_ = now;
   if (g.retried > 0) {
     Log(StrFormat("%lld requests retried on another replica this window (the last: %s)",
@@ -512,7 +560,7 @@ Status Supervisor::ReplaceWith(const BatchLimits& limits) {
 }
 
 Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
-  const double started = gateway_->Now();
+  const double started = Now();
   BatchLimits launch = limits;
   if (options_.inject_limits && !injected_) {
     injected_ = true;
@@ -545,9 +593,10 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   {
     std::lock_guard<std::mutex> lock(mu_);  // /metrics reads them
     ++(outcome.applied ? replacements_ : replacements_rolled_back_);
-    last_replace_s_ = gateway_->Now() - started;
+    last_replace_s_ = Now() - started;
   }
-  window_end_wall_s_ = gateway_->Now() + options_.window_s / options_.time_scale;
+  PublishMetrics();
+  window_end_wall_s_ = Now() + options_.window_s / options_.time_scale;
   Log(StrFormat("rolling replacement to %s %s in %.2f s", launch.Label().c_str(),
                 outcome.applied ? "done" : "rolled back", *last_replace_s_));
   return outcome;

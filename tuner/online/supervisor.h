@@ -1,14 +1,17 @@
 // The supervisor behind `fathom online --supervise`: it starts the engine replicas itself as child
-// processes, fronts them with fathom's gateway, reports each window from the gateway's own record
-// of every request, the replicas' /metrics pages or a Prometheus server, and applies new batch
-// limits by rolling replacement: a new replica with the new flags, healthy before it takes
-// traffic, then the old one drained (SIGTERM). A new replica that exits or is not healthy in time
-// is killed and the change rolled back: the replicas already replaced are replaced back, and the
-// old ones serve on. A replica that dies is taken out of routing at once (its requests are retried
-// once on another) and restarted.
+// processes, fronts them with fathom's gateway (in its process, or `fathom gateway` running in its
+// own), reports each window from the gateway's own record of every request, the replicas'
+// /metrics pages or a Prometheus server, and applies new batch limits by rolling replacement: a
+// new replica with the new flags, healthy before it takes traffic, then the old one drained
+// (SIGTERM). A new replica that exits or is not healthy in time is killed and the change rolled
+// back: the replicas already replaced are replaced back, and the old ones serve on. A replica that
+// dies is taken out of routing at once (its requests are retried once on another) and restarted.
+// Behind a gateway of its own, the replicas outlive a supervisor that dies (kill -9) and keep
+// serving; the next supervisor started on that gateway replaces them with its own.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +24,7 @@
 
 #include "base/status.h"
 #include "sim/serving/gateway.h"
+#include "sim/serving/gateway_control.h"
 #include "tuner/online/engine_scraper.h"
 #include "tuner/online/journal.h"
 #include "tuner/online/online.h"
@@ -46,7 +50,10 @@ struct SupervisorOptions {
   double time_scale = 1;          // engines' seconds per wall second (fathom serve --time-scale)
   double health_timeout_s = 120;  // wall seconds a new replica has to answer /health
   std::string engine_log;         // the replicas' output is appended here; empty: discarded
-  sim::GatewayOptions gateway;
+  sim::GatewayOptions gateway;    // the gateway run in this process
+  // When set, `fathom gateway` at this address (http://HOST:PORT), reached with gateway.token,
+  // fronts the replicas instead.
+  std::string gateway_url;
   MetricsSource metrics_source = MetricsSource::kGateway;
   std::string prometheus_url;  // with kPrometheus: http://HOST:PORT of its HTTP API
   // When set, the replicas' addresses are written here whenever they change, as a Prometheus
@@ -78,10 +85,10 @@ class Supervisor : public ServingRuntime {
   // Drains and stops every replica, then the gateway.
   ~Supervisor() override;
 
-  int gateway_port() const;
-  // The fleet's name, its gateway's address: the fathom_fleet label of its replicas in the targets
-  // file, by which the Prometheus source reads only their series.
+  // The fleet's name, its gateway's address (host:port): the fathom_fleet label of its replicas in
+  // the targets file, by which the Prometheus source reads only their series.
   std::string Fleet() const;
+  int gateway_port() const;
   Result<std::optional<Window>> Observe() override;
   // A replacement that fails (a new replica exits or is not healthy within health_timeout_s) is
   // rolled back: not applied, for the reason the outcome gives.
@@ -94,7 +101,7 @@ class Supervisor : public ServingRuntime {
   // Counts a decision of the controller for /metrics: hold, apply, rollback or advise.
   void CountDecision(std::string_view action);
   // The supervisor's part of the gateway's /metrics (Prometheus text): windows, decisions,
-  // replacements, restarts, replicas and the limits in force.
+  // replacements, restarts, replicas and the limits in force. Sent to the gateway at each change.
   std::string Metrics() const;
 
  private:
@@ -105,9 +112,14 @@ class Supervisor : public ServingRuntime {
     bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
   };
   explicit Supervisor(SupervisorOptions options);
+  double Now() const;  // wall seconds since the supervisor started
   // Starts a replica, waits until it is healthy, and routes traffic to it; returns its id. One
   // that exits first or is not healthy in time is killed, and the error says which.
   Result<int> Launch(const BatchLimits& limits);
+  // Retires the replicas the gateway routes that are not this supervisor's (an earlier one's,
+  // which died): out of routing, then SIGTERM to the pid it registered.
+  void TakeOver(const std::vector<sim::GatewayReplica>& earlier);
+  void PublishMetrics();  // Metrics() to the gateway; a failure is logged
   // Replaces every serving replica not running `limits`, one at a time.
   Status ReplaceWith(const BatchLimits& limits);
   std::map<int, int> ReplicaPorts() const;  // id -> port, draining replicas included
@@ -115,11 +127,13 @@ class Supervisor : public ServingRuntime {
   Status WriteTargetsLocked() const;
   void Retire(int id);  // out of routing, then SIGTERM: it finishes what it has
   void Monitor();       // reaps exits; restarts a replica that died
-  std::string ReplicasJson() const;
   void Log(const std::string& line) const;
 
   SupervisorOptions options_;
-  std::unique_ptr<sim::Gateway> gateway_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::unique_ptr<sim::Gateway> own_gateway_;  // when the gateway runs in this process
+  std::unique_ptr<sim::GatewayControl> gateway_;
+  std::string fleet_;
   std::optional<EngineScraper> engines_;     // with MetricsSource::kEngines
   std::optional<PrometheusApi> prometheus_;  // with MetricsSource::kPrometheus
   mutable std::mutex mu_;
