@@ -2,7 +2,8 @@
 # fathom online --supervise end to end on loopback: two fathom serve replicas behind fathom's
 # gateway, 10x faster than real time. The load's lengths shift from chat-like to reasoning-like;
 # the controller's first change is forced to a bad configuration (--inject-limits), which its
-# canary window rolls back; the change is then made for real; a replica killed with SIGKILL is
+# canary (one replica at a fifth of the traffic) rolls back; the change is then made for real, its
+# canary passing first; a replica killed with SIGKILL is
 # replaced; and every request sent is answered. --advise recommends without replacing, measuring
 # from the replicas' /metrics pages. Bad input exits 2 with a clear message.
 # Usage: supervise_test.sh FATHOM_BINARY
@@ -87,8 +88,10 @@ check "reasoning-like phase, a replica killed: every request answered" \
 curl -sf "$gateway/metrics" >"$tmp/metrics.txt"
 check "the gateway's /metrics counts every request answered" \
   grep -qE '^fathom_gateway_requests_total\{outcome="ok"\} ([6-9][0-9]{2}|[0-9]{4,})$' "$tmp/metrics.txt"
-check "and the supervisor's part its canary's rollback and the restart" \
+check "and the supervisor's part its canaries (one failed, one passed) and the restart" \
   bash -c "grep -qE '^fathom_supervisor_decisions_total\{action=\"rollback\"\} [1-9]' $tmp/metrics.txt &&
+           grep -qE '^fathom_supervisor_canaries_total\{outcome=\"failed\"\} [1-9]' $tmp/metrics.txt &&
+           grep -qE '^fathom_supervisor_canaries_total\{outcome=\"passed\"\} [1-9]' $tmp/metrics.txt &&
            grep -qx 'fathom_supervisor_replica_restarts_total 1' $tmp/metrics.txt"
 kill -TERM "$supervisor"
 wait "$supervisor"
@@ -100,9 +103,12 @@ check "the killed replica was detected" grep -q "replica [0-9]* (pid $victim) di
 check "and restarted" grep -q "Replicas restarted after dying: 1" "$tmp/online.out"
 sql() { sqlite3 "${2:-$tmp/journal.db}" "$1"; }  # sql QUERY [DATABASE]
 check "the injected bad configuration was started" grep -q "injected bad configuration" "$tmp/online.log"
-check "and journaled as the configuration applied" \
-  test "$(sql "SELECT count(*) FROM journal WHERE event = 'apply' AND after_config LIKE '%\"max_num_seqs\":1,%'")" -ge 1
-check "and rolled back after its canary window" test "$(sql "SELECT count(*) FROM journal WHERE event = 'rollback'")" -ge 1
+took=$(grep -o 'canary failed: its canary ([^)]*)' "$tmp/online.log" | head -1 | sed -E 's/.*took ([0-9]+) of the ([0-9]+) .*/\1 \2/')
+check "the bad canary took at most its share of the requests (a fifth, a third allowing for chance): $took" \
+  awk -v t="$took" 'BEGIN { split(t, n, " "); exit !(n[2] >= 10 && n[1] <= n[2] / 3) }'
+check "and rolled back by its canary, one replica at a share of the traffic, journaled with its p99" \
+  test "$(sql "SELECT count(*) FROM journal WHERE event = 'rollback'
+                 AND reason LIKE '%1 seqs, 2048 tokens (started instead): its canary (replica %p99 TTFT%'")" -ge 1
 check "then the better configuration applied for real" \
   test "$(sql "SELECT count(*) FROM journal WHERE event = 'apply' AND after_config LIKE '%\"max_num_seqs\":64%'
                  AND id > (SELECT min(id) FROM journal WHERE event = 'rollback')")" -ge 1

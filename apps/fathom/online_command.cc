@@ -283,6 +283,8 @@ Status RunOnlineCommand(OnlineFlags f) {
   }
   tuner::Supervisor* supervisor = nullptr;
   if (f.supervise) {
+    f.supervisor.ttft_limit_ms = o.ttft_limit_ms;
+    f.supervisor.tpot_limit_ms = o.tpot_limit_ms;
     FATHOM_ASSIGN_OR_RETURN(auto s, Supervised(f, d, catalog, initial, journal.get()));
     supervisor = s.get();
     runtime = std::move(s);
@@ -444,6 +446,14 @@ void RegisterOnline(CLI::App& app, Status* result) {
   cmd->add_option("--token", so.gateway.token,
                   "Bearer token for the gateway's control endpoints (/fathom/*)")
       ->envname("FATHOM_TOKEN");
+  supervised(cmd->add_option("--canary-share", so.canary_share,
+                             "A change runs first on one new replica given this share of new "
+                             "requests, and rolls out only if its p99s keep the limits the others "
+                             "keep (0: every replica at once)")
+                 ->capture_default_str());
+  supervised(cmd->add_option("--canary-requests", so.canary_requests,
+                             "Requests the canary finishes before it is judged (or three windows)")
+                 ->capture_default_str());
   cmd->add_option("--journal", f->journal, "Journal every decision and change to this SQLite file");
   supervised(
       cmd->add_option(

@@ -53,8 +53,12 @@ struct Gateway::Exchange {
   uint64_t connection = 0;  // the client's, to notify
   // The forwarding thread's.
   GatewayRecord record;
-  bool waiting = true;  // no first token yet
+  bool waiting = true;  // no first token yet (set under the gateway's mu)
   bool gone = false;    // the client left (seen by Emit)
+  // The replica it is on and the client reaching it (under the gateway's mu): a requeue stops it.
+  int replica = -1;
+  httplib::Client* upstream = nullptr;
+  bool requeued = false;
   std::string error, retry_cause;
   // The outcome, read by the event loop once `finished`: a whole answer's status and body
   // (status 0: no replica answered), or a stream's end.
@@ -92,13 +96,27 @@ Status GatewayOptions::Validate() const {
 
 std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads) {
   std::optional<ReplicaLoad> best;
+  double best_load = 0;
   for (const ReplicaLoad& l : loads) {
-    if (!best || l.outstanding < best->outstanding ||
-        (l.outstanding == best->outstanding && l.id < best->id))
+    const double load = static_cast<double>(l.outstanding + 1) / l.weight;
+    if (!best || load < best_load || (load == best_load && l.id < best->id)) {
       best = l;
+      best_load = load;
+    }
   }
   if (!best) return std::nullopt;
   return best->id;
+}
+
+GatewayWindow MergeWindows(GatewayWindow earlier, GatewayWindow later) {
+  later.arrived += earlier.arrived;
+  later.failed += earlier.failed;
+  later.client_errors += earlier.client_errors;
+  later.retried += earlier.retried;
+  if (later.retry_cause.empty()) later.retry_cause = std::move(earlier.retry_cause);
+  earlier.finished.insert(earlier.finished.end(), later.finished.begin(), later.finished.end());
+  later.finished = std::move(earlier.finished);
+  return later;
 }
 
 std::string WindowJson(const GatewayWindow& w) {
@@ -111,6 +129,7 @@ std::string WindowJson(const GatewayWindow& w) {
   j["in_flight"] = w.in_flight;
   j["waiting"] = w.waiting;
   j["waiting_stream_ages_s"] = w.waiting_stream_ages_s;
+  j["waiting_stream_replicas"] = w.waiting_stream_replicas;
   OrderedJson finished = OrderedJson::array();
   for (const GatewayRecord& r : w.finished) {
     finished.push_back({{"arrival_s", r.arrival_s},
@@ -119,7 +138,8 @@ std::string WindowJson(const GatewayWindow& w) {
                         {"prompt_tokens", r.prompt_tokens},
                         {"completion_tokens", r.completion_tokens},
                         {"streamed", r.streamed},
-                        {"retried", r.retried}});
+                        {"retried", r.retried},
+                        {"replica", r.replica}});
   }
   j["finished"] = std::move(finished);
   return DumpUtf8(j);
@@ -148,6 +168,16 @@ Result<GatewayWindow> ParseWindowJson(std::string_view text, const std::string& 
     if (!a.is_number()) return Status::InvalidArgument(source + ": waiting_stream_ages_s: numbers");
     w.waiting_stream_ages_s.push_back(a.get<double>());
   }
+  FATHOM_ASSIGN_OR_RETURN(const Json* on, array("waiting_stream_replicas"));
+  for (const Json& r : *on) {
+    if (!r.is_number_integer())
+      return Status::InvalidArgument(source + ": waiting_stream_replicas: whole numbers");
+    w.waiting_stream_replicas.push_back(r.get<int>());
+  }
+  if (w.waiting_stream_replicas.size() != w.waiting_stream_ages_s.size()) {
+    return Status::InvalidArgument(source +
+                                   ": waiting_stream_replicas: one a waiting stream, as its ages");
+  }
   FATHOM_ASSIGN_OR_RETURN(const Json* finished, array("finished"));
   for (size_t i = 0; i < finished->size(); ++i) {
     const Json& e = (*finished)[i];
@@ -162,6 +192,7 @@ Result<GatewayWindow> ParseWindowJson(std::string_view text, const std::string& 
     g.completion_tokens = r.Int("completion_tokens");
     g.streamed = r.Bool("streamed", false);
     g.retried = r.Bool("retried", false);
+    g.replica = static_cast<int>(r.Int("replica", -1));
     FATHOM_RETURN_IF_ERROR(r.status());
     w.finished.push_back(g);
   }
@@ -181,6 +212,7 @@ std::string ReplicasJson(const std::vector<GatewayReplica>& replicas) {
     j["port"] = r.port;
     j["draining"] = !r.routed;
     j["outstanding"] = r.outstanding;
+    j["weight"] = r.weight;
     list.push_back(std::move(j));
   }
   return DumpUtf8(list);
@@ -201,9 +233,11 @@ Result<std::vector<GatewayReplica>> ParseReplicasJson(std::string_view text,
     r.port = static_cast<int>(f.Int("port"));
     r.routed = !f.Bool("draining", false);
     r.outstanding = f.Int("outstanding", 0);
+    r.weight = f.Double("weight", 1);
     FATHOM_RETURN_IF_ERROR(f.status());
     Json about = j[i];
-    for (const char* key : {"id", "host", "port", "draining", "outstanding"}) about.erase(key);
+    for (const char* key : {"id", "host", "port", "draining", "outstanding", "weight"})
+      about.erase(key);
     r.about = DumpUtf8(about);
     v.push_back(std::move(r));
   }
@@ -335,7 +369,7 @@ void Gateway::Handle(HttpServer& server, HttpConnection& c, const HttpRequest& r
     ++totals_.arrived;
     ++in_flight_;
     ++waiting_;
-    if (x->stream) streams_waiting_since_.insert(x->record.arrival_s);
+    if (x->stream) waiting_streams_.insert(x.get());
   }
   Dispatch(c, std::move(x));
 }
@@ -354,14 +388,18 @@ std::pair<int, std::string> Gateway::Control(const HttpRequest& req) {
     SetMoreMetrics(req.body);
     return {200, "{}"};
   }
-  if (path.rfind(prefix, 0) == 0 && (req.method == "PUT" || req.method == "DELETE")) {
-    const std::string id_text = path.substr(prefix.size());
+  const std::string requeue = "/requeue";
+  const bool requeuing = req.method == "POST" && path.size() > requeue.size() &&
+                         path.compare(path.size() - requeue.size(), requeue.size(), requeue) == 0;
+  if (path.rfind(prefix, 0) == 0 && (req.method == "PUT" || req.method == "DELETE" || requeuing)) {
+    const std::string id_text =
+        path.substr(prefix.size(), path.size() - prefix.size() - (requeuing ? requeue.size() : 0));
     int id = 0;
     const auto [end, error] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
     if (error != std::errc() || end != id_text.data() + id_text.size() || id < 0)
       return bad(path + ": the replica's id must be a whole number >= 0");
-    if (req.method == "DELETE") {
-      RemoveReplica(id);
+    if (req.method != "PUT") {
+      RemoveReplica(id, requeuing);
       return {200, "{}"};
     }
     const std::string source = "PUT " + path;
@@ -373,6 +411,9 @@ std::pair<int, std::string> Gateway::Control(const HttpRequest& req) {
     r.id = id;
     r.host = f.String("host", "127.0.0.1");
     r.port = static_cast<int>(f.Int("port"));
+    r.weight = f.Double("weight", 1);
+    if (f.status().ok() && !(r.weight > 0 && r.weight <= 1e6))
+      f.Fail("weight", StrFormat("%g", r.weight), "must be > 0 and at most 1e6");
     if (f.status().ok() && (r.port < 1 || r.port > 65535))
       f.Fail("port", std::to_string(r.port), "must be 1 to 65535");
     if (f.status().ok() && r.host.empty()) f.Fail("host", "\"\"", "must not be empty");
@@ -385,7 +426,8 @@ std::pair<int, std::string> Gateway::Control(const HttpRequest& req) {
   }
   return {404, ErrorBody(req.method + " " + path +
                              ": no such control endpoint (GET /fathom/replicas, PUT or DELETE "
-                             "/fathom/replicas/ID, POST /fathom/window, PUT /fathom/metrics)",
+                             "/fathom/replicas/ID, POST /fathom/replicas/ID/requeue, POST "
+                             "/fathom/window, PUT /fathom/metrics)",
                          "invalid_request_error")};
 }
 
@@ -397,9 +439,14 @@ void Gateway::Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++forwarders_;
+    exchanges_.insert(x.get());
   }
   std::thread([this, x = std::move(x)] {
     Forward(*x);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      exchanges_.erase(x.get());
+    }
     if (x->counted) Finish(*x);
     {
       std::lock_guard<std::mutex> lock(x->mu);
@@ -525,8 +572,15 @@ void Gateway::SetMoreMetrics(std::string text) {
   more_metrics_ = std::move(text);
 }
 
-void Gateway::RemoveReplica(int id) {
+void Gateway::RemoveReplica(int id, bool requeue) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (requeue) {
+    for (Exchange* x : exchanges_) {
+      if (x->replica != id || !x->waiting) continue;
+      x->requeued = true;
+      if (x->upstream) x->upstream->stop();  // its send returns, and Forward tries elsewhere
+    }
+  }
   auto it = replicas_.find(id);
   if (it == replicas_.end()) return;
   if (it->second.outstanding == 0) {
@@ -549,17 +603,20 @@ GatewayWindow Gateway::TakeWindow() {
   w.in_flight = in_flight_;
   w.waiting = waiting_;
   const double now = Now();
-  for (const double since : streams_waiting_since_) w.waiting_stream_ages_s.push_back(now - since);
+  for (const Exchange* x : waiting_streams_) {
+    w.waiting_stream_ages_s.push_back(now - x->record.arrival_s);
+    w.waiting_stream_replicas.push_back(x->replica);
+  }
   return w;
 }
 
-std::optional<Gateway::Pick> Gateway::PickReplica(int exclude) {
+std::optional<Gateway::Pick> Gateway::PickReplica(Exchange& x, int exclude) {
   std::unique_lock<std::mutex> lock(mu_);
   std::vector<ReplicaLoad> loads;
   auto found = [&] {
     loads.clear();
     for (const auto& [id, r] : replicas_) {
-      if (r.routed && id != exclude) loads.push_back({id, r.outstanding});
+      if (r.routed && id != exclude) loads.push_back({id, r.outstanding, r.weight});
     }
     return !loads.empty() || stopping_;
   };
@@ -568,6 +625,7 @@ std::optional<Gateway::Pick> Gateway::PickReplica(int exclude) {
   if (!id) return std::nullopt;
   GatewayReplica& r = replicas_[*id];
   ++r.outstanding;
+  x.replica = *id;
   return Pick{*id, r.port, r.host};
 }
 
@@ -578,20 +636,20 @@ void Gateway::Release(int id) {
   if (--it->second.outstanding == 0 && !it->second.routed) replicas_.erase(it);
 }
 
-void Gateway::StopWaiting(const Exchange& x) {
+void Gateway::StopWaiting(Exchange& x) {
+  x.waiting = false;
   --waiting_;
-  if (x.stream) streams_waiting_since_.erase(streams_waiting_since_.find(x.record.arrival_s));
+  waiting_streams_.erase(&x);
 }
 
 void Gateway::FirstToken(Exchange& x) {
-  if (!x.waiting) return;
-  x.waiting = false;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!x.waiting) return;
   x.record.first_token_s = Now();
   StopWaiting(x);
 }
 
-void Gateway::Finish(const Exchange& x) {
+void Gateway::Finish(Exchange& x) {
   std::lock_guard<std::mutex> lock(mu_);
   --in_flight_;
   if (x.waiting) StopWaiting(x);
@@ -621,13 +679,15 @@ void Gateway::Forward(Exchange& x) {
   x.record.streamed = x.stream;
   size_t text_sent = 0;  // bytes of generated text the client has: a retry skips them
   int exclude = -1;
-  for (int attempt = 0; attempt < 2 && !x.ok && !x.gone; ++attempt) {
-    auto pick = PickReplica(exclude);
+  // Two tries; a request taken off a rolled-back replica (requeued) does not use one up.
+  for (int failures = 0, attempt = 0; failures < 2 && !x.ok && !x.gone; ++attempt) {
+    auto pick = PickReplica(x, exclude);
     if (!pick) {
       if (x.error.empty()) x.error = "no replica is ready";
       break;
     }
     exclude = pick->id;
+    x.record.replica = pick->id;
     if (attempt > 0) {
       x.record.retried = true;
       x.retry_cause = x.error;
@@ -706,9 +766,26 @@ void Gateway::Forward(Exchange& x) {
     };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
-    const bool sent = client.send(req, res, err);
+    bool requeued;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      x.upstream = &client;
+      requeued = x.requeued;
+    }
+    const bool sent = !requeued && client.send(req, res, err);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      x.upstream = nullptr;
+      requeued = x.requeued && x.waiting;
+      x.requeued = false;
+    }
     Release(pick->id);
     const std::string replica = "replica " + std::to_string(pick->id);
+    if (requeued && !x.gone) {
+      x.error = replica + " was rolled back before the request's first token: moved";
+      continue;
+    }
+    ++failures;
     // The replica's own answer is passed on, except 503 (it is shutting down), which is retried.
     if (status != 0 && status != 200 && status != 503 && !failed_mid_way) {
       x.status = status;

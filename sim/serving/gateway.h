@@ -51,6 +51,7 @@ struct GatewayRecord {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   bool streamed = false;  // only a streamed request has a first-token time of its own
   bool retried = false;
+  int replica = -1;  // the replica that answered it
 };
 
 // What happened since the last TakeWindow.
@@ -64,10 +65,16 @@ struct GatewayWindow {
   std::string retry_cause;  // why the last of them was
   int64_t in_flight = 0;    // at the window's end
   int64_t waiting = 0;      // of those, without a first token yet
-  // Of those, each stream's seconds since it arrived: a lower bound on its TTFT to come.
+  // Of those, each stream's seconds since it arrived: a lower bound on its TTFT to come; and the
+  // replica it waits on (-1: none yet).
   std::vector<double> waiting_stream_ages_s;
+  std::vector<int> waiting_stream_replicas;
   std::vector<GatewayRecord> finished;
 };
+
+// One window's record following another's: counts summed, finished requests in order, and the
+// state at the end (in flight, waiting) the later one's.
+GatewayWindow MergeWindows(GatewayWindow earlier, GatewayWindow later);
 
 // GatewayWindow as JSON (what POST /fathom/window answers), and back; errors name `source`.
 std::string WindowJson(const GatewayWindow& w);
@@ -82,6 +89,7 @@ struct GatewayReplica {
   bool routed = true;  // false: draining, no new requests
   int64_t outstanding = 0;
   std::string about = "{}";
+  double weight = 1;  // its share of new requests, relative to the others' (a canary's < 1)
 };
 // The list as GET /fathom/replicas answers it (each replica's `about` fields, then id, host, port,
 // draining and outstanding), and back.
@@ -89,11 +97,13 @@ std::string ReplicasJson(const std::vector<GatewayReplica>& replicas);
 Result<std::vector<GatewayReplica>> ParseReplicasJson(std::string_view text,
                                                       const std::string& source);
 
-// Routing: the replica with the fewest outstanding requests, ties to the lowest id; none when
-// `loads` is empty.
+// Routing: the replica with the fewest outstanding requests for its weight ((outstanding + 1) /
+// weight: equal weights take the fewest outstanding), ties to the lowest id; none when `loads` is
+// empty.
 struct ReplicaLoad {
   int id = 0;
   int64_t outstanding = 0;
+  double weight = 1;
 };
 std::optional<int> LeastOutstanding(const std::vector<ReplicaLoad>& loads);
 
@@ -115,8 +125,10 @@ class Gateway : private HttpHandler {
   void AddReplica(GatewayReplica r);
   void AddReplica(int id, int port) { AddReplica(GatewayReplica{id, "127.0.0.1", port}); }
   // No new request goes to the replica; those in flight continue (a drain) or, when it died,
-  // fail there and are retried elsewhere (DELETE /fathom/replicas/ID).
-  void RemoveReplica(int id);
+  // fail there and are retried elsewhere (DELETE /fathom/replicas/ID). With `requeue`, those
+  // without a first token yet are taken off it and retried elsewhere at once (POST
+  // /fathom/replicas/ID/requeue): a configuration rolled back leaves no queue behind.
+  void RemoveReplica(int id, bool requeue = false);
   int64_t Outstanding(int id) const;
   std::vector<GatewayReplica> Replicas() const;  // GET /fathom/replicas
   GatewayWindow TakeWindow();                    // POST /fathom/window
@@ -140,15 +152,15 @@ class Gateway : private HttpHandler {
   // Passes stream bytes to the client's connection; false once the client left.
   bool Emit(Exchange& x, const std::string& bytes);
   void FirstToken(Exchange& x);
-  void StopWaiting(const Exchange& x);  // under mu_
+  void StopWaiting(Exchange& x);  // under mu_
   struct Pick {
     int id = 0, port = 0;
     std::string host;
   };
-  // The replica to use, counted as outstanding; waits for one (replica_wait_s).
-  std::optional<Pick> PickReplica(int exclude);
+  // The replica to use for `x`, counted as outstanding; waits for one (replica_wait_s).
+  std::optional<Pick> PickReplica(Exchange& x, int exclude);
   void Release(int id);
-  void Finish(const Exchange& x);
+  void Finish(Exchange& x);
 
   // The control endpoints' answer to a whole request (/fathom/*, token checked).
   std::pair<int, std::string> Control(const HttpRequest& req);
@@ -170,7 +182,8 @@ class Gateway : private HttpHandler {
     int64_t arrived = 0, ok = 0, failed = 0, client_errors = 0, client_left = 0, retried = 0;
   } totals_;
   int64_t in_flight_ = 0, waiting_ = 0;
-  std::multiset<double> streams_waiting_since_;  // arrival of each stream without a first token
+  std::set<Exchange*> exchanges_;        // on their way to a replica
+  std::set<Exchange*> waiting_streams_;  // streams without a first token
 };
 
 }  // namespace fathom::sim

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "base/format.h"
+#include "base/json_fields.h"
 
 namespace fathom::sim {
 namespace {
@@ -17,8 +18,8 @@ class LocalControl : public GatewayControl {
     gateway_->AddReplica(r);
     return Status::Ok();
   }
-  Status RemoveReplica(int id) override {
-    gateway_->RemoveReplica(id);
+  Status RemoveReplica(int id, bool requeue) override {
+    gateway_->RemoveReplica(id, requeue);
     return Status::Ok();
   }
   Result<std::vector<GatewayReplica>> Replicas() override { return gateway_->Replicas(); }
@@ -46,13 +47,17 @@ class RemoteControl : public GatewayControl {
     OrderedJson j;
     j["host"] = r.host;
     j["port"] = r.port;
+    j["weight"] = r.weight;
     Result<Json> about = ParseJson(r.about, "about");
     j["about"] = about.ok() ? OrderedJson(*about) : OrderedJson::object();
     return Call("PUT", "/fathom/replicas/" + std::to_string(r.id), DumpUtf8(j), "application/json")
         .status();
   }
-  Status RemoveReplica(int id) override {
-    return Call("DELETE", "/fathom/replicas/" + std::to_string(id), "", "").status();
+  Status RemoveReplica(int id, bool requeue) override {
+    const std::string path = "/fathom/replicas/" + std::to_string(id);
+    return (requeue ? Call("POST", path + "/requeue", "", "text/plain")
+                    : Call("DELETE", path, "", ""))
+        .status();
   }
   Result<std::vector<GatewayReplica>> Replicas() override {
     FATHOM_ASSIGN_OR_RETURN(std::string body, Call("GET", "/fathom/replicas", "", ""));

@@ -16,7 +16,9 @@ class GatewayControl {
  public:
   virtual ~GatewayControl() = default;
   virtual Status AddReplica(const GatewayReplica& r) = 0;
-  virtual Status RemoveReplica(int id) = 0;
+  // With `requeue`, its requests without a first token go elsewhere at once (Gateway::
+  // RemoveReplica).
+  virtual Status RemoveReplica(int id, bool requeue = false) = 0;
   virtual Result<std::vector<GatewayReplica>> Replicas() = 0;
   virtual Result<GatewayWindow> TakeWindow() = 0;
   // The controller's part of the gateway's /metrics (Prometheus text), replacing the last.

@@ -410,6 +410,11 @@ TEST_CASE(
   CHECK(LeastOutstanding({{3, 2}, {1, 5}, {2, 2}}) == 2);
   CHECK(LeastOutstanding({{4, 0}}) == 4);
   CHECK(LeastOutstanding({{2, 1}, {1, 1}}) == 1);
+  // Weighted: (outstanding + 1) / weight, so a canary at a quarter's weight takes a request only
+  // once the others have three more outstanding than it.
+  CHECK(LeastOutstanding({{1, 0, 1}, {2, 0, 0.25}}) == 1);
+  CHECK(LeastOutstanding({{1, 3, 1}, {2, 0, 0.25}}) == 1);  // a tie: the lowest id
+  CHECK(LeastOutstanding({{1, 4, 1}, {2, 0, 0.25}}) == 2);
 }
 
 namespace {
@@ -1026,12 +1031,50 @@ TEST_CASE("a gateway window survives its trip as JSON") {
   w.in_flight = 4;
   w.waiting = 2;
   w.waiting_stream_ages_s = {0.5, 1.25};
-  w.finished.push_back({1.5, 2.25, 9.75, 300, 40, true, true});
+  w.waiting_stream_replicas = {2, -1};
+  w.finished.push_back({1.5, 2.25, 9.75, 300, 40, true, true, 3});
   auto back = ParseWindowJson(WindowJson(w), "window");
   REQUIRE(back.ok());
   CHECK(WindowJson(*back) == WindowJson(w));
   CHECK(ParseWindowJson(R"({"arrived": 1})", "w").status().message() ==
         "w: field 'failed': missing (required integer)");
+}
+
+TEST_CASE(
+    "a replica taken out with requeue leaves no queue behind: its requests without a first token "
+    "go elsewhere at once") {
+  Served slow(0.002, {}), fast(20.0, {});  // the slow one's first token takes seconds
+  Gateway gateway(GatewayOptions{});
+  REQUIRE(gateway.Start().ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port());
+  gateway.AddReplica(1, slow.server.port());
+  std::vector<std::string> events(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { events[i] = Stream(url, 10, true); });
+  GatewayWindow w;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (w.waiting < 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    w = gateway.TakeWindow();
+  }
+  REQUIRE(w.waiting == 4);
+  CHECK(w.waiting_stream_replicas == std::vector<int>{1, 1, 1, 1});
+  gateway.AddReplica(2, fast.server.port());
+  const auto moved = std::chrono::steady_clock::now();
+  gateway.RemoveReplica(1, /*requeue=*/true);
+  for (auto& t : clients) t.join();
+  CHECK(std::chrono::steady_clock::now() - moved < std::chrono::seconds(2));
+  for (const std::string& e : events) {
+    CHECK(Count(e, " tok") == 10);
+    CHECK(Count(e, "\"completion_tokens\":10") == 1);
+  }
+  w = gateway.TakeWindow();
+  CHECK(w.failed == 0);
+  CHECK(w.retried == 4);
+  REQUIRE(w.finished.size() == 4);
+  for (const GatewayRecord& r : w.finished) CHECK(r.replica == 2);
+  CHECK(fast.engine.Metrics().finished_length == 4);
+  CHECK(slow.engine.Metrics().finished_length == 0);
 }
 
 }  // namespace fathom::sim

@@ -255,6 +255,11 @@ void Controller::FailedToStart(const BatchLimits& in_force) {
   Withdraw(in_force);
 }
 
+void Controller::CanaryFailed(const BatchLimits& in_force, bool chosen_ran) {
+  if (chosen_ran) banned_.emplace_back(limits_, options_.ban_windows);
+  Withdraw(in_force);
+}
+
 void Controller::StartedInstead(const BatchLimits& actual) {
   limits_ = actual;
   predicted_in_force_ = kNan;  // the prediction was the chosen limits'
@@ -405,9 +410,18 @@ Result<OnlineSummary> RunOnline(ServingRuntime& runtime, Controller& controller,
       controller.Withdraw(in_force);
     } else if (d.action != Decision::Action::kHold) {
       FATHOM_ASSIGN_OR_RETURN(const ApplyOutcome outcome, runtime.Apply(d.limits));
-      if (!outcome.applied) {
+      if (!outcome.applied && outcome.canary_failed) {
+        controller.CanaryFailed(in_force,
+                                !outcome.started_instead || *outcome.started_instead == d.limits);
+      } else if (!outcome.applied) {
         controller.FailedToStart(in_force);
-        d.reason += "; rolled back, " + d.limits.Label() + " failed to start: " + outcome.why_not;
+      }
+      if (!outcome.applied) {
+        const bool instead = outcome.started_instead && !(*outcome.started_instead == d.limits);
+        d.reason +=
+            "; rolled back, " +
+            (instead ? outcome.started_instead->Label() + " (started instead)" : d.limits.Label()) +
+            ": " + outcome.why_not;
         d.action = Decision::Action::kRollback;
         d.limits = in_force;
       } else if (outcome.started_instead && !(*outcome.started_instead == d.limits)) {

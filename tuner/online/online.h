@@ -53,9 +53,10 @@ struct Window {
 // with the limits before (the change is rolled back), for the reason given.
 struct ApplyOutcome {
   bool applied = true;
-  std::string why_not;
+  std::string why_not;  // "failed to start: ...", or what its canary showed
   // What the runtime started where it is not what was asked (a canary test's injected limits).
   std::optional<BatchLimits> started_instead;
+  bool canary_failed = false;  // it started, and its canary showed it worse: banned a while
 };
 
 // A serving runtime as the loop sees it.
@@ -129,6 +130,9 @@ class Controller {
   // The runtime could not start the limits Step just chose and still runs `in_force`: those stay,
   // and the failed limits are never chosen again.
   void FailedToStart(const BatchLimits& in_force);
+  // The runtime's canary of the limits Step just chose showed them worse, and `in_force` stay:
+  // the chosen limits are not tried again for ban_windows when they are what the canary ran.
+  void CanaryFailed(const BatchLimits& in_force, bool chosen_ran);
   // The runtime started `actual` in place of the limits Step just chose: they are in force, and
   // the window after judges them.
   void StartedInstead(const BatchLimits& actual);

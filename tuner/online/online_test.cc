@@ -291,8 +291,9 @@ class RefusingRuntime : public ServingRuntime {
   }
   Result<ApplyOutcome> Apply(const BatchLimits& limits) override {
     tried.push_back(limits);
-    return ApplyOutcome{false, "the replica on port 1 exited with status 1 before it was healthy",
-                        std::nullopt};
+    return ApplyOutcome{
+        false, "failed to start: the replica on port 1 exited with status 1 before it was healthy",
+        std::nullopt};
   }
   std::vector<BatchLimits> tried;
 

@@ -147,6 +147,14 @@ Status SupervisorOptions::Validate() const {
   } else if (!prometheus_url.empty()) {
     return Status::InvalidArgument("--prometheus-url: only with --metrics-source prometheus");
   }
+  if (!(canary_share >= 0 && canary_share < 1)) {
+    return Status::InvalidArgument("--canary-share = " + StrFormat("%g", canary_share) +
+                                   ": must be 0 (no canary) or more, and under 1");
+  }
+  if (canary_requests < 1) {
+    return Status::InvalidArgument("--canary-requests = " + std::to_string(canary_requests) +
+                                   ": must be >= 1");
+  }
   if (!gateway_url.empty() && gateway.token.empty()) {
     return Status::InvalidArgument(
         "--gateway-url: give --token (or FATHOM_TOKEN), the gateway's control token");
@@ -273,7 +281,7 @@ void Supervisor::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-Result<int> Supervisor::Launch(const BatchLimits& limits) {
+Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
   const std::string command = EngineCommand(options_.engine_cmd, limits, port);
   const int out =
@@ -341,12 +349,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     replicas_[id] = Replica{pid, port, limits, false};
     if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
-  OrderedJson about;
-  about["pid"] = static_cast<int64_t>(pid);
-  about["max_num_seqs"] = limits.max_batch;
-  about["max_num_batched_tokens"] = limits.max_num_tokens;
-  if (Status added = gateway_->AddReplica({id, "127.0.0.1", port, true, 0, DumpUtf8(about)});
-      !added.ok()) {
+  if (Status routed = Route(id, weight); !routed.ok()) {
     // Not routed, so not ours: stopped, as one that failed to start.
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -355,15 +358,29 @@ Result<int> Supervisor::Launch(const BatchLimits& limits) {
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    return added;
+    return routed;
   }
   Log(StrFormat("replica %d (pid %d, port %d) healthy after %.2f s: %s", id, static_cast<int>(pid),
                 port, Now() - started, limits.Label().c_str()));
   return id;
 }
 
-void Supervisor::Retire(int id) {
-  if (Status removed = gateway_->RemoveReplica(id); !removed.ok()) Log(removed.message());
+Status Supervisor::Route(int id, double weight) {
+  sim::GatewayReplica r;
+  OrderedJson about;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Replica& ours = replicas_.at(id);
+    about["pid"] = static_cast<int64_t>(ours.pid);
+    about["max_num_seqs"] = ours.limits.max_batch;
+    about["max_num_batched_tokens"] = ours.limits.max_num_tokens;
+    r = {id, "127.0.0.1", ours.port, true, 0, DumpUtf8(about), weight};
+  }
+  return gateway_->AddReplica(r);
+}
+
+void Supervisor::Retire(int id, bool requeue) {
+  if (Status removed = gateway_->RemoveReplica(id, requeue); !removed.ok()) Log(removed.message());
   int64_t outstanding = 0;
   if (auto listed = gateway_->Replicas(); listed.ok()) {
     for (const sim::GatewayReplica& r : *listed) {
@@ -469,6 +486,11 @@ std::string Supervisor::Metrics() const {
                "Rolling replacements: done, or rolled_back (a new replica failed to start).",
                {{"outcome=\"done\"", d(replacements_)},
                 {"outcome=\"rolled_back\"", d(replacements_rolled_back_)}});
+  AppendMetric(
+      &out, "fathom_supervisor_canaries_total", "counter",
+      "Changes tried on one canary replica first: passed (rolled out) or failed (taken "
+      "out, its queue moved).",
+      {{"outcome=\"passed\"", d(canaries_passed_)}, {"outcome=\"failed\"", d(canaries_failed_)}});
   AppendMetric(&out, "fathom_supervisor_replica_restarts_total", "counter",
                "Replicas restarted after they died.", {{"", d(restarts_.load())}});
   double serving = 0, draining = 0;
@@ -502,7 +524,7 @@ Result<std::optional<Window>> Supervisor::Observe() {
   const double k = options_.time_scale;
   const double start_s = elapsed_s_, end_s = elapsed_s_ + (now - window_start_wall_s_) * k;
   // The gateway's record is taken whatever the source: it would grow without end otherwise.
-  FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow g, gateway_->TakeWindow());
+  FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow g, TakeWindow());
   Window w;
   switch (options_.metrics_source) {
     case MetricsSource::kGateway:
@@ -559,6 +581,123 @@ Status Supervisor::ReplaceWith(const BatchLimits& limits) {
   }
 }
 
+Result<sim::GatewayWindow> Supervisor::TakeWindow() {
+  FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow now, gateway_->TakeWindow());
+  if (!taken_) return now;
+  sim::GatewayWindow w = MergeWindows(std::move(*taken_), std::move(now));
+  taken_.reset();
+  return w;
+}
+
+namespace {
+
+// p99s in engine ms of the requests in `w` that one replica answered (`on` true) or the others
+// did, streams still waiting counted at their age; NaN where there are none.
+struct ReplicaP99 {
+  double ttft_ms = NAN, tpot_ms = NAN;
+  int64_t finished = 0;
+};
+ReplicaP99 P99On(const sim::GatewayWindow& w, int replica, bool on, double k) {
+  std::vector<double> ttft, tpot;
+  ReplicaP99 p;
+  for (const sim::GatewayRecord& r : w.finished) {
+    if ((r.replica == replica) != on) continue;
+    ++p.finished;
+    if (!r.streamed) continue;
+    ttft.push_back((r.first_token_s - r.arrival_s) * k * 1e3);
+    if (r.completion_tokens > 1) {
+      tpot.push_back((r.done_s - r.first_token_s) * k * 1e3 /
+                     static_cast<double>(r.completion_tokens - 1));
+    }
+  }
+  for (size_t i = 0; i < w.waiting_stream_ages_s.size(); ++i) {
+    if ((w.waiting_stream_replicas[i] == replica) == on)
+      ttft.push_back(w.waiting_stream_ages_s[i] * k * 1e3);
+  }
+  if (!ttft.empty()) p.ttft_ms = Percentile(ttft, 0.99);
+  if (!tpot.empty()) p.tpot_ms = Percentile(tpot, 0.99);
+  return p;
+}
+
+}  // namespace
+
+Result<std::optional<ApplyOutcome>> Supervisor::Canary(const BatchLimits& limits) {
+  int serving = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : replicas_) serving += r.draining ? 0 : 1;
+  }
+  // Its share s of new requests among n others of weight 1: weight s n / (1 - s).
+  const double share = options_.canary_share;
+  const double weight = share * std::max(1, serving) / (1 - share);
+  Result<int> canary = Launch(limits, weight);
+  if (!canary.ok())
+    return std::optional<ApplyOutcome>(
+        {false, "failed to start: " + canary.status().message(), std::nullopt, false});
+  const int id = *canary;
+  Log(StrFormat("canary: replica %d runs %s for %.0f%% of new requests", id, limits.Label().c_str(),
+                100 * share));
+  // Until it has finished enough of its own, or three windows have passed; what the gateway
+  // recorded meanwhile is kept for the next window.
+  const double wall_window = options_.window_s / options_.time_scale;
+  const double deadline = Now() + 3 * wall_window;
+  sim::GatewayWindow seen;
+  for (;;) {
+    SleepS(std::min(0.1, wall_window / 4));
+    FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow g, gateway_->TakeWindow());
+    seen = MergeWindows(std::move(seen), g);
+    taken_ = taken_ ? MergeWindows(std::move(*taken_), std::move(g)) : std::move(g);
+    if (P99On(seen, id, true, 1).finished >= options_.canary_requests || Now() >= deadline ||
+        stopping_ || (options_.stop && *options_.stop))
+      break;
+  }
+  const double k = options_.time_scale;
+  const ReplicaP99 mine = P99On(seen, id, true, k), others = P99On(seen, id, false, k);
+  std::string broke;
+  auto judge = [&](const char* name, double limit, double canary_ms, double others_ms) {
+    if (!broke.empty() || !(limit > 0) || std::isnan(canary_ms) || canary_ms <= limit) return;
+    const bool others_keep = std::isnan(others_ms) || others_ms <= limit;
+    if (!others_keep && canary_ms <= 1.2 * others_ms) return;  // as bad as the rest: the load's
+    broke = StrFormat("p99 %s %.0f ms, over the %.0f ms limit, where the other replicas %s %.0f ms",
+                      name, canary_ms, limit, others_keep ? "kept" : "had", others_ms);
+  };
+  judge("TTFT", options_.ttft_limit_ms, mine.ttft_ms, others.ttft_ms);
+  judge("TPOT", options_.tpot_limit_ms, mine.tpot_ms, others.tpot_ms);
+  const int64_t took = mine.finished + std::count(seen.waiting_stream_replicas.begin(),
+                                                  seen.waiting_stream_replicas.end(), id);
+  const std::string what = StrFormat(
+      "its canary (replica %d, weighted for %.0f%% of new requests, took %lld of the %lld "
+      "that arrived, %lld finished)",
+      id, 100 * share, static_cast<long long>(took), static_cast<long long>(seen.arrived),
+      static_cast<long long>(mine.finished));
+  if (!broke.empty()) {
+    Retire(id, /*requeue=*/true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++canaries_failed_;
+    }
+    Log("canary failed: " + what + " " + broke + "; taken out, its queue moved to the others");
+    return std::optional<ApplyOutcome>({false, what + " " + broke, std::nullopt, true});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++canaries_passed_;
+  }
+  Log(StrFormat("canary passed: %s: p99 TTFT %.0f ms, TPOT %.0f ms (the others %.0f, %.0f)",
+                what.c_str(), mine.ttft_ms, mine.tpot_ms, others.ttft_ms, others.tpot_ms));
+  // It takes an old replica's place: full weight, and one old replica drains.
+  FATHOM_RETURN_IF_ERROR(Route(id, 1));
+  std::optional<int> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [other, r] : replicas_) {
+      if (!r.draining && other != id && !(r.limits == limits)) old = other;
+    }
+  }
+  if (old) Retire(*old);
+  return std::optional<ApplyOutcome>();
+}
+
 Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   const double started = Now();
   BatchLimits launch = limits;
@@ -576,7 +715,19 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   }
   ApplyOutcome outcome;
   if (!(launch == limits)) outcome.started_instead = launch;
-  if (Status replaced = ReplaceWith(launch); !replaced.ok()) {
+  std::optional<ApplyOutcome> refused;
+  if (options_.canary_share > 0) {
+    FATHOM_ASSIGN_OR_RETURN(refused, Canary(launch));
+  }
+  if (refused) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target_ = before;
+    }
+    outcome.applied = false;
+    outcome.why_not = refused->why_not;
+    outcome.canary_failed = refused->canary_failed;
+  } else if (Status replaced = ReplaceWith(launch); !replaced.ok()) {
     // The failed replica is gone (Launch killed it) and the old ones still serve; those already
     // replaced are replaced back. Failing that too leaves no known state: an error.
     Log("rolling replacement to " + launch.Label() + " failed, rolling back to " + before.Label() +
@@ -588,7 +739,7 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
     FATHOM_RETURN_IF_ERROR(ReplaceWith(before).WithContext("rolling back to " + before.Label() +
                                                            " after " + replaced.message()));
     outcome.applied = false;
-    outcome.why_not = replaced.message();
+    outcome.why_not = "failed to start: " + replaced.message();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);  // /metrics reads them

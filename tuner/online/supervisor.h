@@ -60,9 +60,17 @@ struct SupervisorOptions {
   // file_sd_configs target file (JSON, replaced atomically).
   std::string prometheus_targets;
   // A test of the canary: the first change starts replicas with these limits instead of the chosen
-  // ones (a bad configuration the window after it must catch and roll back).
+  // ones (a bad configuration the canary must catch and roll back).
   std::optional<BatchLimits> inject_limits;
-  Journal* journal = nullptr;               // borrowed; may be null
+  // The canary: a change first runs on one new replica given this share of new requests (by its
+  // routing weight), until it has finished canary_requests of them or three windows have passed,
+  // and rolls out only when its p99 TTFT and TPOT keep the limits the other replicas keep over
+  // the same time (and, where both break one, are within 20% of theirs); otherwise it is taken out
+  // with its queue moved to the others. 0: every replica at once.
+  double canary_share = 0.2;
+  int64_t canary_requests = 20;
+  double ttft_limit_ms = 0, tpot_limit_ms = 0;  // p99 limits in engine ms (0: not judged)
+  Journal* journal = nullptr;                   // borrowed; may be null
   const std::atomic<bool>* stop = nullptr;  // borrowed; once true, Observe reports no more windows
   std::function<void(const std::string&)> log;  // a line per replica event (default: none)
   Status Validate() const;
@@ -113,9 +121,17 @@ class Supervisor : public ServingRuntime {
   };
   explicit Supervisor(SupervisorOptions options);
   double Now() const;  // wall seconds since the supervisor started
-  // Starts a replica, waits until it is healthy, and routes traffic to it; returns its id. One
-  // that exits first or is not healthy in time is killed, and the error says which.
-  Result<int> Launch(const BatchLimits& limits);
+  // Starts a replica, waits until it is healthy, and routes traffic to it with `weight`; returns
+  // its id. One that exits first or is not healthy in time is killed, and the error says which.
+  Result<int> Launch(const BatchLimits& limits, double weight = 1);
+  // Routes replica `id` (ours) with `weight`.
+  Status Route(int id, double weight);
+  // Runs `limits` on one canary replica (options_.canary_share) and judges it against the
+  // others; on a pass (nullopt) it has taken an old replica's place, else it is gone and the
+  // outcome says why.
+  Result<std::optional<ApplyOutcome>> Canary(const BatchLimits& limits);
+  // The gateway's record since the last window, with what a canary took in between.
+  Result<sim::GatewayWindow> TakeWindow();
   // Retires the replicas the gateway routes that are not this supervisor's (an earlier one's,
   // which died): out of routing, then SIGTERM to the pid it registered.
   void TakeOver(const std::vector<sim::GatewayReplica>& earlier);
@@ -125,8 +141,10 @@ class Supervisor : public ServingRuntime {
   std::map<int, int> ReplicaPorts() const;  // id -> port, draining replicas included
   // Rewrites options_.prometheus_targets (if set) with the replicas now; mu_ held.
   Status WriteTargetsLocked() const;
-  void Retire(int id);  // out of routing, then SIGTERM: it finishes what it has
-  void Monitor();       // reaps exits; restarts a replica that died
+  // Out of routing, then SIGTERM: it finishes what it has (with `requeue`, only what has started:
+  // the rest goes to the other replicas).
+  void Retire(int id, bool requeue = false);
+  void Monitor();  // reaps exits; restarts a replica that died
   void Log(const std::string& line) const;
 
   SupervisorOptions options_;
@@ -149,6 +167,8 @@ class Supervisor : public ServingRuntime {
   // For /metrics; under mu_.
   std::map<std::string, int64_t, std::less<>> decisions_;
   int64_t windows_ = 0, replacements_ = 0, replacements_rolled_back_ = 0;
+  int64_t canaries_passed_ = 0, canaries_failed_ = 0;
+  std::optional<sim::GatewayWindow> taken_;  // by a canary, for the next window
   std::atomic<bool> stopping_{false};
   std::thread monitor_;
 };
