@@ -6,14 +6,17 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/process.h"
 #include "models/hardware.h"
 #include "sim/mlperf.h"
 #include "sim/serving/http_text.h"
@@ -174,6 +177,19 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
     o.inject_limits = tuner::BatchLimits{f.inject_limits[0], f.inject_limits[1]};
   }
   FATHOM_ASSIGN_OR_RETURN(o.metrics_source, tuner::ParseMetricsSource(f.metrics_source));
+  if (!o.gpus.empty()) o.gpus_per_replica = d.TotalGpus() / std::max(1, tuner::Instances(d));
+  if (o.nodes.empty() && o.launcher.find("{node}") != std::string::npos) {
+    // The nodes of the Slurm allocation this runs in.
+    if (std::getenv("SLURM_JOB_NODELIST") == nullptr) {
+      return Status::InvalidArgument(
+          "--launcher names {node}: give --nodes, or run inside a Slurm allocation");
+    }
+    FATHOM_ASSIGN_OR_RETURN(std::string hosts,
+                            RunCommand("scontrol show hostnames \"$SLURM_JOB_NODELIST\"",
+                                       "--launcher ({node} from SLURM_JOB_NODELIST)", 30));
+    std::istringstream lines(hosts);
+    for (std::string host; lines >> host;) o.nodes.push_back(host);
+  }
   o.journal = journal;
   o.stop = &stop_requested;
   o.log = [](const std::string& line) {
@@ -394,8 +410,21 @@ void RegisterOnline(CLI::App& app, Status* result) {
                              "Supervised replicas (default: the deployment's instances)"));
   supervised(cmd->add_option(
       "--engine-cmd", so.engine_cmd,
-      "Command that starts one replica ({port}, {max_num_seqs}, {max_num_batched_tokens} "
-      "replaced; default: fathom's vLLM launch command run by `fathom serve`)"));
+      "Command that starts one replica ({host}, {port}, {max_num_seqs}, "
+      "{max_num_batched_tokens} replaced; default: fathom's vLLM launch command run by `fathom "
+      "serve`)"));
+  supervised(cmd->add_option("--launcher", so.launcher,
+                             "Start each replica through this command, {node} and {gpus} filled "
+                             "in, e.g. 'srun --nodes=1 --ntasks=1 --nodelist={node}' (a Slurm "
+                             "job step); default: a child process here"));
+  supervised(cmd->add_option("--nodes", so.nodes,
+                             "Hosts the replicas run on, spread evenly (default: the Slurm "
+                             "allocation's with a --launcher naming {node}, else this one)")
+                 ->delimiter(','));
+  supervised(cmd->add_option("--gpus", so.gpus,
+                             "Device ids on each node to place replicas on, the deployment's GPUs "
+                             "each (CUDA_VISIBLE_DEVICES), with room for one more")
+                 ->delimiter(','));
   supervised(cmd->add_option("--engine-args", f->engine_args,
                              "Extra flags for the default engine command"));
   supervised(cmd->add_option("--engine-log", so.engine_log,

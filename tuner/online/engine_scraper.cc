@@ -19,9 +19,9 @@ void Append(const Metrics& from, Metrics* into) {
 
 }  // namespace
 
-Result<std::optional<Metrics>> EngineScraper::Scrape(int port) const {
-  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
-  httplib::Client client("127.0.0.1", port);
+Result<std::optional<Metrics>> EngineScraper::Scrape(const ReplicaAddress& at) const {
+  const std::string url = "http://" + at.host + ":" + std::to_string(at.port) + "/metrics";
+  httplib::Client client(at.host, at.port);
   client.set_connection_timeout(std::chrono::duration<double>(timeout_s_));
   client.set_read_timeout(std::chrono::duration<double>(timeout_s_));
   auto r = client.Get("/metrics");
@@ -35,10 +35,10 @@ Result<std::optional<Metrics>> EngineScraper::Scrape(int port) const {
   return std::optional<Metrics>(std::move(m));
 }
 
-Status EngineScraper::Read(const std::map<int, int>& ports, Metrics* now, Metrics* before) {
+Status EngineScraper::Read(const ReplicaAddresses& replicas, Metrics* now, Metrics* before) {
   std::map<int, Metrics> pages;
-  for (const auto& [id, port] : ports) {
-    FATHOM_ASSIGN_OR_RETURN(std::optional<Metrics> page, Scrape(port));
+  for (const auto& [id, at] : replicas) {
+    FATHOM_ASSIGN_OR_RETURN(std::optional<Metrics> page, Scrape(at));
     if (!page) {
       // Kept for when it answers again; a replica restarted after dying has a new id.
       if (auto it = last_.find(id); it != last_.end()) pages[id] = std::move(it->second);
@@ -52,14 +52,14 @@ Status EngineScraper::Read(const std::map<int, int>& ports, Metrics* now, Metric
   return Status::Ok();
 }
 
-Status EngineScraper::Start(const std::map<int, int>& ports) {
+Status EngineScraper::Start(const ReplicaAddresses& replicas) {
   Metrics now, before;
-  return Read(ports, &now, &before);
+  return Read(replicas, &now, &before);
 }
 
-Result<Window> EngineScraper::Next(const std::map<int, int>& ports, double start_s, double end_s) {
+Result<Window> EngineScraper::Next(const ReplicaAddresses& replicas, double start_s, double end_s) {
   Metrics now, before;
-  FATHOM_RETURN_IF_ERROR(Read(ports, &now, &before));
+  FATHOM_RETURN_IF_ERROR(Read(replicas, &now, &before));
   return VllmWindow(before, now, start_s, end_s, kVllmMaxSample, pairing_seed_++);
 }
 

@@ -15,24 +15,31 @@
 
 namespace fathom::tuner {
 
+// Where a replica listens.
+struct ReplicaAddress {
+  std::string host = "127.0.0.1";
+  int port = 0;
+};
+using ReplicaAddresses = std::map<int, ReplicaAddress>;  // by replica id
+
 class EngineScraper {
  public:
   // `timeout_s`: how long one page may take to arrive.
   explicit EngineScraper(double timeout_s = 5) : timeout_s_(timeout_s) {}
 
-  // Reads the pages of `ports` (replica id -> its port on 127.0.0.1) the next window is measured
+  // Reads the pages of `replicas` (by id) the next window is measured
   // from, and forgets replicas not among them; then reports the window `start_s` to `end_s`. A
   // replica that does not answer is left out (it died: its requests are retried elsewhere, and it
   // is restarted); a page that is not vLLM's is an error naming its URL.
-  Result<Window> Next(const std::map<int, int>& ports, double start_s, double end_s);
+  Result<Window> Next(const ReplicaAddresses& replicas, double start_s, double end_s);
   // The pages the first window is measured from (Next's reading without a window).
-  Status Start(const std::map<int, int>& ports);
+  Status Start(const ReplicaAddresses& replicas);
 
  private:
-  // The page of the replica on `port`; nullopt when it does not answer.
-  Result<std::optional<Metrics>> Scrape(int port) const;
-  // Pages of `ports` now, and the readings before them (a replica new since: none).
-  Status Read(const std::map<int, int>& ports, Metrics* now, Metrics* before);
+  // The page of the replica at `at`; nullopt when it does not answer.
+  Result<std::optional<Metrics>> Scrape(const ReplicaAddress& at) const;
+  // Pages of `replicas` now, and the readings before them (a replica new since: none).
+  Status Read(const ReplicaAddresses& replicas, Metrics* now, Metrics* before);
 
   double timeout_s_;
   std::map<int, Metrics> last_;  // by replica id

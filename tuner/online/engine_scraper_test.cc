@@ -73,7 +73,7 @@ TEST_CASE("EngineScraper: fathom serve pages summed over the replicas, as change
   b.Finish(5, 0.05, 0.01, 100, 50);
   a.SetInSystem(2, 0);
   EngineScraper scraper;
-  REQUIRE(scraper.Start({{1, a.port()}, {2, b.port()}}).ok());
+  REQUIRE(scraper.Start({{1, {"127.0.0.1", a.port()}}, {2, {"127.0.0.1", b.port()}}}).ok());
   // In the window: a finishes 60 fast requests, b 39 fast and one slow (TTFT 3 s, TPOT 0.2 s);
   // b then leaves (replaced) and c joins, its 20 requests counted from zero.
   a.Finish(60, 0.05, 0.01, 100, 50);
@@ -82,7 +82,9 @@ TEST_CASE("EngineScraper: fathom serve pages summed over the replicas, as change
   c.Finish(20, 0.05, 0.01, 100, 50);
   a.SetInSystem(4, 1);
   c.SetInSystem(3, 2);
-  auto w = scraper.Next({{1, a.port()}, {2, b.port()}, {3, c.port()}}, 0, 30);
+  auto w = scraper.Next(
+      {{1, {"127.0.0.1", a.port()}}, {2, {"127.0.0.1", b.port()}}, {3, {"127.0.0.1", c.port()}}}, 0,
+      30);
   INFO(w.status().message());
   REQUIRE(w.ok());
   CHECK(w->completed == 120);
@@ -100,7 +102,7 @@ TEST_CASE("EngineScraper: fathom serve pages summed over the replicas, as change
   // The next window: b is gone; a alone finishes 2 slow requests of 3.
   a.Finish(2, 4, 0.3, 100, 50);
   a.Finish(1, 0.05, 0.01, 100, 50);
-  auto next = scraper.Next({{1, a.port()}, {3, c.port()}}, 30, 60);
+  auto next = scraper.Next({{1, {"127.0.0.1", a.port()}}, {3, {"127.0.0.1", c.port()}}}, 30, 60);
   REQUIRE(next.ok());
   CHECK(next->completed == 3);
   CHECK(next->start_s == 30);
@@ -117,14 +119,14 @@ TEST_CASE("EngineScraper: a replica that does not answer is left out; a foreign 
     gone_port = gone.port();
   }
   EngineScraper scraper(1);
-  REQUIRE(scraper.Start({{1, a.port()}, {2, gone_port}}).ok());
+  REQUIRE(scraper.Start({{1, {"127.0.0.1", a.port()}}, {2, {"127.0.0.1", gone_port}}}).ok());
   a.Finish(7, 0.05, 0.01, 100, 50);
-  auto w = scraper.Next({{1, a.port()}, {2, gone_port}}, 0, 10);
+  auto w = scraper.Next({{1, {"127.0.0.1", a.port()}}, {2, {"127.0.0.1", gone_port}}}, 0, 10);
   REQUIRE(w.ok());
   CHECK(w->completed == 7);
   const std::string url = "http://127.0.0.1:" + std::to_string(a.port()) + "/metrics";
   a.SetPage("up 1\n");
-  CHECK(scraper.Next({{1, a.port()}}, 10, 20).status().message() ==
+  CHECK(scraper.Next({{1, {"127.0.0.1", a.port()}}}, 10, 20).status().message() ==
         url +
             ": no vllm:request_success_total or vllm:num_requests_running (is it a vLLM /metrics "
             "page?)");
@@ -141,12 +143,15 @@ TEST_CASE("EngineScraper: a replica that does not answer is left out; a foreign 
     }
   }
   a.SetPage(no_ttft);
-  CHECK(scraper.Next({{1, a.port()}}, 10, 20).status().message() ==
+  CHECK(scraper.Next({{1, {"127.0.0.1", a.port()}}}, 10, 20).status().message() ==
         url +
             ": no vllm:time_to_first_token_seconds histogram: the p99 TTFT limit cannot be "
             "judged");
   a.SetPage("vllm:num_requests_running{\n");
-  CHECK(scraper.Next({{1, a.port()}}, 10, 20).status().message().rfind(url + " line 1: ", 0) == 0);
+  CHECK(scraper.Next({{1, {"127.0.0.1", a.port()}}}, 10, 20)
+            .status()
+            .message()
+            .rfind(url + " line 1: ", 0) == 0);
 }
 
 }  // namespace fathom::tuner

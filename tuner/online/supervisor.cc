@@ -130,6 +130,30 @@ Status SupervisorOptions::Validate() const {
     return Status::InvalidArgument("--replicas = " + std::to_string(replicas) +
                                    ": must be 1 to 64");
   }
+  for (const std::string& node : nodes) {
+    if (node.empty() || node.find_first_of(" '\"$;&|`") != std::string::npos)
+      return Status::InvalidArgument("--nodes: '" + node + "' is not a host name");
+    if (node != "127.0.0.1" && engine_cmd.find("{host}") == std::string::npos) {
+      return Status::InvalidArgument("--engine-cmd: must contain {host} to run on --nodes (" +
+                                     node +
+                                     "): a replica must listen where the gateway reaches it");
+    }
+  }
+  if (gpus.empty() != (gpus_per_replica == 0) || gpus_per_replica < 0) {
+    return Status::InvalidArgument(
+        "--gpus: give the device ids of each node, with the deployment's GPUs a replica");
+  }
+  if (!gpus.empty()) {
+    const int64_t slots = static_cast<int64_t>(gpus.size()) / gpus_per_replica *
+                          static_cast<int64_t>(std::max<size_t>(1, nodes.size()));
+    if (slots < replicas + 1) {
+      return Status::InvalidArgument(
+          StrFormat("--gpus: %d replicas of %d GPUs need room for %d (one more for a rolling "
+                    "replacement), and %zu devices on %zu nodes hold %lld",
+                    replicas, gpus_per_replica, replicas + 1, gpus.size(),
+                    std::max<size_t>(1, nodes.size()), static_cast<long long>(slots)));
+    }
+  }
   auto positive = [](double v, const char* flag) -> Status {
     if (v > 0 && std::isfinite(v)) return Status::Ok();
     return Status::InvalidArgument(std::string(flag) + " = " + StrFormat("%g", v) +
@@ -162,8 +186,10 @@ Status SupervisorOptions::Validate() const {
   return gateway.Validate();
 }
 
-std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port) {
+std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port,
+                          const std::string& host) {
   std::string s = engine_cmd;
+  ReplaceAll(&s, "{host}", host);
   ReplaceAll(&s, "{port}", std::to_string(port));
   ReplaceAll(&s, "{max_num_seqs}", std::to_string(limits.max_batch));
   ReplaceAll(&s, "{max_num_batched_tokens}", std::to_string(limits.max_num_tokens));
@@ -178,7 +204,7 @@ std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
   s.replace(0, std::string("vllm").size(), ShellQuote(fathom_path));
   Placeholder(&s, "--max-num-seqs", "{max_num_seqs}");
   Placeholder(&s, "--max-num-batched-tokens", "{max_num_batched_tokens}");
-  s += " --hardware " + deployment.hardware + " --port {port}";
+  s += " --hardware " + deployment.hardware + " --host {host} --port {port}";
   if (!extra.empty()) s += " " + extra;
   return s;
 }
@@ -194,6 +220,21 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
+  const std::vector<std::string> nodes =
+      s->options_.nodes.empty() ? std::vector<std::string>{"127.0.0.1"} : s->options_.nodes;
+  for (const std::string& node : nodes) {
+    const int per_node = s->options_.gpus_per_replica;
+    if (per_node == 0) {
+      s->slots_.push_back({node, ""});
+      continue;
+    }
+    for (size_t at = 0; at + per_node <= s->options_.gpus.size(); at += per_node) {
+      std::string devices;
+      for (int g = 0; g < per_node; ++g)
+        devices += (g ? "," : "") + std::to_string(s->options_.gpus[at + g]);
+      s->slots_.push_back({node, devices});
+    }
+  }
   std::vector<sim::GatewayReplica> earlier;
   if (s->options_.gateway_url.empty()) {
     s->own_gateway_ = std::make_unique<sim::Gateway>(s->options_.gateway);
@@ -220,7 +261,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   s->TakeOver(earlier);
   if (s->options_.metrics_source == MetricsSource::kEngines) {
     s->engines_.emplace();
-    FATHOM_RETURN_IF_ERROR(s->engines_->Start(s->ReplicaPorts()));
+    FATHOM_RETURN_IF_ERROR(s->engines_->Start(s->Addresses()));
   }
   s->window_start_wall_s_ = s->Now();
   s->PublishMetrics();
@@ -283,7 +324,22 @@ void Supervisor::Log(const std::string& line) const {
 
 Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
-  const std::string command = EngineCommand(options_.engine_cmd, limits, port);
+  FATHOM_ASSIGN_OR_RETURN(const int slot, ReserveSlot());
+  // Released once the replica holds it, or failed: a replica in replicas_ counts itself.
+  struct Reservation {
+    Supervisor* s;
+    int slot;
+    ~Reservation() { s->ReleaseSlot(slot); }
+  } reservation{this, slot};
+  const Slot& where = slots_[slot];
+  std::string command = EngineCommand(options_.engine_cmd, limits, port, where.node);
+  if (!options_.launcher.empty()) {
+    std::string launcher = options_.launcher;
+    ReplaceAll(&launcher, "{node}", where.node);
+    ReplaceAll(&launcher, "{gpus}", where.gpus);
+    command = launcher + " " + command;
+  }
+  if (!where.gpus.empty()) command = "env CUDA_VISIBLE_DEVICES=" + where.gpus + " " + command;
   const int out =
       options_.engine_log.empty()
           ? open("/dev/null", O_WRONLY | O_CLOEXEC)
@@ -321,7 +377,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   close(in);
   close(out);
   const double started = Now();
-  httplib::Client client("127.0.0.1", port);
+  httplib::Client client(where.node, port);
   client.set_connection_timeout(std::chrono::seconds(1));
   client.set_read_timeout(std::chrono::seconds(2));
   const std::string replica =
@@ -346,7 +402,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    replicas_[id] = Replica{pid, port, limits, false};
+    replicas_[id] = Replica{pid, slot, where.node, port, limits, false};
     if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
   if (Status routed = Route(id, weight); !routed.ok()) {
@@ -374,7 +430,8 @@ Status Supervisor::Route(int id, double weight) {
     about["pid"] = static_cast<int64_t>(ours.pid);
     about["max_num_seqs"] = ours.limits.max_batch;
     about["max_num_batched_tokens"] = ours.limits.max_num_tokens;
-    r = {id, "127.0.0.1", ours.port, true, 0, DumpUtf8(about), weight};
+    if (!slots_[ours.slot].gpus.empty()) about["gpus"] = slots_[ours.slot].gpus;
+    r = {id, ours.host, ours.port, true, 0, DumpUtf8(about), weight};
   }
   return gateway_->AddReplica(r);
 }
@@ -531,7 +588,7 @@ Result<std::optional<Window>> Supervisor::Observe() {
       w = FromGateway(g, k);
       break;
     case MetricsSource::kEngines: {
-      FATHOM_ASSIGN_OR_RETURN(w, engines_->Next(ReplicaPorts(), start_s, end_s));
+      FATHOM_ASSIGN_OR_RETURN(w, engines_->Next(Addresses(), start_s, end_s));
       break;
     }
     case MetricsSource::kPrometheus: {
@@ -753,11 +810,32 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   return outcome;
 }
 
-std::map<int, int> Supervisor::ReplicaPorts() const {
+ReplicaAddresses Supervisor::Addresses() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<int, int> ports;
-  for (const auto& [id, r] : replicas_) ports[id] = r.port;
-  return ports;
+  ReplicaAddresses addresses;
+  for (const auto& [id, r] : replicas_) addresses[id] = {r.host, r.port};
+  return addresses;
+}
+
+Result<int> Supervisor::ReserveSlot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> users(slots_.size(), 0);
+  for (const auto& [id, r] : replicas_) ++users[r.slot];
+  for (const int slot : starting_) ++users[slot];
+  const int best = static_cast<int>(std::min_element(users.begin(), users.end()) - users.begin());
+  if (options_.gpus_per_replica > 0 && users[best] > 0) {
+    return Status::Unavailable(StrFormat(
+        "no free GPUs for a new replica: all %zu places of %d GPUs hold a replica (one may still "
+        "be draining)",
+        slots_.size(), options_.gpus_per_replica));
+  }
+  starting_.push_back(best);
+  return best;
+}
+
+void Supervisor::ReleaseSlot(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  starting_.erase(std::find(starting_.begin(), starting_.end(), slot));
 }
 
 Status Supervisor::WriteTargetsLocked() const {
@@ -765,7 +843,7 @@ Status Supervisor::WriteTargetsLocked() const {
   OrderedJson groups = OrderedJson::array();
   for (const auto& [id, r] : replicas_) {
     OrderedJson g;
-    g["targets"] = OrderedJson::array({"127.0.0.1:" + std::to_string(r.port)});
+    g["targets"] = OrderedJson::array({r.host + ":" + std::to_string(r.port)});
     g["labels"]["fathom_replica"] = std::to_string(id);
     g["labels"]["fathom_fleet"] = Fleet();
     groups.push_back(g);

@@ -42,10 +42,22 @@ enum class MetricsSource {
 Result<MetricsSource> ParseMetricsSource(const std::string& name);
 
 struct SupervisorOptions {
-  // The command that starts one replica, run by /bin/sh; {port}, {max_num_seqs} and
+  // The command that starts one replica, run by /bin/sh; {host}, {port}, {max_num_seqs} and
   // {max_num_batched_tokens} are replaced for each replica.
   std::string engine_cmd;
   int replicas = 2;
+  // How each replica is started: a command put before the engine's, {node} and {gpus} filled in
+  // (e.g. "srun --nodes=1 --ntasks=1 --nodelist={node}": a Slurm job step); empty: a child
+  // process here.
+  std::string launcher;
+  // The hosts replicas run on, spread evenly: {node} and {host}, what a replica listens on and
+  // the gateway reaches it by. Empty: this one, on loopback.
+  std::vector<std::string> nodes;
+  // GPU placement: each replica gets gpus_per_replica of these device ids on its node, its own
+  // (CUDA_VISIBLE_DEVICES, and {gpus}), with room for one more replica (a rolling replacement
+  // starts the new one before the old one leaves). Empty: no placement.
+  std::vector<int> gpus;
+  int gpus_per_replica = 0;
   double window_s = 60;           // an observation window, in the engines' time
   double time_scale = 1;          // engines' seconds per wall second (fathom serve --time-scale)
   double health_timeout_s = 120;  // wall seconds a new replica has to answer /health
@@ -77,7 +89,8 @@ struct SupervisorOptions {
 };
 
 // The command for one replica: `engine_cmd` with its placeholders filled in.
-std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port);
+std::string EngineCommand(const std::string& engine_cmd, const BatchLimits& limits, int port,
+                          const std::string& host = "127.0.0.1");
 
 // The default engine command: fathom's own vLLM launch command for `deployment` (whose GPU
 // `catalog` holds), run by the fathom binary at `fathom_path` (`fathom serve`), the limits and
@@ -113,8 +126,14 @@ class Supervisor : public ServingRuntime {
   std::string Metrics() const;
 
  private:
+  // Where a replica runs: a node, and the GPUs it has there ("0,1"; empty: no placement).
+  struct Slot {
+    std::string node, gpus;
+  };
   struct Replica {
     pid_t pid = 0;
+    int slot = 0;
+    std::string host;  // its node's address
     int port = 0;
     BatchLimits limits;
     bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
@@ -138,7 +157,11 @@ class Supervisor : public ServingRuntime {
   void PublishMetrics();  // Metrics() to the gateway; a failure is logged
   // Replaces every serving replica not running `limits`, one at a time.
   Status ReplaceWith(const BatchLimits& limits);
-  std::map<int, int> ReplicaPorts() const;  // id -> port, draining replicas included
+  ReplicaAddresses Addresses() const;  // by id, draining replicas included
+  // Reserves a slot for a new replica (until ReleaseSlot): a free one with placement, else the
+  // node with the fewest.
+  Result<int> ReserveSlot();
+  void ReleaseSlot(int slot);
   // Rewrites options_.prometheus_targets (if set) with the replicas now; mu_ held.
   Status WriteTargetsLocked() const;
   // Out of routing, then SIGTERM: it finishes what it has (with `requeue`, only what has started:
@@ -156,6 +179,8 @@ class Supervisor : public ServingRuntime {
   std::optional<PrometheusApi> prometheus_;  // with MetricsSource::kPrometheus
   mutable std::mutex mu_;
   std::map<int, Replica> replicas_;
+  std::vector<Slot> slots_;
+  std::vector<int> starting_;  // slots of replicas being launched
   int next_id_ = 1;
   BatchLimits target_;  // what serving replicas run, and restarts use
   bool injected_ = false;

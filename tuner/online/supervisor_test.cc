@@ -115,7 +115,7 @@ TEST_CASE(
   CHECK(
       cmd.find("--max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_num_batched_tokens}") !=
       std::string::npos);
-  CHECK(cmd.find("--hardware h200 --port {port} --time-scale 10") != std::string::npos);
+  CHECK(cmd.find("--hardware h200 --host {host} --port {port} --time-scale 10") != std::string::npos);
   CHECK(cmd.find('#') == std::string::npos);  // "one per replica" is the supervisor's business
   const std::string one = EngineCommand(cmd, BatchLimits{64, 2048}, 8123);
   CHECK(one.find("--max-num-seqs 64 --max-num-batched-tokens 2048") != std::string::npos);
