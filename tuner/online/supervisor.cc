@@ -324,7 +324,15 @@ void Supervisor::Log(const std::string& line) const {
 
 Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
-  FATHOM_ASSIGN_OR_RETURN(const int slot, ReserveSlot());
+  // With every GPU held, one a draining replica holds is free once it exits (a rolling
+  // replacement's old replica): waited for, as long as a new replica may take to start.
+  Result<int> reserved = ReserveSlot();
+  for (const double since = Now();
+       !reserved.ok() && Draining() && Now() - since < options_.health_timeout_s && !stopping_;) {
+    SleepS(0.05);
+    reserved = ReserveSlot();
+  }
+  FATHOM_ASSIGN_OR_RETURN(const int slot, std::move(reserved));
   // Released once the replica holds it, or failed: a replica in replicas_ counts itself.
   struct Reservation {
     Supervisor* s;
@@ -831,6 +839,12 @@ Result<int> Supervisor::ReserveSlot() {
   }
   starting_.push_back(best);
   return best;
+}
+
+bool Supervisor::Draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(replicas_.begin(), replicas_.end(),
+                     [](const auto& r) { return r.second.draining; });
 }
 
 void Supervisor::ReleaseSlot(int slot) {

@@ -162,6 +162,7 @@ class Supervisor : public ServingRuntime {
   // node with the fewest.
   Result<int> ReserveSlot();
   void ReleaseSlot(int slot);
+  bool Draining() const;  // a replica has left routing and not exited yet
   // Rewrites options_.prometheus_targets (if set) with the replicas now; mu_ held.
   Status WriteTargetsLocked() const;
   // Out of routing, then SIGTERM: it finishes what it has (with `requeue`, only what has started:

@@ -2,9 +2,12 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "base/files.h"
@@ -115,7 +118,8 @@ TEST_CASE(
   CHECK(
       cmd.find("--max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_num_batched_tokens}") !=
       std::string::npos);
-  CHECK(cmd.find("--hardware h200 --host {host} --port {port} --time-scale 10") != std::string::npos);
+  CHECK(cmd.find("--hardware h200 --host {host} --port {port} --time-scale 10") !=
+        std::string::npos);
   CHECK(cmd.find('#') == std::string::npos);  // "one per replica" is the supervisor's business
   const std::string one = EngineCommand(cmd, BatchLimits{64, 2048}, 8123);
   CHECK(one.find("--max-num-seqs 64 --max-num-batched-tokens 2048") != std::string::npos);
@@ -164,6 +168,65 @@ TEST_CASE(
   const auto [answered, failed] = client.Stop();
   CHECK(answered > 0);
   CHECK(failed == 0);
+}
+
+// Each routed replica's GPUs (from the gateway's list) and what its process was started with.
+std::vector<std::string> RoutedGpus(int gateway_port) {
+  httplib::Client c("127.0.0.1", gateway_port);
+  c.set_read_timeout(std::chrono::seconds(60));
+  auto r = c.Get("/fathom/replicas", {{"Authorization", "Bearer secret"}});
+  REQUIRE(r);
+  auto j = ParseJson(r->body, "/fathom/replicas");
+  REQUIRE(j.ok());
+  std::vector<std::string> gpus;
+  for (const Json& replica : *j) {
+    if (replica["draining"].get<bool>()) continue;
+    const std::string placed = replica["gpus"].get<std::string>();
+    // The launcher wrote its {gpus} into the replica's environment, as srun would pass them on.
+    std::ifstream environ("/proc/" + std::to_string(replica["pid"].get<int64_t>()) + "/environ");
+    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    CHECK(env.find(std::string("LAUNCHED_ON=") + '\0') == std::string::npos);
+    CHECK(env.find("LAUNCHED_ON=127.0.0.1:" + placed + '\0') != std::string::npos);
+    CHECK(env.find("CUDA_VISIBLE_DEVICES=" + placed + '\0') != std::string::npos);
+    gpus.push_back(placed);
+  }
+  std::sort(gpus.begin(), gpus.end());
+  return gpus;
+}
+
+TEST_CASE(
+    "Supervisor: replicas placed on GPUs of their own through a launcher, across canaries and "
+    "rolling replacements",
+    "[supervisor]") {
+  SupervisorOptions o = ServeReplicas("");
+  o.launcher = "env LAUNCHED_ON={node}:{gpus}";
+  o.gpus = {4, 5, 6};
+  o.gpus_per_replica = 1;
+  o.canary_requests = 3;
+  auto s = Supervisor::Start(o, {8, 2048});
+  INFO(s.status().message());
+  REQUIRE(s.ok());
+  Supervisor& supervisor = **s;
+  CHECK(RoutedGpus(supervisor.gateway_port()) == std::vector<std::string>{"4", "5"});
+  Client client(supervisor.gateway_port());
+  for (const BatchLimits limits : {BatchLimits{16, 2048}, BatchLimits{8, 2048}}) {
+    // The canary takes the spare GPU; each old replica gives its GPU back as it exits.
+    auto applied = supervisor.Apply(limits);
+    INFO(applied.status().message());
+    REQUIRE(applied.ok());
+    INFO(applied->why_not);
+    CHECK(applied->applied);
+    const std::vector<std::string> gpus = RoutedGpus(supervisor.gateway_port());
+    REQUIRE(gpus.size() == 2);
+    CHECK(gpus[0] != gpus[1]);
+  }
+  const auto [answered, failed] = client.Stop();
+  CHECK(answered > 0);
+  CHECK(failed == 0);
+  o.gpus = {4, 5};
+  CHECK(o.Validate().message() ==
+        "--gpus: 2 replicas of 1 GPUs need room for 3 (one more for a rolling replacement), and 2 "
+        "devices on 1 nodes hold 2");
 }
 
 TEST_CASE(
