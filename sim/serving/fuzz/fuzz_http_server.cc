@@ -112,8 +112,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] % 2 == 0) {
     request = std::string(bytes);
   } else {
-    request = "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: " +
-              std::to_string(bytes.size()) + "\r\n\r\n" + std::string(bytes);
+    request =
+        "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(bytes.size()) + "\r\n\r\n" + std::string(bytes);
   }
   const int sock = Connect(server->port());
   [[maybe_unused]] ssize_t sent = send(sock, request.data(), request.size(), MSG_NOSIGNAL);
