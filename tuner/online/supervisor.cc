@@ -78,7 +78,9 @@ std::string ExitText(int status) {
 Window FromGateway(const sim::GatewayWindow& g, double time_scale) {
   const double k = time_scale;
   Window w;
-  w.arrived = g.arrived;
+  // A request a replica refused as the client's fault (4xx) is no load to plan for (one that
+  // arrived in the window before, answered in this one, counts there: at most one a client).
+  w.arrived = std::max<int64_t>(0, g.arrived - g.client_errors);
   w.completed = static_cast<int64_t>(g.finished.size());
   w.dropped = g.failed;
   w.in_flight = g.in_flight;

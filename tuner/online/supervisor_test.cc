@@ -12,6 +12,7 @@
 
 #include "base/files.h"
 #include "base/json_fields.h"
+#include "models/roofline.h"
 
 namespace fathom::tuner {
 namespace {
@@ -168,6 +169,54 @@ TEST_CASE(
   const auto [answered, failed] = client.Stop();
   CHECK(answered > 0);
   CHECK(failed == 0);
+}
+
+TEST_CASE(
+    "Supervisor: a client whose every request is its own fault (4xx) makes the controller neither "
+    "apply nor roll back",
+    "[supervisor]") {
+  auto s = Supervisor::Start(ServeReplicas(""), {8, 2048});
+  INFO(s.status().message());
+  REQUIRE(s.ok());
+  Supervisor& supervisor = **s;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> refused{0};
+  std::thread typo([&] {
+    httplib::Client c("127.0.0.1", supervisor.gateway_port());
+    while (!stop) {
+      auto r = c.Post("/v1/completions", R"({"model": "lama", "prompt": "x"})", "application/json");
+      if (r && r->status == 404) ++refused;
+    }
+  });
+  OnlineOptions o;
+  o.max_batch = {1, 8, 64};
+  o.max_num_tokens = {2048};
+  o.ttft_limit_ms = 2000;
+  o.tpot_limit_ms = 100;
+  o.confirm_windows = 1;
+  o.cooldown_windows = 0;
+  auto controller = Controller::Create(
+      Llama(), {8, 2048}, o, *models::HardwareCatalog::LoadBuiltin(),
+      [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+         const models::Precision& p, models::Runtime,
+         models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
+        return std::make_unique<models::RooflineModel>(m, hw, l, p);
+      });
+  REQUIRE(controller.ok());
+  std::vector<Window> windows;
+  auto summary = RunOnline(supervisor, **controller, 4,
+                           [&](const Window& w, const Decision&) { windows.push_back(w); });
+  stop = true;
+  typo.join();
+  REQUIRE(summary.ok());
+  CHECK(refused > 20);
+  CHECK(summary->changes == 0);
+  CHECK(summary->rollbacks == 0);
+  REQUIRE(windows.size() == 4);
+  for (const Window& w : windows) {
+    CHECK(w.arrived <= 1);  // the request under way at the window's edge
+    CHECK(w.dropped == 0);
+  }
 }
 
 // Each routed replica's GPUs (from the gateway's list) and what its process was started with.
