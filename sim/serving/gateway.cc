@@ -293,6 +293,11 @@ void Gateway::Stop() {
   server_.Stop();
   if (thread_.joinable()) thread_.join();  // every client's exchange is aborted by now
   std::unique_lock<std::mutex> lock(mu_);
+  // A request waiting on a replica for its whole answer would hold Stop up to the upstream
+  // timeout: its connection is cut (and, stopping, not tried elsewhere).
+  for (Exchange* x : exchanges_) {
+    if (x->upstream) x->upstream->stop();
+  }
   forwarders_cv_.wait(lock, [this] { return forwarders_ == 0; });
 }
 
@@ -770,7 +775,7 @@ void Gateway::Forward(Exchange& x) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       x.upstream = &client;
-      requeued = x.requeued;
+      requeued = x.requeued || stopping_;  // either way, not sent (Stop cuts what was)
     }
     const bool sent = !requeued && client.send(req, res, err);
     {
