@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <system_error>
 
 #include "base/format.h"
 #include "base/json_fields.h"
@@ -57,7 +58,7 @@ struct Gateway::Exchange {
   bool gone = false;    // the client left (seen by Emit)
   // The replica it is on and the client reaching it (under the gateway's mu): a requeue stops it.
   int replica = -1;
-  httplib::Client* upstream = nullptr;
+  std::shared_ptr<httplib::Client> upstream;
   bool requeued = false;
   std::string error, retry_cause;
   // The outcome, read by the event loop once `finished`: a whole answer's status and body
@@ -292,13 +293,17 @@ void Gateway::Stop() {
   routed_cv_.notify_all();
   server_.Stop();
   if (thread_.joinable()) thread_.join();  // every client's exchange is aborted by now
-  std::unique_lock<std::mutex> lock(mu_);
   // A request waiting on a replica for its whole answer would hold Stop up to the upstream
-  // timeout: its connection is cut (and, stopping, not tried elsewhere).
-  for (Exchange* x : exchanges_) {
-    if (x->upstream) x->upstream->stop();
+  // timeout: its connection is cut (and, stopping, not tried elsewhere), again until it ends,
+  // as a cut that comes before the client has its socket is lost.
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!forwarders_cv_.wait_for(lock, std::chrono::milliseconds(50),
+                                  [this] { return forwarders_ == 0; })) {
+    const std::vector<std::shared_ptr<httplib::Client>> upstreams = Upstreams();
+    lock.unlock();
+    for (const auto& client : upstreams) client->stop();
+    lock.lock();
   }
-  forwarders_cv_.wait(lock, [this] { return forwarders_ == 0; });
 }
 
 std::optional<std::pair<int, std::string>> Gateway::Admit(const HttpRequest& head) {
@@ -446,6 +451,26 @@ void Gateway::Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x) {
     ++forwarders_;
     exchanges_.insert(x.get());
   }
+  try {
+    StartForwarder(x);
+  } catch (const std::system_error&) {
+    // No thread (a process or thread limit): undone, and answered 500 with the reason by the
+    // server (one request's fault is its own).
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      exchanges_.erase(x.get());
+      --forwarders_;
+    }
+    if (x->counted) {
+      x->error = "the gateway cannot start a thread for the request";
+      Finish(*x);
+    }
+    c.answer.reset();
+    throw;
+  }
+}
+
+void Gateway::StartForwarder(std::shared_ptr<Exchange> x) {
   std::thread([this, x = std::move(x)] {
     Forward(*x);
     {
@@ -577,15 +602,33 @@ void Gateway::SetMoreMetrics(std::string text) {
   more_metrics_ = std::move(text);
 }
 
-void Gateway::RemoveReplica(int id, bool requeue) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (requeue) {
-    for (Exchange* x : exchanges_) {
-      if (x->replica != id || !x->waiting) continue;
-      x->requeued = true;
-      if (x->upstream) x->upstream->stop();  // its send returns, and Forward tries elsewhere
-    }
+std::vector<std::shared_ptr<httplib::Client>> Gateway::Upstreams() const {
+  std::vector<std::shared_ptr<httplib::Client>> v;
+  for (const Exchange* x : exchanges_) {
+    if (x->upstream) v.push_back(x->upstream);
   }
+  return v;
+}
+
+void Gateway::RemoveReplica(int id, bool requeue) {
+  std::vector<std::shared_ptr<httplib::Client>> cut;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (requeue) {
+      for (Exchange* x : exchanges_) {
+        if (x->replica != id || !x->waiting) continue;
+        x->requeued = true;
+        if (x->upstream) cut.push_back(x->upstream);
+      }
+    }
+    Unroute(id);
+  }
+  // Outside the lock (a cut may wait on the client's connect): each send returns, and Forward
+  // tries elsewhere.
+  for (const auto& client : cut) client->stop();
+}
+
+void Gateway::Unroute(int id) {
   auto it = replicas_.find(id);
   if (it == replicas_.end()) return;
   if (it->second.outstanding == 0) {
@@ -631,6 +674,7 @@ std::optional<Gateway::Pick> Gateway::PickReplica(Exchange& x, int exclude) {
   GatewayReplica& r = replicas_[*id];
   ++r.outstanding;
   x.replica = *id;
+  x.requeued = false;  // a requeue of the replica it was on before is past
   return Pick{*id, r.port, r.host};
 }
 
@@ -697,7 +741,8 @@ void Gateway::Forward(Exchange& x) {
       x.record.retried = true;
       x.retry_cause = x.error;
     }
-    httplib::Client client(pick->host, pick->port);
+    auto upstream = std::make_shared<httplib::Client>(pick->host, pick->port);
+    httplib::Client& client = *upstream;
     client.set_tcp_nodelay(true);
     client.set_connection_timeout(std::chrono::seconds(5));
     client.set_read_timeout(std::chrono::duration<double>(options_.upstream_timeout_s));
@@ -774,14 +819,16 @@ void Gateway::Forward(Exchange& x) {
     bool requeued;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      x.upstream = &client;
+      x.upstream = upstream;
       requeued = x.requeued || stopping_;  // either way, not sent (Stop cuts what was)
     }
     const bool sent = !requeued && client.send(req, res, err);
+    // A cut that came after the answer was whole changes nothing.
+    const bool whole = sent && (x.stream ? done : status == 200);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      x.upstream = nullptr;
-      requeued = x.requeued && x.waiting;
+      x.upstream.reset();
+      requeued = x.requeued && x.waiting && !whole;
       x.requeued = false;
     }
     Release(pick->id);

@@ -25,6 +25,10 @@
 #include "base/status.h"
 #include "sim/serving/http_server.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace fathom::sim {
 
 struct GatewayOptions {
@@ -145,8 +149,12 @@ class Gateway : private HttpHandler {
   void Handle(HttpServer& server, HttpConnection& c, const HttpRequest& request) override;
   void Advance(HttpServer& server, HttpConnection& c) override;
   void Abort(HttpConnection& c) override;
-  // Starts a thread that forwards `x` and notifies its connection as answers arrive.
+  // Makes `x` c's answer and starts a thread that forwards it, notifying c as answers arrive.
   void Dispatch(HttpConnection& c, std::shared_ptr<Exchange> x);
+  void StartForwarder(std::shared_ptr<Exchange> x);
+  // The clients reaching replicas for requests in flight; under mu_.
+  std::vector<std::shared_ptr<httplib::Client>> Upstreams() const;
+  void Unroute(int id);  // under mu_: out of routing, erased once nothing is outstanding
   // Runs one request on a replica, and on another if that one fails before the answer is whole.
   void Forward(Exchange& x);
   // Passes stream bytes to the client's connection; false once the client left.

@@ -14,6 +14,9 @@ using http::Trim;
 
 constexpr size_t kMaxHeaderBytes = 64 << 10;
 constexpr size_t kMaxChunkLine = 1024;
+// A body is parsed again as more of it arrives: many tiny chunks would cost every read a walk
+// over all of them.
+constexpr int kMaxChunks = 4096;
 
 HttpParse Bad(int status, std::string error) {
   HttpParse p;
@@ -26,7 +29,8 @@ HttpParse Bad(int status, std::string error) {
 // The chunked body starting at `at`: kComplete with `consumed` the offset past its end.
 HttpParse ParseChunked(std::string_view in, size_t at, int64_t max_body_bytes, std::string* body) {
   body->clear();
-  for (;;) {
+  for (int chunks = 0;; ++chunks) {
+    if (chunks > kMaxChunks) return Bad(400, "chunked body in more than 4096 chunks");
     const size_t eol = in.find("\r\n", at);
     if (eol == std::string_view::npos) {
       if (in.size() - at > kMaxChunkLine) return Bad(400, "malformed chunked body");

@@ -184,10 +184,9 @@ void HttpServer::Serve() {
       if (it == connections_.end()) continue;
       HttpConnection& c = *it->second;
       if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) Read(c);
-      if (!c.dead && (events[i].events & EPOLLOUT)) {
-        Flush(c);
-        if (!c.dead && !c.pending() && c.answer) handler_->Advance(*this, c);  // what waited
-      }
+      if (!c.dead && (events[i].events & EPOLLOUT)) Flush(c);
+      // What waited for the client to take the last output (sent by either).
+      if (!c.dead && !c.pending() && c.answer) handler_->Advance(*this, c);
     }
     if (woken) {
       bool all;
@@ -245,11 +244,17 @@ void HttpServer::SetAccepting(bool on) {
 }
 
 bool HttpServer::Evict() {
+  // Idle ones first, the longest idle; then the slowest to send its request.
   auto victim = connections_.end();
   for (auto it = connections_.begin(); it != connections_.end(); ++it) {
     const HttpConnection& c = *it->second;
     if (c.dead || c.answer || c.pending()) continue;
-    if (victim == connections_.end() || c.idle_since < victim->second->idle_since) victim = it;
+    if (victim == connections_.end()) {
+      victim = it;
+      continue;
+    }
+    const HttpConnection& v = *victim->second;
+    if (c.in.empty() != v.in.empty() ? c.in.empty() : c.idle_since < v.idle_since) victim = it;
   }
   if (victim == connections_.end()) return false;
   Close(victim);
@@ -309,6 +314,16 @@ void HttpServer::Accept() {
 
 void HttpServer::Read(HttpConnection& c) {
   char buffer[16 << 10];
+  if (c.lingering) {
+    for (ssize_t n; (n = ::recv(c.fd, buffer, sizeof buffer, 0)) != 0;) {
+      if (n < 0 && errno != EINTR) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
+        return;
+      }
+    }
+    c.dead = true;  // the client closed too
+    return;
+  }
   const size_t before = c.in.size();
   for (;;) {
     const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
@@ -456,7 +471,11 @@ void HttpServer::Flush(HttpConnection& c) {
     c.out.clear();
     c.out_at = 0;
     if (c.close_after && !c.answer) {
-      c.dead = true;
+      ::shutdown(c.fd, SHUT_WR);
+      buffered_ -= static_cast<int64_t>(c.in.size());
+      c.in.clear();
+      c.lingering = true;
+      c.linger_until = Clock::now() + std::chrono::seconds(2);
       return;
     }
   }
@@ -475,6 +494,10 @@ void HttpServer::CheckDeadlines() {
       std::chrono::duration<double>(options_.read_timeout_s));
   for (auto& [fd, c] : connections_) {
     if (c->dead) continue;
+    if (c->lingering) {
+      if (now > c->linger_until) c->dead = true;
+      continue;
+    }
     if (c->pending()) {
       if (now - c->wrote_at > timeout) c->dead = true;  // the client stopped reading
     } else if (!c->answer && now - c->idle_since > timeout) {

@@ -48,11 +48,16 @@ struct HttpConnection {
   std::string in;   // received, not yet parsed
   std::string out;  // to send, from out_at on
   size_t out_at = 0;
-  bool continue_sent = false;          // "100 Continue" for the request being read
-  bool admitted = false;               // the request being read passed Admit
-  bool close_after = false;            // close once `out` is sent
-  bool writable_wait = false;          // EPOLLOUT requested
-  bool dead = false;                   // to be closed: the loop closes and erases it
+  bool continue_sent = false;  // "100 Continue" for the request being read
+  bool admitted = false;       // the request being read passed Admit
+  bool close_after = false;    // close once `out` is sent
+  bool writable_wait = false;  // EPOLLOUT requested
+  bool dead = false;           // to be closed: the loop closes and erases it
+  // Its last answer sent and our side shut: what the client still sends is read and dropped
+  // until it closes or linger_until, so a refused body's bytes do not reset the connection
+  // before the client reads its answer.
+  bool lingering = false;
+  Clock::time_point linger_until;
   Clock::time_point idle_since;        // no request under way since (the read timeout's start)
   Clock::time_point wrote_at;          // the last progress writing `out`
   std::unique_ptr<HttpAnswer> answer;  // a request under way

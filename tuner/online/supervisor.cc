@@ -324,7 +324,7 @@ void Supervisor::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
+Result<int> Supervisor::Launch(const BatchLimits& limits, double weight, bool canary) {
   FATHOM_ASSIGN_OR_RETURN(const int port, FreePort());
   // With every GPU held, one a draining replica holds is free once it exits (a rolling
   // replacement's old replica): waited for, as long as a new replica may take to start.
@@ -412,7 +412,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits, double weight) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    replicas_[id] = Replica{pid, slot, where.node, port, limits, false};
+    replicas_[id] = Replica{pid, slot, where.node, port, limits, false, canary};
     if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
   if (Status routed = Route(id, weight); !routed.ok()) {
@@ -436,7 +436,10 @@ Status Supervisor::Route(int id, double weight) {
   OrderedJson about;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const Replica& ours = replicas_.at(id);
+    auto found = replicas_.find(id);
+    if (found == replicas_.end())
+      return Status::Unavailable("replica " + std::to_string(id) + " is gone");
+    const Replica& ours = found->second;
     about["pid"] = static_cast<int64_t>(ours.pid);
     about["max_num_seqs"] = ours.limits.max_batch;
     about["max_num_batched_tokens"] = ours.limits.max_num_tokens;
@@ -477,6 +480,9 @@ void Supervisor::Monitor() {
         if (it->second.draining) {
           Log(StrFormat("replica %d (pid %d) drained and exited", it->first,
                         static_cast<int>(it->second.pid)));
+        } else if (it->second.canary) {
+          Log(StrFormat("canary replica %d (pid %d) died (%s): not restarted, its canary fails",
+                        it->first, static_cast<int>(it->second.pid), ExitText(status).c_str()));
         } else {
           Log(StrFormat(
               "replica %d (pid %d) died (%s): out of routing, its requests retried elsewhere",
@@ -697,7 +703,7 @@ Result<std::optional<ApplyOutcome>> Supervisor::Canary(const BatchLimits& limits
   // Its share s of new requests among n others of weight 1: weight s n / (1 - s).
   const double share = options_.canary_share;
   const double weight = share * std::max(1, serving) / (1 - share);
-  Result<int> canary = Launch(limits, weight);
+  Result<int> canary = Launch(limits, weight, /*canary=*/true);
   if (!canary.ok())
     return std::optional<ApplyOutcome>(
         {false, "failed to start: " + canary.status().message(), std::nullopt, false});
@@ -714,6 +720,18 @@ Result<std::optional<ApplyOutcome>> Supervisor::Canary(const BatchLimits& limits
     FATHOM_ASSIGN_OR_RETURN(sim::GatewayWindow g, gateway_->TakeWindow());
     seen = MergeWindows(std::move(seen), g);
     taken_ = taken_ ? MergeWindows(std::move(*taken_), std::move(g)) : std::move(g);
+    bool alive;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      alive = replicas_.count(id) > 0;
+    }
+    if (!alive) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++canaries_failed_;
+      return std::optional<ApplyOutcome>(
+          {false, StrFormat("its canary (replica %d) exited before it was judged", id),
+           std::nullopt, true});
+    }
     if (P99On(seen, id, true, 1).finished >= options_.canary_requests || Now() >= deadline ||
         stopping_ || (options_.stop && *options_.stop))
       break;
@@ -746,14 +764,23 @@ Result<std::optional<ApplyOutcome>> Supervisor::Canary(const BatchLimits& limits
     Log("canary failed: " + what + " " + broke + "; taken out, its queue moved to the others");
     return std::optional<ApplyOutcome>({false, what + " " + broke, std::nullopt, true});
   }
+  // It takes an old replica's place: full weight, and one old replica drains.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = replicas_.find(id); it != replicas_.end()) it->second.canary = false;
+  }
+  if (Status routed = Route(id, 1); !routed.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++canaries_failed_;
+    return std::optional<ApplyOutcome>(
+        {false, what + " passed, then: " + routed.message(), std::nullopt, true});
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++canaries_passed_;
   }
   Log(StrFormat("canary passed: %s: p99 TTFT %.0f ms, TPOT %.0f ms (the others %.0f, %.0f)",
                 what.c_str(), mine.ttft_ms, mine.tpot_ms, others.ttft_ms, others.tpot_ms));
-  // It takes an old replica's place: full weight, and one old replica drains.
-  FATHOM_RETURN_IF_ERROR(Route(id, 1));
   std::optional<int> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -778,19 +805,19 @@ Result<ApplyOutcome> Supervisor::Apply(const BatchLimits& limits) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     before = target_;
-    target_ = launch;
   }
   ApplyOutcome outcome;
   if (!(launch == limits)) outcome.started_instead = launch;
+  // While the canary runs, a replica that dies is restarted with the limits in force.
   std::optional<ApplyOutcome> refused;
   if (options_.canary_share > 0) {
     FATHOM_ASSIGN_OR_RETURN(refused, Canary(launch));
   }
+  if (!refused) {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = launch;
+  }
   if (refused) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      target_ = before;
-    }
     outcome.applied = false;
     outcome.why_not = refused->why_not;
     outcome.canary_failed = refused->canary_failed;

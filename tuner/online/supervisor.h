@@ -137,12 +137,13 @@ class Supervisor : public ServingRuntime {
     int port = 0;
     BatchLimits limits;
     bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
+    bool canary = false;    // on trial: not restarted if it dies (the canary fails)
   };
   explicit Supervisor(SupervisorOptions options);
   double Now() const;  // wall seconds since the supervisor started
   // Starts a replica, waits until it is healthy, and routes traffic to it with `weight`; returns
   // its id. One that exits first or is not healthy in time is killed, and the error says which.
-  Result<int> Launch(const BatchLimits& limits, double weight = 1);
+  Result<int> Launch(const BatchLimits& limits, double weight = 1, bool canary = false);
   // Routes replica `id` (ours) with `weight`.
   Status Route(int id, double weight);
   // Runs `limits` on one canary replica (options_.canary_share) and judges it against the
