@@ -8,6 +8,14 @@
 
 namespace fathom::sim {
 
+TimeModelFactory RooflineFactory() {
+  return [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
+            const models::Precision& p, models::Runtime,
+            models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
+    return std::make_unique<models::RooflineModel>(m, hw, l, p);
+  };
+}
+
 Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& hardware) {
   TimeModel out;
   if (f.cost_model == "roofline") {
@@ -16,11 +24,7 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
           "--stack and --calibration apply to the calibrated cost model, not the roofline");
     }
     out.roofline = true;
-    out.factory = [](const models::ModelArch& m, const models::Hardware& hw,
-                     const models::ParallelLayout& l, const models::Precision& p, models::Runtime,
-                     models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
-      return std::make_unique<models::RooflineModel>(m, hw, l, p);
-    };
+    out.factory = RooflineFactory();
     return out;
   }
   if (f.cost_model != "calibrated") {

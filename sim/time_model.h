@@ -32,6 +32,9 @@ struct TimeModel {
 };
 
 // The calibrated cost model with these parameters (and measured GEMMs, which may be null).
+// The roofline's factory: operator times from the GPU's peak FLOP/s and bandwidth alone.
+TimeModelFactory RooflineFactory();
+
 TimeModelFactory CalibratedFactory(const models::CostParams& params,
                                    std::shared_ptr<const models::MeasuredGemms> measured);
 

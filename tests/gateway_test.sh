@@ -11,24 +11,15 @@ tmp=$(mktemp -d)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; [ -n "${orphans:-}" ] && kill -KILL $orphans 2>/dev/null; rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/lib.sh"
 
-# listening LOG NAME: the URL a process printed ("NAME listening on http://..."), within 30 s.
-listening() {
-  for _ in $(seq 1 300); do
-    url=$(grep -o "$2: listening on http://127.0.0.1:[0-9]*" "$1" | grep -o 'http://.*')
-    [ -n "$url" ] && { echo "$url"; return 0; }
-    sleep 0.1
-  done
-  return 1
-}
 ctl() { curl -sf -H 'Authorization: Bearer secret' "$@"; }  # ctl URL...: a control call
 
 # 1. In front of a replica given on the command line.
 "$fathom" serve llama2-70b --tensor-parallel-size 2 --time-scale 20 --port 0 >"$tmp/serve.log" 2>&1 &
 serve=$!
-replica=$(listening "$tmp/serve.log" "fathom serve") || { echo "FAIL: serve: $(cat "$tmp/serve.log")"; exit 1; }
+replica=$(printed_url "$tmp/serve.log" "fathom serve: listening on") || { echo "FAIL: serve: $(cat "$tmp/serve.log")"; exit 1; }
 "$fathom" gateway --port 0 --replica "${replica#http://}" >"$tmp/static.log" 2>&1 &
 static=$!
-url=$(listening "$tmp/static.log" "fathom gateway") || { echo "FAIL: gateway: $(cat "$tmp/static.log")"; exit 1; }
+url=$(printed_url "$tmp/static.log" "fathom gateway: listening on") || { echo "FAIL: gateway: $(cat "$tmp/static.log")"; exit 1; }
 check "a completion through the gateway" \
   bash -c "curl -sf -d '{\"prompt\":[1,2],\"max_tokens\":5}' $url/v1/completions | jq -e '.usage.completion_tokens == 5'"
 check "without --token the control endpoints are off (403)" \
@@ -44,7 +35,7 @@ wait $serve
 # 2. A supervisor's replicas behind it, the supervisor killed.
 "$fathom" gateway --port 0 --token secret >"$tmp/gateway.log" 2>&1 &
 gateway=$!
-url=$(listening "$tmp/gateway.log" "fathom gateway") || { echo "FAIL: gateway: $(cat "$tmp/gateway.log")"; exit 1; }
+url=$(printed_url "$tmp/gateway.log" "fathom gateway: listening on") || { echo "FAIL: gateway: $(cat "$tmp/gateway.log")"; exit 1; }
 check "no replica yet: /health is 503" bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $url/health) = 503 ]"
 cat >"$tmp/deployment.json" <<'JSON'
 {"model": "llama2-70b", "hardware": "h200", "gpus": 2, "tp": 1, "ep": 1, "attn_dp": 1, "weights": "fp8",

@@ -21,6 +21,16 @@ expect_fail() {  # expect_fail PATTERN ARGS...: fathom ARGS must exit 2 and prin
   fi
 }
 
+printed_url() {  # printed_url LOG TEXT [SECONDS]: the URL LOG prints after "TEXT " within SECONDS (30)
+  local url
+  for _ in $(seq 1 $((${3:-30} * 10))); do
+    url=$(grep -o "$2 http://127.0.0.1:[0-9]*" "$1" | grep -o 'http://.*')
+    [ -n "$url" ] && { echo "$url"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+
 finish() {  # finish NAME: prints the counts; the status is whether every check passed
   echo "$1: $passed passed, $failed failed"
   [ "$failed" -eq 0 ]

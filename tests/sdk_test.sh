@@ -16,24 +16,16 @@ tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/sdk_keep; rm -rf "$tmp"' EXIT
 source "$here/lib.sh"
 
-listening() {  # listening LOG NAME: the address a process printed, within 30 s
-  for _ in $(seq 1 300); do
-    local url
-    url=$(grep -o "$2: listening on http://127.0.0.1:[0-9]*" "$1" | grep -o '127.0.0.1:[0-9]*')
-    [ -n "$url" ] && { echo "$url"; return 0; }
-    sleep 0.1
-  done
-  return 1
-}
 replicas=()
 for i in 1 2; do
   "$fathom" serve llama2-70b --tensor-parallel-size 2 --time-scale 50 --port 0 \
     --served-model-name llama >"$tmp/serve$i.log" 2>&1 &
-  replicas+=(--replica "$(listening "$tmp/serve$i.log" "fathom serve")")
+  url=$(printed_url "$tmp/serve$i.log" "fathom serve: listening on")
+  replicas+=(--replica "${url#http://}")
 done
 "$fathom" gateway --port 0 "${replicas[@]}" >"$tmp/gateway.log" 2>&1 &
-gateway=$(listening "$tmp/gateway.log" "fathom gateway") || { echo "FAIL: $(cat "$tmp/gateway.log")"; exit 1; }
-node "$here/sdk_check.js" "$sdk" "http://$gateway" >"$tmp/sdk.json" 2>"$tmp/sdk.err"
+gateway=$(printed_url "$tmp/gateway.log" "fathom gateway: listening on") || { echo "FAIL: $(cat "$tmp/gateway.log")"; exit 1; }
+node "$here/sdk_check.js" "$sdk" "$gateway" >"$tmp/sdk.json" 2>"$tmp/sdk.err"
 check "the SDK ran: $(cat "$tmp/sdk.err" | tail -3)" test -s "$tmp/sdk.json"
 saw=$(cat "$tmp/sdk.json")
 saw() { jq -e -s "length == 1 and (.[0] | $1)" "$tmp/sdk.json"; }  # saw FILTER: what the SDK saw

@@ -25,13 +25,7 @@ JSON
   --launcher 'srun --nodes=1 --ntasks=1 --nodelist={node} --job-name=fathom-replica' --nodes "$node" \
   --gpus 0,1,2 --engine-log "$tmp/engines.log" >"$tmp/online.out" 2>"$tmp/online.log" &
 supervisor=$!
-gateway=""
-for _ in $(seq 1 600); do
-  gateway=$(grep -o 'gateway listening on http://127.0.0.1:[0-9]*' "$tmp/online.log" | grep -o 'http://.*')
-  [ -n "$gateway" ] && break
-  sleep 0.1
-done
-[ -n "$gateway" ] || { echo "FAIL: the supervisor did not start: $(cat "$tmp/online.log")"; exit 1; }
+gateway=$(printed_url "$tmp/online.log" "gateway listening on" 60) || { echo "FAIL: the supervisor did not start: $(cat "$tmp/online.log")"; exit 1; }
 replicas() { curl -sf -H 'Authorization: Bearer secret' "$gateway/fathom/replicas"; }
 
 check "two replicas run as Slurm job steps" test "$(squeue -h -n fathom-replica | wc -l)" -eq 2

@@ -36,13 +36,7 @@ scale=10
   --probe-s 120 --inject-limits 1,2048 --journal "$tmp/journal.db" --token secret --engine-log "$tmp/engines.log" \
   >"$tmp/online.out" 2>"$tmp/online.log" &
 supervisor=$!
-gateway=""
-for _ in $(seq 1 300); do
-  gateway=$(grep -o 'gateway listening on http://127.0.0.1:[0-9]*' "$tmp/online.log" | grep -o 'http://.*')
-  [ -n "$gateway" ] && break
-  sleep 0.1
-done
-[ -n "$gateway" ] || { echo "FAIL: the supervisor did not start: $(cat "$tmp/online.log")"; exit 1; }
+gateway=$(printed_url "$tmp/online.log" "gateway listening on") || { echo "FAIL: the supervisor did not start: $(cat "$tmp/online.log")"; exit 1; }
 
 check "the gateway answers /health" curl -sf "$gateway/health"
 check "control endpoints need the token" \
@@ -130,12 +124,7 @@ sql "SELECT event, after_config, round(replace_s, 2), reason FROM journal WHERE 
   --window-s 10 --min-requests 10 --confirm-windows 1 --warmup-s 60 --probe-s 120 --journal "$tmp/advice.db" \
   --token secret --windows 6 >"$tmp/advise.out" 2>"$tmp/advise.log" &
 supervisor=$!
-gateway=""
-for _ in $(seq 1 300); do
-  gateway=$(grep -o 'gateway listening on http://127.0.0.1:[0-9]*' "$tmp/advise.log" | grep -o 'http://.*')
-  [ -n "$gateway" ] && break
-  sleep 0.1
-done
+gateway=$(printed_url "$tmp/advise.log" "gateway listening on")
 load "$tmp/reasoning.csv" 3 60 "$tmp/advised.json"
 wait "$supervisor"
 check "--advise exits 0" test $? -eq 0

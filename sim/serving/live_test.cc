@@ -353,6 +353,12 @@ TEST_CASE("an HTTP request is read whole from its bytes as they arrive, and bad 
     CHECK(p.status == 400);
   }
   CHECK(ParseHttpRequest(std::string(70000, 'a'), 100, &r).status == 431);
+  // Every read parses the body again: a body of more chunks than that is refused.
+  std::string many = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 4097; ++i) many += "1\r\nx\r\n";
+  p = ParseHttpRequest(many + "0\r\n\r\n", 1 << 20, &r);
+  CHECK(p.status == 400);
+  CHECK(p.error == "chunked body in more than 4096 chunks");
 }
 
 TEST_CASE("an HTTP response is read as it arrives: chunked, sized, or up to the connection's end") {
@@ -594,6 +600,19 @@ TEST_CASE(
   o.max_connections = 2;
   Served served(50.0, o);
   const int port = served.server.port();
+  // Of an idle connection and one half through its request, the idle one makes room.
+  const int half = Connect(port), older = Connect(port);
+  SendAll(half, "GET /hea");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int third = Connect(port);
+  SendAll(third, "GET /health HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(third, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(ReadUntil(older, "\r\n\r\n").empty());  // closed
+  SendAll(half, "lth HTTP/1.1\r\n\r\n");
+  CHECK(ReadUntil(half, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);
+  for (int sock : {half, older, third}) close(sock);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the server sees them go
+
   const int idle = Connect(port), used = Connect(port);
   SendAll(used, "GET /health HTTP/1.1\r\n\r\n");
   CHECK(ReadUntil(used, "\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0);  // both are accepted by now
@@ -625,6 +644,23 @@ TEST_CASE("fathom serve refuses a request from its head: a body without the key 
   CHECK(answer.rfind("HTTP/1.1 401", 0) == 0);
   CHECK_THAT(answer, Catch::Matchers::Contains("Connection: close"));
   close(sock);
+  // A body sent whole before the refusal is read is drained, not reset: the client reads its 401.
+  const int eager = Connect(served.server.port());
+  const std::string body(3 << 20, 'x');
+  std::thread sender([&] {
+    const std::string request =
+        "POST /v1/completions HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    for (size_t at = 0; at < request.size();) {
+      const ssize_t n = send(eager, request.data() + at, request.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+  });
+  const std::string eager_answer = ReadUntil(eager, "}");
+  sender.join();
+  close(eager);
+  CHECK(eager_answer.rfind("HTTP/1.1 401", 0) == 0);
   // With the key, the same connection serves on after a refusal whose request came whole.
   const int keyed = Connect(served.server.port());
   SendAll(keyed, "GET /nowhere HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
@@ -995,11 +1031,12 @@ TEST_CASE(
 
   httplib::Client client("127.0.0.1", gateway.port());
   client.set_bearer_token_auth("control");
-  for (const auto& [body, why] :
-       std::vector<std::pair<std::string, std::string>>{{R"({"port": 0})", "port"},
-                                                        {R"({"host": ""})", "port"},
-                                                        {"[1]", "a JSON object"},
-                                                        {R"({"port": 80, "about": 3})", "about"}}) {
+  for (const auto& [body, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"port": 0})", "port"},
+           {R"({"host": ""})", "port"},
+           {"[1]", "a JSON object"},
+           {R"({"port": 80, "about": 3})", "about"},
+           {R"({"port": 80, "weight": 0})", "weight"}}) {
     auto r = client.Put("/fathom/replicas/3", body, "application/json");
     REQUIRE(r);
     CHECK(r->status == 400);
@@ -1077,6 +1114,36 @@ TEST_CASE(
   for (const GatewayRecord& r : w.finished) CHECK(r.replica == 2);
   CHECK(fast.engine.Metrics().finished_length == 4);
   CHECK(slow.engine.Metrics().finished_length == 0);
+}
+
+TEST_CASE("the gateway stops at once, cutting a request that waits on a silent replica") {
+  // A replica that takes connections and never answers.
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(silent, 16) == 0);
+  socklen_t length = sizeof addr;
+  getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &length);
+  Gateway gateway(GatewayOptions{});  // upstream timeout: an hour
+  REQUIRE(gateway.Start().ok());
+  gateway.AddReplica(1, ntohs(addr.sin_port));
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", gateway.port());
+    c.set_read_timeout(std::chrono::seconds(60));
+    c.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  while (gateway.InFlight() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(gateway.InFlight() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // sent, waiting for the answer
+  const auto stopping = std::chrono::steady_clock::now();
+  gateway.Stop();
+  CHECK(std::chrono::steady_clock::now() - stopping < std::chrono::seconds(5));
+  client.join();
+  close(silent);
 }
 
 }  // namespace fathom::sim

@@ -12,7 +12,7 @@
 
 #include "base/files.h"
 #include "base/json_fields.h"
-#include "models/roofline.h"
+#include "sim/time_model.h"
 
 namespace fathom::tuner {
 namespace {
@@ -196,12 +196,7 @@ TEST_CASE(
   o.confirm_windows = 1;
   o.cooldown_windows = 0;
   auto controller = Controller::Create(
-      Llama(), {8, 2048}, o, *models::HardwareCatalog::LoadBuiltin(),
-      [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-         const models::Precision& p, models::Runtime,
-         models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
-        return std::make_unique<models::RooflineModel>(m, hw, l, p);
-      });
+      Llama(), {8, 2048}, o, *models::HardwareCatalog::LoadBuiltin(), sim::RooflineFactory());
   REQUIRE(controller.ok());
   std::vector<Window> windows;
   auto summary = RunOnline(supervisor, **controller, 4,
@@ -391,6 +386,23 @@ TEST_CASE("supervisor options: bad values name the flag and the rule") {
   CHECK(ParseMetricsSource("engines").ok());
   CHECK(ParseMetricsSource("statsd").status().message() ==
         "--metrics-source = statsd: must be gateway, engines or prometheus");
+  o.prometheus_url.clear();
+  o.canary_share = 1;
+  CHECK(o.Validate().message() == "--canary-share = 1: must be 0 (no canary) or more, and under 1");
+  o.canary_share = 0.2;
+  o.canary_requests = 0;
+  CHECK(o.Validate().message() == "--canary-requests = 0: must be >= 1");
+  o.canary_requests = 20;
+  o.nodes = {"node7"};
+  CHECK(o.Validate().message().rfind("--engine-cmd: must contain {host} to run on --nodes (node7)",
+                                     0) == 0);
+  o.nodes = {"a b"};
+  CHECK(o.Validate().message() == "--nodes: 'a b' is not a host name");
+  o.nodes.clear();
+  o.gateway_url = "http://127.0.0.1:1";
+  o.gateway.token.clear();
+  CHECK(o.Validate().message() ==
+        "--gateway-url: give --token (or FATHOM_TOKEN), the gateway's control token");
 }
 
 }  // namespace fathom::tuner

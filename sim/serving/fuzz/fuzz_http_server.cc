@@ -18,10 +18,10 @@
 #include "base/check.h"
 #include "base/json_fields.h"
 #include "models/hardware.h"
-#include "models/roofline.h"
 #include "sim/deployment_config.h"
 #include "sim/serving/live_engine.h"
 #include "sim/serving/openai_server.h"
+#include "sim/time_model.h"
 
 namespace {
 
@@ -37,13 +37,7 @@ sim::OpenAiServer* Server() {
     d.weights = d.kv = "fp8";
     auto catalog = models::HardwareCatalog::LoadBuiltin();
     FATHOM_CHECK(catalog.ok());
-    auto resolved = sim::Resolve(
-        d, *catalog,
-        [](const models::ModelArch& m, const models::Hardware& hw, const models::ParallelLayout& l,
-           const models::Precision& p, models::Runtime,
-           models::Fusions) -> std::unique_ptr<models::ExecutionTimeModel> {
-          return std::make_unique<models::RooflineModel>(m, hw, l, p);
-        });
+    auto resolved = sim::Resolve(d, *catalog, sim::RooflineFactory());
     FATHOM_CHECK(resolved.ok());
     auto* engine = new sim::LiveEngine(std::move(*resolved), 1000);
     sim::ServeOptions o;
