@@ -41,10 +41,11 @@ wait_admitted() {
   echo "FAIL: the engine never took in $1 requests"
 }
 
-# Llama 2 70B on 2 x H200 as vLLM would be launched, 10x faster than real time.
+# Llama 2 70B on 2 x H200 as vLLM would be launched, 5x faster than real time (at 10x a token is
+# 0.7 ms of wall time, and one scheduling hiccup on a busy machine moves p99 TPOT past 10%).
 launch=(meta-llama/Llama-2-70b-chat-hf -tp 2 --hardware h200 --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 64
         --max-num-batched-tokens 2048 --cost-model roofline --api-key secret)
-start_server "$tmp/serve.log" "${launch[@]}" --time-scale 10
+start_server "$tmp/serve.log" "${launch[@]}" --time-scale 5
 
 check "/health answers 200" curl -sf "$url/health" -o /dev/null
 check "/v1/models lists the served id" \
@@ -64,13 +65,15 @@ cat >"$tmp/deployment.json" <<'EOF'
  "kv": "fp8", "max_batch": 64, "max_num_tokens": 2048}
 EOF
 "$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario server --qps 3 --samples 90 \
-  --min-duration 0 --time-scale 10 --gpus 2 --cost-model roofline --compare-sim "$tmp/deployment.json" --json \
+  --min-duration 0 --time-scale 5 --gpus 2 --cost-model roofline --compare-sim "$tmp/deployment.json" --json \
   >"$tmp/load.json" 2>"$tmp/load.log"
 check "loadgen answers every request (exit 0)" test $? -eq 0
 check "loadgen's JSON has simulate's keys and the simulated run" \
   jq -e '.failed_requests == 0 and .completed_requests == 90 and (.ttft_p99_ms > 0) and (.simulated.completed_requests == 90)' \
   "$tmp/load.json"
 if [ "${FATHOM_TIMED:-ON}" = ON ]; then
+  check "measured mean TPOT within 2% of the simulator's" \
+    jq -e '((.tpot_mean_ms - .simulated.tpot_mean_ms) | fabs) <= 0.02 * .simulated.tpot_mean_ms' "$tmp/load.json"
   check "measured p99 TPOT within 10% of the simulator's" \
     jq -e '((.tpot_p99_ms - .simulated.tpot_p99_ms) | fabs) <= 0.1 * .simulated.tpot_p99_ms' "$tmp/load.json"
 fi
@@ -83,7 +86,7 @@ check "/metrics shows vLLM's counters" \
 # SIGTERM with requests in flight: admission stops, they finish, the process exits 0.
 before=$(admitted)
 "$fathom" loadgen --url "$url" --api-key secret --model llama2-70b --scenario offline --samples 20 --min-duration 0 \
-  --time-scale 10 >"$tmp/drain.log" 2>&1 &
+  --time-scale 5 >"$tmp/drain.log" 2>&1 &
 client=$!
 wait_admitted $((before + 20))
 kill -TERM "$server"
