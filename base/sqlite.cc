@@ -32,6 +32,14 @@ Status Statement::Bind(int i, const std::optional<double>& value) {
   return value ? Bind(i, *value) : Check(sqlite3_bind_null(stmt_, i), "bind");
 }
 
+Status Statement::Bind(int i, const std::optional<int64_t>& value) {
+  return value ? Bind(i, *value) : Check(sqlite3_bind_null(stmt_, i), "bind");
+}
+
+Status Statement::Bind(int i, const std::optional<std::string>& value) {
+  return value ? Bind(i, *value) : Check(sqlite3_bind_null(stmt_, i), "bind");
+}
+
 Status Statement::Reset() {
   sqlite3_reset(stmt_);  // returns the last step's error, already reported
   return Check(sqlite3_clear_bindings(stmt_), "reset");

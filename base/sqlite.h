@@ -25,8 +25,11 @@ class Statement {
   Status Bind(int i, const std::string& text);
   Status Bind(int i, double value);
   Status Bind(int i, int64_t value);
-  Status Bind(int i, const std::optional<double>& value);  // NULL when empty
-  Status Reset();                                          // ready to bind and step again
+  // NULL when empty.
+  Status Bind(int i, const std::optional<double>& value);
+  Status Bind(int i, const std::optional<int64_t>& value);
+  Status Bind(int i, const std::optional<std::string>& value);
+  Status Reset();  // ready to bind and step again
   // True with a row to read, false when done.
   Result<bool> Step();
 

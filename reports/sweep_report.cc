@@ -92,6 +92,7 @@ Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
            {"model", false},
            {"GPUs", false},
            {"scenario", false},
+           {"stack", false},
            {"simulated"},
            {"valid"},
            {"best", false}});
@@ -105,7 +106,8 @@ Table SweepList(const std::vector<tuner::StoredSweep>& sweeps) {
     }
     t.AddRow({s.info.id, s.info.model, Gpus(s.info),
               std::string(sim::Name(s.info.scenario)) + (s.info.recorded ? "" : "?"),
-              std::to_string(s.results.size()), std::to_string(ranked.size()), best});
+              s.info.stack.empty() ? "-" : s.info.stack, std::to_string(s.results.size()),
+              std::to_string(ranked.size()), best});
   }
   return t;
 }
@@ -140,10 +142,14 @@ SweepReport::SweepReport(const std::vector<tuner::StoredSweep>& sweeps,
                          const models::HardwareCatalog& catalog, ReportOptions options)
     : options_(std::move(options)) {
   std::map<std::string, int> label_uses;
+  // Labels name the stack where the sweeps were priced by more than one.
+  std::set<std::string> stacks;
+  for (const auto& s : sweeps) stacks.insert(s.info.stack);
   for (const auto& s : sweeps) {
     View v;
     v.info = s.info;
     v.label = s.info.model + " " + Gpus(s.info) + " " + std::string(sim::Name(s.info.scenario));
+    if (stacks.size() > 1 && !s.info.stack.empty()) v.label += " " + s.info.stack;
     ++label_uses[v.label];
     v.simulated = s.results;
     v.ranked = tuner::RankValid(s.results, s.info.ServerLike());
@@ -275,6 +281,7 @@ std::string SweepReport::Description(const View& v) const {
   std::string d = "Sweep " + s.id + ": " + s.model + " on " + Gpus(s) + ", " +
                   std::string(sim::Name(s.scenario)) + " scenario";
   if (s.ServerLike()) d += ", " + Limits(s);
+  if (!s.stack.empty()) d += ", priced by " + s.stack;
   d += "; objective " + Objective(s) + ". ";
   const int64_t invalid = static_cast<int64_t>(v.simulated.size() - v.ranked.size());
   if (s.recorded) {

@@ -3,7 +3,9 @@
 # scenarios, small data sets and short probes) run on 1 thread, then under mpirun with 1 and 2
 # compute ranks (rank 0 only hands out cells and writes the store), each into a fresh store.
 # Prints each run's wall time, the parallel efficiency of 2 compute ranks against 1, and rank 0's
-# own time per cell (building and recording cells, handing them out, storing their results).
+# own time per cell (building and recording cells, handing them out, storing their results). Then
+# the schedule on 1, 16 and 64 workers (--schedule-on: each candidate's measured time) and its
+# speed-up over one worker. Every store must equal the one-thread run's.
 # Usage: apps/bench/sweep_bench.sh [build/fathom]
 set -euo pipefail
 fathom=$(realpath "${1:-build/fathom}")
@@ -42,13 +44,18 @@ run threads-1 -- --jobs 1
 run threads-2 -- --jobs 2
 run mpi-np2 "${mpirun[@]}" -np 2 --
 run mpi-np3 "${mpirun[@]}" -np 3 --
+for n in 1 16 64; do run "sched-$n" -- --schedule-on "$n"; done
 python3 - "$tmp" <<'PY'
 import json, sys
 w = {n: json.load(open(f"{sys.argv[1]}/{n}.json"))["wall_s"] for n in ("threads-1", "threads-2", "mpi-np2", "mpi-np3")}
 print(f"efficiency, 2 compute ranks against 1: {w['mpi-np2'] / (2 * w['mpi-np3']):.0%}; "
       f"2 threads against 1: {w['threads-1'] / (2 * w['threads-2']):.0%}")
+m = {n: json.load(open(f"{sys.argv[1]}/sched-{n}.json"))["schedule"] for n in (1, 16, 64)}
+for n in (16, 64):
+    print(f"schedule on {n} workers: {m[n]['makespan_s']:.2f} s, {m[1]['makespan_s'] / m[n]['makespan_s']:.1f}x one "
+          f"worker's {m[1]['makespan_s']:.2f} s ({m[n]['compute_s']:.1f} s computed, results not used included)")
 PY
-for name in threads-2 mpi-np2 mpi-np3; do
+for name in threads-2 mpi-np2 mpi-np3 sched-16 sched-64; do
   diff <(sqlite3 "$tmp/threads-1.db" "SELECT * FROM tune_results ORDER BY sweep, candidate") \
        <(sqlite3 "$tmp/$name.db" "SELECT * FROM tune_results ORDER BY sweep, candidate") >/dev/null ||
     echo "$name: store differs from threads-1"

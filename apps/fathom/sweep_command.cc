@@ -17,6 +17,7 @@ struct SweepFlags {
   std::string db;
   int jobs = 0;
   std::string shard;
+  int schedule_on = 0;
   std::vector<std::string> hardware_files;
   bool json = false;
 };
@@ -53,14 +54,21 @@ Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::S
   return std::move(setup.options);
 }
 
-// A line on stderr per cell searched.
+// A line on stderr per cell searched, with the sweep's candidates so far, their rate and the time
+// left at the rate of expected work done so far.
 void PrintCellProgress(const tuner::CellProgress& p) {
   std::string best;
   if (p.best) best = StrFormat(", best %.4g %s", *p.best, p.server_like ? "QPS" : "tokens/s");
-  std::fprintf(stderr, "[%lld/%lld] %s: %lld simulated, %lld reused, %lld pruned, %lld valid%s\n",
-               static_cast<long long>(p.done), static_cast<long long>(p.total), p.label.c_str(),
-               static_cast<long long>(p.simulated), static_cast<long long>(p.reused),
-               static_cast<long long>(p.pruned), static_cast<long long>(p.valid), best.c_str());
+  const std::string eta = p.eta_s ? StrFormat(", about %.0f s left", *p.eta_s) : "";
+  std::fprintf(
+      stderr,
+      "[%lld/%lld cells, %lld/%lld candidates, %.1f/s%s] %s: %lld simulated, %lld "
+      "reused, %lld pruned, %lld valid%s\n",
+      static_cast<long long>(p.done), static_cast<long long>(p.total),
+      static_cast<long long>(p.candidates_done), static_cast<long long>(p.candidates_total),
+      p.elapsed_s > 0 ? static_cast<double>(p.candidates_done) / p.elapsed_s : 0.0, eta.c_str(),
+      p.label.c_str(), static_cast<long long>(p.simulated), static_cast<long long>(p.reused),
+      static_cast<long long>(p.pruned), static_cast<long long>(p.valid), best.c_str());
 }
 
 Status Run(const SweepFlags& f) {
@@ -73,6 +81,15 @@ Status Run(const SweepFlags& f) {
     FATHOM_ASSIGN_OR_RETURN(options.shard, tuner::ParseShard(f.shard));
   }
   if (!f.json) options.progress = PrintCellProgress;
+  std::optional<tuner::SchedulePool> schedule;
+  if (f.schedule_on < 0) {
+    return Status::InvalidArgument("--schedule-on = " + std::to_string(f.schedule_on) +
+                                   ": must be >= 1");
+  }
+  if (f.schedule_on > 0) {
+    schedule.emplace(f.schedule_on);
+    options.pool = &*schedule;
+  }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
   WorkloadCache workloads;
@@ -84,7 +101,13 @@ Status Run(const SweepFlags& f) {
   if (!summary) return Status::Ok();  // an MPI rank that only computed
   const tuner::SweepSummary& s = *summary;
   if (f.json) {
-    std::printf("%s\n", s.ToJson().dump(2).c_str());
+    OrderedJson j = s.ToJson();
+    if (schedule) {
+      j["schedule"] = {{"workers", f.schedule_on},
+                       {"makespan_s", schedule->makespan_s()},
+                       {"compute_s", schedule->compute_s()}};
+    }
+    std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
   std::printf(
@@ -97,6 +120,13 @@ Status Run(const SweepFlags& f) {
       s.mpi ? (s.workers == 1 ? "MPI rank" : "MPI ranks") : (s.workers == 1 ? "thread" : "threads"),
       static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
       static_cast<long long>(s.pruned), s.wall_s);
+  if (schedule) {
+    std::printf(
+        "On %d workers it would take %.1f s (%.1f s of simulation in all, %.1f workers busy on "
+        "average).\n",
+        f.schedule_on, schedule->makespan_s(), schedule->compute_s(),
+        schedule->makespan_s() > 0 ? schedule->compute_s() / schedule->makespan_s() : 0.0);
+  }
   std::printf("Report: fathom report --db %s [--out report.html]\n", f.db.c_str());
   return Status::Ok();
 }
@@ -120,6 +150,9 @@ void RegisterSweep(CLI::App& app, Status* result) {
       "Run only shard I of N (0 <= I < N) of the plan's cells, e.g. in a Slurm "
       "array of 16 tasks: --shard $SLURM_ARRAY_TASK_ID/16 (not the array's task count, which "
       "a re-run of failed tasks changes)");
+  cmd->add_option("--schedule-on", f->schedule_on,
+                  "Size a cluster: run the sweep here, one candidate at a time, and report how "
+                  "long it would take on N workers (each candidate's measured time)");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->callback([f, result] { *result = Run(*f); });

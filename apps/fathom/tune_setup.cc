@@ -49,6 +49,9 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
                           sim::MakeTimeModel(in.time_model, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
+  o.stack = !time_model.stack.empty() ? time_model.stack
+            : time_model.roofline     ? std::string("roofline")
+                                      : in.time_model.calibration;
   FATHOM_ASSIGN_OR_RETURN(models::ModelArch arch, models::LoadModel(o.space.model));
   o.space.runtimes = time_model.Runtimes(arch.model_type);
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();

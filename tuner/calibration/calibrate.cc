@@ -273,26 +273,24 @@ Status Calibrator::Spread(size_t n, const std::function<std::string(size_t)>& as
   auto since = [](Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
+  std::vector<int64_t> items(n);
+  for (size_t i = 0; i < n; ++i) items[i] = static_cast<int64_t>(i);
   WorkHandlers h;
-  h.assign = [&](int64_t item) -> Result<std::string> {
+  h.next = EachOf(std::move(items), [&](int64_t item) -> Result<std::string> {
     const auto start = Clock::now();
     std::string assignment = assign(static_cast<size_t>(item));
     ++items_;
     coordinator_s_ += since(start);
     return assignment;
-  };
-  h.compute = [this](int64_t, const std::string& assignment, const WorkHandlers::Emit&) {
-    return Compute(assignment);
-  };
-  h.finish = [&](int64_t item, const std::string& result) {
+  });
+  h.compute = [this](const WorkUnit& unit) { return Compute(unit.assignment); };
+  h.finish = [&](const WorkUnit& unit, const std::string& result) {
     const auto start = Clock::now();
-    Status finished = finish(static_cast<size_t>(item), result);
+    Status finished = finish(static_cast<size_t>(unit.id), result);
     coordinator_s_ += since(start);
     return finished;
   };
-  std::vector<int64_t> items(n);
-  for (size_t i = 0; i < n; ++i) items[i] = static_cast<int64_t>(i);
-  return pool_->Run(items, h);
+  return pool_->Run(h);
 }
 
 Status Calibrator::Serve() const { return Spread(0, {}, {}); }

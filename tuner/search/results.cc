@@ -6,6 +6,18 @@
 #include <variant>
 
 namespace fathom::tuner {
+namespace {
+
+Result<bool> HasColumn(const sqlite::Database& db, const std::string& table,
+                       const std::string& column) {
+  FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
+                          db.Prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = ?"));
+  FATHOM_RETURN_IF_ERROR(st.Bind(1, table));
+  FATHOM_RETURN_IF_ERROR(st.Bind(2, column));
+  return st.Step();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(
@@ -19,7 +31,15 @@ Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) 
       "hardware TEXT NOT NULL, "
       "gpus INTEGER NOT NULL, scenario TEXT NOT NULL, ttft_limit_ms REAL, tpot_limit_ms REAL, "
       "price_per_gpu_hour REAL NOT NULL, candidates INTEGER NOT NULL, infeasible INTEGER NOT "
-      "NULL)"));
+      "NULL, stack TEXT, position INTEGER)"));
+  // Stores written before the stack and the plan position were recorded gain the columns.
+  for (const char* column : {"stack TEXT", "position INTEGER"}) {
+    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
+    FATHOM_ASSIGN_OR_RETURN(bool present, HasColumn(db, "tune_sweeps", name));
+    if (!present) {
+      FATHOM_RETURN_IF_ERROR(db.Exec("ALTER TABLE tune_sweeps ADD COLUMN " + std::string(column)));
+    }
+  }
   FATHOM_RETURN_IF_ERROR(
       db.Exec("CREATE TABLE IF NOT EXISTS tune_complete(sweep TEXT PRIMARY KEY)"));
   return std::unique_ptr<ResultStore>(new ResultStore(std::move(db)));
@@ -142,14 +162,15 @@ Status ResultStore::Record(const SweepInfo& info) {
       sqlite::Statement st,
       db_.Prepare(
           "INSERT INTO tune_sweeps(sweep, model, hardware, gpus, scenario, ttft_limit_ms, "
-          "tpot_limit_ms, "
-          "price_per_gpu_hour, candidates, infeasible) VALUES(?,?,?,?,?,?,?,?,?,?) "
+          "tpot_limit_ms, price_per_gpu_hour, candidates, infeasible, stack, position) "
+          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?) "
           "ON CONFLICT(sweep) DO UPDATE SET model = excluded.model, hardware = excluded.hardware, "
           "gpus = excluded.gpus, scenario = excluded.scenario, ttft_limit_ms = "
           "excluded.ttft_limit_ms, "
           "tpot_limit_ms = excluded.tpot_limit_ms, price_per_gpu_hour = "
           "excluded.price_per_gpu_hour, "
-          "candidates = excluded.candidates, infeasible = excluded.infeasible"));
+          "candidates = excluded.candidates, infeasible = excluded.infeasible, "
+          "stack = excluded.stack, position = excluded.position"));
   FATHOM_RETURN_IF_ERROR(st.Bind(1, info.id));
   FATHOM_RETURN_IF_ERROR(st.Bind(2, info.model));
   FATHOM_RETURN_IF_ERROR(st.Bind(3, info.hardware));
@@ -160,16 +181,26 @@ Status ResultStore::Record(const SweepInfo& info) {
   FATHOM_RETURN_IF_ERROR(st.Bind(8, info.price_per_gpu_hour));
   FATHOM_RETURN_IF_ERROR(st.Bind(9, info.candidates));
   FATHOM_RETURN_IF_ERROR(st.Bind(10, info.infeasible));
+  FATHOM_RETURN_IF_ERROR(
+      st.Bind(11, info.stack.empty() ? std::optional<std::string>() : info.stack));
+  FATHOM_RETURN_IF_ERROR(
+      st.Bind(12, info.position >= 0 ? std::optional<int64_t>(info.position) : std::nullopt));
   return st.Step().status();
 }
 
 Result<std::vector<SweepInfo>> ResultStore::Records() {
   std::vector<SweepInfo> out;
   if (db_.HasTable("tune_sweeps")) {
-    FATHOM_ASSIGN_OR_RETURN(sqlite::Statement st,
-                            db_.Prepare("SELECT sweep, model, hardware, gpus, scenario, "
-                                        "ttft_limit_ms, tpot_limit_ms, price_per_gpu_hour, "
-                                        "candidates, infeasible FROM tune_sweeps ORDER BY rowid"));
+    // A store opened for reading may predate the stack and the plan position.
+    FATHOM_ASSIGN_OR_RETURN(bool recent, HasColumn(db_, "tune_sweeps", "position"));
+    FATHOM_ASSIGN_OR_RETURN(
+        sqlite::Statement st,
+        db_.Prepare(std::string("SELECT sweep, model, hardware, gpus, scenario, ttft_limit_ms, "
+                                "tpot_limit_ms, price_per_gpu_hour, candidates, infeasible, ") +
+                    (recent ? "stack, position" : "NULL AS stack, NULL AS position") +
+                    // A sweep's cells in plan order, whichever process stored them first; tunes
+                    // of their own after them.
+                    " FROM tune_sweeps ORDER BY position IS NULL, position, rowid"));
     for (;;) {
       FATHOM_ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;
@@ -184,6 +215,8 @@ Result<std::vector<SweepInfo>> ResultStore::Records() {
       s.price_per_gpu_hour = st.Double(7);
       s.candidates = st.Int(8);
       s.infeasible = st.Int(9);
+      if (!st.IsNull(10)) s.stack = st.Text(10);
+      if (!st.IsNull(11)) s.position = st.Int(11);
       out.push_back(s);
     }
   }

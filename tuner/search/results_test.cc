@@ -69,6 +69,73 @@ TEST_CASE("ResultStore: sweeps read back with their record, in the order first r
 }
 
 TEST_CASE(
+    "ResultStore: a sweep's cells read back in plan order and with their stack, whoever stored "
+    "them first; a store from before both reads and gains them",
+    "[tuner]") {
+  const std::string path = TempDb("fathom_results_position.db");
+  {
+    auto store = ResultStore::Open(path);
+    REQUIRE(store.ok());
+    SweepInfo alone{"tune",       "llama2-70b", "h200", 4, sim::Scenario::kOffline,
+                    std::nullopt, std::nullopt, 3.8,    1, 0};
+    REQUIRE((*store)->Record(alone).ok());
+    // Shards merged: the plan's third cell stored before its first.
+    for (int64_t position : {2, 0}) {
+      SweepInfo cell = alone;
+      cell.id = "cell" + std::to_string(position);
+      cell.position = position;
+      cell.stack = position == 0 ? "trtllm-1.0" : "roofline";
+      REQUIRE((*store)->Record(cell).ok());
+    }
+  }
+  auto store = ResultStore::OpenExisting(path);
+  REQUIRE(store.ok());
+  auto sweeps = (*store)->Sweeps();
+  REQUIRE(sweeps.ok());
+  REQUIRE(sweeps->size() == 3);
+  CHECK((*sweeps)[0].info.id == "cell0");
+  CHECK((*sweeps)[0].info.stack == "trtllm-1.0");
+  CHECK((*sweeps)[0].info.position == 0);
+  CHECK((*sweeps)[1].info.id == "cell2");
+  CHECK((*sweeps)[2].info.id == "tune");
+  CHECK((*sweeps)[2].info.stack.empty());
+  CHECK((*sweeps)[2].info.position == -1);
+
+  // A store written before stacks and positions were recorded.
+  const std::string old = TempDb("fathom_results_old_schema.db");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(old.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db,
+                       "CREATE TABLE tune_results(sweep TEXT NOT NULL, candidate TEXT NOT NULL, "
+                       "config TEXT NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY(sweep, "
+                       "candidate)); CREATE TABLE tune_sweeps(sweep TEXT PRIMARY KEY, model TEXT "
+                       "NOT NULL, hardware TEXT NOT NULL, gpus INTEGER NOT NULL, scenario TEXT NOT "
+                       "NULL, ttft_limit_ms REAL, tpot_limit_ms REAL, price_per_gpu_hour REAL NOT "
+                       "NULL, candidates INTEGER NOT NULL, infeasible INTEGER NOT NULL); INSERT "
+                       "INTO tune_sweeps VALUES('s', 'llama2-70b', 'h200', 4, 'offline', NULL, "
+                       "NULL, 3.8, 1, 0)",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto reading = ResultStore::OpenExisting(old);
+  REQUIRE(reading.ok());
+  auto read = (*reading)->Sweeps();
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 1);
+  CHECK(read->front().info.stack.empty());
+  reading->reset();
+  auto writing = ResultStore::Open(old);
+  REQUIRE(writing.ok());
+  SweepInfo resumed = read->front().info;
+  resumed.stack = "trtllm-1.0";
+  REQUIRE((*writing)->Record(resumed).ok());
+  auto migrated = (*writing)->Sweeps();
+  REQUIRE(migrated.ok());
+  CHECK(migrated->front().info.stack == "trtllm-1.0");
+  std::filesystem::remove(path);
+  std::filesystem::remove(old);
+}
+
+TEST_CASE(
     "ResultStore: a sweep stored without a record gets model, GPUs and scenario from its "
     "candidates",
     "[tuner]") {

@@ -3,13 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
-#include <mutex>
 
 #include "base/format.h"
 #include "base/parallel.h"
@@ -178,6 +176,15 @@ int64_t GridAtOrBelow(double qps) {  // the highest grid index whose rate is at 
 // Server passes 365 QPS on a bound of 364.6).
 double QpsCeiling(double qps_bound) {
   return qps_bound > 0 ? GridRate(GridAtOrBelow(qps_bound) + 1) : 0.0;
+}
+
+// With `beat` > 0, the grid rate a server-type search on a candidate with this bound probes
+// first (Evaluate): the one above `beat`, when below the candidate's ceiling; else none.
+std::optional<int64_t> FirstProbe(double beat, double bound) {
+  if (!(beat > 0)) return std::nullopt;
+  const int64_t k = GridAtOrBelow(beat) + 1;
+  if (k >= GridAtOrBelow(bound) + 1) return std::nullopt;
+  return k;
 }
 
 struct Probe {
@@ -355,12 +362,11 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
       }
       return p.valid;
     };
-    if (beat > 0 && GridAtOrBelow(beat) + 1 < hi) {
+    if (const std::optional<int64_t> k = FirstProbe(beat, c.bound)) {
       // Only a rate above the best found so far matters: probe the next one up first.
-      const int64_t k = GridAtOrBelow(beat) + 1;
-      FATHOM_ASSIGN_OR_RETURN(bool valid, probe(k));
+      FATHOM_ASSIGN_OR_RETURN(bool valid, probe(*k));
       if (!valid) {
-        c.below_qps = GridRate(k);
+        c.below_qps = GridRate(*k);
         return c;
       }
     }
@@ -559,6 +565,7 @@ Result<PreparedTune> Prepare(const TuneOptions& o, const models::HardwareCatalog
   }
   info.price_per_gpu_hour =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : hw.price_per_gpu_hour_usd;
+  info.stack = o.stack;
   info.candidates = static_cast<int64_t>(p.candidates.feasible.size());
   info.infeasible = p.candidates.infeasible;
   return p;
@@ -588,118 +595,193 @@ Result<TuneResult> Tune(const TuneOptions& o, const models::HardwareCatalog& cat
   return out;
 }
 
-Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog,
-                          const PreparedTune& prepared, const SearchLog& log) {
-  const auto start = std::chrono::steady_clock::now();
+Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                                   const PreparedTune& prepared, const SearchLog& log) {
+  SearchRun run(o, prepared, log);
   const bool server = ServerLike(o.space.scenario);
-  const Candidates& cands = prepared.candidates;
-  TuneResult out;
-  out.sweep_id = prepared.info.id;
-  out.candidates = prepared.info.candidates;
-  out.infeasible = prepared.info.infeasible;
-  const std::map<std::string, Json>& stored = log.stored;
+  run.server_ = server;
+  const std::vector<sim::DeploymentConfig>& feasible = prepared.candidates.feasible;
 
-  // Bounds first (cheap), then evaluate the likeliest best first so that pruning bites early:
-  // Offline in decreasing order of bound, server-type in decreasing order of the TPOT-limited
-  // estimate (the bound ignores the latency limits, and a candidate that loses to the best found
-  // costs one short probe, where the search to its own capacity costs several full-length ones).
+  // Bounds first (cheap), then the likeliest best first so that pruning bites early: Offline in
+  // decreasing order of bound, server-type in decreasing order of the TPOT-limited estimate (the
+  // bound ignores the latency limits, and a candidate that loses to the best found costs one
+  // short probe, where the search to its own capacity costs several full-length ones).
   const WorkloadMeans means = Means(o.dataset);
-  struct Item {
-    sim::DeploymentConfig config;
-    std::string key;
-    double bound;
-    double estimate;  // the order
-  };
-  std::vector<Item> items;
-  for (const auto& d : cands.feasible) {
+  const double offline_s = sim::OfflineRunTargetS(BenchmarkOf(o));
+  for (size_t i = 0; i < feasible.size(); ++i) {
+    const sim::DeploymentConfig& d = feasible[i];
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
     const double b = ThroughputBound(*resolved, means);
     const double bound = server ? QpsCeiling(b / means.output) : b;
-    const double estimate = server ? QpsEstimate(*resolved, means, o, bound) : bound;
-    items.push_back({d, CandidateKey(d), bound, std::min(estimate, bound)});
+    const double estimate =
+        std::min(server ? QpsEstimate(*resolved, means, o, bound) : bound, bound);
+    // Requests its run issues: a probe at the estimate, or an Offline run of one instance's share
+    // at the bound's rate.
+    const double requests = server
+                                ? static_cast<double>(ProbeSamples(o, std::max(estimate, 1e-3)))
+                                : std::max(static_cast<double>(o.dataset.size()),
+                                           offline_s * b / means.output / OneInstance(d).instances);
+    Item item;
+    item.candidate = i;
+    item.key = CandidateKey(d);
+    item.bound = bound;
+    item.estimate = estimate;
+    item.cost = requests * means.output;
+    run.items_.push_back(std::move(item));
   }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+  std::stable_sort(run.items_.begin(), run.items_.end(), [](const Item& a, const Item& b) {
     return a.estimate != b.estimate ? a.estimate > b.estimate : a.bound > b.bound;
   });
+  run.item_of_.resize(feasible.size());
+  for (size_t i = 0; i < run.items_.size(); ++i) run.item_of_[run.items_[i].candidate] = i;
 
-  std::vector<std::optional<CandidateResult>> results(items.size());
-  std::atomic<int64_t> evaluated{0}, reused{0}, pruned{0}, done{0};
-  std::mutex mu;
   // A resumed sweep starts from the best it has stored, so whatever an earlier run pruned is pruned
-  // again whatever order the threads reach the candidates in.
-  double best = 0;
-  std::map<std::string, CandidateResult> stored_results;
-  for (const auto& item : items) {
-    if (auto it = stored.find(item.key); it != stored.end()) {
-      FATHOM_ASSIGN_OR_RETURN(
-          CandidateResult r,
-          CandidateFromJson(item.config, it->second,
-                            log.source + ": sweep " + out.sweep_id + ": candidate metrics"));
-      if (r.valid) best = std::max(best, r.Objective(server));
-      stored_results.emplace(item.key, std::move(r));
-    }
+  // again.
+  for (Item& item : run.items_) {
+    auto it = log.stored.find(item.key);
+    if (it == log.stored.end()) continue;
+    FATHOM_ASSIGN_OR_RETURN(
+        CandidateResult r,
+        CandidateFromJson(feasible[item.candidate], it->second,
+                          log.source + ": sweep " + prepared.info.id + ": candidate metrics"));
+    if (r.valid) run.best_ = std::max(run.best_, r.Objective(server));
+    item.result = std::move(r);
+    item.stored = true;
   }
-  Status failure;
-  ParallelFor(items.size(), o.jobs, [&](size_t i) {
-    const Item& item = items[i];
-    auto it = stored_results.find(item.key);
-    if (it != stored_results.end()) {
-      const CandidateResult& r = it->second;
-      std::lock_guard<std::mutex> lock(mu);
-      if (r.below_qps > 0) {
-        ++pruned;
-      } else {
-        results[i] = r;
-        ++reused;
-      }
-    } else {
-      double incumbent = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        incumbent = best;
-      }
-      // A server-type bound is a grid rate and only a rate above the best found counts (Evaluate's
-      // first probe), so a candidate whose ceiling is the best's rate cannot beat it either.
-      const bool beaten =
-          server ? incumbent > 0 && item.bound <= incumbent : item.bound < incumbent;
-      if (o.prune && beaten) {
-        ++pruned;
-      } else {
-        auto r = Evaluate(item.config, o, catalog, server && o.prune ? incumbent : 0);
-        std::lock_guard<std::mutex> lock(mu);
-        if (!r.ok()) {
-          if (failure.ok()) failure = r.status();
-        } else {
-          if (r->valid) best = std::max(best, r->Objective(server));
-          if (r->below_qps > 0) {
-            ++pruned;
-          } else {
-            results[i] = *r;
-            ++evaluated;
-          }
-          if (log.save) {
-            if (Status saved = log.save(item.key, *r); !saved.ok() && failure.ok()) failure = saved;
-          }
-        }
-      }
-    }
-    const int64_t n = ++done;
-    if (o.progress) {
-      std::lock_guard<std::mutex> lock(mu);
-      o.progress({n, static_cast<int64_t>(items.size()), evaluated.load(), reused.load(),
-                  pruned.load(), best});
-    }
-  });
-  FATHOM_RETURN_IF_ERROR(failure);
+  FATHOM_RETURN_IF_ERROR(run.Advance());
+  return run;
+}
 
-  for (auto& r : results) {
-    if (r) out.simulated.push_back(*r);
+// Whether the best taken so far prunes `item` before it is simulated. A server-type bound is a grid
+// rate and only a rate above the best found counts (Evaluate's first probe), so a candidate whose
+// ceiling is the best's rate cannot beat it either.
+bool SearchRun::Pruned(const Item& item) const {
+  if (!options_->prune) return false;
+  return server_ ? best_ > 0 && item.bound <= best_ : item.bound < best_;
+}
+
+std::optional<SearchRun::Task> SearchRun::Peek() {
+  auto ready = [&](const Item& item) {
+    return item.state == Item::State::kWaiting && !item.stored && !Pruned(item);
+  };
+  // The next in order may be waiting again (its result, computed against an older best, was
+  // dropped); the others past scan_ were never handed out.
+  if (taken_ < items_.size() && ready(items_[taken_])) scan_ = std::min(scan_, taken_);
+  scan_ = std::max(scan_, taken_);
+  while (scan_ < items_.size() && !ready(items_[scan_])) ++scan_;
+  if (scan_ == items_.size()) return std::nullopt;
+  return Task{items_[scan_].candidate, server_ && options_->prune ? best_ : 0.0, scan_ - taken_};
+}
+
+void SearchRun::Take(const Task& task) {
+  Item& item = items_[item_of_[task.candidate]];
+  item.state = Item::State::kOut;
+  item.beat = task.beat;
+}
+
+Status SearchRun::Finish(const Task& task, CandidateResult result) {
+  Item& item = items_[item_of_[task.candidate]];
+  if (item.state == Item::State::kDropped) {
+    ++wasted_;
+    return Status::Ok();
   }
-  out.ranked = RankValid(out.simulated, server);
+  item.state = Item::State::kBack;
+  item.result = std::move(result);
+  return Advance();
+}
+
+Status SearchRun::Advance() {
+  const TuneOptions& o = *options_;
+  for (; taken_ < items_.size(); ++taken_) {
+    Item& item = items_[taken_];
+    if (item.stored) {
+      if (item.result->below_qps > 0) {
+        ++pruned_;
+      } else {
+        kept_.push_back(*item.result);
+        ++reused_;
+      }
+    } else if (Pruned(item)) {
+      ++pruned_;
+      if (item.state == Item::State::kOut) item.state = Item::State::kDropped;
+      if (item.state == Item::State::kBack) ++wasted_;
+    } else if (item.state == Item::State::kBack) {
+      // Evaluate depends on the best it is given only through its first probe.
+      if (server_ &&
+          FirstProbe(item.beat, item.bound) != FirstProbe(o.prune ? best_ : 0, item.bound)) {
+        item.state = Item::State::kWaiting;
+        item.result.reset();
+        ++wasted_;
+        return Status::Ok();
+      }
+      const CandidateResult& r = *item.result;
+      if (r.valid) best_ = std::max(best_, r.Objective(server_));
+      if (r.below_qps > 0) {
+        ++pruned_;
+      } else {
+        kept_.push_back(r);
+        ++evaluated_;
+      }
+      if (log_->save) FATHOM_RETURN_IF_ERROR(log_->save(item.key, r));
+    } else {
+      return Status::Ok();  // waiting, or out
+    }
+    item.result.reset();
+    if (o.progress) {
+      o.progress({static_cast<int64_t>(taken_ + 1), static_cast<int64_t>(items_.size()), evaluated_,
+                  reused_, pruned_, best_});
+    }
+  }
+  return Status::Ok();
+}
+
+double SearchRun::ExpectedCost() const {
+  // The bounds let through every candidate whose bound reaches the likeliest best's estimate (the
+  // first item's); the others cost a short probe at most, counted as nothing.
+  const double reach = items_.empty() ? 0 : items_.front().estimate;
+  double cost = 0;
+  for (size_t i = taken_; i < items_.size(); ++i) {
+    const Item& item = items_[i];
+    if (!item.stored && item.bound >= reach) cost += item.cost;
+  }
+  return cost;
+}
+
+TuneResult SearchRun::Outcome() const {
+  TuneResult out;
+  out.sweep_id = prepared_->info.id;
+  out.candidates = prepared_->info.candidates;
+  out.infeasible = prepared_->info.infeasible;
+  out.simulated = kept_;
+  out.ranked = RankValid(out.simulated, server_);
   out.frontier = ParetoFrontier(out.ranked);
-  out.evaluated = evaluated;
-  out.reused = reused;
-  out.pruned = pruned;
+  out.evaluated = evaluated_;
+  out.reused = reused_;
+  out.pruned = pruned_;
+  return out;
+}
+
+Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                          const PreparedTune& prepared, const SearchLog& log) {
+  const auto start = std::chrono::steady_clock::now();
+  FATHOM_ASSIGN_OR_RETURN(SearchRun run, SearchRun::Start(o, catalog, prepared, log));
+  Status failure;
+  auto next = [&]() -> std::optional<SearchRun::Task> {
+    if (!failure.ok()) return std::nullopt;
+    std::optional<SearchRun::Task> task = run.Peek();
+    if (task) run.Take(*task);
+    return task;
+  };
+  auto evaluate = [&](const SearchRun::Task& t) {
+    return Evaluate(prepared.candidates.feasible[t.candidate], o, catalog, t.beat);
+  };
+  auto done = [&](const SearchRun::Task& t, Result<CandidateResult> r) {
+    Status s = r.ok() ? run.Finish(t, std::move(*r)) : r.status();
+    if (!s.ok() && failure.ok()) failure = s;
+  };
+  ParallelTasks(o.jobs, next, evaluate, done);
+  FATHOM_RETURN_IF_ERROR(failure);
+  TuneResult out = run.Outcome();
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

@@ -52,6 +52,9 @@ struct TuneOptions {
   bool prune = true;
   sim::TimeModelFactory make_time;
   std::string time_model_tag;  // part of the derived sweep id (e.g. calibration file hash)
+  // What prices the candidates, as the store and reports name it: a stack ("trtllm-1.0"),
+  // "roofline", or a calibration file's path.
+  std::string stack;
   uint64_t seed = 1;
 };
 
@@ -118,6 +121,8 @@ struct SweepInfo {
   // False for sweeps stored by a fathom that kept no record: model, GPU and GPU count then come
   // from the candidates, the scenario from whether they have a QPS, and the rest is unknown.
   bool recorded = true;
+  std::string stack = "";  // what priced the candidates (TuneOptions::stack); empty: not recorded
+  int64_t position = -1;   // the cell's place in its sweep plan; -1 for a tune of its own
 
   bool ServerLike() const { return tuner::ServerLike(scenario); }
 };
@@ -153,11 +158,77 @@ struct SearchLog {
   std::string source;  // where `stored` came from (the store's path), for errors
   std::function<Status(const std::string& key, const CandidateResult& result)> save;
 };
-// Simulates the prepared candidates in decreasing order of bound (on `options.jobs` threads),
-// reusing stored results and pruning below the best found; does not diagnose an empty result.
-// With one job the outcome depends only on the inputs and what is stored, never on timing.
+// Simulates the prepared candidates, likeliest best first (on `options.jobs` threads), reusing
+// stored results and pruning below the best found; does not diagnose an empty result. The outcome
+// depends only on the inputs and what is stored, never on the number of threads or on timing.
 Result<TuneResult> Search(const TuneOptions& options, const models::HardwareCatalog& catalog,
                           const PreparedTune& prepared, const SearchLog& log);
+
+// One search's bookkeeping, for whoever simulates its candidates (Search's threads, a sweep's work
+// pool): candidates are handed out likeliest best first and their results taken in that order,
+// each judged against the best taken before it, as one thread would; a result computed against an
+// incumbent that has since changed in a way that matters is computed again. Not thread-safe.
+class SearchRun {
+ public:
+  // Borrows its arguments for its lifetime.
+  static Result<SearchRun> Start(const TuneOptions& options, const models::HardwareCatalog& catalog,
+                                 const PreparedTune& prepared, const SearchLog& log);
+
+  // A candidate to simulate: Evaluate(prepared.candidates.feasible[candidate], options, catalog,
+  // beat).
+  struct Task {
+    size_t candidate = 0;
+    double beat = 0;
+    size_t ahead = 0;  // candidates before it whose results are not yet taken
+  };
+  // The first candidate not handed out that the best taken so far does not prune; empty when
+  // none is left until a result comes back.
+  std::optional<Task> Peek();
+  void Take(const Task& task);  // hands out what Peek returned
+  // A task's result: takes every result that is now next in order (saving each to the log).
+  Status Finish(const Task& task, CandidateResult result);
+  bool done() const { return taken_ == items_.size(); }
+  bool server() const { return server_; }
+
+  // Expected cost of the candidates not yet taken, in simulated request-tokens (the requests their
+  // runs issue times their mean output), counting those the bounds let through.
+  double ExpectedCost() const;
+  // Candidates taken so far, of all.
+  int64_t taken() const { return static_cast<int64_t>(taken_); }
+  int64_t size() const { return static_cast<int64_t>(items_.size()); }
+  // Results computed and not used: against an incumbent that changed (computed again), or for a
+  // candidate pruned before its turn.
+  int64_t wasted() const { return wasted_; }
+  TuneResult Outcome() const;
+
+ private:
+  struct Item {
+    size_t candidate = 0;
+    std::string key;
+    double bound = 0;
+    double estimate = 0;  // the order
+    double cost = 0;      // ExpectedCost's share
+    enum class State { kWaiting, kOut, kBack, kDropped } state = State::kWaiting;
+    double beat = 0;  // what it went out against
+    std::optional<CandidateResult> result;
+    bool stored = false;
+  };
+  SearchRun(const TuneOptions& o, const PreparedTune& p, const SearchLog& log)
+      : options_(&o), prepared_(&p), log_(&log) {}
+  bool Pruned(const Item& item) const;
+  Status Advance();
+
+  const TuneOptions* options_;
+  const PreparedTune* prepared_;
+  const SearchLog* log_;
+  bool server_ = false;
+  std::vector<Item> items_;            // in the order results are taken
+  std::vector<size_t> item_of_;        // by candidate
+  size_t taken_ = 0, scan_ = 0;        // results taken; where Peek looks first
+  double best_ = 0;                    // the best objective taken (or stored)
+  std::vector<CandidateResult> kept_;  // taken results that count as simulated or reused
+  int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, wasted_ = 0;
+};
 
 // The valid results, best first (ties in key order).
 std::vector<CandidateResult> RankValid(const std::vector<CandidateResult>& results, bool server);

@@ -139,6 +139,64 @@ TEST_CASE("Tune: the progress callback hears of every candidate, the last with t
   CHECK(last.best == r->ranked.front().Objective(false));
 }
 
+TEST_CASE("Tune: the same outcome on 1, 2 and 5 threads, candidate for candidate", "[tuner]") {
+  for (const sim::Scenario scenario : {sim::Scenario::kServer, sim::Scenario::kOffline}) {
+    INFO(sim::Name(scenario));
+    TuneOptions o = SmallOptions(scenario);
+    o.jobs = 1;
+    auto one = Tune(o, Catalog());
+    REQUIRE(one.ok());
+    for (const int jobs : {2, 5}) {
+      o.jobs = jobs;
+      auto many = Tune(o, Catalog());
+      REQUIRE(many.ok());
+      CHECK(many->simulated == one->simulated);
+      CHECK(many->evaluated == one->evaluated);
+      CHECK(many->pruned == one->pruned);
+    }
+  }
+}
+
+TEST_CASE("SearchRun: results handed back in the worst order give the one-thread outcome",
+          "[tuner]") {
+  for (const sim::Scenario scenario : {sim::Scenario::kServer, sim::Scenario::kOffline}) {
+    INFO(sim::Name(scenario));
+    TuneOptions o = SmallOptions(scenario);
+    o.jobs = 1;
+    auto prepared = Prepare(o, Catalog());
+    REQUIRE(prepared.ok());
+    const SearchLog none;
+    auto want = Search(o, Catalog(), *prepared, none);
+    REQUIRE(want.ok());
+    auto run = SearchRun::Start(o, Catalog(), *prepared, none);
+    REQUIRE(run.ok());
+    // Up to 4 candidates out at once, the latest handed back first: each is simulated against
+    // the best taken when it went out, before the results ahead of it are in.
+    std::vector<SearchRun::Task> out;
+    while (!run->done()) {
+      while (out.size() < 4) {
+        std::optional<SearchRun::Task> t = run->Peek();
+        if (!t) break;
+        run->Take(*t);
+        out.push_back(*t);
+      }
+      REQUIRE_FALSE(out.empty());
+      const SearchRun::Task t = out.back();
+      out.pop_back();
+      auto r = Evaluate(prepared->candidates.feasible[t.candidate], o, Catalog(), t.beat);
+      REQUIRE(r.ok());
+      REQUIRE(run->Finish(t, *r).ok());
+    }
+    const TuneResult got = run->Outcome();
+    CHECK(got.simulated == want->simulated);
+    CHECK(got.evaluated == want->evaluated);
+    CHECK(got.pruned == want->pruned);
+    // Some results were computed against a best that then changed, or for a candidate pruned
+    // before its turn, and were not used.
+    CHECK(run->wasted() > 0);
+  }
+}
+
 TEST_CASE("Tune: a resumed sweep re-simulates nothing and answers as an uninterrupted one",
           "[tuner]") {
   const auto dir = std::filesystem::temp_directory_path();

@@ -17,11 +17,10 @@ namespace fathom::tuner::internal {
 namespace {
 
 enum Tag : int {
-  kReady = 1,  // worker -> 0: free for an item (first message)
-  kItem,       // 0 -> worker: "<item>\n<assignment>"
+  kReady = 1,  // worker -> 0: free for a unit (first message)
+  kUnit,       // 0 -> worker: "<id>\n<assignment>"
   kStop,       // 0 -> worker: no more batches
-  kResult,     // worker -> 0: one result of its item
-  kDone,       // worker -> 0: the item's summary; free for the next
+  kDone,       // worker -> 0: the unit's result; free for the next
   kError,      // worker -> 0: "<status code>\n<message>"; free for the next
 };
 
@@ -82,7 +81,7 @@ Status DecodeError(const std::string& text) {
 
 class MpiWorkPool : public WorkPool {
  public:
-  MpiWorkPool(int rank, int size) : rank_(rank), size_(size), current_(size, -1) {}
+  MpiWorkPool(int rank, int size) : rank_(rank), size_(size), current_(size) {}
   ~MpiWorkPool() override {
     // Every worker is free (or has not yet said it is ready: a coordinator that returned before
     // Run, on bad input, still releases them).
@@ -96,52 +95,47 @@ class MpiWorkPool : public WorkPool {
   int workers() const override { return size_ - 1; }
   bool mpi() const override { return true; }
 
-  Status Run(const std::vector<int64_t>& items, const WorkHandlers& h) override {
-    if (rank_ == 0) return Coordinate(items, h);
+  Status Run(const WorkHandlers& h) override {
+    if (rank_ == 0) return Coordinate(h);
     FATHOM_CHECK(!served_);
     served_ = true;
     return Serve(h);
   }
 
  private:
-  // One batch: free workers (from an earlier batch, or ready for their first item) take the next
-  // item; those left free when the batch runs out wait for the next one.
-  Status Coordinate(const std::vector<int64_t>& items, const WorkHandlers& h) {
+  // One batch: free workers take the next unit; those left free when none is ready wait for one,
+  // or for the next batch. The first batch starts once every worker said it is ready.
+  Status Coordinate(const WorkHandlers& h) {
+    for (; ready_ < size_ - 1; ++ready_) {
+      const Message m = ReceiveAny();
+      FATHOM_CHECK(m.tag == kReady);
+      free_.push_back(m.source);
+    }
     Status failure;
     auto record = [&](const Status& s) {
       if (!s.ok() && failure.ok()) failure = s;
     };
-    size_t next = 0;
     int busy = 0;
-    // Hands `rank` the next item, or leaves it free when there is none (or after an error).
-    auto dispatch = [&](int rank) {
-      while (failure.ok() && next < items.size()) {
-        const int64_t item = items[next++];
-        auto assignment = h.assign(item);
-        record(assignment.status());
-        if (!assignment.ok()) break;
-        current_[rank] = item;
+    // Hands free ranks the units that are ready (none after an error).
+    auto dispatch = [&] {
+      while (failure.ok() && !free_.empty()) {
+        auto unit = h.next();
+        record(unit.status());
+        if (!unit.ok() || !*unit) return;
+        const int rank = free_.back();
+        free_.pop_back();
+        current_[rank] = **unit;
         ++busy;
-        Send(rank, kItem, std::to_string(item) + "\n" + *assignment);
-        return;
+        Send(rank, kUnit, std::to_string((*unit)->id) + "\n" + (*unit)->assignment);
       }
-      free_.push_back(rank);
     };
-    std::vector<int> free;
-    free.swap(free_);
-    for (int rank : free) dispatch(rank);
-    while (busy > 0 || (failure.ok() && next < items.size())) {
+    dispatch();
+    while (busy > 0) {
       const Message m = ReceiveAny();
-      const int64_t item = current_[m.source];
       switch (m.tag) {
-        case kReady:
-          break;
-        case kResult:
-          record(h.collect(item, m.text));
-          continue;  // the item goes on
         case kDone:
           --busy;
-          record(h.finish(item, m.text));
+          record(h.finish(current_[m.source], m.text));
           break;
         case kError:
           --busy;
@@ -150,7 +144,8 @@ class MpiWorkPool : public WorkPool {
         default:
           FATHOM_CHECK(false);
       }
-      dispatch(m.source);
+      free_.push_back(m.source);
+      dispatch();
     }
     return failure;
   }
@@ -160,26 +155,23 @@ class MpiWorkPool : public WorkPool {
     for (;;) {
       const Message m = ReceiveFromCoordinator();
       if (m.tag == kStop) return Status::Ok();
-      FATHOM_CHECK(m.tag == kItem);
+      FATHOM_CHECK(m.tag == kUnit);
       const size_t nl = m.text.find('\n');
-      const int64_t item = std::stoll(m.text.substr(0, nl));
-      const WorkHandlers::Emit emit = [](const std::string& result) {
-        Send(0, kResult, result);
-        return Status::Ok();
-      };
-      auto summary = h.compute(item, m.text.substr(nl + 1), emit);
-      if (summary.ok()) {
-        Send(0, kDone, *summary);
+      const WorkUnit unit{std::stoll(m.text.substr(0, nl)), m.text.substr(nl + 1)};
+      auto result = h.compute(unit);
+      if (result.ok()) {
+        Send(0, kDone, *result);
       } else {
-        Send(0, kError, EncodeError(summary.status()));
+        Send(0, kError, EncodeError(result.status()));
       }
     }
   }
 
   int rank_, size_;
   bool served_ = false;
-  std::vector<int64_t> current_;  // coordinator: the item each rank computes
-  std::vector<int> free_;         // coordinator: ranks waiting for an item
+  std::vector<WorkUnit> current_;  // coordinator: the unit each rank computes
+  std::vector<int> free_;          // coordinator: ranks waiting for a unit
+  int ready_ = 0;                  // coordinator: ranks that said they are ready
 };
 
 }  // namespace

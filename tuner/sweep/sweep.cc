@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -29,8 +30,8 @@ class Timed {
   Clock::time_point start_;
 };
 
-// A cell's tune as a worker runs it, prepared: one job, so its search depends on nothing but its
-// inputs and what is stored. Errors name the plan and the cell.
+// A cell's tune, prepared: one job (the sweep's workers are its threads), no store (the sweep's
+// coordinator keeps it). Errors name the plan and the cell.
 struct CellSearch {
   TuneOptions options;
   PreparedTune prepared;
@@ -50,10 +51,44 @@ Result<CellSearch> PrepareCell(const SweepPlan& plan, const SweepCell& cell,
   return failed.WithContext(plan.path + ": cell " + cell.Label());
 }
 
+// Expected cost of a whole cell (SearchRun::ExpectedCost from nothing stored).
+Result<double> CellCost(const CellSearch& c, const models::HardwareCatalog& catalog) {
+  const SearchLog none;
+  FATHOM_ASSIGN_OR_RETURN(SearchRun run, SearchRun::Start(c.options, catalog, c.prepared, none));
+  return run.ExpectedCost();
+}
+
+// Which shard runs each distinct cell: the costliest first, each to the shard with the least
+// expected cost so far (ties to the lower index), so every process of an array computes the same
+// split from the plan alone.
+std::vector<int> ShardOf(const std::vector<double>& costs, int shards) {
+  std::vector<size_t> order(costs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(static_cast<size_t>(shards), 0.0);
+  std::vector<int> shard(costs.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    shard[i] = static_cast<int>(least);
+    load[static_cast<size_t>(least)] += costs[i];
+  }
+  return shard;
+}
+
 // What the coordinator knows of each cell it runs.
 struct CellRun {
   SweepCell cell;
-  SweepInfo info;
+  std::shared_ptr<const CellSearch> search;
+  std::optional<SearchRun> run;  // from the cell's stored results
+  SearchLog log;
+  double cost = 0;  // expected cost left (SearchRun::ExpectedCost), updated as results come
+};
+
+// A unit handed out: a cell's candidate.
+struct OutUnit {
+  int64_t cell = 0;
+  SearchRun::Task task;
 };
 
 }  // namespace
@@ -66,6 +101,7 @@ OrderedJson SweepSummary::ToJson() const {
   j["simulated"] = simulated;
   j["reused"] = reused;
   j["pruned"] = pruned;
+  j["wasted"] = wasted;
   j["workers"] = workers;
   j["mpi"] = mpi;
   j["wall_s"] = wall_s;
@@ -78,51 +114,55 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
                                              const SweepOptions& options, const CellTune& cell_tune,
                                              const models::HardwareCatalog& catalog) {
   const auto start = Clock::now();
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<WorkPool> pool, MakeWorkPool(options.jobs));
-  // Workers read the plan when their first cell comes, after the coordinator has checked it.
+  std::unique_ptr<WorkPool> owned;
+  if (options.pool == nullptr) {
+    FATHOM_ASSIGN_OR_RETURN(owned, MakeWorkPool(options.jobs));
+  }
+  WorkPool* pool = options.pool != nullptr ? options.pool : owned.get();
+  // Workers read the plan when their first unit comes, after the coordinator has checked it, and
+  // prepare each cell once (the coordinator's threads share its prepared cells).
   std::optional<SweepPlan> plan;
   std::vector<SweepCell> cells;
+  std::map<int64_t, std::shared_ptr<const CellSearch>> prepared;
   std::mutex plan_mu;
   auto load_plan = [&]() -> Status {
-    std::lock_guard<std::mutex> lock(plan_mu);
     if (plan) return Status::Ok();
     FATHOM_ASSIGN_OR_RETURN(SweepPlan p, LoadSweepPlan(plan_path));
     cells = p.Cells();
     plan = std::move(p);
     return Status::Ok();
   };
-
-  WorkHandlers h;
-  h.compute = [&](int64_t item, const std::string& assignment,
-                  const WorkHandlers::Emit& emit) -> Result<std::string> {
+  auto cell_search = [&](int64_t item) -> Result<std::shared_ptr<const CellSearch>> {
+    std::lock_guard<std::mutex> lock(plan_mu);
+    if (auto it = prepared.find(item); it != prepared.end()) return it->second;
     FATHOM_RETURN_IF_ERROR(load_plan());
     if (item < 0 || item >= static_cast<int64_t>(cells.size())) {
       return Status::InvalidArgument(plan_path + ": has no cell " + std::to_string(item) +
                                      " (did the plan change while the sweep ran?)");
     }
-    const SweepCell& cell = cells[item];
-    FATHOM_ASSIGN_OR_RETURN(CellSearch c, PrepareCell(*plan, cell, cell_tune, catalog));
-    const TuneOptions& o = c.options;
-    SearchLog log;
-    log.stored = Json::parse(assignment).get<std::map<std::string, Json>>();
-    log.source = options.db_path;
-    log.save = [&](const std::string& key, const CandidateResult& r) {
-      const StoredRow row = ToStoredRow(r);
-      return emit(
-          Json{{"key", key}, {"config", row.config_json}, {"metrics", row.metrics_json}}.dump());
-    };
-    auto res = Search(o, catalog, c.prepared, log);
-    if (!res.ok()) return res.status().WithContext(plan_path + ": cell " + cell.Label());
-    Json summary = {{"simulated", res->evaluated},
-                    {"reused", res->reused},
-                    {"pruned", res->pruned},
-                    {"valid", res->ranked.size()}};
-    if (!res->ranked.empty())
-      summary["best"] = res->ranked.front().Objective(ServerLike(o.space.scenario));
-    return summary.dump();
+    FATHOM_ASSIGN_OR_RETURN(CellSearch c, PrepareCell(*plan, cells[item], cell_tune, catalog));
+    auto shared = std::make_shared<const CellSearch>(std::move(c));
+    prepared.emplace(item, shared);
+    return shared;
+  };
+
+  WorkHandlers h;
+  h.compute = [&](const WorkUnit& unit) -> Result<std::string> {
+    const Json a = Json::parse(unit.assignment);
+    const int64_t item = a.at("cell").get<int64_t>();
+    FATHOM_ASSIGN_OR_RETURN(std::shared_ptr<const CellSearch> c, cell_search(item));
+    const auto& feasible = c->prepared.candidates.feasible;
+    const auto candidate = a.at("candidate").get<size_t>();
+    if (candidate >= feasible.size()) {
+      return Status::InvalidArgument(plan_path + ": cell " + cells[item].Label() +
+                                     " has no candidate " + std::to_string(candidate));
+    }
+    auto r = Evaluate(feasible[candidate], c->options, catalog, a.at("beat").get<double>());
+    if (!r.ok()) return r.status().WithContext(plan_path + ": cell " + cells[item].Label());
+    return ToStoredRow(*r).metrics_json;
   };
   if (!pool->coordinator()) {
-    FATHOM_RETURN_IF_ERROR(pool->Run({}, h));
+    FATHOM_RETURN_IF_ERROR(pool->Run(h));
     return std::optional<SweepSummary>();
   }
 
@@ -140,71 +180,150 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
   }
   // Cells are built in parallel (loading workloads and enumerating spaces takes milliseconds a
   // cell, and the workers wait for it), then taken in plan order.
-  std::vector<std::optional<Result<SweepInfo>>> infos(cells.size());
+  struct Built {
+    Result<CellSearch> search = Status::Unavailable("not built");
+    Result<double> cost = 0.0;
+  };
+  std::vector<Built> built(cells.size());
   ParallelFor(cells.size(), options.jobs, [&](size_t i) {
-    auto c = PrepareCell(*plan, cells[i], cell_tune, catalog);
-    infos[i] = c.ok() ? Result<SweepInfo>(c->prepared.info) : Result<SweepInfo>(c.status());
+    built[i].search = PrepareCell(*plan, cells[i], cell_tune, catalog);
+    if (built[i].search.ok()) built[i].cost = CellCost(*built[i].search, catalog);
   });
   std::map<int64_t, CellRun> runs;
   std::set<std::string> seen;
-  int64_t distinct = 0;
+  std::vector<int64_t> distinct;
+  std::vector<double> costs;
   for (size_t i = 0; i < cells.size(); ++i) {
-    FATHOM_ASSIGN_OR_RETURN(SweepInfo info, *infos[i]);
-    if (!seen.insert(info.id).second) continue;  // the same tune as an earlier cell
-    const bool mine = !options.shard || distinct % options.shard->count == options.shard->index;
-    ++distinct;
-    if (mine) runs[static_cast<int64_t>(i)] = {cells[i], info};
+    FATHOM_RETURN_IF_ERROR(built[i].search.status());
+    FATHOM_ASSIGN_OR_RETURN(double cost, built[i].cost);
+    if (!seen.insert(built[i].search->prepared.info.id).second) continue;  // an earlier cell's tune
+    distinct.push_back(static_cast<int64_t>(i));
+    costs.push_back(cost);
+  }
+  const std::vector<int> shard_of = ShardOf(costs, options.shard ? options.shard->count : 1);
+  for (size_t d = 0; d < distinct.size(); ++d) {
+    if (options.shard && shard_of[d] != options.shard->index) continue;
+    const int64_t i = distinct[d];
+    CellRun& run = runs[i];
+    run.cell = cells[i];
+    run.search = std::make_shared<const CellSearch>(std::move(*built[i].search));
+    run.cost = costs[d];
+    prepared.emplace(i, run.search);
   }
   summary.cells = static_cast<int64_t>(runs.size());
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ResultStore> store, ResultStore::Open(options.db_path));
-  std::vector<int64_t> items;
-  for (const auto& [i, run] : runs) {
-    FATHOM_RETURN_IF_ERROR(store->Record(run.info));
-    FATHOM_ASSIGN_OR_RETURN(bool complete, store->IsComplete(run.info.id));
+  int64_t to_run = 0, candidates = 0;
+  double total_cost = 0;
+  for (auto& [i, run] : runs) {
+    SweepInfo info = run.search->prepared.info;
+    info.position = i;
+    FATHOM_RETURN_IF_ERROR(store->Record(info));
+    FATHOM_ASSIGN_OR_RETURN(bool complete, store->IsComplete(info.id));
     if (complete) {
       ++summary.complete;
-    } else {
-      items.push_back(i);
+      continue;
     }
+    FATHOM_ASSIGN_OR_RETURN(run.log.stored, store->Load(info.id));
+    run.log.source = options.db_path;
+    run.log.save = [&store, id = info.id](const std::string& key, const CandidateResult& r) {
+      return store->Save(id, key, r);
+    };
+    FATHOM_ASSIGN_OR_RETURN(SearchRun search, SearchRun::Start(run.search->options, catalog,
+                                                               run.search->prepared, run.log));
+    run.run.emplace(std::move(search));
+    run.cost = run.run->ExpectedCost();
+    total_cost += run.cost;
+    candidates += run.run->size();
+    ++to_run;
   }
   summary.prepare_s = Since(prepare_start);
 
-  h.assign = [&](int64_t item) -> Result<std::string> {
-    Timed t(&summary.serve_s);
-    FATHOM_ASSIGN_OR_RETURN(auto stored, store->Load(runs.at(item).info.id));
-    return Json(stored).dump();
-  };
-  h.collect = [&](int64_t item, const std::string& result) {
-    Timed t(&summary.serve_s);
-    const Json r = Json::parse(result);
-    return store->SaveRow(runs.at(item).info.id, r.at("key").get<std::string>(),
-                          r.at("config").get<std::string>(), r.at("metrics").get<std::string>());
-  };
-  h.finish = [&](int64_t item, const std::string& text) {
-    Timed t(&summary.serve_s);
-    FATHOM_RETURN_IF_ERROR(store->MarkComplete(runs.at(item).info.id));
-    const Json s = Json::parse(text);
-    summary.simulated += s.at("simulated").get<int64_t>();
-    summary.reused += s.at("reused").get<int64_t>();
-    summary.pruned += s.at("pruned").get<int64_t>();
+  // Units go out fewest results ahead of them first (work a single-threaded search would do next),
+  // then from the cell with the most expected work left, then in plan order.
+  std::map<int64_t, OutUnit> out;
+  int64_t next_id = 0, taken = 0;
+  for (const auto& [i, run] : runs) {
+    if (run.run) taken += run.run->taken();
+  }
+  auto finish_cell = [&](int64_t item, CellRun& run) -> Status {
+    FATHOM_RETURN_IF_ERROR(store->MarkComplete(run.search->prepared.info.id));
+    const TuneResult r = run.run->Outcome();
+    summary.simulated += r.evaluated;
+    summary.reused += r.reused;
+    summary.pruned += r.pruned;
+    summary.wasted += run.run->wasted();
     ++summary.run;
     if (options.progress) {
-      const CellRun& run = runs.at(item);
-      CellProgress p{summary.run,
-                     static_cast<int64_t>(items.size()),
-                     run.cell.Label(),
-                     s.at("simulated").get<int64_t>(),
-                     s.at("reused").get<int64_t>(),
-                     s.at("pruned").get<int64_t>(),
-                     s.at("valid").get<int64_t>(),
-                     std::nullopt,
-                     run.info.ServerLike()};
-      if (s.contains("best")) p.best = s.at("best").get<double>();
+      CellProgress p;
+      p.done = summary.run;
+      p.total = to_run;
+      p.label = run.cell.Label();
+      p.simulated = r.evaluated;
+      p.reused = r.reused;
+      p.pruned = r.pruned;
+      p.valid = static_cast<int64_t>(r.ranked.size());
+      if (!r.ranked.empty()) p.best = r.ranked.front().Objective(run.run->server());
+      p.server_like = run.search->prepared.info.ServerLike();
+      p.candidates_done = taken;
+      p.candidates_total = candidates;
+      p.elapsed_s = Since(start);
+      double left = 0;
+      for (const auto& [j, other] : runs) left += other.run && !other.run->done() ? other.cost : 0;
+      if (total_cost > left && total_cost > 0) p.eta_s = p.elapsed_s * left / (total_cost - left);
       options.progress(p);
     }
+    run.run.reset();
     return Status::Ok();
   };
-  FATHOM_RETURN_IF_ERROR(pool->Run(items, h));
+  // Cells whose every candidate was stored or pruned finish at once.
+  for (auto& [i, run] : runs) {
+    if (run.run && run.run->done()) FATHOM_RETURN_IF_ERROR(finish_cell(i, run));
+  }
+  h.next = [&]() -> Result<std::optional<WorkUnit>> {
+    Timed t(&summary.serve_s);
+    CellRun* chosen = nullptr;
+    int64_t chosen_item = 0;
+    std::optional<SearchRun::Task> chosen_task;
+    for (auto& [i, run] : runs) {
+      if (!run.run) continue;
+      std::optional<SearchRun::Task> task = run.run->Peek();
+      if (!task) continue;
+      if (!chosen_task || task->ahead < chosen_task->ahead ||
+          (task->ahead == chosen_task->ahead && run.cost > chosen->cost)) {
+        chosen = &run;
+        chosen_item = i;
+        chosen_task = task;
+      }
+    }
+    if (!chosen_task) return std::optional<WorkUnit>();
+    chosen->run->Take(*chosen_task);
+    const int64_t id = next_id++;
+    out[id] = {chosen_item, *chosen_task};
+    const Json a = {
+        {"cell", chosen_item}, {"candidate", chosen_task->candidate}, {"beat", chosen_task->beat}};
+    return std::optional<WorkUnit>(WorkUnit{id, a.dump()});
+  };
+  h.finish = [&](const WorkUnit& unit, const std::string& result) -> Status {
+    Timed t(&summary.serve_s);
+    const OutUnit u = out.at(unit.id);
+    out.erase(unit.id);
+    CellRun& run = runs.at(u.cell);
+    if (!run.run) {  // a candidate pruned before its turn, in a cell since finished
+      ++summary.wasted;
+      return Status::Ok();
+    }
+    const auto& config = run.search->prepared.candidates.feasible[u.task.candidate];
+    FATHOM_ASSIGN_OR_RETURN(CandidateResult r,
+                            CandidateFromJson(config, Json::parse(result),
+                                              "a worker's result for cell " + run.cell.Label()));
+    const int64_t before = run.run->taken();
+    FATHOM_RETURN_IF_ERROR(run.run->Finish(u.task, std::move(r)));
+    taken += run.run->taken() - before;
+    run.cost = run.run->ExpectedCost();
+    if (run.run->done()) return finish_cell(u.cell, run);
+    return Status::Ok();
+  };
+  FATHOM_RETURN_IF_ERROR(pool->Run(h));
   summary.wall_s = Since(start);
   return std::optional<SweepSummary>(summary);
 }

@@ -1,7 +1,8 @@
 // `fathom sweep`: every cell of a plan tuned into one results store, on threads or the ranks of
-// an MPI job. A cell is one work item: its candidates are searched in order on one worker (so the
-// store's rows are the same whatever ran them, and pruning stays as sharp as one tune's), each
-// result going to the coordinator, the store's only writer, as it completes. A killed sweep
+// an MPI job. A unit of work is one candidate of one cell: the coordinator, the store's only
+// writer, keeps each cell's search (SearchRun) and hands out candidates across cells, so a few
+// long cells spread over every worker; results are taken in each cell's own order, so the store's
+// rows are the same whatever ran them and pruning stays as sharp as one tune's. A killed sweep
 // resumes from the store: finished cells are skipped, stored candidates are not simulated again.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "models/hardware.h"
 #include "tuner/search/tuner.h"
 #include "tuner/sweep/sweep_plan.h"
+#include "tuner/sweep/work_pool.h"
 
 namespace fathom::tuner {
 
@@ -26,13 +28,21 @@ struct CellProgress {
   std::optional<double>
       best;  // the best objective when one is valid: QPS (server-type) or tokens/s
   bool server_like = false;
+  // Over the whole sweep: candidates whose results were taken (simulated, reused or pruned), of
+  // all; seconds since the start, and to go at the rate of expected work done so far.
+  int64_t candidates_done = 0, candidates_total = 0;
+  double elapsed_s = 0;
+  std::optional<double> eta_s;
 };
 
 struct SweepOptions {
-  std::string db_path;         // the results store (required)
-  int jobs = 0;                // threads where no MPI job runs it; <= 0: one per core
-  std::optional<Shard> shard;  // only every count-th distinct cell, from the index-th
+  std::string db_path;  // the results store (required)
+  int jobs = 0;         // threads where no MPI job runs it; <= 0: one per core
+  // Only the index-th of `count` shards of the distinct cells, balanced by expected cost.
+  std::optional<Shard> shard;
   std::function<void(const CellProgress&)> progress;  // called after each cell; empty: none
+  // Runs on this pool (e.g. a SchedulePool) instead of threads or an MPI job's ranks; borrowed.
+  WorkPool* pool = nullptr;
 };
 
 // A cell's tune options (workload, time model, limits, price), built by the caller, who owns the
@@ -44,7 +54,8 @@ struct SweepSummary {
   int64_t complete = 0;                           // already complete in the store, skipped
   int64_t run = 0;                                // cells searched now
   int64_t simulated = 0, reused = 0, pruned = 0;  // candidates, over the cells run
-  int workers = 0;                                // threads or compute ranks
+  int64_t wasted = 0;  // results computed and not used (SearchRun::wasted)
+  int workers = 0;     // threads or compute ranks
   bool mpi = false;
   double wall_s = 0;  // from the start (MPI's included) to the last cell stored
   // The coordinator's own work: reading the plan and building, checking and recording every cell

@@ -69,7 +69,10 @@ std::vector<std::string> Rows(const std::string& path) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
   std::vector<std::string> rows;
-  for (const char* sql : {"SELECT * FROM tune_sweeps ORDER BY sweep",
+  // A sweep's record less its plan position, which a tune of its own has not.
+  for (const char* sql : {"SELECT sweep, model, hardware, gpus, scenario, ttft_limit_ms, "
+                          "tpot_limit_ms, price_per_gpu_hour, candidates, infeasible, stack "
+                          "FROM tune_sweeps ORDER BY sweep",
                           "SELECT * FROM tune_results ORDER BY sweep, candidate",
                           "SELECT * FROM tune_complete ORDER BY sweep"}) {
     sqlite3_stmt* st = nullptr;
@@ -153,46 +156,48 @@ TEST_CASE("ParseShard: I/N with 0 <= I < N", "[tuner]") {
   }
 }
 
-TEST_CASE("WorkPool on threads: every item computed once, results collected in each item's order",
+TEST_CASE("WorkPool on threads: units handed out as they become ready, each computed once",
           "[tuner]") {
   auto pool = MakeWorkPool(3);
   REQUIRE(pool.ok());
   REQUIRE((*pool)->coordinator());
-  std::map<int64_t, std::vector<std::string>> collected;
-  std::set<int64_t> finished;
+  // Two chains of 5 units: a chain's next unit is ready only once its last one finished.
+  std::map<int64_t, std::string> finished;
+  int64_t handed[2] = {0, 0};
+  bool out[2] = {false, false};
   WorkHandlers h;
-  h.assign = [](int64_t item) -> Result<std::string> { return std::to_string(item * 10); };
-  h.compute = [](int64_t item, const std::string& assignment,
-                 const WorkHandlers::Emit& emit) -> Result<std::string> {
-    for (int i = 0; i < 3; ++i) FATHOM_RETURN_IF_ERROR(emit(assignment + "." + std::to_string(i)));
-    return std::string("done");
+  h.next = [&]() -> Result<std::optional<WorkUnit>> {
+    for (int chain = 0; chain < 2; ++chain) {
+      if (out[chain] || handed[chain] == 5) continue;
+      out[chain] = true;
+      const int64_t id = 10 * chain + handed[chain]++;
+      return std::optional<WorkUnit>(WorkUnit{id, std::to_string(id * 10)});
+    }
+    return std::optional<WorkUnit>();
   };
-  h.collect = [&](int64_t item, const std::string& r) {
-    collected[item].push_back(r);
+  h.compute = [](const WorkUnit& unit) -> Result<std::string> { return unit.assignment + "!"; };
+  h.finish = [&](const WorkUnit& unit, const std::string& result) {
+    CHECK(result == std::to_string(unit.id * 10) + "!");
+    CHECK(finished.emplace(unit.id, result).second);
+    out[unit.id / 10] = false;
     return Status::Ok();
   };
-  h.finish = [&](int64_t item, const std::string& summary) {
-    CHECK(summary == "done");
-    CHECK(collected[item].size() == 3);
-    finished.insert(item);
-    return Status::Ok();
-  };
-  REQUIRE((*pool)->Run({4, 7, 9, 11}, h).ok());
-  CHECK(finished == std::set<int64_t>{4, 7, 9, 11});
-  CHECK(collected[7] == std::vector<std::string>{"70.0", "70.1", "70.2"});
+  REQUIRE((*pool)->Run(h).ok());
+  CHECK(finished.size() == 10);
+  CHECK(finished.count(14) == 1);
 
-  // An error stops the pool from starting new items and is returned.
+  // An error stops the pool from starting new units and is returned.
   std::atomic<int> computed{0};
-  h.compute = [&](int64_t item, const std::string&,
-                  const WorkHandlers::Emit&) -> Result<std::string> {
+  h.next = EachOf({0, 1, 2}, [](int64_t item) -> Result<std::string> { return std::string(); });
+  h.compute = [&](const WorkUnit& unit) -> Result<std::string> {
     ++computed;
-    if (item == 0) return Status::InvalidArgument("cell 0 is bad");
+    if (unit.id == 0) return Status::InvalidArgument("cell 0 is bad");
     return std::string("done");
   };
-  h.finish = [](int64_t, const std::string&) { return Status::Ok(); };
+  h.finish = [](const WorkUnit&, const std::string&) { return Status::Ok(); };
   auto one = MakeWorkPool(1);
   REQUIRE(one.ok());
-  const Status s = (*one)->Run({0, 1, 2}, h);
+  const Status s = (*one)->Run(h);
   CHECK(s.message() == "cell 0 is bad");
   CHECK(computed == 1);
 }
@@ -238,19 +243,34 @@ TEST_CASE(
   SECTION("shards merged hold what one run holds") {
     const std::string merged = TempPath("fathom_sweep_merged.db");
     std::vector<std::string> shards;
+    int64_t cells = 0;
     for (int i = 0; i < 3; ++i) {
       options.db_path = TempPath("fathom_sweep_shard" + std::to_string(i) + ".db");
       options.shard = Shard{i, 3};
       auto run = RunSweep(plan_path, options, SmallCell, Catalog());
       REQUIRE(run.ok());
-      CHECK((*run)->cells == (i == 0 ? 2 : 1));
+      // Balanced by expected cost: with 4 cells on 3 shards, none is left empty.
+      CHECK((*run)->cells >= 1);
+      cells += (*run)->cells;
       shards.push_back(options.db_path);
     }
+    CHECK(cells == 4);
     auto store = ResultStore::Open(merged);
     REQUIRE(store.ok());
     REQUIRE((*store)->Merge(shards).ok());
     std::vector<std::string> want = Rows(tuned), got = Rows(merged);
     CHECK(got == want);
+    // Reports list the merged sweeps in plan order, as they list one process's.
+    auto ids = [](const std::string& path) {
+      std::vector<std::string> out;
+      auto s = ResultStore::OpenExisting(path);
+      REQUIRE(s.ok());
+      auto sweeps = (*s)->Sweeps();
+      REQUIRE(sweeps.ok());
+      for (const StoredSweep& sweep : *sweeps) out.push_back(sweep.info.id);
+      return out;
+    };
+    CHECK(ids(merged) == ids(swept));
   }
 }
 

@@ -1,9 +1,10 @@
 #include "tuner/sweep/work_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
+#include <functional>
+#include <queue>
 
 #include "base/parallel.h"
 #include "tuner/sweep/mpi_work_pool.h"
@@ -14,42 +15,29 @@ namespace {
 // Threads of this process; the coordinator's handlers run under one lock.
 class ThreadWorkPool : public WorkPool {
  public:
-  explicit ThreadWorkPool(int jobs)
-      : jobs_(jobs > 0 ? jobs
-                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+  explicit ThreadWorkPool(int jobs) : jobs_(Workers(jobs)) {}
 
   bool coordinator() const override { return true; }
   int workers() const override { return jobs_; }
   bool mpi() const override { return false; }
 
-  Status Run(const std::vector<int64_t>& items, const WorkHandlers& h) override {
-    std::mutex mu;
+  Status Run(const WorkHandlers& h) override {
     Status failure;
     // Keeps the first failure; says whether `s` was ok.
     auto record = [&](const Status& s) {
       if (!s.ok() && failure.ok()) failure = s;
       return s.ok();
     };
-    ParallelFor(items.size(), jobs_, [&](size_t i) {
-      const int64_t item = items[i];
-      std::string assignment;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failure.ok()) return;  // after an error, start nothing new
-        auto a = h.assign(item);
-        if (!record(a.status())) return;
-        assignment = std::move(*a);
-      }
-      const WorkHandlers::Emit emit = [&](const std::string& result) {
-        std::lock_guard<std::mutex> lock(mu);
-        Status collected = h.collect(item, result);
-        record(collected);
-        return collected;
-      };
-      auto summary = h.compute(item, assignment, emit);
-      std::lock_guard<std::mutex> lock(mu);
-      if (record(summary.status())) record(h.finish(item, *summary));
-    });
+    auto next = [&]() -> std::optional<WorkUnit> {
+      if (!failure.ok()) return std::nullopt;  // after an error, start nothing new
+      auto unit = h.next();
+      if (!record(unit.status())) return std::nullopt;
+      return *unit;
+    };
+    auto done = [&](const WorkUnit& unit, Result<std::string> result) {
+      if (record(result.status())) record(h.finish(unit, *result));
+    };
+    ParallelTasks(jobs_, next, h.compute, done);
     return failure;
   }
 
@@ -58,6 +46,17 @@ class ThreadWorkPool : public WorkPool {
 };
 
 }  // namespace
+
+std::function<Result<std::optional<WorkUnit>>()> EachOf(
+    std::vector<int64_t> items, std::function<Result<std::string>(int64_t item)> assign) {
+  return [items = std::move(items), assign = std::move(assign),
+          next = size_t{0}]() mutable -> Result<std::optional<WorkUnit>> {
+    if (next == items.size()) return std::optional<WorkUnit>();
+    const int64_t item = items[next++];
+    FATHOM_ASSIGN_OR_RETURN(std::string assignment, assign(item));
+    return std::optional<WorkUnit>(WorkUnit{item, std::move(assignment)});
+  };
+}
 
 namespace internal {
 
@@ -94,12 +93,49 @@ std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs) {
   return std::make_unique<ThreadWorkPool>(jobs);
 }
 
+Status SchedulePool::Run(const WorkHandlers& h) {
+  struct Finishing {
+    double at = 0;
+    int64_t order = 0;  // ties: the one handed out first
+    WorkUnit unit;
+    Result<std::string> result;
+    bool operator>(const Finishing& o) const { return at != o.at ? at > o.at : order > o.order; }
+  };
+  std::priority_queue<Finishing, std::vector<Finishing>, std::greater<>> finishing;
+  Status failure;
+  auto record = [&](const Status& s) {
+    if (!s.ok() && failure.ok()) failure = s;
+  };
+  int free = workers_;
+  int64_t order = 0;
+  for (;;) {
+    while (failure.ok() && free > 0) {
+      auto unit = h.next();
+      record(unit.status());
+      if (!unit.ok() || !*unit) break;
+      const auto start = std::chrono::steady_clock::now();
+      Result<std::string> result = h.compute(**unit);
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      compute_s_ += took;
+      finishing.push({clock_s_ + took, order++, std::move(**unit), std::move(result)});
+      --free;
+    }
+    if (finishing.empty()) break;
+    Finishing f = finishing.top();
+    finishing.pop();
+    clock_s_ = f.at;
+    ++free;
+    record(f.result.status());
+    if (f.result.ok()) record(h.finish(f.unit, *f.result));
+  }
+  return failure;
+}
+
 Status RefuseWork(WorkPool* pool, const Status& why) {
   WorkHandlers h;
-  h.compute = [&](int64_t, const std::string&, const WorkHandlers::Emit&) -> Result<std::string> {
-    return why;
-  };
-  return pool->Run({}, h);
+  h.compute = [&](const WorkUnit&) -> Result<std::string> { return why; };
+  return pool->Run(h);
 }
 
 }  // namespace fathom::tuner
