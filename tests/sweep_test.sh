@@ -63,6 +63,14 @@ check "merge" $?
 diff <(rows "$tmp/threads.db") <(rows "$tmp/merged.db") >/dev/null
 check "merged shards equal the one run row for row" $?
 
+# Sizing a cluster: the sweep run here as 16 workers would run it; the same store.
+"$fathom" sweep "$tmp/plan.json" --db "$tmp/schedule.db" --schedule-on 16 --json >"$tmp/schedule.json" 2>/dev/null
+jq -e '.schedule.workers == 16 and .schedule.makespan_s > 0 and .schedule.makespan_s <= .schedule.compute_s' \
+  "$tmp/schedule.json" >/dev/null
+check "sweep --schedule-on 16: $(jq -c .schedule "$tmp/schedule.json")" $?
+diff <(rows "$tmp/threads.db") <(rows "$tmp/schedule.db") >/dev/null
+check "the scheduled run's store equals the threaded one row for row" $?
+
 # Bad input: exit 2, a message naming the file, the field and the rule, and no store written.
 expect_error() {  # expect_error PATTERN -- ARGS...
   local pattern=$1

@@ -117,7 +117,9 @@ Status Run(const SweepFlags& f) {
       f.plan.c_str(), f.shard.empty() ? "" : (" shard " + f.shard).c_str(),
       static_cast<long long>(s.cells), static_cast<long long>(s.complete),
       static_cast<long long>(s.run), s.workers,
-      s.mpi ? (s.workers == 1 ? "MPI rank" : "MPI ranks") : (s.workers == 1 ? "thread" : "threads"),
+      schedule ? "scheduled workers"
+      : s.mpi  ? (s.workers == 1 ? "MPI rank" : "MPI ranks")
+               : (s.workers == 1 ? "thread" : "threads"),
       static_cast<long long>(s.simulated), static_cast<long long>(s.reused),
       static_cast<long long>(s.pruned), s.wall_s);
   if (schedule) {
