@@ -194,6 +194,16 @@ simulated=$(grep -m1 -o '"sustained_tokens_per_s": [0-9.]*' "$tmp/sim_server.jso
 if [[ -n "$tuned" && "$tuned" == "$simulated" ]]; then passed=$((passed + 1)); else
   echo "FAIL: simulate of tune's best (server): $simulated tokens/s, tune said $tuned"; failed=$((failed + 1)); fi
 expect 0 '"source": "the run `fathom tune` scored' -- simulate --deployment "$tmp/best_server.json" --json
+# The published results nearest the question, beside the answer (Llama 2 70B on H200s: 8-GPU rows).
+if jq -e '(.published.nearest | length > 0) and all(.published.nearest[]; .gpus == 8 and .scenario == "Server")
+          and (.published.vs_best_pct | type == "number")' "$tmp/tune_server.json" >/dev/null; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: tune --json names the nearest published results: $(jq -c .published "$tmp/tune_server.json")"
+  failed=$((failed + 1))
+fi
+expect 0 "Published (MLPerf, deepseek-r1 on 8 x b200):" -- simulate --deployment "$data/deployment_dsr1_b200.json" \
+  --scenario offline --samples 200
 expect 0 "with --seed changed (not the tuner's figures)" -- simulate --deployment "$tmp/best_server.json" --seed 3
 "$fathom" tune "${small_tune[@]}" --json --best-out "$tmp/best_offline.json" >"$tmp/tune_offline.json" 2>/dev/null
 "$fathom" simulate --deployment "$tmp/best_offline.json" --json >"$tmp/sim_offline.json" 2>/dev/null

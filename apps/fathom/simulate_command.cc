@@ -8,6 +8,7 @@
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
+#include "apps/fathom/published_note.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
 #include "base/files.h"
@@ -394,6 +395,11 @@ Status Run(SimulateFlags f) {
     sigma = std::array<double, 3>{std::sqrt(var[0]), std::sqrt(var[1]), std::sqrt(var[2])};
   }
 
+  // Offline is compared with the published tokens/s; a Server run is at the rate asked for.
+  FATHOM_ASSIGN_OR_RETURN(
+      PublishedNote published,
+      DescribePublished(d, sc.scenario,
+                        sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0));
   if (f.json) {
     OrderedJson j;
     j["deployment"] = sim::ToJson(d);
@@ -413,6 +419,7 @@ Status Run(SimulateFlags f) {
                                 {"ttft_p99_ms", (*sigma)[1]},
                                 {"tpot_p99_ms", (*sigma)[2]}};
     }
+    j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
@@ -423,6 +430,7 @@ Status Run(SimulateFlags f) {
           "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
           (*sigma)[0], (*sigma)[1], (*sigma)[2]);
     }
+    if (!published.text.empty()) std::printf("\n%s", published.text.c_str());
   }
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
+#include "apps/fathom/published_note.h"
 #include "apps/fathom/tune_setup.h"
 #include "base/files.h"
 #include "base/format.h"
@@ -231,6 +232,9 @@ Status Run(TuneFlags f) {
   if (!f.best_out.empty())
     FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
+  FATHOM_ASSIGN_OR_RETURN(PublishedNote published,
+                          DescribePublished(best.config, o.space.scenario,
+                                            server ? best.qps : best.throughput_tokens_per_s));
   if (f.json) {
     OrderedJson j;
     OrderedJson b;
@@ -252,6 +256,8 @@ Status Run(TuneFlags f) {
     j["best"] = b;
     j["workload"] = workload_note;
     j["stack"] = stack;
+    j["published"] = published.json;
+    j["published"] = published.json;
     OrderedJson top = OrderedJson::array();
     for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i)
       top.push_back(res.ranked[i].ToJson());
@@ -291,6 +297,7 @@ Status Run(TuneFlags f) {
       server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
       best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
           best.config.TotalGpus());
+  std::printf("%s", published.text.c_str());
   if (best.config.engine.mtp_depth > 0) {
     std::printf(
         "MTP: %d draft tokens a step, each accepted with probability %.2f (assumed: "

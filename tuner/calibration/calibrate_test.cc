@@ -8,6 +8,7 @@
 #include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "sim/mlperf.h"
+#include "tuner/calibration/published.h"
 
 namespace fathom::tuner {
 
@@ -464,6 +465,40 @@ TEST_CASE("RobustLogError: the log error near zero, bounded far off, sign kept",
   CHECK(std::abs(RobustLogError(5, 100)) < 0.5 * std::log(100.0 / 5));
   // ...and still grows with the error, so the fit keeps a direction.
   CHECK(RobustLogError(4000, 100) > RobustLogError(2000, 100));
+}
+
+TEST_CASE(
+    "NearestPublished: the shipped rows at the nearest GPU count, best first, with their "
+    "deployments",
+    "[tuner]") {
+  auto eight = NearestPublished("deepseek-r1", "b200", 8, sim::Scenario::kServer);
+  REQUIRE(eight.ok());
+  REQUIRE(eight->size() >= 2);
+  for (size_t i = 0; i < eight->size(); ++i) {
+    const PublishedReference& r = (*eight)[i];
+    CHECK(r.row.model == "deepseek-r1");
+    CHECK(r.row.accelerator == "b200");
+    CHECK(r.row.gpus == 8);
+    CHECK(r.row.scenario == "Server");
+    CHECK(r.figure == (r.row.target_qps > 0 ? r.row.target_qps : r.row.samples_per_s));
+    if (i > 0) CHECK(r.figure <= (*eight)[i - 1].figure);
+  }
+  // The best shipped v6.0 row, as submitted (models/calibration/published_deployments_v6.0.json).
+  REQUIRE(eight->front().deployment.has_value());
+  CHECK(eight->front().deployment->TotalGpus() == 8);
+  CHECK(eight->front().file.find("models/calibration/mlperf_") == 0);
+
+  // No 12-GPU row is shipped: the nearest count by ratio, the smaller of two equally near.
+  auto twelve = NearestPublished("deepseek-r1", "b200", 12, sim::Scenario::kOffline);
+  REQUIRE(twelve.ok());
+  REQUIRE_FALSE(twelve->empty());
+  CHECK(twelve->front().row.gpus == 8);
+  CHECK(twelve->front().row.offline());
+  CHECK(twelve->front().figure == twelve->front().row.tokens_per_s);
+
+  auto none = NearestPublished("deepseek-r1", "rtx-pro-6000", 8, sim::Scenario::kServer);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
 }
 
 }  // namespace fathom::tuner
