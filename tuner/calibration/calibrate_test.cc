@@ -496,6 +496,13 @@ TEST_CASE(
   CHECK(twelve->front().row.offline());
   CHECK(twelve->front().figure == twelve->front().row.tokens_per_s);
 
+  // Results tables name the benchmark ("llama2-70b-99"), fathom the model.
+  auto llama = NearestPublished("llama2-70b", "h200", 2, sim::Scenario::kServer);
+  REQUIRE(llama.ok());
+  REQUIRE_FALSE(llama->empty());
+  CHECK(llama->front().row.model.rfind("llama2-70b", 0) == 0);
+  CHECK(llama->front().row.gpus == 8);
+
   auto none = NearestPublished("deepseek-r1", "rtx-pro-6000", 8, sim::Scenario::kServer);
   REQUIRE(none.ok());
   CHECK(none->empty());

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "base/files.h"
+#include "traces/benchmark.h"
 
 namespace fathom::tuner {
 
@@ -47,11 +48,17 @@ Result<std::vector<PublishedReference>> NearestPublished(const std::string& mode
     }
     return true;
   };
+  // Results tables name the benchmark ("llama2-70b-99"), fathom the model it runs.
+  const traces::Benchmark* benchmark = traces::FindBenchmark(traces::MlperfBenchmarks(), model);
+  auto same_model = [&](const std::string& m) {
+    return m == model || (benchmark != nullptr &&
+                          traces::FindBenchmark(traces::MlperfBenchmarks(), m) == benchmark);
+  };
   std::vector<PublishedReference> matching;
   for (const fs::path& path : files) {
     FATHOM_ASSIGN_OR_RETURN(std::vector<PublishedResult> rows, LoadPublishedResults(path.string()));
     for (PublishedResult& r : rows) {
-      if (r.model != model || r.accelerator != hardware || !same_scenario(r.scenario)) continue;
+      if (!same_model(r.model) || r.accelerator != hardware || !same_scenario(r.scenario)) continue;
       PublishedReference ref;
       ref.figure =
           r.offline() ? r.tokens_per_s : (r.target_qps > 0 ? r.target_qps : r.samples_per_s);
