@@ -616,17 +616,19 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
     const double estimate =
         std::min(server ? QpsEstimate(*resolved, means, o, bound) : bound, bound);
     // Requests its run issues: a probe at the estimate, or an Offline run of one instance's share
-    // at the bound's rate.
-    const double requests = server
-                                ? static_cast<double>(ProbeSamples(o, std::max(estimate, 1e-3)))
+    // (--samples, or as long as LoadGen's run at the bound's rate).
+    const int instances = OneInstance(d).instances;
+    const double requests = server ? static_cast<double>(ProbeSamples(o, std::max(estimate, 1e-3)))
+                            : o.offline_samples > 0
+                                ? static_cast<double>(o.offline_samples) / instances
                                 : std::max(static_cast<double>(o.dataset.size()),
-                                           offline_s * b / means.output / OneInstance(d).instances);
+                                           offline_s * b / means.output / instances);
     Item item;
     item.candidate = i;
     item.key = CandidateKey(d);
     item.bound = bound;
     item.estimate = estimate;
-    item.cost = requests * means.output;
+    item.cost = requests;
     run.items_.push_back(std::move(item));
   }
   std::stable_sort(run.items_.begin(), run.items_.end(), [](const Item& a, const Item& b) {

@@ -190,8 +190,9 @@ class SearchRun {
   bool done() const { return taken_ == items_.size(); }
   bool server() const { return server_; }
 
-  // Expected cost of the candidates not yet taken, in simulated request-tokens (the requests their
-  // runs issue times their mean output), counting those the bounds let through.
+  // Expected cost of the candidates not yet taken, in simulated requests (what their runs issue:
+  // the simulator fast-forwards decode steps, so requests, not tokens, set its work), counting
+  // those the bounds let through.
   double ExpectedCost() const;
   // Candidates taken so far, of all.
   int64_t taken() const { return static_cast<int64_t>(taken_); }
