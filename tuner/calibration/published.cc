@@ -1,6 +1,7 @@
 #include "tuner/calibration/published.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <map>
