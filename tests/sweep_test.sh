@@ -89,6 +89,7 @@ sed 's/"b200": 4.9/"tpu": 4.9/' "$tmp/plan.json" >"$tmp/bad_price.json"
 expect_error "bad_price.json: field 'prices.tpu': no such GPU" -- sweep "$tmp/bad_price.json" --db "$tmp/bad.db"
 expect_error "none.json: cannot open file" -- sweep "$tmp/none.json" --db "$tmp/bad.db"
 expect_error '--shard = "3/3": must be I/N with 0 <= I < N' -- sweep "$tmp/plan.json" --db "$tmp/bad.db" --shard 3/3
+expect_error '--schedule-on = -2: must be >= 1' -- sweep "$tmp/plan.json" --db "$tmp/bad.db" --schedule-on -2
 # A task of `srun -n 3` without an MPI plugin (what srun sets, and no PMI): refused, not run 3x.
 out=$(env SLURM_STEP_NUM_TASKS=3 SLURM_PROCID=1 SLURM_STEP_ID=0 "$fathom" sweep "$tmp/plan.json" --db "$tmp/bad.db" 2>&1)
 [[ $? -eq 2 && $out == *"one of 3 srun tasks that joined no MPI job"*"--mpi=pmix"* && ! -e $tmp/bad.db ]]

@@ -58,24 +58,6 @@ Result<double> CellCost(const CellSearch& c, const models::HardwareCatalog& cata
   return run.ExpectedCost();
 }
 
-// Which shard runs each distinct cell: the costliest first, each to the shard with the least
-// expected cost so far (ties to the lower index), so every process of an array computes the same
-// split from the plan alone.
-std::vector<int> ShardOf(const std::vector<double>& costs, int shards) {
-  std::vector<size_t> order(costs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return costs[a] > costs[b]; });
-  std::vector<double> load(static_cast<size_t>(shards), 0.0);
-  std::vector<int> shard(costs.size(), 0);
-  for (size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    shard[i] = static_cast<int>(least);
-    load[static_cast<size_t>(least)] += costs[i];
-  }
-  return shard;
-}
-
 // What the coordinator knows of each cell it runs.
 struct CellRun {
   SweepCell cell;
@@ -200,7 +182,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     distinct.push_back(static_cast<int64_t>(i));
     costs.push_back(cost);
   }
-  const std::vector<int> shard_of = ShardOf(costs, options.shard ? options.shard->count : 1);
+  const std::vector<int> shard_of = BalanceShards(costs, options.shard ? options.shard->count : 1);
   for (size_t d = 0; d < distinct.size(); ++d) {
     if (options.shard && shard_of[d] != options.shard->index) continue;
     const int64_t i = distinct[d];

@@ -1,5 +1,6 @@
 #include "tuner/sweep/sweep_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -265,6 +266,21 @@ Result<Shard> ParseShard(const std::string& text) {
                                    "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)");
   }
   return s;
+}
+
+std::vector<int> BalanceShards(const std::vector<double>& costs, int shards) {
+  std::vector<size_t> order(costs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(static_cast<size_t>(shards), 0.0);
+  std::vector<int> shard(costs.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    shard[i] = static_cast<int>(least);
+    load[static_cast<size_t>(least)] += costs[i];
+  }
+  return shard;
 }
 
 }  // namespace fathom::tuner

@@ -68,4 +68,8 @@ struct Shard {
 };
 Result<Shard> ParseShard(const std::string& text);
 
+// Which of `shards` shards runs each item of `costs`: the costliest first, each to the shard with
+// the least cost so far (ties to the lower index), so every process computes the same split.
+std::vector<int> BalanceShards(const std::vector<double>& costs, int shards);
+
 }  // namespace fathom::tuner

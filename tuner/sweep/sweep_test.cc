@@ -156,6 +156,18 @@ TEST_CASE("ParseShard: I/N with 0 <= I < N", "[tuner]") {
   }
 }
 
+TEST_CASE("BalanceShards: the costliest first, each to the least-loaded shard", "[tuner]") {
+  // Every 2nd item (0, 2, 4 and 1, 3) would load the shards 20 and 2.
+  const std::vector<double> costs = {10, 1, 9, 1, 1};
+  const std::vector<int> shard = BalanceShards(costs, 2);
+  double load[2] = {0, 0};
+  for (size_t i = 0; i < costs.size(); ++i) load[shard[i]] += costs[i];
+  CHECK(load[0] == 11);
+  CHECK(load[1] == 11);
+  CHECK(shard[0] != shard[2]);  // the two costly items apart
+  CHECK(BalanceShards({}, 3).empty());
+}
+
 TEST_CASE("WorkPool on threads: units handed out as they become ready, each computed once",
           "[tuner]") {
   auto pool = MakeWorkPool(3);
