@@ -308,6 +308,10 @@ Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& so
 
 Result<DeploymentFile> LoadDeploymentFile(const std::string& path) {
   FATHOM_ASSIGN_OR_RETURN(Json j, ReadJsonFile(path));
+  return DeploymentFileFromJson(j, path);
+}
+
+Result<DeploymentFile> DeploymentFileFromJson(const Json& j, const std::string& path) {
   DeploymentFile file;
   FATHOM_ASSIGN_OR_RETURN(file.config, DeploymentFromJson(j, path));
   if (!j.contains("run") || j["run"].is_null()) return file;

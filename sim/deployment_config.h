@@ -71,6 +71,8 @@ struct DeploymentFile {
 // Unknown fields are errors: a typo must not silently fall back to a default.
 Result<DeploymentConfig> DeploymentFromJson(const Json& j, const std::string& source);
 Result<DeploymentFile> LoadDeploymentFile(const std::string& path);
+// The same from JSON already read; `source` names it in errors.
+Result<DeploymentFile> DeploymentFileFromJson(const Json& j, const std::string& source);
 OrderedJson ToJson(const DeploymentConfig& d);
 // The deployment with its run in a "run" field.
 OrderedJson ToJson(const DeploymentConfig& d, const RunRecord& run);

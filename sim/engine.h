@@ -89,6 +89,12 @@ class Engine {
                 int64_t* batch_id);
   void StageFreed() { stage0_busy_ = false; }
   void Finish(int64_t batch_id, SimTime now);
+  // No batch in the pipeline: every sequence is between iterations.
+  bool Idle() const { return in_flight_.empty(); }
+  // Takes every sequence out of an idle engine, its KV freed and its progress (kv_len,
+  // generated) kept: the running ones in admission order, then the waiting ones in their queue
+  // order. For a configuration switch (Simulator::ScheduleSwitch).
+  std::vector<int64_t> Evacuate();
 
  private:
   struct Entry {

@@ -106,4 +106,29 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   return true;
 }
 
+std::vector<int64_t> Engine::Evacuate() {
+  FATHOM_CHECK(Idle());
+  std::vector<int64_t> running, waiting;
+  for (Rank& rank : ranks_) {
+    for (int c = 0; c < static_cast<int>(rank.cohorts.size()); ++c) Dissolve(rank, c);
+    for (int64_t slot : rank.running) {
+      ReleaseAll(rank, (*slots_)[slot]);
+      running.push_back(slot);
+    }
+    waiting.insert(waiting.end(), rank.waiting.begin(), rank.waiting.end());
+    rank.running.clear();
+    rank.prefilling.clear();
+    rank.loose.clear();
+    rank.waiting.clear();
+  }
+  std::stable_sort(running.begin(), running.end(), [&](int64_t a, int64_t b) {
+    return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order;
+  });
+  std::stable_sort(waiting.begin(), waiting.end(), [&](int64_t a, int64_t b) {
+    return (*slots_)[a].issue_index < (*slots_)[b].issue_index;
+  });
+  running.insert(running.end(), waiting.begin(), waiting.end());
+  return running;
+}
+
 }  // namespace fathom::sim

@@ -37,10 +37,14 @@ struct ResponseEvent {  // the client sees a request's first token, or its end (
   bool planned = false;  // its time is in pending_times_: a request may follow it at once
 };
 
+struct SwitchEvent {  // a configuration switch is due, or its new engines are up
+  bool resume;
+};
+
 // The order of the kinds here is the phase: at equal times, finished work frees resources before
 // newcomers are routed.
 using EventPayload = std::variant<BatchDoneEvent, ReleaseEvent, KvArrivedEvent, StageFreeEvent,
-                                  ArrivalEvent, KickEvent, ResponseEvent>;
+                                  ArrivalEvent, KickEvent, ResponseEvent, SwitchEvent>;
 
 struct Event {
   SimTime time;

@@ -80,6 +80,19 @@ OrderedJson SimulationResult::ToJson() const {
                  {"recomputed", counters.recomputed_tokens},
                  {"decode_steps", counters.decode_tokens},
                  {"generated", counters.generated_tokens}};
+  if (!switches.empty()) {
+    OrderedJson list = OrderedJson::array();
+    for (const SwitchRecord& r : switches) {
+      list.push_back({{"triggered_s", r.triggered_s},
+                      {"stopped_s", r.stopped_s},
+                      {"resumed_s", r.resumed_s},
+                      {"moved", r.moved},
+                      {"running", r.running},
+                      {"kv_bytes", r.kv_bytes},
+                      {"migrate_s", r.migrate_s}});
+    }
+    j["switches"] = std::move(list);
+  }
   return j;
 }
 
@@ -88,26 +101,11 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
       source_(std::move(source)),
       rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
   const bool disagg = spec_.decode_pool.has_value();
-  auto add = [&](const PoolSpec& pool, const EngineConfig& config, EngineRole role,
-                 std::vector<int>* ids) {
-    for (int i = 0; i < pool.instances; ++i) {
-      const int id = static_cast<int>(engines_.size());
-      engines_.push_back(std::make_unique<Engine>(id, role, pool, config, &slots_, this, &rng_));
-      ids->push_back(id);
-      // LoadGen's Offline scenario takes each sample whole: nothing is streamed.
-      const bool streamed = spec_.scenario.scenario != Scenario::kOffline;
-      const int64_t interval =
-          config.stream_interval > 0 ? config.stream_interval : pool.time->StreamInterval();
-      responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? interval : 0);
-      last_stage_.push_back(pool.time->num_stages() - 1);
-    }
-  };
-  add(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
-      &main_engines_);
-  if (disagg) add(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
-  kick_pending_.assign(engines_.size(), false);
-  in_flight_.assign(engines_.size(), 0);
-  link_free_.assign(engines_.size(), SimTime(0));
+  AddEngines(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
+             &main_engines_);
+  if (disagg)
+    AddEngines(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
+  phase_gpus_ = spec_.total_gpus;
   closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
   const ScenarioConfig& sc = spec_.scenario;
   limits_ = MlperfLimits(spec_.benchmark, sc.scenario);
@@ -120,6 +118,25 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
 }
 
 Simulator::~Simulator() = default;
+
+void Simulator::AddEngines(const PoolSpec& pool, const EngineConfig& config, EngineRole role,
+                           std::vector<int>* ids) {
+  for (int i = 0; i < pool.instances; ++i) {
+    const int id = static_cast<int>(engines_.size());
+    engines_.push_back(std::make_unique<Engine>(id, role, pool, config, &slots_, this, &rng_));
+    ids->push_back(id);
+    // LoadGen's Offline scenario takes each sample whole: nothing is streamed.
+    const bool streamed = spec_.scenario.scenario != Scenario::kOffline;
+    const int64_t interval =
+        config.stream_interval > 0 ? config.stream_interval : pool.time->StreamInterval();
+    responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? interval : 0);
+    last_stage_.push_back(pool.time->num_stages() - 1);
+    kick_pending_.push_back(false);
+    in_flight_.push_back(0);
+    link_free_.push_back(SimTime(0));
+    retired_.push_back(false);
+  }
+}
 
 int64_t Simulator::NewSlot() {
   if (!free_slots_.empty()) {
@@ -177,6 +194,7 @@ void Simulator::Kick(int engine) {
 }
 
 void Simulator::StartIfIdle(int engine) {
+  if (retired_[engine] || stopping_ || restarting_) return;
   SimTime stage_free, done;
   int64_t batch_id = 0;
   const SimTime horizon = pending_times_.empty() ? SimTime::max() : *pending_times_.begin();
@@ -231,9 +249,11 @@ void Simulator::Issue(const traces::Request& r) {
                          static_cast<long long>(r.output_tokens));
     }
   }
+  CheckSwitchTrigger(false);
 }
 
 bool Simulator::TryDispatch(int64_t slot, const char* event) {
+  if (stopping_ || restarting_) return false;  // held until the new engines are up
   const int64_t limit = spec_.engine.max_concurrency;
   const std::vector<int>* engines = &main_engines_;
   if (limit > 0) {
@@ -409,6 +429,7 @@ void Simulator::CompletionSeen(int64_t slot, SimTime t) {
   }
   s.prefix.clear();
   free_slots_.push_back(slot);
+  CheckSwitchTrigger(true);
   if (!held_.empty()) queue_.Push(t, ReleaseEvent{});  // not from inside an engine's Finish
   if (closed_loop_) {
     Result<bool> more = ScheduleNext(t + FromSeconds(spec_.scenario.think_time_s));
@@ -458,6 +479,7 @@ void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end,
 Status Simulator::Advance(SimTime until) {
   if (!started_) {
     started_ = true;
+    ArmSwitch();
     if (closed_loop_) {
       for (int c = 0; c < spec_.scenario.clients; ++c) {
         FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(SimTime(0)));
@@ -478,6 +500,15 @@ Status Simulator::Advance(SimTime until) {
     if (const auto* done = std::get_if<BatchDoneEvent>(&p)) {
       engines_[done->engine]->Finish(done->batch_id, e.time);
       Kick(done->engine);  // with pipelining, the freed sequences may run again
+      if (stopping_) EvacuateIfStopped();
+    } else if (const auto* sw = std::get_if<SwitchEvent>(&p)) {
+      if (sw->resume) {
+        ResumeAfterSwitch();
+      } else {
+        if (switches_.front().when.kind == SwitchTrigger::Kind::kAfter)
+          pending_times_.erase(pending_times_.find(e.time));
+        BeginSwitch();
+      }
     } else if (const auto* free = std::get_if<StageFreeEvent>(&p)) {
       engines_[free->engine]->StageFreed();
       StartIfIdle(free->engine);
@@ -535,6 +566,131 @@ Status Simulator::SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
   return Status::Ok();
 }
 
+Status Simulator::ScheduleSwitch(ConfigSwitch sw) {
+  if (spec_.decode_pool)
+    return Status::InvalidArgument("configuration switches need an aggregated deployment");
+  if (!sw.in_place && (sw.pool.time == nullptr || sw.pool.instances < 1))
+    return Status::InvalidArgument("a configuration switch needs the new instances' pool");
+  if (!(sw.restart_s >= 0) || !(sw.when.value >= 0))
+    return Status::InvalidArgument("a configuration switch's times and counts must be >= 0");
+  if (sw.kv == KvMove::kMigrate && !sw.in_place && !(sw.migrate_bytes_per_s > 0))
+    return Status::InvalidArgument("a switch that migrates KV needs the bandwidth it moves at");
+  switches_.push_back(std::move(sw));
+  if (switches_.size() == 1 && started_) ArmSwitch();
+  return Status::Ok();
+}
+
+void Simulator::ArmSwitch() {
+  switch_due_ = false;
+  if (switches_.empty()) return;
+  const SwitchTrigger& when = switches_.front().when;
+  if (when.kind == SwitchTrigger::Kind::kAfter) {
+    const SimTime t = std::max(queue_.now(), FromSeconds(when.value));
+    queue_.Push(t, SwitchEvent{false});
+    pending_times_.insert(t);  // engines fast-forward no decode steps past it
+    switch_due_ = true;
+  }
+}
+
+void Simulator::CheckSwitchTrigger(bool completion) {
+  if (switches_.empty() || switch_due_ || stopping_ || restarting_) return;
+  const SwitchTrigger& when = switches_.front().when;
+  const double n = static_cast<double>(in_system_);
+  const bool due = completion
+                       ? when.kind == SwitchTrigger::Kind::kInSystemAtMost && n <= when.value
+                       : when.kind == SwitchTrigger::Kind::kInSystemAtLeast && n >= when.value;
+  if (!due) return;
+  // Not from inside an engine's Finish: the switch starts once the current event is done.
+  queue_.Push(queue_.now(), SwitchEvent{false});
+  switch_due_ = true;
+}
+
+void Simulator::BeginSwitch() {
+  const ConfigSwitch& sw = switches_.front();
+  SwitchRecord record;
+  record.triggered_s = ToSeconds(queue_.now());
+  if (event_log_) {
+    event_log_->Printf("%.9f switch in_system=%lld in_place=%d\n", record.triggered_s,
+                       static_cast<long long>(in_system_), sw.in_place ? 1 : 0);
+  }
+  if (sw.in_place) {
+    record.stopped_s = record.resumed_s = record.triggered_s;
+    switch_records_.push_back(record);
+    for (int e : main_engines_) {
+      engines_[e]->SetBatchLimits(sw.engine.max_batch, sw.engine.max_num_tokens);
+      Kick(e);
+    }
+    spec_.engine.max_batch = sw.engine.max_batch;
+    spec_.engine.max_num_tokens = sw.engine.max_num_tokens;
+    switches_.pop_front();
+    ArmSwitch();
+    return;
+  }
+  switch_records_.push_back(record);
+  stopping_ = true;
+  EvacuateIfStopped();
+}
+
+void Simulator::EvacuateIfStopped() {
+  for (int e : main_engines_) {
+    if (!engines_[e]->Idle()) return;
+  }
+  const ConfigSwitch& sw = switches_.front();
+  SwitchRecord& record = switch_records_.back();
+  record.stopped_s = ToSeconds(queue_.now());
+  // Every GPU sends its share of its ranks' KV at once: the busiest rank sets the time.
+  const double gpus_per_rank =
+      static_cast<double>(phase_gpus_) / (spec_.pool.instances * spec_.pool.ranks);
+  double busiest_rank_bytes = 0;
+  for (int e : main_engines_) {
+    std::vector<double> rank_bytes(engines_[e]->num_ranks(), 0.0);
+    for (int64_t slot : engines_[e]->Evacuate()) {
+      Sequence& s = slots_[slot];
+      --in_flight_[s.front];
+      if (s.kv_len > 0) ++record.running;
+      if (sw.kv == KvMove::kRecompute) {
+        s.kv_len = 0;
+        s.prefill_target = s.input + s.generated;
+      } else {
+        rank_bytes[s.rank] += static_cast<double>(s.kv_len) * spec_.pool.kv_bytes_per_token;
+      }
+      evacuated_.push_back(slot);
+    }
+    for (double b : rank_bytes) {
+      busiest_rank_bytes = std::max(busiest_rank_bytes, b);
+      record.kv_bytes += b * gpus_per_rank;
+    }
+    retired_[e] = true;
+  }
+  record.moved = static_cast<int64_t>(evacuated_.size());
+  record.migrate_s = sw.kv == KvMove::kMigrate ? busiest_rank_bytes / sw.migrate_bytes_per_s : 0;
+  main_engines_.clear();
+  stopping_ = false;
+  restarting_ = true;
+  queue_.Push(queue_.now() + FromSeconds(sw.restart_s + record.migrate_s), SwitchEvent{true});
+}
+
+void Simulator::ResumeAfterSwitch() {
+  ConfigSwitch sw = std::move(switches_.front());
+  switches_.pop_front();
+  spec_.pool = sw.pool;
+  spec_.engine = sw.engine;
+  phase_gpus_ = sw.total_gpus;
+  spec_.total_gpus = std::max(spec_.total_gpus, sw.total_gpus);  // what the run is scored on
+  AddEngines(spec_.pool, spec_.engine, EngineRole::kAggregated, &main_engines_);
+  restarting_ = false;
+  switch_records_.back().resumed_s = ToSeconds(queue_.now());
+  // The evacuated sequences first, oldest first, then the arrivals held meanwhile.
+  std::vector<int64_t> order = std::move(evacuated_);
+  order.insert(order.end(), held_.begin(), held_.end());
+  evacuated_.clear();
+  held_.clear();
+  for (int64_t slot : order) {
+    if (!held_.empty() || !TryDispatch(slot, "resume")) held_.push_back(slot);
+  }
+  ArmSwitch();
+}
+
 Result<SimulationResult> Simulator::Run() {
   FATHOM_RETURN_IF_ERROR(Advance(SimTime::max()));
 
@@ -554,6 +710,7 @@ Result<SimulationResult> Simulator::Run() {
     res.arrival_rate_per_s = issued / res.drain_end_s;
   }
   res.peak_in_flight = peak_in_system_;
+  res.switches = switch_records_;
   const Scenario scenario = spec_.scenario.scenario;
   if (scenario != Scenario::kOffline && scenario != Scenario::kClosedLoop) {
     res.last_arrival_s = score_.last_issue_s();

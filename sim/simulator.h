@@ -37,6 +37,49 @@ struct SimulationSpec {
   int total_gpus = 1;
 };
 
+// When a scheduled configuration switch fires.
+struct SwitchTrigger {
+  enum class Kind {
+    kAfter,            // `value` seconds into the run
+    kInSystemAtMost,   // a completion leaves at most `value` requests in the system (a tail)
+    kInSystemAtLeast,  // an arrival brings at least `value` requests into the system (a surge)
+  };
+  Kind kind = Kind::kAfter;
+  double value = 0;
+  bool operator==(const SwitchTrigger&) const = default;
+};
+// What happens to the KV of the sequences running when the layout changes.
+enum class KvMove {
+  kRecompute,  // dropped: each prefills its prompt and the tokens it has generated again
+  kMigrate,    // copied to the new layout's ranks before the engines resume
+};
+
+// An aggregated deployment changing configuration during a run. In place (only the batch limits
+// change), the engines apply the new limits from their next batch. Otherwise the engines form no
+// new batch, and once every batch in the pipeline is done they stop: every sequence leaves them
+// with its progress (KvMove says what becomes of its KV), arrivals are held, and after
+// `restart_s` (plus the migration) the new engines take the sequences back, oldest first.
+struct ConfigSwitch {
+  SwitchTrigger when;
+  bool in_place = false;
+  PoolSpec pool;  // the new instances (time model borrowed; unused in place)
+  EngineConfig engine;
+  int total_gpus = 1;
+  KvMove kv = KvMove::kMigrate;
+  double restart_s = 0;            // process start, weight load, CUDA-graph capture
+  double migrate_bytes_per_s = 0;  // per GPU, for KvMove::kMigrate
+};
+// What a switch did.
+struct SwitchRecord {
+  double triggered_s = 0;  // its trigger held
+  double stopped_s = 0;    // the last batch in the pipeline was done
+  double resumed_s = 0;    // the new engines took the first batch's sequences
+  int64_t moved = 0;       // sequences taken out of the old engines
+  int64_t running = 0;     // of them, holding KV
+  double kv_bytes = 0;     // migrated, over all GPUs
+  double migrate_s = 0;
+};
+
 struct SimulationResult {
   int64_t completed_requests = 0;
   int64_t output_tokens = 0;
@@ -84,6 +127,7 @@ struct SimulationResult {
   double arrival_rate_per_s = 0;
   EngineCounters counters;  // summed over engines
   int64_t peak_in_flight = 0;
+  std::vector<SwitchRecord> switches;  // configuration switches done, in order
 
   OrderedJson ToJson() const;
 };
@@ -115,6 +159,9 @@ class Simulator : public EngineListener {
   // from the next batch they form (aggregated deployments).
   Status Advance(SimTime until);
   Status SetBatchLimits(int64_t max_batch, int64_t max_num_tokens);
+  // Queues a configuration switch (aggregated deployments): switches fire one after another, in
+  // the order given, each armed once the one before it is done.
+  Status ScheduleSwitch(ConfigSwitch s);
   void set_on_first_token(std::function<void(const RequestRecord&)> f) {
     on_first_token_ = std::move(f);
   }
@@ -165,6 +212,15 @@ class Simulator : public EngineListener {
   void FirstTokenSeen(int64_t slot, SimTime t);
   void CompletionSeen(int64_t slot, SimTime t);
   void StartIfIdle(int engine);
+  void AddEngines(const PoolSpec& pool, const EngineConfig& config, EngineRole role,
+                  std::vector<int>* ids);
+  // Configuration switches: arming the next, checking a state trigger, stopping the engines,
+  // taking the sequences out, and resuming on the new engines.
+  void ArmSwitch();
+  void CheckSwitchTrigger(bool completion);
+  void BeginSwitch();
+  void EvacuateIfStopped();
+  void ResumeAfterSwitch();
   void AdvanceLittle(SimTime now);
   int64_t NewSlot();
 
@@ -189,6 +245,14 @@ class Simulator : public EngineListener {
   int64_t round_robin_ = 0;
   bool closed_loop_ = false;
   bool started_ = false;
+  std::deque<ConfigSwitch> switches_;  // pending, the first armed
+  bool switch_due_ = false;            // a SwitchEvent for the armed one is queued
+  bool stopping_ = false;              // no new batches: waiting for the pipelines to empty
+  bool restarting_ = false;            // engines down
+  std::vector<int64_t> evacuated_;     // sequences waiting for the new engines
+  std::vector<SwitchRecord> switch_records_;
+  std::vector<bool> retired_;  // per engine: replaced by a switch
+  int phase_gpus_ = 1;         // GPUs the current engines use
   std::function<void(const RequestRecord&)> on_first_token_, on_complete_;
   std::function<void(int64_t, int64_t, SimTime)> on_tokens_;
 

@@ -993,4 +993,132 @@ TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]"
   CHECK(actual == *expected);
 }
 
+TEST_CASE("Simulator: a layout switch mid-run loses and duplicates no token", "[sim][plan]") {
+  DeepSeek adp, tp({8, 8, 1, 8, 1});
+  auto data = MlperfSet();
+  for (KvMove kv : {KvMove::kMigrate, KvMove::kRecompute}) {
+    for (bool implicit : {true, false}) {
+      SimulationSpec spec = adp.Spec(Scenario::kServer);
+      spec.scenario.min_duration_s = 0;
+      spec.engine.implicit_decode = implicit;
+      int64_t input = 0, output = 0;
+      auto preview = PoissonSource(data, 400, 6.0, 7);
+      traces::Request req;
+      SimTime t{};
+      while (*preview->Next(&req, &t)) input += req.input_tokens, output += req.output_tokens;
+      Simulator sim(spec, PoissonSource(data, 400, 6.0, 7));
+      SimulationSpec to = tp.Spec(Scenario::kServer);
+      ConfigSwitch sw;
+      sw.when = {SwitchTrigger::Kind::kAfter, 30};
+      sw.pool = to.pool;
+      sw.engine = to.engine;
+      sw.engine.implicit_decode = implicit;
+      sw.total_gpus = 8;
+      sw.kv = kv;
+      sw.restart_s = 20;
+      sw.migrate_bytes_per_s = 900e9;
+      REQUIRE(sim.ScheduleSwitch(sw).ok());
+      std::vector<double> first_tokens;
+      sim.set_on_first_token(
+          [&](const RequestRecord& r) { first_tokens.push_back(r.first_token_s); });
+      auto r = sim.Run();
+      REQUIRE(r.ok());
+      CHECK(r->completed_requests == 400);
+      CHECK(r->output_tokens == output);
+      CHECK(r->counters.generated_tokens == output);
+      CHECK(r->counters.prefill_tokens + r->counters.cached_tokens ==
+            input + r->counters.recomputed_tokens);
+      CHECK(r->mean_in_system ==
+            Approx(r->arrival_rate_per_s * r->e2e_mean_ms / 1e3).epsilon(1e-6));
+      REQUIRE(r->switches.size() == 1);
+      const SwitchRecord& s = r->switches[0];
+      CHECK(s.triggered_s == Approx(30));
+      CHECK(s.stopped_s >= s.triggered_s);
+      CHECK(s.stopped_s < s.triggered_s + 1);  // one iteration's drain
+      CHECK(s.resumed_s == Approx(s.stopped_s + 20 + s.migrate_s));
+      CHECK(s.moved > 50);
+      CHECK(s.running > 0);
+      // Recomputed KV is prefilled again; migrated KV moves at 900 GB/s from the busiest rank.
+      if (kv == KvMove::kRecompute) {
+        CHECK(r->counters.recomputed_tokens > 0);
+        CHECK(s.migrate_s == 0);
+      } else {
+        CHECK(r->counters.recomputed_tokens == 0);
+        CHECK(s.kv_bytes > 0);
+        CHECK(s.migrate_s > 0);
+        CHECK(s.migrate_s <= s.kv_bytes / 900e9);
+      }
+      // Engines down: no first token between the stop and the resume.
+      for (double ft : first_tokens) CHECK_FALSE((ft > s.stopped_s && ft < s.resumed_s));
+    }
+  }
+}
+
+TEST_CASE("Simulator: an in-place switch is the batch limits set at the same moment",
+          "[sim][plan]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  auto data = MlperfSet();
+  Simulator by_hand(spec, PoissonSource(data, 400, 6.0, 7));
+  REQUIRE(by_hand.Advance(FromSeconds(30)).ok());
+  REQUIRE(by_hand.SetBatchLimits(4, 512).ok());
+  auto a = by_hand.Run();
+  Simulator planned(spec, PoissonSource(data, 400, 6.0, 7));
+  ConfigSwitch sw;
+  sw.when = {SwitchTrigger::Kind::kAfter, 30};
+  sw.in_place = true;
+  sw.engine = spec.engine;
+  sw.engine.max_batch = 4;
+  sw.engine.max_num_tokens = 512;
+  REQUIRE(planned.ScheduleSwitch(sw).ok());
+  auto b = planned.Run();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(b->switches.size() == 1);
+  CHECK(b->switches[0].resumed_s == Approx(30));
+  // The switch time bounds fast-forwarded decode runs, which sums their step times in another
+  // order: equal to rounding.
+  CHECK(b->throughput_tokens_per_s == Approx(a->throughput_tokens_per_s).epsilon(1e-9));
+  CHECK(b->ttft_p99_ms == Approx(a->ttft_p99_ms).epsilon(1e-6));
+  CHECK(b->tpot_p99_ms == Approx(a->tpot_p99_ms).epsilon(1e-6));
+  CHECK(b->iterations == a->iterations);
+}
+
+TEST_CASE("Simulator: a tail trigger fires once a completion leaves that few in the system",
+          "[sim][plan]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kOffline);
+  spec.scenario.min_duration_s = 0;
+  Simulator sim(spec, OfflineSource(MlperfSet(), 2000, 3));
+  int64_t done = 0;
+  sim.set_on_complete([&](const RequestRecord&) { ++done; });
+  ConfigSwitch sw;
+  sw.when = {SwitchTrigger::Kind::kInSystemAtMost, 100};
+  sw.in_place = true;
+  sw.engine = spec.engine;
+  REQUIRE(sim.ScheduleSwitch(sw).ok());
+  // Not at the first arrivals, when fewer than 100 are in yet: only on the way down.
+  REQUIRE(sim.Advance(FromSeconds(1)).ok());
+  auto r = sim.Run();
+  REQUIRE(r.ok());
+  REQUIRE(r->switches.size() == 1);
+  CHECK(r->switches[0].triggered_s > 10);
+  CHECK(r->switches[0].triggered_s < r->duration_s);
+
+  Simulator disagg_sim(
+      [&] {
+        SimulationSpec d = spec;
+        d.decode_pool = d.pool;
+        return d;
+      }(),
+      OfflineSource(MlperfSet(), 10, 3));
+  CHECK(disagg_sim.ScheduleSwitch(sw).message().find("aggregated") != std::string::npos);
+  Simulator no_bandwidth(spec, OfflineSource(MlperfSet(), 10, 3));
+  ConfigSwitch migrate;
+  migrate.pool = spec.pool;
+  migrate.engine = spec.engine;
+  CHECK(no_bandwidth.ScheduleSwitch(migrate).message().find("bandwidth") != std::string::npos);
+}
+
 }  // namespace fathom::sim

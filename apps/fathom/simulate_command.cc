@@ -15,6 +15,7 @@
 #include "base/format.h"
 #include "sim/deployment_config.h"
 #include "sim/mlperf.h"
+#include "sim/plan.h"
 #include "sim/simulator.h"
 #include "traces/transforms.h"
 
@@ -24,6 +25,8 @@ namespace {
 struct SimulateFlags {
   models::DeploymentRequest deployment;
   std::string deployment_file;
+  std::string plan_file;
+  std::optional<sim::Plan> plan;                 // read from plan_file
   std::vector<CLI::Option*> deployment_options;  // must not be mixed with --deployment
   const CLI::App* cmd = nullptr;
   sim::DeploymentConfig config;  // engine knobs bound to flags
@@ -53,13 +56,21 @@ Result<std::unique_ptr<OutputFile>> CreateOutput(const std::string& path) {
   return OutputFile::Create(path);
 }
 
-Result<sim::DeploymentFile> BuildConfig(const SimulateFlags& f) {
-  if (!f.deployment_file.empty()) {
+Result<sim::DeploymentFile> BuildConfig(SimulateFlags& f) {
+  const std::string& file_flag = f.plan_file.empty() ? "--deployment" : "--plan";
+  if (!f.deployment_file.empty() || !f.plan_file.empty()) {
+    if (!f.deployment_file.empty() && !f.plan_file.empty())
+      return Status::InvalidArgument("--deployment and --plan: a plan holds its deployments");
     for (const CLI::Option* o : f.deployment_options) {
       if (o->count() > 0) {
-        return Status::InvalidArgument(o->get_name() +
-                                       " and --deployment: give the deployment in one place");
+        return Status::InvalidArgument(o->get_name() + " and " + file_flag +
+                                       ": give the deployment in one place");
       }
+    }
+    if (f.deployment_file.empty()) {
+      FATHOM_ASSIGN_OR_RETURN(f.plan, sim::LoadPlanFile(f.plan_file));
+      f.deployment_file = f.plan_file;  // where the run comes from
+      return sim::DeploymentFile{f.plan->start, f.plan->run};
     }
     return sim::LoadDeploymentFile(f.deployment_file);
   }
@@ -232,6 +243,41 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
   }
 }
 
+// Each switch of the plan: its trigger, the configuration it goes to, its cost and when it ran.
+void PrintPlan(const sim::Plan& plan, const sim::ResolvedPlan& resolved,
+               const sim::SimulationResult& res) {
+  std::printf("\n  plan: %zu switch%s (%zu done)\n", plan.steps.size(),
+              plan.steps.size() == 1 ? "" : "es", res.switches.size());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const sim::PlanStep& step = plan.steps[i];
+    const sim::ConfigSwitch& sw = resolved.switches[i];
+    const sim::ResolvedDeployment& to = *resolved.deployments[i];
+    std::printf("  %zu. %s -> %s, batch %lld, max tokens %lld", i + 1,
+                sim::Describe(step.when).c_str(), to.layout.ToString().c_str(),
+                static_cast<long long>(step.to.engine.max_batch),
+                static_cast<long long>(step.to.engine.max_num_tokens));
+    if (sw.in_place) {
+      std::printf(", in place (batch limits only)\n");
+    } else {
+      const sim::RestartEstimate& r = resolved.restarts[i];
+      std::printf(", KV %s, restart %.1f s", std::string(sim::Name(step.kv)).c_str(), sw.restart_s);
+      if (!step.restart_s) {
+        std::printf(" (runtime start %.0f s, weights %.1f s, %.1f s of CUDA graphs: assumed)",
+                    r.start_s, r.weights_s, r.graphs_s);
+      }
+      std::printf("\n");
+    }
+    if (i < res.switches.size()) {
+      const sim::SwitchRecord& d = res.switches[i];
+      std::printf(
+          "     at %.1f s, %lld requests in flight moved (%lld with KV, %s migrated in %.2f s), "
+          "serving again at %.1f s\n",
+          d.triggered_s, static_cast<long long>(d.moved), static_cast<long long>(d.running),
+          HumanBytes(d.kv_bytes).c_str(), d.migrate_s, d.resumed_s);
+    }
+  }
+}
+
 Status Run(SimulateFlags f) {
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentFile file, BuildConfig(f));
   const sim::DeploymentConfig& d = file.config;
@@ -358,6 +404,13 @@ Status Run(SimulateFlags f) {
   if (timeline) timeline->Append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
 
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+  sim::ResolvedPlan plan;
+  if (f.plan) {
+    if (f.error_bars) return Status::InvalidArgument("--error-bars and --plan: one at a time");
+    FATHOM_ASSIGN_OR_RETURN(plan, sim::ResolvePlan(*f.plan, catalog, time_model.factory));
+    for (const sim::ConfigSwitch& sw : plan.switches)
+      FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
+  }
   simulator.set_requests_csv(requests.get());
   simulator.set_timeline(timeline.get());
   simulator.set_event_log(log.get());
@@ -419,10 +472,12 @@ Status Run(SimulateFlags f) {
                                 {"ttft_p99_ms", (*sigma)[1]},
                                 {"tpot_p99_ms", (*sigma)[2]}};
     }
+    if (f.plan) j["plan"] = sim::ToJson(*f.plan);
     j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
+    if (f.plan) PrintPlan(*f.plan, plan, res);
     if (sigma) {
       std::printf(
           "  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- "
@@ -444,6 +499,9 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   AddDeploymentFlags(cmd, &f->deployment);
   cmd->add_option("--deployment", f->deployment_file,
                   "Deployment JSON (as `fathom tune` writes it) instead of the flags");
+  cmd->add_option("--plan", f->plan_file,
+                  "Adaptive plan JSON (as `fathom tune --adaptive --plan-out` writes it): its "
+                  "start deployment, switched to other configurations as its triggers fire");
   sim::EngineConfig& e = f->config.engine;
   e.max_batch = 512;
   e.max_num_tokens = 4608;
