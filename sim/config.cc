@@ -38,6 +38,25 @@ Result<RouterKind> ParseRouter(std::string_view s) {
                                 {"prefix-aware", RouterKind::kPrefixAware}});
 }
 
+Result<QueueOrder> ParseQueueOrder(std::string_view s) {
+  return ParseEnum<QueueOrder>(s, "queue_order",
+                               {{"fifo", QueueOrder::kFifo},
+                                {"longest-first", QueueOrder::kLongestFirst},
+                                {"shortest-first", QueueOrder::kShortestFirst}});
+}
+
+std::string_view Name(QueueOrder o) {
+  switch (o) {
+    case QueueOrder::kFifo:
+      return "fifo";
+    case QueueOrder::kLongestFirst:
+      return "longest-first";
+    case QueueOrder::kShortestFirst:
+      return "shortest-first";
+  }
+  return "";
+}
+
 Result<Scenario> ParseScenario(std::string_view s) {
   return ParseEnum<Scenario>(s, "scenario",
                              {{"offline", Scenario::kOffline},
@@ -119,6 +138,8 @@ Status EngineConfig::Validate() const {
   };
   if (max_batch < 1) return bad("max_batch", max_batch, "must be >= 1");
   if (max_num_tokens < 1) return bad("max_num_tokens", max_num_tokens, "must be >= 1");
+  if (!(prediction_sigma >= 0 && prediction_sigma <= 10))
+    return bad("prediction_sigma", prediction_sigma, "must be in [0, 10]");
   if (chunk_size < 0)
     return bad("chunk_size", chunk_size, "must be >= 0 (0: the whole token budget)");
   if (block_tokens < 1) return bad("block_tokens", block_tokens, "must be >= 1");

@@ -24,12 +24,19 @@ enum class AdmissionPolicy {
   kGreedy,   // allocate KV as tokens arrive; preempt when blocks run out (vLLM)
   kReserve,  // reserve input + output at admission, never preempt (TRT-LLM GUARANTEED_NO_EVICT)
 };
+// The order a rank takes waiting requests in (preempted ones always first): as they came, or by
+// the output length a predictor gives each prompt, longest first (long reasoning traces start
+// early and the run's thin tail shortens: LPT scheduling) or shortest first (short answers leave
+// first: mean latency falls).
+enum class QueueOrder { kFifo, kLongestFirst, kShortestFirst };
 enum class RouterKind { kRoundRobin, kLeastOutstanding, kLeastKv, kPrefixAware };
 enum class Scenario { kOffline, kServer, kInteractive, kReplay, kClosedLoop };
 
 Result<SchedulerKind> ParseScheduler(std::string_view s);
 Result<RouterKind> ParseRouter(std::string_view s);
 Result<Scenario> ParseScenario(std::string_view s);
+Result<QueueOrder> ParseQueueOrder(std::string_view s);
+std::string_view Name(QueueOrder o);
 std::string_view Name(SchedulerKind k);
 std::string_view Name(RouterKind k);
 std::string_view Name(Scenario s);
@@ -86,6 +93,12 @@ struct EngineConfig {
   // max_concurrency, per endpoint); the client holds the rest back until one of those completes,
   // their latencies counting from issue. 0: no limit beyond the engine's batch.
   int64_t max_concurrency = 0;
+  // With a predicted order: the predictor's error, log-normal around the true output length (a
+  // prediction is output x exp(sigma z), z a standard normal fixed per request id and seed; 0: an
+  // exact oracle). The default (a factor of e either way for one request in three) is an
+  // assumption, not a measured predictor.
+  QueueOrder queue_order = QueueOrder::kFifo;
+  double prediction_sigma = 1.0;
 
   Status Validate() const;
   // Sequences an instance's rank may run at once with `stages` pipeline stages: a microbatch of up

@@ -145,8 +145,14 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        "draft_cost, ep, gemm_allreduce, gpus, "
        "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "
        "max_num_tokens, model, mtp, "
-       "pp, preemption, "
-       "prefix_caching, reserve, router, run, runtime, scheduler, stream_interval, tp, weights)"},
+       "pp, prediction_sigma, preemption, "
+       "prefix_caching, queue_order, reserve, router, run, runtime, scheduler, stream_interval, "
+       "tp, "
+       "weights)"},
+      {R"({"queue_order": "random"})",
+       ": queue_order = \"random\": unknown (one of fifo, longest-first, shortest-first)"},
+      {R"({"queue_order": "longest-first", "prediction_sigma": -1})",
+       ": prediction_sigma = -1: must be in [0, 10]"},
       {R"({"max_batch": "a"})", ": field 'max_batch' = \"a\": must be an integer"},
       {R"({"max_batch": 0})", ": max_batch = 0: must be >= 1"},
       {R"({"kv_free_fraction": 1.5})",

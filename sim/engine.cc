@@ -95,7 +95,23 @@ void Engine::Enqueue(int rank, int64_t slot) {
   Sequence& s = (*slots_)[slot];
   s.instance = id_;
   s.rank = rank;
-  ranks_[rank].waiting.push_back(slot);
+  std::deque<int64_t>& waiting = ranks_[rank].waiting;
+  if (config_.queue_order == QueueOrder::kFifo) {
+    waiting.push_back(slot);
+    return;
+  }
+  // Behind every request the order puts first, ties in arrival order, and behind the preempted
+  // ones at the front. From the back: an Offline query arrives sorted, so this takes one step.
+  const bool longest = config_.queue_order == QueueOrder::kLongestFirst;
+  auto it = waiting.end();
+  while (it != waiting.begin()) {
+    const Sequence& p = (*slots_)[*std::prev(it)];
+    const bool before =
+        longest ? s.predicted_output > p.predicted_output : s.predicted_output < p.predicted_output;
+    if (p.preemptions > 0 || !before) break;
+    --it;
+  }
+  waiting.insert(it, slot);
 }
 
 int64_t Engine::DecodeStepTokens(const Sequence&) const { return 1 + config_.mtp_depth; }

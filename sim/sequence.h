@@ -16,6 +16,8 @@ struct Sequence {
   bool has_first_token = false;
   int64_t input = 0;
   int64_t output = 0;
+  double predicted_output =
+      0;  // what the engine's length predictor says (EngineConfig::queue_order)
   // Tokens whose KV is stored, and the KV length at which the next token is sampled (input plus
   // tokens generated before the last admission). kv_len < prefill_target means prefilling.
   int64_t kv_len = 0;

@@ -232,6 +232,7 @@ void Simulator::Issue(const traces::Request& r) {
   s.scheduled = now;
   s.input = r.input_tokens;
   s.output = r.output_tokens;
+  if (spec_.engine.queue_order != QueueOrder::kFifo) s.predicted_output = PredictedOutput(r);
   s.prefill_target = r.input_tokens;
   s.prefix = r.prefix_blocks;
   AdvanceLittle(now);
@@ -480,6 +481,9 @@ Status Simulator::Advance(SimTime until) {
   if (!started_) {
     started_ = true;
     ArmSwitch();
+    if (spec_.scenario.scenario == Scenario::kOffline &&
+        spec_.engine.queue_order != QueueOrder::kFifo)
+      FATHOM_RETURN_IF_ERROR(SortOfflineQuery());
     if (closed_loop_) {
       for (int c = 0; c < spec_.scenario.clients; ++c) {
         FATHOM_ASSIGN_OR_RETURN(bool more, ScheduleNext(SimTime(0)));
@@ -563,6 +567,36 @@ Status Simulator::SetBatchLimits(int64_t max_batch, int64_t max_num_tokens) {
     engines_[e]->SetBatchLimits(max_batch, max_num_tokens);
     Kick(e);  // a raised limit may admit waiting requests now
   }
+  return Status::Ok();
+}
+
+double Simulator::PredictedOutput(const traces::Request& r) const {
+  // Fixed per request and seed: a predictor is a function of the prompt.
+  Rng draw(spec_.scenario.seed * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(r.id));
+  return static_cast<double>(r.output_tokens) *
+         std::exp(spec_.engine.prediction_sigma * draw.Normal());
+}
+
+Status Simulator::SortOfflineQuery() {
+  std::vector<std::pair<traces::Request, SimTime>> query;
+  traces::Request r;
+  SimTime t;
+  for (;;) {
+    FATHOM_ASSIGN_OR_RETURN(bool more, source_->Next(&r, &t));
+    if (!more) break;
+    query.emplace_back(std::move(r), t);
+  }
+  std::vector<double> key(query.size());
+  for (size_t i = 0; i < query.size(); ++i) key[i] = PredictedOutput(query[i].first);
+  std::vector<size_t> order(query.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const bool longest = spec_.engine.queue_order == QueueOrder::kLongestFirst;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return longest ? key[a] > key[b] : key[a] < key[b]; });
+  std::vector<std::pair<traces::Request, SimTime>> sorted;
+  sorted.reserve(query.size());
+  for (size_t i : order) sorted.push_back(std::move(query[i]));
+  source_ = ListSource(std::move(sorted));
   return Status::Ok();
 }
 

@@ -197,6 +197,11 @@ class Simulator : public EngineListener {
 
  private:
   void Issue(const traces::Request& r);
+  // The output length the engines' predictor gives a request (EngineConfig::queue_order).
+  double PredictedOutput(const traces::Request& r) const;
+  // Offline under a predicted queue order: the query's samples sorted as the engines take them,
+  // so that each rank's queue is in order as it fills.
+  Status SortOfflineQuery();
   // Sends the sequence in `slot` to an instance below its max_concurrency, by the router policy;
   // false, sending nothing, when every instance is at it. `event` names it in the event log
   // ("arrival", or "dispatch" for one the client held).

@@ -133,23 +133,12 @@ SimulationResult RunOk(SimulationSpec spec, std::unique_ptr<RequestSource> sourc
   return *r;
 }
 
-// Requests at given issue times.
-class ListSource : public RequestSource {
- public:
-  explicit ListSource(std::vector<std::pair<traces::Request, double>> items)
-      : items_(std::move(items)) {}
-  Result<bool> Next(traces::Request* request, SimTime* issue) override {
-    if (next_ == items_.size()) return false;
-    *request = items_[next_].first;
-    *issue = FromSeconds(items_[next_].second);
-    ++next_;
-    return true;
-  }
-
- private:
-  std::vector<std::pair<traces::Request, double>> items_;
-  size_t next_ = 0;
-};
+// Requests at given issue times (seconds).
+std::unique_ptr<RequestSource> TimedSource(std::vector<std::pair<traces::Request, double>> items) {
+  std::vector<std::pair<traces::Request, SimTime>> timed;
+  for (auto& [r, t] : items) timed.emplace_back(std::move(r), FromSeconds(t));
+  return ListSource(std::move(timed));
+}
 
 }  // namespace
 
@@ -163,8 +152,8 @@ TEST_CASE("Simulator: Server throughput counts to the last-issued sample's compl
   traces::Request short_one{
       .id = 1, .arrival_s = {}, .input_tokens = 10, .output_tokens = 2, .prefix_blocks = {}};
   const SimulationResult r =
-      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{
-                      {long_one, 0.0}, {short_one, 0.105}}));
+      RunOk(spec, TimedSource(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
+                                                                              {short_one, 0.105}}));
   // The short request, issued last, joins at the next step boundary (0.11) and finishes after its
   // prefill and one decode step; the long one (50 steps from t = 0) finishes later and only
   // extends the drain.
@@ -175,8 +164,8 @@ TEST_CASE("Simulator: Server throughput counts to the last-issued sample's compl
   // Offline is one query: its time is the last completion.
   spec.scenario.scenario = Scenario::kOffline;
   const SimulationResult off =
-      RunOk(spec, std::make_unique<ListSource>(std::vector<std::pair<traces::Request, double>>{
-                      {long_one, 0.0}, {short_one, 0.0}}));
+      RunOk(spec, TimedSource(std::vector<std::pair<traces::Request, double>>{{long_one, 0.0},
+                                                                              {short_one, 0.0}}));
   CHECK(off.duration_s == off.drain_end_s);
 }
 
@@ -195,17 +184,17 @@ TEST_CASE("Simulator: attention-DP balancing holds prefills until every rank has
   using Items = std::vector<std::pair<traces::Request, double>>;
   // One long request per rank from t = 0, then new ones on both ranks at 0.105: they wait for
   // three more iterations (0.11 to 0.14), prefill together, and their first token is at 0.15.
-  SimulationResult both =
-      RunOk(spec, std::make_unique<ListSource>(Items{
-                      {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}, {short_one, 0.105}}));
+  SimulationResult both = RunOk(
+      spec,
+      TimedSource(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}, {short_one, 0.105}}));
   CHECK(both.ttft_p99_ms == Approx(45).epsilon(1e-6));
   // A new request on one rank only waits until the other rank has nothing left to decode.
-  SimulationResult one = RunOk(spec, std::make_unique<ListSource>(Items{
-                                         {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  SimulationResult one =
+      RunOk(spec, TimedSource(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
   CHECK(one.ttft_p99_ms > 350);
   spec.engine.adp_balance = false;
-  SimulationResult off = RunOk(spec, std::make_unique<ListSource>(Items{
-                                         {long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
+  SimulationResult off =
+      RunOk(spec, TimedSource(Items{{long_one, 0.0}, {long_one, 0.0}, {short_one, 0.105}}));
   CHECK(off.ttft_p99_ms == Approx(15).epsilon(1e-6));
 }
 
@@ -238,9 +227,9 @@ TEST_CASE("Simulator: max_concurrency holds requests at the client until one in 
                       .prefix_blocks = {}},
                      0.0});
   }
-  const SimulationResult routed = RunOk(spec, std::make_unique<ListSource>(mixed));
+  const SimulationResult routed = RunOk(spec, TimedSource(mixed));
   spec.engine.max_concurrency = 8;
-  const SimulationResult held = RunOk(spec, std::make_unique<ListSource>(mixed));
+  const SimulationResult held = RunOk(spec, TimedSource(mixed));
   CHECK(routed.drain_end_s == Approx(2.0));  // two waves of four long requests on rank 0
   // Rank 1's short requests free its seats by turns, each refilled from the eight held back: its
   // last long request starts at 0.06 s.
@@ -358,9 +347,9 @@ TEST_CASE("Simulator: the response path delays what clients see, not the engine"
   for (size_t i = 0; i < items.size(); ++i) items[i].first.id = static_cast<int64_t>(i);
   SimulationSpec spec = SingleSlot(&plain);
   spec.engine.stream_interval = 1;
-  const SimulationResult base = RunOk(spec, std::make_unique<ListSource>(items));
+  const SimulationResult base = RunOk(spec, TimedSource(items));
   spec.pool.time = &front;
-  const SimulationResult seen = RunOk(spec, std::make_unique<ListSource>(items));
+  const SimulationResult seen = RunOk(spec, TimedSource(items));
   CHECK(seen.completed_requests == 50);
   CHECK(seen.output_tokens == base.output_tokens);
   CHECK(seen.ttft_mean_ms == Approx(base.ttft_mean_ms + 0.5).epsilon(1e-9));
@@ -368,9 +357,9 @@ TEST_CASE("Simulator: the response path delays what clients see, not the engine"
   CHECK(seen.tpot_mean_ms == Approx(base.tpot_mean_ms).epsilon(1e-9));
   spec.scenario.scenario = Scenario::kOffline;
   spec.pool.time = &plain;
-  const SimulationResult offline = RunOk(spec, std::make_unique<ListSource>(items));
+  const SimulationResult offline = RunOk(spec, TimedSource(items));
   spec.pool.time = &front;
-  CHECK(RunOk(spec, std::make_unique<ListSource>(items)).e2e_mean_ms == offline.e2e_mean_ms);
+  CHECK(RunOk(spec, TimedSource(items)).e2e_mean_ms == offline.e2e_mean_ms);
 }
 
 TEST_CASE("Simulator: exponential service gives M/M/1 waiting times", "[sim]") {
@@ -892,7 +881,7 @@ TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph
     for (int i = 0; i < n; ++i) out.push_back({r, 0.0});
     return out;
   };
-  RunOk(spec, std::make_unique<ListSource>(items(4)));
+  RunOk(spec, TimedSource(items(4)));
   int padded = 0, eager = 0;
   for (const auto& ranks : time.calls) {
     REQUIRE(ranks.size() == 2);
@@ -917,7 +906,7 @@ TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph
 
   // Past the largest graph, iterations run eagerly at their own size.
   time.calls.clear();
-  RunOk(spec, std::make_unique<ListSource>(items(20)));
+  RunOk(spec, TimedSource(items(20)));
   bool unpadded = false;
   for (const auto& ranks : time.calls) {
     const int64_t widest = std::max(ranks[0].decode_sequences, ranks[1].decode_sequences);
@@ -1119,6 +1108,46 @@ TEST_CASE("Simulator: a tail trigger fires once a completion leaves that few in 
   migrate.pool = spec.pool;
   migrate.engine = spec.engine;
   CHECK(no_bandwidth.ScheduleSwitch(migrate).message().find("bandwidth") != std::string::npos);
+}
+
+TEST_CASE("Simulator: a predicted queue order takes the longest or shortest outputs first",
+          "[sim][plan]") {
+  FakeTime time(0.01, false);
+  std::vector<traces::Request> data = Dataset(6, 10, 0);
+  const int64_t outputs[] = {30, 90, 10, 50, 70, 20};
+  for (int i = 0; i < 6; ++i) data[i].output_tokens = outputs[i];
+  auto order_of = [&](QueueOrder order, double sigma, Scenario scenario) {
+    SimulationSpec spec = SingleSlot(&time);
+    spec.scenario.scenario = scenario;
+    spec.engine.queue_order = order;
+    spec.engine.prediction_sigma = sigma;
+    std::vector<std::pair<traces::Request, double>> items;
+    // Server: the first request starts before the others arrive.
+    for (const traces::Request& r : data)
+      items.emplace_back(r, scenario == Scenario::kServer && r.id > 0 ? 0.001 : 0.0);
+    Simulator sim(spec, TimedSource(items));
+    std::vector<int64_t> done;
+    sim.set_on_complete([&](const RequestRecord& r) { done.push_back(r.output); });
+    REQUIRE(sim.Run().ok());
+    return done;
+  };
+  using V = std::vector<int64_t>;
+  for (Scenario scenario : {Scenario::kOffline, Scenario::kServer}) {
+    CHECK(order_of(QueueOrder::kFifo, 0, scenario) == V{30, 90, 10, 50, 70, 20});
+    const V longest = order_of(QueueOrder::kLongestFirst, 0, scenario);
+    const V shortest = order_of(QueueOrder::kShortestFirst, 0, scenario);
+    if (scenario == Scenario::kOffline) {
+      CHECK(longest == V{90, 70, 50, 30, 20, 10});
+      CHECK(shortest == V{10, 20, 30, 50, 70, 90});
+    } else {
+      CHECK(longest == V{30, 90, 70, 50, 20, 10});
+      CHECK(shortest == V{30, 10, 20, 50, 70, 90});
+    }
+  }
+  // A predictor's error reorders some, the same way on every run.
+  const V noisy = order_of(QueueOrder::kLongestFirst, 1.0, Scenario::kOffline);
+  CHECK(noisy != V{90, 70, 50, 30, 20, 10});
+  CHECK(noisy == order_of(QueueOrder::kLongestFirst, 1.0, Scenario::kOffline));
 }
 
 }  // namespace fathom::sim

@@ -83,6 +83,31 @@ std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> datase
   return std::make_unique<DatasetSource>(std::move(dataset), count, qps, seed);
 }
 
+namespace {
+
+class ListRequests : public RequestSource {
+ public:
+  explicit ListRequests(std::vector<std::pair<traces::Request, SimTime>> items)
+      : items_(std::move(items)) {}
+  Result<bool> Next(traces::Request* request, SimTime* issue) override {
+    if (next_ == items_.size()) return false;
+    *request = std::move(items_[next_].first);
+    *issue = items_[next_].second;
+    ++next_;
+    return true;
+  }
+
+ private:
+  std::vector<std::pair<traces::Request, SimTime>> items_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RequestSource> ListSource(std::vector<std::pair<traces::Request, SimTime>> items) {
+  return std::make_unique<ListRequests>(std::move(items));
+}
+
 std::unique_ptr<RequestSource> ReplaySource(std::unique_ptr<traces::TraceReader> reader) {
   return std::make_unique<TraceSource>(std::move(reader));
 }

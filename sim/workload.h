@@ -26,6 +26,8 @@ std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> datase
                                              uint64_t seed);
 std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count,
                                              double qps, uint64_t seed);
+// A query's requests in the order given, each at its time (non-decreasing).
+std::unique_ptr<RequestSource> ListSource(std::vector<std::pair<traces::Request, SimTime>> items);
 // A trace's own timestamps, streamed (constant memory).
 std::unique_ptr<RequestSource> ReplaySource(std::unique_ptr<traces::TraceReader> reader);
 // Requests without times, for a closed loop: the simulator sets each issue time.

@@ -33,6 +33,7 @@ struct SimulateFlags {
   std::string scheduler = "chunked", preemption = "recompute", admission = "greedy",
               router = "least-outstanding";
   std::string runtime = "python";
+  std::string queue_order = "fifo";
   std::vector<double> acceptance_dist;
   // Disaggregation.
   bool disagg = false;
@@ -79,6 +80,7 @@ Result<sim::DeploymentFile> BuildConfig(SimulateFlags& f) {
   d = f.config;
   FATHOM_ASSIGN_OR_RETURN(d.engine.scheduler, sim::ParseScheduler(f.scheduler));
   FATHOM_ASSIGN_OR_RETURN(d.router, sim::ParseRouter(f.router));
+  FATHOM_ASSIGN_OR_RETURN(d.engine.queue_order, sim::ParseQueueOrder(f.queue_order));
   FATHOM_ASSIGN_OR_RETURN(d.runtime, models::ParseRuntime(f.runtime));
   if (f.preemption != "recompute" && f.preemption != "swap") {
     return Status::InvalidArgument("--preemption = \"" + f.preemption +
@@ -267,13 +269,19 @@ void PrintPlan(const sim::Plan& plan, const sim::ResolvedPlan& resolved,
       }
       std::printf("\n");
     }
-    if (i < res.switches.size()) {
+    if (i < res.switches.size() && sw.in_place) {
+      std::printf("     at %.1f s\n", res.switches[i].triggered_s);
+    } else if (i < res.switches.size()) {
       const sim::SwitchRecord& d = res.switches[i];
       std::printf(
-          "     at %.1f s, %lld requests in flight moved (%lld with KV, %s migrated in %.2f s), "
-          "serving again at %.1f s\n",
+          "     at %.1f s, %lld requests moved (%lld running, %s), serving again at %.1f s\n",
           d.triggered_s, static_cast<long long>(d.moved), static_cast<long long>(d.running),
-          HumanBytes(d.kv_bytes).c_str(), d.migrate_s, d.resumed_s);
+          step.kv == sim::KvMove::kRecompute
+              ? "their KV to compute again"
+              : StrFormat("%s of KV migrated in %.2f s", HumanBytes(d.kv_bytes).c_str(),
+                          d.migrate_s)
+                    .c_str(),
+          d.resumed_s);
     }
   }
 }
@@ -567,6 +575,14 @@ void RegisterSimulate(CLI::App& app, Status* result) {
                       "Requests the client keeps in flight on an instance, the rest held back "
                       "until one completes (MLPerf's TensorRT-LLM harness's max_concurrency; 0: "
                       "no limit)")
+          ->capture_default_str());
+  dep(cmd->add_option("--queue-order", f->queue_order,
+                      "Order a rank takes waiting requests in: fifo, or by predicted output "
+                      "length, longest-first or shortest-first")
+          ->capture_default_str());
+  dep(cmd->add_option("--prediction-sigma", e.prediction_sigma,
+                      "With a predicted --queue-order: the length predictor's log-normal error "
+                      "(0: exact; the default is assumed)")
           ->capture_default_str());
   dep(cmd->add_option("--router", f->router,
                       "round-robin, least-outstanding, least-kv or prefix-aware")

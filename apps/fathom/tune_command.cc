@@ -13,6 +13,8 @@
 #include "models/hardware.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
+#include "sim/plan.h"
+#include "tuner/search/adaptive.h"
 #include "tuner/search/launch.h"
 #include "tuner/search/tuner.h"
 
@@ -26,6 +28,11 @@ struct TuneFlags {
   bool json = false;
   std::string frontier_csv;
   std::string best_out;
+  // Adaptive plans.
+  bool adaptive = false;
+  std::string plan_out;
+  std::string kv_move = "migrate";
+  std::optional<double> restart_s;
   double capacity_qps = 0;
   std::vector<int> capacity_gpus = {1, 2, 4, 8, 16, 32, 64};
 };
@@ -177,6 +184,43 @@ Result<sim::DeploymentConfig> WithCudaGraphSizes(sim::DeploymentConfig d,
   return d;
 }
 
+// The adaptive search's answer beside the static best: the plan, what it gains and where.
+void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) {
+  const double base = a.static_run.throughput_tokens_per_s;
+  auto pct = [&](double v) { return 100 * (v / base - 1); };
+  std::printf(
+      "\nAdaptive plans (Offline: a switch for the thin tail; %d configurations x %d triggers, "
+      "each with its switch cost and free): %lld runs in %.1f s\n",
+      a.tail_configs, a.triggers, static_cast<long long>(a.plans), a.wall_s);
+  std::printf("  static best       %10.0f tokens/s, %.0f s (the whole deployment, same samples)\n",
+              base, a.static_run.duration_s);
+  auto describe = [&](const char* name, const tuner::PlanOutcome& p) {
+    const sim::PlanStep& step = p.plan.steps.front();
+    const sim::SwitchRecord& sw = *p.switched;
+    std::printf(
+        "  %-17s %10.0f tokens/s (%+.1f%%), %.0f s: at %s (%.0f s in) switch to %s, batch %lld\n"
+        "  %17s tail %.0f s against the static run's %.0f s after the same trigger; switch %.1f s "
+        "(pipelines drained %.1f s, restart and KV %.1f s)\n",
+        name, p.throughput_tokens_per_s, pct(p.throughput_tokens_per_s), p.duration_s,
+        sim::Describe(step.when).c_str(), sw.triggered_s, reports::LayoutLabel(step.to).c_str(),
+        static_cast<long long>(step.to.engine.max_batch), "", p.duration_s - sw.triggered_s,
+        p.static_tail_s, sw.resumed_s - sw.triggered_s, sw.stopped_s - sw.triggered_s,
+        sw.resumed_s - sw.stopped_s);
+  };
+  if (a.adapted()) {
+    describe("best plan", a.best);
+  } else {
+    std::printf(
+        "  best plan         none beats the static best: the tail is too short for what a switch "
+        "costs and gains, so the plan stays static\n");
+  }
+  if (a.oracle) describe("oracle (free)", *a.oracle);
+  if (!plan_out.empty()) {
+    std::printf("  plan written to %s (`fathom simulate --plan %s` replays it)\n", plan_out.c_str(),
+                plan_out.c_str());
+  }
+}
+
 Status Run(TuneFlags f) {
   if (!(f.capacity_qps >= 0 && std::isfinite(f.capacity_qps))) {
     return Status::InvalidArgument(
@@ -232,6 +276,22 @@ Status Run(TuneFlags f) {
   if (!f.best_out.empty())
     FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.best_out, best_json.dump(2) + "\n"));
 
+  std::optional<tuner::AdaptiveResult> adaptive;
+  if (f.adaptive) {
+    tuner::AdaptiveOptions a;
+    a.kv = f.kv_move == "recompute" ? sim::KvMove::kRecompute : sim::KvMove::kMigrate;
+    a.restart_s = f.restart_s;
+    FATHOM_ASSIGN_OR_RETURN(adaptive, tuner::SearchPlans(o, catalog, res, a));
+    if (f.in.dataset_samples == 0) {
+      adaptive->best.plan.run = run;
+      adaptive->best.plan.run->samples = best.run_samples;
+    }
+    if (!f.plan_out.empty()) {
+      FATHOM_RETURN_IF_ERROR(
+          WriteFileAtomic(f.plan_out, sim::ToJson(adaptive->best.plan).dump(2) + "\n"));
+    }
+  }
+
   FATHOM_ASSIGN_OR_RETURN(PublishedNote published,
                           DescribePublished(best.config, o.space.scenario,
                                             server ? best.qps : best.throughput_tokens_per_s));
@@ -257,7 +317,7 @@ Status Run(TuneFlags f) {
     j["workload"] = workload_note;
     j["stack"] = stack;
     j["published"] = published.json;
-    j["published"] = published.json;
+    if (adaptive) j["adaptive"] = adaptive->ToJson();
     OrderedJson top = OrderedJson::array();
     for (int i = 0; i < f.top && i < static_cast<int>(res.ranked.size()); ++i)
       top.push_back(res.ranked[i].ToJson());
@@ -322,6 +382,7 @@ Status Run(TuneFlags f) {
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n",
               res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");
+  if (adaptive) PrintAdaptive(*adaptive, f.plan_out);
   return Status::Ok();
 }
 
@@ -396,6 +457,24 @@ void RegisterTune(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--frontier-csv", f->frontier_csv, "Write the Pareto frontier as CSV");
   cmd->add_option("--best-out", f->best_out, "Write the best deployment as JSON");
+  cmd->add_flag("--adaptive", f->adaptive,
+                "Offline: also search plans that switch the best deployment to another "
+                "configuration for the run's thin tail, beside the static best and the free-switch "
+                "oracle");
+  cmd->add_option("--plan-out", f->plan_out,
+                  "With --adaptive: write the best plan (static when none beats it) as JSON")
+      ->needs("--adaptive");
+  cmd->add_option("--kv-move", f->kv_move,
+                  "With --adaptive: what a switch does with running sequences' KV: migrate or "
+                  "recompute")
+      ->check(CLI::IsMember({"migrate", "recompute"}))
+      ->capture_default_str()
+      ->needs("--adaptive");
+  cmd->add_option("--restart-s", f->restart_s,
+                  "With --adaptive: seconds a switch's engines take to restart (default: modelled "
+                  "from weight size and CUDA graphs, with an assumed 10 s runtime start)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs("--adaptive");
   AddTimeModelFlags(cmd, &f->in.time_model);
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f, result] { *result = Run(*f); });

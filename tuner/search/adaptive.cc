@@ -1,0 +1,195 @@
+#include "tuner/search/adaptive.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "base/parallel.h"
+#include "sim/simulator.h"
+
+namespace fathom::tuner {
+namespace {
+
+// A plan's Offline run over the whole deployment; `free_switches`: no restart, no migration time.
+Result<PlanOutcome> RunPlan(const sim::Plan& plan, bool free_switches, const TuneOptions& o,
+                            const models::HardwareCatalog& catalog, int64_t samples) {
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(plan.start, catalog, o.make_time));
+  FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan switches, sim::ResolvePlan(plan, catalog, o.make_time));
+  sim::ScenarioConfig sc;
+  sc.scenario = sim::Scenario::kOffline;
+  sc.min_duration_s = 0;
+  sc.seed = o.seed;
+  resolved->spec.scenario = sc;
+  sim::Simulator simulator(std::move(resolved->spec),
+                           sim::OfflineSource(o.dataset, samples, o.seed));
+  for (sim::ConfigSwitch sw : switches.switches) {
+    if (free_switches) {
+      sw.restart_s = 0;
+      sw.migrate_bytes_per_s = std::numeric_limits<double>::infinity();
+    }
+    FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
+  }
+  FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r, simulator.Run());
+  PlanOutcome out;
+  out.plan = plan;
+  out.throughput_tokens_per_s = r.throughput_tokens_per_s;
+  out.duration_s = r.duration_s;
+  if (!r.switches.empty()) out.switched = r.switches.front();
+  return out;
+}
+
+// The configurations tried for the tail: valid, aggregated, on no more GPUs than the start, half
+// the fastest per user and half the fastest per GPU that the static search simulated.
+std::vector<sim::DeploymentConfig> TailConfigs(const TuneResult& tuned,
+                                               const sim::DeploymentConfig& start, int count) {
+  std::vector<const CandidateResult*> pool;
+  for (const CandidateResult& c : tuned.simulated) {
+    if (c.valid && !c.config.disaggregated && c.config.TotalGpus() <= start.TotalGpus() &&
+        !(c.config == start))
+      pool.push_back(&c);
+  }
+  std::vector<sim::DeploymentConfig> chosen;
+  auto take = [&](auto better, int n) {
+    std::stable_sort(pool.begin(), pool.end(), better);
+    for (const CandidateResult* c : pool) {
+      if (n <= 0) break;
+      if (std::find(chosen.begin(), chosen.end(), c->config) != chosen.end()) continue;
+      chosen.push_back(c->config);
+      --n;
+    }
+  };
+  take([](const CandidateResult* a,
+          const CandidateResult* b) { return a->tokens_per_s_per_user > b->tokens_per_s_per_user; },
+       (count + 1) / 2);
+  take(
+      [](const CandidateResult* a, const CandidateResult* b) {
+        return a->throughput_tokens_per_s > b->throughput_tokens_per_s;
+      },
+      count / 2);
+  return chosen;
+}
+
+}  // namespace
+
+OrderedJson PlanOutcome::ToJson(double static_tokens_per_s) const {
+  OrderedJson j;
+  j["throughput_tokens_per_s"] = throughput_tokens_per_s;
+  j["gain_pct"] =
+      static_tokens_per_s > 0 ? 100 * (throughput_tokens_per_s / static_tokens_per_s - 1) : 0.0;
+  j["duration_s"] = duration_s;
+  if (switched) {
+    j["switch"] = {{"triggered_s", switched->triggered_s}, {"stopped_s", switched->stopped_s},
+                   {"resumed_s", switched->resumed_s},     {"moved", switched->moved},
+                   {"kv_bytes", switched->kv_bytes},       {"migrate_s", switched->migrate_s}};
+    j["tail_s"] = duration_s - switched->triggered_s;
+    j["static_tail_s"] = static_tail_s;
+  }
+  j["plan"] = sim::ToJson(plan);
+  return j;
+}
+
+OrderedJson AdaptiveResult::ToJson() const {
+  const double base = static_run.throughput_tokens_per_s;
+  OrderedJson j;
+  j["static"] = static_run.ToJson(base);
+  j["best"] = best.ToJson(base);
+  j["adapted"] = adapted();
+  if (oracle) j["oracle"] = oracle->ToJson(base);
+  j["plans_simulated"] = plans;
+  j["tail_configs"] = tail_configs;
+  j["triggers"] = triggers;
+  j["wall_s"] = wall_s;
+  return j;
+}
+
+Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                                   const TuneResult& tuned, const AdaptiveOptions& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (o.space.scenario != sim::Scenario::kOffline) {
+    return Status::InvalidArgument(
+        "--adaptive searches Offline plans (a switch for the run's thin tail); Server and "
+        "Interactive plans are not searched yet");
+  }
+  if (tuned.ranked.empty()) return Status::InvalidArgument("--adaptive: no valid static best");
+  const CandidateResult& best = tuned.ranked.front();
+  const sim::DeploymentConfig& start = best.config;
+  if (start.disaggregated) {
+    return Status::InvalidArgument(
+        "--adaptive: the static best is disaggregated; plans switch aggregated deployments");
+  }
+  const int64_t samples = best.run_samples;
+
+  // Triggers from the start's running capacity: sequences all its ranks may hold at once.
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(start, catalog, o.make_time));
+  const double capacity = static_cast<double>(resolved->spec.pool.instances) *
+                          resolved->spec.pool.ranks * start.engine.MaxRunning(resolved->layout.pp);
+  std::vector<double> triggers;
+  for (double f : a.trigger_fractions) {
+    const double n = std::max(1.0, std::floor(capacity * f));
+    if (std::find(triggers.begin(), triggers.end(), n) == triggers.end()) triggers.push_back(n);
+  }
+  const std::vector<sim::DeploymentConfig> tails = TailConfigs(tuned, start, a.tail_configs);
+
+  // Every run at once: the static one, the static run's trigger times (an in-place switch to
+  // itself changes nothing and records when it fired), and each plan with its cost and free.
+  struct Job {
+    sim::Plan plan;
+    bool free = false;
+  };
+  std::vector<Job> jobs;
+  jobs.push_back({sim::Plan{start, {}, std::nullopt}, false});
+  for (double n : triggers) {
+    sim::PlanStep noop;
+    noop.when = {sim::SwitchTrigger::Kind::kInSystemAtMost, n};
+    noop.to = start;
+    jobs.push_back({sim::Plan{start, {noop}, std::nullopt}, false});
+  }
+  const size_t first_plan = jobs.size();
+  for (double n : triggers) {
+    for (const sim::DeploymentConfig& to : tails) {
+      sim::PlanStep step;
+      step.when = {sim::SwitchTrigger::Kind::kInSystemAtMost, n};
+      step.to = to;
+      step.kv = a.kv;
+      step.restart_s = a.restart_s;
+      const sim::Plan plan{start, {step}, std::nullopt};
+      jobs.push_back({plan, false});
+      jobs.push_back({plan, true});
+    }
+  }
+  std::vector<Result<PlanOutcome>> runs(jobs.size(), Status::InvalidArgument("not run"));
+  ParallelFor(jobs.size(), o.jobs, [&](size_t i) {
+    runs[i] = RunPlan(jobs[i].plan, jobs[i].free, o, catalog, samples);
+  });
+  for (auto& r : runs) FATHOM_RETURN_IF_ERROR(r.status());
+
+  AdaptiveResult out;
+  out.static_run = *runs[0];
+  out.best = out.static_run;
+  out.tail_configs = static_cast<int>(tails.size());
+  out.triggers = static_cast<int>(triggers.size());
+  out.plans = static_cast<int64_t>(jobs.size());
+  auto static_trigger_s = [&](double n) {
+    for (size_t i = 1; i < first_plan; ++i) {
+      if (runs[i]->plan.steps[0].when.value == n && runs[i]->switched)
+        return runs[i]->switched->triggered_s;
+    }
+    return out.static_run.duration_s;
+  };
+  for (size_t i = first_plan; i < jobs.size(); ++i) {
+    PlanOutcome& r = *runs[i];
+    if (!r.switched) continue;  // the trigger never fired: the static run
+    r.static_tail_s = out.static_run.duration_s - static_trigger_s(r.plan.steps[0].when.value);
+    if (jobs[i].free) {
+      if (!out.oracle || r.throughput_tokens_per_s > out.oracle->throughput_tokens_per_s)
+        out.oracle = r;
+    } else if (r.throughput_tokens_per_s > out.best.throughput_tokens_per_s) {
+      out.best = r;
+    }
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace fathom::tuner
