@@ -213,6 +213,28 @@ simulated=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/sim_offline.j
 if awk -v a="$tuned" -v b="$simulated" 'BEGIN { exit !(a > 0 && b > 0.99 * a && b < 1.01 * a) }'; then
   passed=$((passed + 1)); else echo "FAIL: simulate of tune's best (offline): $simulated tokens/s, tune said $tuned"
   failed=$((failed + 1)); fi
+# Adaptive plans: the plan file replays to the figure the search gave it; bad plans and scenarios
+# without plan search say so.
+"$fathom" tune "${small_tune[@]}" --adaptive --plan-out "$tmp/plan.json" --json >"$tmp/tune_adaptive.json" 2>/dev/null
+"$fathom" simulate --plan "$tmp/plan.json" --json >"$tmp/sim_plan.json" 2>/dev/null
+if jq -e --slurpfile s "$tmp/sim_plan.json" '.adaptive.best.throughput_tokens_per_s == $s[0].throughput_tokens_per_s
+    and (.adaptive.oracle.throughput_tokens_per_s >= .adaptive.best.throughput_tokens_per_s)
+    and (.adaptive.plans_simulated > 4)' "$tmp/tune_adaptive.json" >/dev/null; then
+  passed=$((passed + 1)); else echo "FAIL: simulate --plan repeats tune --adaptive's figure: $(jq -c .adaptive.best.throughput_tokens_per_s "$tmp/tune_adaptive.json") vs $(jq -c .throughput_tokens_per_s "$tmp/sim_plan.json")"
+  failed=$((failed + 1)); fi
+jq '.switches = [{"when": "after_s", "value": 60, "kv": "recompute", "restart_s": 30, "to": (.start | del(.run) | .max_batch = 64 | .reserve = 0.2)},
+                 {"when": "after_s", "value": 200, "to": (.start | del(.run) | .tp = 1 | .cuda_graph_batch_sizes = [1, 8])}]' \
+  "$tmp/plan.json" >"$tmp/plan2.json"
+expect 0 "1. after_s 60 -> " -- simulate --plan "$tmp/plan2.json" --samples 400
+expect 0 "restart 30.0 s" -- simulate --plan "$tmp/plan2.json" --samples 400
+expect 0 "(runtime start 10 s, weights " -- simulate --plan "$tmp/plan2.json" --samples 400
+jq '.switches[0].when = "whenever"' "$tmp/plan2.json" >"$tmp/plan_bad.json"
+expect 2 'plan_bad.json: switches[0]: field '"'"'when'"'"' = "whenever": must be after_s' -- simulate --plan "$tmp/plan_bad.json"
+expect 2 "--deployment and --plan: a plan holds its deployments" -- simulate --plan "$tmp/plan2.json" \
+  --deployment "$tmp/best_offline.json"
+expect 2 "--max-batch and --plan: give the deployment in one place" -- simulate --plan "$tmp/plan2.json" --max-batch 8
+expect 2 "Server and Interactive plans are not searched yet" -- tune --scenario server --adaptive
+expect 2 "--plan-out requires --adaptive" -- tune --plan-out "$tmp/x.json"
 # The tuner's best names the CUDA-graph sizes its figures assumed (the stack's below the batch
 # limit, then the limit), and its TensorRT-LLM launch captures those.
 "$fathom" tune --max-batch 300 --max-num-tokens 4096 --no-disagg --dataset-samples 200 --max-output 2000 --json \

@@ -207,12 +207,21 @@ void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) 
         p.static_tail_s, sw.resumed_s - sw.triggered_s, sw.stopped_s - sw.triggered_s,
         sw.resumed_s - sw.stopped_s);
   };
-  if (a.adapted()) {
-    describe("best plan", a.best);
-  } else {
+  for (const tuner::PlanOutcome& o : a.orders) {
     std::printf(
-        "  best plan         none beats the static best: the tail is too short for what a switch "
-        "costs and gains, so the plan stays static\n");
+        "  %-17s %10.0f tokens/s (%+.1f%%), %.0f s: the static best taking its queue by "
+        "predicted output length (log-normal error sigma %.1f, assumed)\n",
+        std::string(sim::Name(o.plan.start.engine.queue_order)).c_str(), o.throughput_tokens_per_s,
+        pct(o.throughput_tokens_per_s), o.duration_s, o.plan.start.engine.prediction_sigma);
+  }
+  if (a.adapted() && !a.best.plan.steps.empty()) {
+    describe("best plan", a.best);
+  } else if (a.adapted()) {
+    std::printf("  best plan         the static best with its queue %s\n",
+                std::string(sim::Name(a.best.plan.start.engine.queue_order)).c_str());
+  } else {
+    std::printf("  best plan         the static best: no switch gains what it costs\n");
+    if (a.best_switch) describe("best switch", *a.best_switch);
   }
   if (a.oracle) describe("oracle (free)", *a.oracle);
   if (!plan_out.empty()) {
@@ -238,6 +247,11 @@ Status Run(TuneFlags f) {
   if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload_note.c_str());
 
   if (f.capacity_qps > 0) return Capacity(f, catalog);
+  if (f.adaptive && server) {
+    return Status::InvalidArgument(
+        "--adaptive searches Offline plans (a switch for the run's thin tail); Server and "
+        "Interactive plans are not searched yet");
+  }
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
 
   if (!f.frontier_csv.empty()) {

@@ -95,7 +95,17 @@ OrderedJson AdaptiveResult::ToJson() const {
   j["static"] = static_run.ToJson(base);
   j["best"] = best.ToJson(base);
   j["adapted"] = adapted();
+  if (best_switch && !adapted()) j["best_switch"] = best_switch->ToJson(base);
   if (oracle) j["oracle"] = oracle->ToJson(base);
+  OrderedJson orders_json = OrderedJson::array();
+  for (const PlanOutcome& o : orders) {
+    OrderedJson oj = o.ToJson(base);
+    oj["queue_order"] = sim::Name(o.plan.start.engine.queue_order);
+    oj["prediction_sigma"] = o.plan.start.engine.prediction_sigma;
+    oj.erase("plan");
+    orders_json.push_back(std::move(oj));
+  }
+  j["queue_orders"] = std::move(orders_json);
   j["plans_simulated"] = plans;
   j["tail_configs"] = tail_configs;
   j["triggers"] = triggers;
@@ -145,6 +155,13 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
     noop.to = start;
     jobs.push_back({sim::Plan{start, {noop}, std::nullopt}, false});
   }
+  const size_t first_order = jobs.size();
+  for (sim::QueueOrder order : {sim::QueueOrder::kLongestFirst, sim::QueueOrder::kShortestFirst}) {
+    sim::Plan ordered{start, {}, std::nullopt};
+    ordered.start.engine.queue_order = order;
+    ordered.start.engine.prediction_sigma = a.prediction_sigma;
+    jobs.push_back({ordered, false});
+  }
   const size_t first_plan = jobs.size();
   for (double n : triggers) {
     for (const sim::DeploymentConfig& to : tails) {
@@ -171,7 +188,7 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
   out.triggers = static_cast<int>(triggers.size());
   out.plans = static_cast<int64_t>(jobs.size());
   auto static_trigger_s = [&](double n) {
-    for (size_t i = 1; i < first_plan; ++i) {
+    for (size_t i = 1; i < first_order; ++i) {
       if (runs[i]->plan.steps[0].when.value == n && runs[i]->switched)
         return runs[i]->switched->triggered_s;
     }
@@ -184,9 +201,15 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
     if (jobs[i].free) {
       if (!out.oracle || r.throughput_tokens_per_s > out.oracle->throughput_tokens_per_s)
         out.oracle = r;
-    } else if (r.throughput_tokens_per_s > out.best.throughput_tokens_per_s) {
-      out.best = r;
+    } else if (!out.best_switch ||
+               r.throughput_tokens_per_s > out.best_switch->throughput_tokens_per_s) {
+      out.best_switch = r;
     }
+  }
+  for (size_t i = first_order; i < first_plan; ++i) out.orders.push_back(*runs[i]);
+  for (const PlanOutcome* p :
+       {out.best_switch ? &*out.best_switch : nullptr, &out.orders[0], &out.orders[1]}) {
+    if (p && p->throughput_tokens_per_s > out.best.throughput_tokens_per_s) out.best = *p;
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -24,6 +24,9 @@ struct AdaptiveOptions {
   std::vector<double> trigger_fractions = {1, 0.5, 0.25, 0.125};
   sim::KvMove kv = sim::KvMove::kMigrate;
   std::optional<double> restart_s;  // default: sim::EstimateRestart
+  // The start also tried with the queue taken by predicted output length, longest and shortest
+  // first, with this predictor error (sim::EngineConfig::prediction_sigma).
+  double prediction_sigma = sim::EngineConfig().prediction_sigma;
 };
 
 // One plan's run.
@@ -40,11 +43,13 @@ struct PlanOutcome {
 struct AdaptiveResult {
   PlanOutcome static_run;  // the static best over the whole deployment, the plans' samples
   PlanOutcome best;        // the best plan; the static run when none beats it
-  std::optional<PlanOutcome> oracle;  // the best plan with free switches
-  int64_t plans = 0;                  // simulated
+  std::optional<PlanOutcome> best_switch;  // the best plan that switches, better or not
+  std::vector<PlanOutcome> orders;         // the start under each predicted queue order
+  std::optional<PlanOutcome> oracle;       // the best plan with free switches
+  int64_t plans = 0;                       // simulated
   int tail_configs = 0, triggers = 0;
   double wall_s = 0;
-  bool adapted() const { return !best.plan.steps.empty(); }
+  bool adapted() const { return !(best.plan == static_run.plan); }
   OrderedJson ToJson() const;
 };
 
