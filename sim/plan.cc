@@ -92,9 +92,9 @@ double MigrateBytesPerS(const ResolvedDeployment& r) {
 Result<Plan> PlanFromJson(const Json& j, const std::string& source) {
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() != "start" && it.key() != "switches") {
+    if (it.key() != "start" && it.key() != "switches" && it.key() != "cycle") {
       return Status::InvalidArgument(source + ": field '" + it.key() +
-                                     "': unknown (known: start, switches)");
+                                     "': unknown (known: cycle, start, switches)");
     }
   }
   if (!j.contains("start")) return Status::InvalidArgument(source + ": field 'start': missing");
@@ -103,6 +103,11 @@ Result<Plan> PlanFromJson(const Json& j, const std::string& source) {
                           DeploymentFileFromJson(j["start"], source + ": start"));
   plan.start = std::move(start.config);
   plan.run = std::move(start.run);
+  if (j.contains("cycle")) {
+    if (!j["cycle"].is_boolean())
+      return Status::InvalidArgument(source + ": field 'cycle': expected true or false");
+    plan.cycle = j["cycle"].get<bool>();
+  }
   if (!j.contains("switches")) return plan;
   if (!j["switches"].is_array())
     return Status::InvalidArgument(source + ": field 'switches': expected a JSON array");
@@ -123,6 +128,7 @@ Result<Plan> LoadPlanFile(const std::string& path) {
 OrderedJson ToJson(const Plan& plan) {
   OrderedJson j;
   j["start"] = plan.run ? ToJson(plan.start, *plan.run) : ToJson(plan.start);
+  if (plan.cycle) j["cycle"] = true;
   OrderedJson steps = OrderedJson::array();
   for (const PlanStep& s : plan.steps) {
     OrderedJson sj;
@@ -150,6 +156,10 @@ Result<ResolvedPlan> ResolvePlan(const Plan& plan, const models::HardwareCatalog
   const DeploymentConfig* before = &plan.start;
   if (!plan.steps.empty() && plan.start.disaggregated)
     return Status::InvalidArgument("plan: start: a plan's switches need aggregated deployments");
+  if (plan.cycle && (plan.steps.empty() || !(plan.steps.back().to == plan.start))) {
+    return Status::InvalidArgument(
+        "plan: cycle: the last switch must go back to the start's deployment to round again");
+  }
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
     const std::string where = "plan: switches[" + std::to_string(i) + "]: to: ";

@@ -45,11 +45,14 @@ struct Plan {
   DeploymentConfig start;
   std::vector<PlanStep> steps;  // fired one after another, in order
   std::optional<RunRecord> run;
+  // Round again after the last step (which must return to the start's configuration): rules
+  // such as "a larger batch while the queue is long, back when it is short".
+  bool cycle = false;
   bool operator==(const Plan&) const = default;
 };
 
-// The plan file: {"start": <a deployment file, with its "run">, "switches": [{"when":
-// "after_s" | "in_system_at_most" | "in_system_at_least", "value": N, "kv": "migrate" |
+// The plan file: {"start": <a deployment file, with its "run">, "cycle": false, "switches":
+// [{"when": "after_s" | "in_system_at_most" | "in_system_at_least", "value": N, "kv": "migrate" |
 // "recompute", "restart_s": S (optional), "to": <a deployment>}]}. Errors name the file, the
 // switch and the field.
 Result<Plan> PlanFromJson(const Json& j, const std::string& source);

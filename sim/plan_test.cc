@@ -41,6 +41,13 @@ TEST_CASE("Plan: the file reads back what was written", "[plan]") {
   REQUIRE(back.ok());
   CHECK(*back == plan);
   CHECK(Describe(plan.steps[0].when) == "in_system_at_most 256");
+  Plan rule = plan;
+  rule.steps.push_back(plan.steps[0]);
+  rule.steps[1].to = plan.start;
+  rule.cycle = true;
+  auto again = PlanFromJson(Json::parse(ToJson(rule).dump()), "plan.json");
+  REQUIRE(again.ok());
+  CHECK(*again == rule);
 }
 
 TEST_CASE("Plan: a bad switch is named by file, index and field", "[plan]") {
@@ -66,7 +73,7 @@ TEST_CASE("Plan: a bad switch is named by file, index and field", "[plan]") {
   CHECK(ErrorOf(bad).find("field 'restart': unknown") != std::string::npos);
   bad = j;
   bad["phases"] = Json::array();
-  CHECK(ErrorOf(bad).find("field 'phases': unknown (known: start, switches)") != std::string::npos);
+  CHECK(ErrorOf(bad).find("field 'phases': unknown (known: cycle, start, switches)") != std::string::npos);
   bad = j;
   bad.erase("start");
   CHECK(ErrorOf(bad).find("field 'start': missing") != std::string::npos);
@@ -110,6 +117,12 @@ TEST_CASE("Plan: resolving checks each step against the start and prices its res
   auto wrong = ResolvePlan(other, catalog, RooflineFactory());
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.status().message().find("keeps the start's model and GPU") != std::string::npos);
+  other = TailPlan();
+  other.cycle = true;
+  CHECK(ResolvePlan(other, catalog, RooflineFactory())
+            .status()
+            .message()
+            .find("go back to the start") != std::string::npos);
   other = TailPlan();
   other.steps[0].to.disaggregated = true;
   CHECK(ResolvePlan(other, catalog, RooflineFactory()).status().message().find("aggregated") !=

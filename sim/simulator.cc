@@ -656,6 +656,7 @@ void Simulator::BeginSwitch() {
     }
     spec_.engine.max_batch = sw.engine.max_batch;
     spec_.engine.max_num_tokens = sw.engine.max_num_tokens;
+    if (cycle_switches_) switches_.push_back(sw);
     switches_.pop_front();
     ArmSwitch();
     return;
@@ -707,6 +708,7 @@ void Simulator::EvacuateIfStopped() {
 void Simulator::ResumeAfterSwitch() {
   ConfigSwitch sw = std::move(switches_.front());
   switches_.pop_front();
+  if (cycle_switches_) switches_.push_back(sw);
   spec_.pool = sw.pool;
   spec_.engine = sw.engine;
   phase_gpus_ = sw.total_gpus;

@@ -162,6 +162,9 @@ class Simulator : public EngineListener {
   // Queues a configuration switch (aggregated deployments): switches fire one after another, in
   // the order given, each armed once the one before it is done.
   Status ScheduleSwitch(ConfigSwitch s);
+  // Switches done go back to the end of the queue: the last one scheduled must return to the
+  // start's configuration (a rule that fires whenever its trigger holds again).
+  void set_cycle_switches(bool cycle) { cycle_switches_ = cycle; }
   void set_on_first_token(std::function<void(const RequestRecord&)> f) {
     on_first_token_ = std::move(f);
   }
@@ -252,9 +255,10 @@ class Simulator : public EngineListener {
   bool started_ = false;
   std::deque<ConfigSwitch> switches_;  // pending, the first armed
   bool switch_due_ = false;            // a SwitchEvent for the armed one is queued
-  bool stopping_ = false;              // no new batches: waiting for the pipelines to empty
-  bool restarting_ = false;            // engines down
-  std::vector<int64_t> evacuated_;     // sequences waiting for the new engines
+  bool cycle_switches_ = false;
+  bool stopping_ = false;           // no new batches: waiting for the pipelines to empty
+  bool restarting_ = false;         // engines down
+  std::vector<int64_t> evacuated_;  // sequences waiting for the new engines
   std::vector<SwitchRecord> switch_records_;
   std::vector<bool> retired_;  // per engine: replaced by a switch
   int phase_gpus_ = 1;         // GPUs the current engines use

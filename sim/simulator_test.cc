@@ -1150,4 +1150,29 @@ TEST_CASE("Simulator: a predicted queue order takes the longest or shortest outp
   CHECK(noisy == order_of(QueueOrder::kLongestFirst, 1.0, Scenario::kOffline));
 }
 
+TEST_CASE("Simulator: cycling switches fire each time their trigger holds again", "[sim][plan]") {
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  Simulator sim(spec, PoissonSource(MlperfSet(), 2000, 4.0, 3));
+  ConfigSwitch up, down;
+  up.when = {SwitchTrigger::Kind::kInSystemAtLeast, 145};
+  up.in_place = true;
+  up.engine = spec.engine;
+  up.engine.max_batch = 1024;
+  down = up;
+  down.when = {SwitchTrigger::Kind::kInSystemAtMost, 135};
+  down.engine.max_batch = 512;
+  REQUIRE(sim.ScheduleSwitch(up).ok());
+  REQUIRE(sim.ScheduleSwitch(down).ok());
+  sim.set_cycle_switches(true);
+  auto r = sim.Run();
+  REQUIRE(r.ok());
+  CHECK(r->completed_requests == 2000);
+  // The queue hovers around 140 at 4 QPS: the rule flips the batch limit back and forth.
+  REQUIRE(r->switches.size() >= 6);
+  for (size_t i = 1; i < r->switches.size(); ++i)
+    CHECK(r->switches[i].triggered_s >= r->switches[i - 1].triggered_s);
+}
+
 }  // namespace fathom::sim

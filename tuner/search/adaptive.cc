@@ -23,6 +23,7 @@ Result<PlanOutcome> RunPlan(const sim::Plan& plan, bool free_switches, const Tun
   resolved->spec.scenario = sc;
   sim::Simulator simulator(std::move(resolved->spec),
                            sim::OfflineSource(o.dataset, samples, o.seed));
+  simulator.set_cycle_switches(plan.cycle);
   for (sim::ConfigSwitch sw : switches.switches) {
     if (free_switches) {
       sw.restart_s = 0;
