@@ -233,7 +233,9 @@ expect 2 'plan_bad.json: switches[0]: field '"'"'when'"'"' = "whenever": must be
 expect 2 "--deployment and --plan: a plan holds its deployments" -- simulate --plan "$tmp/plan2.json" \
   --deployment "$tmp/best_offline.json"
 expect 2 "--max-batch and --plan: give the deployment in one place" -- simulate --plan "$tmp/plan2.json" --max-batch 8
-expect 2 "Server and Interactive plans are not searched yet" -- tune --scenario server --adaptive
+expect 0 "Adaptive plans (Server-type: rules on the queue's length, 2 batch-limit variants x 4 triggers" -- \
+  tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 128 256 512 \
+  --max-num-tokens 4096 --no-disagg --scenario server --adaptive
 expect 2 "--plan-out requires --adaptive" -- tune --plan-out "$tmp/x.json"
 # The tuner's best names the CUDA-graph sizes its figures assumed (the stack's below the batch
 # limit, then the limit), and its TensorRT-LLM launch captures those.

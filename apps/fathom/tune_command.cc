@@ -185,7 +185,48 @@ Result<sim::DeploymentConfig> WithCudaGraphSizes(sim::DeploymentConfig d,
 }
 
 // The adaptive search's answer beside the static best: the plan, what it gains and where.
+// Server-type: the queue rules beside the static best.
+void PrintQueueRules(const tuner::AdaptiveResult& a) {
+  const double base = a.static_run.qps;
+  std::printf(
+      "\nAdaptive plans (%s: rules on the queue's length, %d batch-limit variants x %d triggers, "
+      "switched in place): %lld QPS searches in %.1f s\n",
+      "Server-type", a.tail_configs, a.triggers, static_cast<long long>(a.plans), a.wall_s);
+  std::printf("  static best       %8.2f QPS (%.0f tokens/s)\n", base,
+              a.static_run.throughput_tokens_per_s);
+  auto describe = [&](const char* name, const tuner::PlanOutcome& p) {
+    const sim::PlanStep& up = p.plan.steps[0];
+    const sim::PlanStep& down = p.plan.steps[1];
+    std::printf(
+        "  %-17s %8.2f QPS (%+.1f%%, %.0f tokens/s): batch %lld, %lld tokens a step while at least "
+        "%.0f requests are in the system, back to batch %lld, %lld tokens at %.0f\n",
+        name, p.qps, 100 * (p.qps / base - 1), p.throughput_tokens_per_s,
+        static_cast<long long>(up.to.engine.max_batch),
+        static_cast<long long>(up.to.engine.max_num_tokens), up.when.value,
+        static_cast<long long>(down.to.engine.max_batch),
+        static_cast<long long>(down.to.engine.max_num_tokens), down.when.value);
+  };
+  if (a.adapted()) {
+    describe("best rule", a.best);
+  } else {
+    std::printf(
+        "  best plan         the static best: no rule holds the p99 limits a grid step (2%%) "
+        "above its QPS (%lld broke them there, %lld could not run%s)\n",
+        static_cast<long long>(a.broke), static_cast<long long>(a.unusable),
+        a.unusable > 0 ? (": " + a.unusable_example).c_str() : "");
+    if (a.best_switch) describe("best rule", *a.best_switch);
+  }
+}
+
 void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) {
+  if (a.server) {
+    PrintQueueRules(a);
+    if (!plan_out.empty()) {
+      std::printf("  plan written to %s (`fathom simulate --plan %s` replays it)\n",
+                  plan_out.c_str(), plan_out.c_str());
+    }
+    return;
+  }
   const double base = a.static_run.throughput_tokens_per_s;
   auto pct = [&](double v) { return 100 * (v / base - 1); };
   std::printf(
@@ -247,11 +288,6 @@ Status Run(TuneFlags f) {
   if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload_note.c_str());
 
   if (f.capacity_qps > 0) return Capacity(f, catalog);
-  if (f.adaptive && server) {
-    return Status::InvalidArgument(
-        "--adaptive searches Offline plans (a switch for the run's thin tail); Server and "
-        "Interactive plans are not searched yet");
-  }
   FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
 
   if (!f.frontier_csv.empty()) {
@@ -298,7 +334,8 @@ Status Run(TuneFlags f) {
     FATHOM_ASSIGN_OR_RETURN(adaptive, tuner::SearchPlans(o, catalog, res, a));
     if (f.in.dataset_samples == 0) {
       adaptive->best.plan.run = run;
-      adaptive->best.plan.run->samples = best.run_samples;
+      adaptive->best.plan.run->samples = adaptive->best.run_samples;
+      if (server) adaptive->best.plan.run->qps = adaptive->best.qps;
     }
     if (!f.plan_out.empty()) {
       FATHOM_RETURN_IF_ERROR(
@@ -472,9 +509,9 @@ void RegisterTune(CLI::App& app, Status* result) {
   cmd->add_option("--frontier-csv", f->frontier_csv, "Write the Pareto frontier as CSV");
   cmd->add_option("--best-out", f->best_out, "Write the best deployment as JSON");
   cmd->add_flag("--adaptive", f->adaptive,
-                "Offline: also search plans that switch the best deployment to another "
-                "configuration for the run's thin tail, beside the static best and the free-switch "
-                "oracle");
+                "Also search plans that change the best deployment during a run: Offline, a "
+                "switch for the thin tail and predicted queue orders, beside the free-switch "
+                "oracle; Server and Interactive, batch limits switched on the queue's length");
   cmd->add_option("--plan-out", f->plan_out,
                   "With --adaptive: write the best plan (static when none beats it) as JSON")
       ->needs("--adaptive");

@@ -36,6 +36,7 @@ Result<PlanOutcome> RunPlan(const sim::Plan& plan, bool free_switches, const Tun
   out.plan = plan;
   out.throughput_tokens_per_s = r.throughput_tokens_per_s;
   out.duration_s = r.duration_s;
+  out.run_samples = samples;
   if (!r.switches.empty()) out.switched = r.switches.front();
   return out;
 }
@@ -71,13 +72,86 @@ std::vector<sim::DeploymentConfig> TailConfigs(const TuneResult& tuned,
   return chosen;
 }
 
+// Server and Interactive: the start and a rule per batch-limit variant of it (the search space's
+// limits on its layout) and trigger: the variant while at least `hi` requests are in the system,
+// the start again once at most 4/5 of that are. Each is scored by the tuner's QPS search, from
+// the grid rate above the static best's.
+Result<AdaptiveResult> QueueRules(const TuneOptions& o, const models::HardwareCatalog& catalog,
+                                  const CandidateResult& best, double capacity,
+                                  const AdaptiveOptions& a) {
+  const sim::DeploymentConfig& start = best.config;
+  std::vector<sim::DeploymentConfig> variants;
+  for (int64_t batch : o.space.max_batch) {
+    for (int64_t tokens : o.space.max_num_tokens) {
+      sim::DeploymentConfig v = start;
+      v.engine.max_batch = batch;
+      v.engine.max_num_tokens = tokens;
+      v.engine.cuda_graph_batch_sizes.clear();
+      if (!(v == start)) variants.push_back(v);
+    }
+  }
+  std::vector<double> triggers;
+  for (double f : a.trigger_fractions) {
+    const double n = std::max(2.0, std::floor(capacity * f));
+    if (std::find(triggers.begin(), triggers.end(), n) == triggers.end()) triggers.push_back(n);
+  }
+  std::vector<sim::Plan> plans;
+  for (double hi : triggers) {
+    for (const sim::DeploymentConfig& v : variants) {
+      sim::Plan rule{start, {}, std::nullopt};
+      sim::PlanStep up, down;
+      up.when = {sim::SwitchTrigger::Kind::kInSystemAtLeast, hi};
+      up.to = v;
+      down.when = {sim::SwitchTrigger::Kind::kInSystemAtMost, std::floor(0.8 * hi)};
+      down.to = start;
+      rule.steps = {up, down};
+      rule.cycle = true;
+      plans.push_back(rule);
+    }
+  }
+  std::vector<Result<CandidateResult>> runs(plans.size(), Status::InvalidArgument("not run"));
+  ParallelFor(plans.size(), o.jobs,
+              [&](size_t i) { runs[i] = EvaluatePlan(plans[i], o, catalog, best.qps); });
+  AdaptiveResult out;
+  out.server = true;
+  out.static_run.plan = sim::Plan{start, {}, std::nullopt};
+  out.static_run.qps = best.qps;
+  out.static_run.throughput_tokens_per_s = best.throughput_tokens_per_s;
+  out.static_run.run_samples = best.run_samples;
+  out.best = out.static_run;
+  out.tail_configs = static_cast<int>(variants.size());
+  out.triggers = static_cast<int>(triggers.size());
+  out.plans = static_cast<int64_t>(plans.size());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    // A variant that does not fit, or a rule that breaks the limits above the static best, loses.
+    if (!runs[i].ok()) {
+      if (out.unusable++ == 0) out.unusable_example = runs[i].status().message();
+      continue;
+    }
+    if (!runs[i]->valid) {
+      ++out.broke;
+      continue;
+    }
+    PlanOutcome p;
+    p.plan = plans[i];
+    p.qps = runs[i]->qps;
+    p.throughput_tokens_per_s = runs[i]->throughput_tokens_per_s;
+    p.run_samples = runs[i]->run_samples;
+    if (!out.best_switch || p.qps > out.best_switch->qps) out.best_switch = p;
+  }
+  if (out.best_switch && out.best_switch->qps > best.qps) out.best = *out.best_switch;
+  // In-place switches cost nothing: the free-switch bound over these rules is the best of them.
+  out.oracle = out.best_switch;
+  return out;
+}
+
 }  // namespace
 
-OrderedJson PlanOutcome::ToJson(double static_tokens_per_s) const {
+OrderedJson PlanOutcome::ToJson(double static_objective, bool server) const {
   OrderedJson j;
+  if (server) j["qps"] = qps;
   j["throughput_tokens_per_s"] = throughput_tokens_per_s;
-  j["gain_pct"] =
-      static_tokens_per_s > 0 ? 100 * (throughput_tokens_per_s / static_tokens_per_s - 1) : 0.0;
+  j["gain_pct"] = static_objective > 0 ? 100 * (Objective(server) / static_objective - 1) : 0.0;
   j["duration_s"] = duration_s;
   if (switched) {
     j["switch"] = {{"triggered_s", switched->triggered_s}, {"stopped_s", switched->stopped_s},
@@ -91,16 +165,17 @@ OrderedJson PlanOutcome::ToJson(double static_tokens_per_s) const {
 }
 
 OrderedJson AdaptiveResult::ToJson() const {
-  const double base = static_run.throughput_tokens_per_s;
+  const double base = static_run.Objective(server);
   OrderedJson j;
-  j["static"] = static_run.ToJson(base);
-  j["best"] = best.ToJson(base);
+  j["scenario"] = server ? "server-like" : "offline";
+  j["static"] = static_run.ToJson(base, server);
+  j["best"] = best.ToJson(base, server);
   j["adapted"] = adapted();
-  if (best_switch && !adapted()) j["best_switch"] = best_switch->ToJson(base);
-  if (oracle) j["oracle"] = oracle->ToJson(base);
+  if (best_switch && !adapted()) j["best_switch"] = best_switch->ToJson(base, server);
+  if (oracle) j["oracle"] = oracle->ToJson(base, server);
   OrderedJson orders_json = OrderedJson::array();
   for (const PlanOutcome& o : orders) {
-    OrderedJson oj = o.ToJson(base);
+    OrderedJson oj = o.ToJson(base, server);
     oj["queue_order"] = sim::Name(o.plan.start.engine.queue_order);
     oj["prediction_sigma"] = o.plan.start.engine.prediction_sigma;
     oj.erase("plan");
@@ -108,6 +183,9 @@ OrderedJson AdaptiveResult::ToJson() const {
   }
   j["queue_orders"] = std::move(orders_json);
   j["plans_simulated"] = plans;
+  if (server) j["rules_broke_limits"] = broke;
+  j["unusable"] = unusable;
+  if (unusable > 0) j["unusable_example"] = unusable_example;
   j["tail_configs"] = tail_configs;
   j["triggers"] = triggers;
   j["wall_s"] = wall_s;
@@ -117,11 +195,6 @@ OrderedJson AdaptiveResult::ToJson() const {
 Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareCatalog& catalog,
                                    const TuneResult& tuned, const AdaptiveOptions& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (o.space.scenario != sim::Scenario::kOffline) {
-    return Status::InvalidArgument(
-        "--adaptive searches Offline plans (a switch for the run's thin tail); Server and "
-        "Interactive plans are not searched yet");
-  }
   if (tuned.ranked.empty()) return Status::InvalidArgument("--adaptive: no valid static best");
   const CandidateResult& best = tuned.ranked.front();
   const sim::DeploymentConfig& start = best.config;
@@ -135,6 +208,11 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(start, catalog, o.make_time));
   const double capacity = static_cast<double>(resolved->spec.pool.instances) *
                           resolved->spec.pool.ranks * start.engine.MaxRunning(resolved->layout.pp);
+  if (ServerLike(o.space.scenario)) {
+    FATHOM_ASSIGN_OR_RETURN(AdaptiveResult out, QueueRules(o, catalog, best, capacity, a));
+    out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
   std::vector<double> triggers;
   for (double f : a.trigger_fractions) {
     const double n = std::max(1.0, std::floor(capacity * f));

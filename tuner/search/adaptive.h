@@ -32,28 +32,40 @@ struct AdaptiveOptions {
 // One plan's run.
 struct PlanOutcome {
   sim::Plan plan;
-  double throughput_tokens_per_s = 0;  // LoadGen's Offline figure, over all GPUs
+  double qps = 0;  // Server and Interactive: the highest grid rate within the p99 limits
+  double throughput_tokens_per_s = 0;  // Offline: LoadGen's figure; else sustained at `qps`
   double duration_s = 0;
+  int64_t run_samples = 0;  // the run behind the figures (Server-type: its highest valid probe)
   std::optional<sim::SwitchRecord> switched;
   // With a switch: how long the static run took from the same trigger to its end.
   double static_tail_s = 0;
-  OrderedJson ToJson(double static_tokens_per_s) const;
+  double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
+  OrderedJson ToJson(double static_objective, bool server) const;
 };
 
 struct AdaptiveResult {
+  bool server = false;     // plans for Server or Interactive: rules on the queue, scored by QPS
   PlanOutcome static_run;  // the static best over the whole deployment, the plans' samples
   PlanOutcome best;        // the best plan; the static run when none beats it
   std::optional<PlanOutcome> best_switch;  // the best plan that switches, better or not
   std::vector<PlanOutcome> orders;         // the start under each predicted queue order
   std::optional<PlanOutcome> oracle;       // the best plan with free switches
   int64_t plans = 0;                       // simulated
+  int64_t broke = 0;     // Server-type rules that broke the p99 limits above the static best
+  int64_t unusable = 0;  // plans that could not run (a variant that does not fit, say)
+  std::string unusable_example;  // why the first of them could not
   int tail_configs = 0, triggers = 0;
   double wall_s = 0;
-  bool adapted() const { return !(best.plan == static_run.plan); }
+  // The best plan is not the static best: it switches, or orders its queue otherwise.
+  bool adapted() const {
+    return !best.plan.steps.empty() || !(best.plan.start == static_run.plan.start);
+  }
   OrderedJson ToJson() const;
 };
 
-// Searches plans starting from `tuned`'s best (Offline).
+// Searches plans starting from `tuned`'s best. Offline: a switch for the tail and the queue
+// orders. Server and Interactive: rules that cycle between the start and one of its batch-limit
+// variants on the queue's length (in place, so free), each scored by the QPS search.
 Result<AdaptiveResult> SearchPlans(const TuneOptions& options,
                                    const models::HardwareCatalog& catalog, const TuneResult& tuned,
                                    const AdaptiveOptions& adaptive);

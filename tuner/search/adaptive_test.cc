@@ -103,11 +103,51 @@ TEST_CASE("SearchPlans: free switches recover the oracle; a dear switch leaves t
   CHECK(dear->orders[1].throughput_tokens_per_s < 1.01 * base);
   CHECK(dear->best.throughput_tokens_per_s == dear->orders[0].throughput_tokens_per_s);
   CHECK(dear->adapted());
+}
 
-  TuneOptions server = c.options;
-  server.space.scenario = sim::Scenario::kServer;
-  CHECK(SearchPlans(server, catalog, c.tuned, a).status().message().find("Offline") !=
-        std::string::npos);
+TEST_CASE(
+    "SearchPlans: Server rules are scored by the QPS search; a rule that changes nothing "
+    "scores the static best's QPS",
+    "[tuner][adaptive]") {
+  const models::HardwareCatalog catalog = *models::HardwareCatalog::LoadBuiltin();
+  Case c = TwoPhases();
+  TuneOptions& o = c.options;
+  o.space.scenario = sim::Scenario::kServer;
+  o.dataset.resize(400);  // short answers only
+  o.probe_duration_s = 60;
+  o.probe_min_samples = 200;
+  o.qps_steps = 5;
+  o.ttft_limit_ms = 2000;
+  o.tpot_limit_ms = 80;
+  o.space.max_batch = {64, 256};
+  o.space.max_num_tokens = {8192};
+  auto static_best = Evaluate(Start(), o, catalog);
+  REQUIRE(static_best.ok());
+  REQUIRE(static_best->valid);
+  REQUIRE(static_best->qps > 0);
+
+  sim::Plan same{Start(), {}, std::nullopt};
+  sim::PlanStep up, down;
+  up.when = {sim::SwitchTrigger::Kind::kInSystemAtLeast, 20};
+  up.to = Start();
+  down.when = {sim::SwitchTrigger::Kind::kInSystemAtMost, 16};
+  down.to = Start();
+  same.steps = {up, down};
+  same.cycle = true;
+  auto rule = EvaluatePlan(same, o, catalog);
+  REQUIRE(rule.ok());
+  CHECK(rule->qps == static_best->qps);
+
+  TuneResult tuned;
+  tuned.ranked = {*static_best};
+  AdaptiveOptions a;
+  auto plans = SearchPlans(o, catalog, tuned, a);
+  REQUIRE(plans.ok());
+  CHECK(plans->server);
+  CHECK(plans->static_run.qps == static_best->qps);
+  CHECK(plans->plans == 4);  // one variant (batch 64) x four triggers
+  CHECK(plans->broke + plans->unusable + (plans->best_switch ? 1 : 0) >= 1);
+  if (plans->adapted()) CHECK(plans->best.qps > static_best->qps);
 }
 
 }  // namespace fathom::tuner

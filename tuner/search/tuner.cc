@@ -219,11 +219,12 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
 }
 
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
-// or an Offline run of `samples`.
-Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o,
+// or an Offline run of `samples`, of a plan's start and switches.
+Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
                        const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
                        bool to_the_end = false) {
-  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
+  FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(plan.start, catalog, o.make_time));
+  FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan switches, sim::ResolvePlan(plan, catalog, o.make_time));
   sim::ScenarioConfig sc;
   sc.scenario = o.space.scenario;
   sc.min_duration_s = 0;  // short probes: MLPerf's 600 s minimum is for the final run
@@ -249,6 +250,9 @@ Result<Probe> Simulate(const sim::DeploymentConfig& d, const TuneOptions& o,
   }
   resolved->spec.scenario = sc;
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
+  simulator.set_cycle_switches(plan.cycle);
+  for (const sim::ConfigSwitch& sw : switches.switches)
+    FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
   auto res = simulator.Run();
   Probe p;
   if (!res.ok()) {  // could not serve every request: not valid
@@ -283,12 +287,13 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
 // 13.7k tokens/s on one pass, 32.6k over 4,714 s).
 Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
                          const models::HardwareCatalog& catalog, int instances) {
+  const sim::Plan plan{one, {}, std::nullopt};
   if (o.offline_samples > 0) {
-    return Simulate(one, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
+    return Simulate(plan, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
   }
   Probe run;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
-    FATHOM_ASSIGN_OR_RETURN(run, Simulate(one, o, catalog, 0, samples));
+    FATHOM_ASSIGN_OR_RETURN(run, Simulate(plan, o, catalog, 0, samples));
     if (!run.valid) return std::optional<double>();
     return std::optional<double>(run.result.duration_s);
   };
@@ -323,18 +328,31 @@ OrderedJson SearchFailure::ToJson() const {
 
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& o,
                                  const models::HardwareCatalog& catalog, double beat) {
+  return EvaluatePlan(sim::Plan{d, {}, std::nullopt}, o, catalog, beat);
+}
+
+Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o,
+                                     const models::HardwareCatalog& catalog, double beat) {
+  const sim::DeploymentConfig& d = plan.start;
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
   CandidateResult c;
   c.config = d;
   const bool server = ServerLike(o.space.scenario);
   const WorkloadMeans means = Means(o.dataset);
-  const double tok_bound = ThroughputBound(*resolved, means);
+  // A plan can reach what any of its configurations can.
+  double tok_bound = ThroughputBound(*resolved, means);
+  for (const sim::PlanStep& step : plan.steps) {
+    FATHOM_ASSIGN_OR_RETURN(auto to, sim::Resolve(step.to, catalog, o.make_time));
+    tok_bound = std::max(tok_bound, ThroughputBound(*to, means));
+  }
   c.bound = server ? QpsCeiling(tok_bound / means.output) : tok_bound;
   const double price =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
   double scale = 1;  // Offline: the instances one simulated instance stands for
-  if (!server) {
+  if (!server && !plan.steps.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(d, o, catalog, 1));  // switches: the whole deployment
+  } else if (!server) {
     const OfflineShare share = OneInstance(d);
     FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(share.one, o, catalog, share.instances));
     scale = share.instances;
@@ -351,7 +369,7 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
     Probe lowest_failed;
     bool failed = false;
     auto probe = [&](int64_t k) -> Result<bool> {
-      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(d, o, catalog, GridRate(k)));
+      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(plan, o, catalog, GridRate(k)));
       if (p.valid) {
         lo = k;
         best = p;
@@ -477,8 +495,8 @@ Result<SearchFailure> Diagnose(const TuneOptions& o, const models::HardwareCatal
   const std::string more_gpus = StrFormat("more GPUs (--gpus %d)", 2 * o.space.gpus);
   if (closest != nullptr) {
     CandidateResult c = *closest;
-    FATHOM_ASSIGN_OR_RETURN(Probe p,
-                            Simulate(c.config, o, catalog, c.failed_qps, 0, /*to_the_end=*/true));
+    FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(sim::Plan{c.config, {}, std::nullopt}, o, catalog,
+                                              c.failed_qps, 0, /*to_the_end=*/true));
     if (p.error.empty()) {
       c.failure = Failure(p);
       c.failed_ttft_p99_ms = p.result.ttft_p99_ms;

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
+#include "sim/plan.h"
 #include "traces/request.h"
 #include "tuner/search/search_space.h"
 
@@ -261,5 +262,9 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
 // when the candidate breaks the limits, since it cannot then beat `beat`.
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
                                  const models::HardwareCatalog& catalog, double beat = 0);
+// The same for a plan: its start switched as its triggers fire in every run (Offline runs the
+// whole deployment when it switches); the figures are the plan's, `config` its start.
+Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& options,
+                                     const models::HardwareCatalog& catalog, double beat = 0);
 
 }  // namespace fathom::tuner
