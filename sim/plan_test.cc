@@ -73,7 +73,8 @@ TEST_CASE("Plan: a bad switch is named by file, index and field", "[plan]") {
   CHECK(ErrorOf(bad).find("field 'restart': unknown") != std::string::npos);
   bad = j;
   bad["phases"] = Json::array();
-  CHECK(ErrorOf(bad).find("field 'phases': unknown (known: cycle, start, switches)") != std::string::npos);
+  CHECK(ErrorOf(bad).find("field 'phases': unknown (known: cycle, start, switches)") !=
+        std::string::npos);
   bad = j;
   bad.erase("start");
   CHECK(ErrorOf(bad).find("field 'start': missing") != std::string::npos);

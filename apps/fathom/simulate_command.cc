@@ -248,8 +248,9 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
 // Each switch of the plan: its trigger, the configuration it goes to, its cost and when it ran.
 void PrintPlan(const sim::Plan& plan, const sim::ResolvedPlan& resolved,
                const sim::SimulationResult& res) {
-  std::printf("\n  plan: %zu switch%s (%zu done)\n", plan.steps.size(),
-              plan.steps.size() == 1 ? "" : "es", res.switches.size());
+  std::printf("\n  plan: %zu switch%s%s (%zu done%s)\n", plan.steps.size(),
+              plan.steps.size() == 1 ? "" : "es", plan.cycle ? ", cycling" : "",
+              res.switches.size(), plan.cycle ? "; the first round below" : "");
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const sim::PlanStep& step = plan.steps[i];
     const sim::ConfigSwitch& sw = resolved.switches[i];

@@ -285,7 +285,12 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
       out.best_switch = r;
     }
   }
-  for (size_t i = first_order; i < first_plan; ++i) out.orders.push_back(*runs[i]);
+  for (size_t i = first_order; i < first_plan; ++i) {
+    out.orders.push_back(*runs[i]);
+    // An order is a policy from the start, no switch: the oracle takes it where it is better.
+    if (!out.oracle || runs[i]->throughput_tokens_per_s > out.oracle->throughput_tokens_per_s)
+      out.oracle = *runs[i];
+  }
   for (const PlanOutcome* p :
        {out.best_switch ? &*out.best_switch : nullptr, &out.orders[0], &out.orders[1]}) {
     if (p && p->throughput_tokens_per_s > out.best.throughput_tokens_per_s) out.best = *p;

@@ -49,8 +49,9 @@ struct AdaptiveResult {
   PlanOutcome best;        // the best plan; the static run when none beats it
   std::optional<PlanOutcome> best_switch;  // the best plan that switches, better or not
   std::vector<PlanOutcome> orders;         // the start under each predicted queue order
-  std::optional<PlanOutcome> oracle;       // the best plan with free switches
-  int64_t plans = 0;                       // simulated
+  // The best plan with free switches, or a queue order where one beats them (no switch).
+  std::optional<PlanOutcome> oracle;
+  int64_t plans = 0;     // simulated
   int64_t broke = 0;     // Server-type rules that broke the p99 limits above the static best
   int64_t unusable = 0;  // plans that could not run (a variant that does not fit, say)
   std::string unusable_example;  // why the first of them could not
