@@ -232,7 +232,7 @@ void Simulator::Issue(const traces::Request& r) {
   s.scheduled = now;
   s.input = r.input_tokens;
   s.output = r.output_tokens;
-  if (spec_.engine.queue_order != QueueOrder::kFifo) s.predicted_output = PredictedOutput(r);
+  s.predicted_output = PredictedOutput(r);  // a switch may bring an order that reads it
   s.prefill_target = r.input_tokens;
   s.prefix = r.prefix_blocks;
   AdvanceLittle(now);
