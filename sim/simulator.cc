@@ -643,6 +643,7 @@ void Simulator::BeginSwitch() {
   const ConfigSwitch& sw = switches_.front();
   SwitchRecord record;
   record.triggered_s = ToSeconds(queue_.now());
+  record.generated_before = Counters().generated_tokens;
   if (event_log_) {
     event_log_->Printf("%.9f switch in_system=%lld in_place=%d\n", record.triggered_s,
                        static_cast<long long>(in_system_), sw.in_place ? 1 : 0);

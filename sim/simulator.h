@@ -78,6 +78,7 @@ struct SwitchRecord {
   int64_t running = 0;     // of them, holding KV
   double kv_bytes = 0;     // migrated, over all GPUs
   double migrate_s = 0;
+  int64_t generated_before = 0;  // tokens generated before the trigger held
 };
 
 struct SimulationResult {

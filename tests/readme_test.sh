@@ -188,6 +188,7 @@ claim "$(plan_row 'longest predicted output first' 'longest-first')"
 claim "$(plan_row 'shortest predicted output first' 'shortest-first')"
 claim "$(plan_row 'best plan (with its switch cost)' 'best plan')"
 claim "$(plan_row 'oracle (free switches)' 'oracle \(free\)')"
+claim "a tail as fast as the run before it would gain at most $(figure 'would gain at most ([-+][0-9.]+%)' "$tmp/offline.txt") (\`trtllm-1.2\`)"
 claim "none of the $(figure ' ([0-9]+) QPS searches in' "$tmp/server.txt") rules holds the p99 limits a grid step above the static best's $(figure '^  static best +([0-9.]+) QPS' "$tmp/server.txt") QPS"
 "$fathom" report --db "$tmp/tunes.db" --out "$tmp/frontier.svg" --plot frontier >"$tmp/report.txt" 2>&1
 cmp -s "$tmp/frontier.svg" "$root/docs/images/frontier.svg"

@@ -240,12 +240,14 @@ void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) 
     const sim::SwitchRecord& sw = *p.switched;
     std::printf(
         "  %-17s %10.0f tokens/s (%+.1f%%), %.0f s: at %s (%.0f s in) switch to %s, batch %lld\n"
-        "  %17s tail %.0f s against the static run's %.0f s after the same trigger; switch %.1f s "
-        "(pipelines drained %.1f s, restart and KV %.1f s)\n",
+        "  %17s before it %.0f tokens/s; the tail %.0f s at %.0f tokens/s, the static run's "
+        "%.0f s at %.0f; switch %.1f s (pipelines drained %.1f s, restart and KV %.1f s)\n",
         name, p.throughput_tokens_per_s, pct(p.throughput_tokens_per_s), p.duration_s,
         sim::Describe(step.when).c_str(), sw.triggered_s, reports::LayoutLabel(step.to).c_str(),
-        static_cast<long long>(step.to.engine.max_batch), "", p.duration_s - sw.triggered_s,
-        p.static_tail_s, sw.resumed_s - sw.triggered_s, sw.stopped_s - sw.triggered_s,
+        static_cast<long long>(step.to.engine.max_batch), "",
+        sw.triggered_s > 0 ? static_cast<double>(sw.generated_before) / sw.triggered_s : 0.0,
+        p.duration_s - sw.triggered_s, p.tail_tokens_per_s, p.static_tail_s,
+        p.static_tail_tokens_per_s, sw.resumed_s - sw.triggered_s, sw.stopped_s - sw.triggered_s,
         sw.resumed_s - sw.stopped_s);
   };
   for (const tuner::PlanOutcome& o : a.orders) {
@@ -264,7 +266,25 @@ void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) 
     std::printf("  best plan         the static best: no switch gains what it costs\n");
     if (a.best_switch) describe("best switch", *a.best_switch);
   }
-  if (a.oracle) describe("oracle (free)", *a.oracle);
+  if (a.oracle && a.oracle->switched) {
+    describe("oracle (free)", *a.oracle);
+    // The bound of any tail policy at that trigger: the static run's tail tokens at the rate the
+    // run held before it.
+    const sim::SwitchRecord& sw = *a.oracle->switched;
+    const double before = static_cast<double>(sw.generated_before) / sw.triggered_s;
+    const double tail_tokens = a.oracle->static_tail_s * a.oracle->static_tail_tokens_per_s;
+    if (before > 0 && tail_tokens > 0) {
+      const double bound_s =
+          a.static_run.duration_s - a.oracle->static_tail_s + tail_tokens / before;
+      std::printf(
+          "  %17s a tail as fast as the run before it would gain at most %+.1f%%: the bound of any "
+          "tail policy at this trigger\n",
+          "", 100 * (a.static_run.duration_s / bound_s - 1));
+    }
+  } else if (a.oracle) {
+    std::printf("  oracle            %10.0f tokens/s (%+.1f%%): a queue order, no switch\n",
+                a.oracle->throughput_tokens_per_s, pct(a.oracle->throughput_tokens_per_s));
+  }
   if (!plan_out.empty()) {
     std::printf("  plan written to %s (`fathom simulate --plan %s` replays it)\n", plan_out.c_str(),
                 plan_out.c_str());

@@ -37,6 +37,7 @@ Result<PlanOutcome> RunPlan(const sim::Plan& plan, bool free_switches, const Tun
   out.throughput_tokens_per_s = r.throughput_tokens_per_s;
   out.duration_s = r.duration_s;
   out.run_samples = samples;
+  out.output_tokens = r.output_tokens;
   if (!r.switches.empty()) out.switched = r.switches.front();
   return out;
 }
@@ -158,7 +159,9 @@ OrderedJson PlanOutcome::ToJson(double static_objective, bool server) const {
                    {"resumed_s", switched->resumed_s},     {"moved", switched->moved},
                    {"kv_bytes", switched->kv_bytes},       {"migrate_s", switched->migrate_s}};
     j["tail_s"] = duration_s - switched->triggered_s;
+    j["tail_tokens_per_s"] = tail_tokens_per_s;
     j["static_tail_s"] = static_tail_s;
+    j["static_tail_tokens_per_s"] = static_tail_tokens_per_s;
   }
   j["plan"] = sim::ToJson(plan);
   return j;
@@ -266,17 +269,26 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
   out.tail_configs = static_cast<int>(tails.size());
   out.triggers = static_cast<int>(triggers.size());
   out.plans = static_cast<int64_t>(jobs.size());
-  auto static_trigger_s = [&](double n) {
+  // The static run's own switch record at trigger `n` (the no-op runs), if it reached it.
+  auto static_at = [&](double n) -> const sim::SwitchRecord* {
     for (size_t i = 1; i < first_order; ++i) {
-      if (runs[i]->plan.steps[0].when.value == n && runs[i]->switched)
-        return runs[i]->switched->triggered_s;
+      if (runs[i]->plan.steps[0].when.value == n && runs[i]->switched) return &*runs[i]->switched;
     }
-    return out.static_run.duration_s;
+    return nullptr;
+  };
+  auto tail_rate = [](int64_t tokens, int64_t before, double seconds) {
+    return seconds > 0 ? static_cast<double>(tokens - before) / seconds : 0.0;
   };
   for (size_t i = first_plan; i < jobs.size(); ++i) {
     PlanOutcome& r = *runs[i];
     if (!r.switched) continue;  // the trigger never fired: the static run
-    r.static_tail_s = out.static_run.duration_s - static_trigger_s(r.plan.steps[0].when.value);
+    r.tail_tokens_per_s = tail_rate(r.output_tokens, r.switched->generated_before,
+                                    r.duration_s - r.switched->triggered_s);
+    if (const sim::SwitchRecord* s = static_at(r.plan.steps[0].when.value)) {
+      r.static_tail_s = out.static_run.duration_s - s->triggered_s;
+      r.static_tail_tokens_per_s =
+          tail_rate(out.static_run.output_tokens, s->generated_before, r.static_tail_s);
+    }
     if (jobs[i].free) {
       if (!out.oracle || r.throughput_tokens_per_s > out.oracle->throughput_tokens_per_s)
         out.oracle = r;

@@ -37,8 +37,11 @@ struct PlanOutcome {
   double duration_s = 0;
   int64_t run_samples = 0;  // the run behind the figures (Server-type: its highest valid probe)
   std::optional<sim::SwitchRecord> switched;
-  // With a switch: how long the static run took from the same trigger to its end.
-  double static_tail_s = 0;
+  int64_t output_tokens = 0;
+  // With a switch: the tail (trigger to end) of this run and of the static run after the same
+  // trigger, in seconds and output tokens per second.
+  double tail_tokens_per_s = 0;
+  double static_tail_s = 0, static_tail_tokens_per_s = 0;
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
   OrderedJson ToJson(double static_objective, bool server) const;
 };
