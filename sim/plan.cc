@@ -150,9 +150,16 @@ bool InPlace(const DeploymentConfig& a, const DeploymentConfig& b) {
   return limits_only == a;
 }
 
+Status ResolvedPlan::ScheduleOn(Simulator* simulator) const {
+  simulator->set_cycle_switches(cycle);
+  for (const ConfigSwitch& sw : switches) FATHOM_RETURN_IF_ERROR(simulator->ScheduleSwitch(sw));
+  return Status::Ok();
+}
+
 Result<ResolvedPlan> ResolvePlan(const Plan& plan, const models::HardwareCatalog& catalog,
                                  const TimeModelFactory& make_time) {
   ResolvedPlan out;
+  out.cycle = plan.cycle;
   const DeploymentConfig* before = &plan.start;
   if (!plan.steps.empty() && plan.start.disaggregated)
     return Status::InvalidArgument("plan: start: a plan's switches need aggregated deployments");

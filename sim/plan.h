@@ -74,6 +74,10 @@ struct ResolvedPlan {
   std::vector<std::unique_ptr<ResolvedDeployment>> deployments;  // per step
   std::vector<ConfigSwitch> switches;                            // per step
   std::vector<RestartEstimate> restarts;  // per step, modelled (a step's restart_s may override)
+  bool cycle = false;                     // Plan::cycle
+
+  // Queues the switches on a simulation of the plan's start.
+  Status ScheduleOn(Simulator* simulator) const;
 };
 Result<ResolvedPlan> ResolvePlan(const Plan& plan, const models::HardwareCatalog& catalog,
                                  const TimeModelFactory& make_time);

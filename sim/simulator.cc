@@ -106,6 +106,7 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
   if (disagg)
     AddEngines(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
   phase_gpus_ = spec_.total_gpus;
+  predict_ = spec_.engine.queue_order != QueueOrder::kFifo;
   closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
   const ScenarioConfig& sc = spec_.scenario;
   limits_ = MlperfLimits(spec_.benchmark, sc.scenario);
@@ -232,7 +233,7 @@ void Simulator::Issue(const traces::Request& r) {
   s.scheduled = now;
   s.input = r.input_tokens;
   s.output = r.output_tokens;
-  s.predicted_output = PredictedOutput(r);  // a switch may bring an order that reads it
+  if (predict_) s.predicted_output = PredictedOutput(r);
   s.prefill_target = r.input_tokens;
   s.prefix = r.prefix_blocks;
   AdvanceLittle(now);
@@ -609,6 +610,7 @@ Status Simulator::ScheduleSwitch(ConfigSwitch sw) {
     return Status::InvalidArgument("a configuration switch's times and counts must be >= 0");
   if (sw.kv == KvMove::kMigrate && !sw.in_place && !(sw.migrate_bytes_per_s > 0))
     return Status::InvalidArgument("a switch that migrates KV needs the bandwidth it moves at");
+  predict_ = predict_ || sw.engine.queue_order != QueueOrder::kFifo;
   switches_.push_back(std::move(sw));
   if (switches_.size() == 1 && started_) ArmSwitch();
   return Status::Ok();

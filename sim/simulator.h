@@ -160,8 +160,9 @@ class Simulator : public EngineListener {
   // from the next batch they form (aggregated deployments).
   Status Advance(SimTime until);
   Status SetBatchLimits(int64_t max_batch, int64_t max_num_tokens);
-  // Queues a configuration switch (aggregated deployments): switches fire one after another, in
-  // the order given, each armed once the one before it is done.
+  // Queues a configuration switch (aggregated deployments), before the run when its engine orders
+  // its queue by prediction (requests issued earlier have none): switches fire one after another,
+  // in the order given, each armed once the one before it is done.
   Status ScheduleSwitch(ConfigSwitch s);
   // Switches done go back to the end of the queue: the last one scheduled must return to the
   // start's configuration (a rule that fires whenever its trigger holds again).
@@ -262,7 +263,9 @@ class Simulator : public EngineListener {
   std::vector<int64_t> evacuated_;  // sequences waiting for the new engines
   std::vector<SwitchRecord> switch_records_;
   std::vector<bool> retired_;  // per engine: replaced by a switch
-  int phase_gpus_ = 1;         // GPUs the current engines use
+  // An engine, now or after a switch, takes its queue by predicted length: requests get one.
+  bool predict_ = false;
+  int phase_gpus_ = 1;  // GPUs the current engines use
   std::function<void(const RequestRecord&)> on_first_token_, on_complete_;
   std::function<void(int64_t, int64_t, SimTime)> on_tokens_;
 

@@ -417,9 +417,7 @@ Status Run(SimulateFlags f) {
   if (f.plan) {
     if (f.error_bars) return Status::InvalidArgument("--error-bars and --plan: one at a time");
     FATHOM_ASSIGN_OR_RETURN(plan, sim::ResolvePlan(*f.plan, catalog, time_model.factory));
-    simulator.set_cycle_switches(f.plan->cycle);
-    for (const sim::ConfigSwitch& sw : plan.switches)
-      FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
+    FATHOM_RETURN_IF_ERROR(plan.ScheduleOn(&simulator));
   }
   simulator.set_requests_csv(requests.get());
   simulator.set_timeline(timeline.get());

@@ -23,14 +23,13 @@ Result<PlanOutcome> RunPlan(const sim::Plan& plan, bool free_switches, const Tun
   resolved->spec.scenario = sc;
   sim::Simulator simulator(std::move(resolved->spec),
                            sim::OfflineSource(o.dataset, samples, o.seed));
-  simulator.set_cycle_switches(plan.cycle);
-  for (sim::ConfigSwitch sw : switches.switches) {
+  for (sim::ConfigSwitch& sw : switches.switches) {
     if (free_switches) {
       sw.restart_s = 0;
       sw.migrate_bytes_per_s = std::numeric_limits<double>::infinity();
     }
-    FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
   }
+  FATHOM_RETURN_IF_ERROR(switches.ScheduleOn(&simulator));
   FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r, simulator.Run());
   PlanOutcome out;
   out.plan = plan;

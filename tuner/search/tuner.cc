@@ -250,9 +250,7 @@ Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
   }
   resolved->spec.scenario = sc;
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
-  simulator.set_cycle_switches(plan.cycle);
-  for (const sim::ConfigSwitch& sw : switches.switches)
-    FATHOM_RETURN_IF_ERROR(simulator.ScheduleSwitch(sw));
+  FATHOM_RETURN_IF_ERROR(switches.ScheduleOn(&simulator));
   auto res = simulator.Run();
   Probe p;
   if (!res.ok()) {  // could not serve every request: not valid
