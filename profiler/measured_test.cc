@@ -1,5 +1,6 @@
 // The operator timings fathom's own profiler took on an H100 and an H200 (profiler/data/fathom):
-// what they say about the cost model's GEMM curve, and why operands are random.
+// what they say about the cost model's GEMM curve, why operands are random, how well a second
+// GPU reproduces them, and what whole MoE layers in PyTorch say of the experts' streaming rate.
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,22 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// |repeat / first - 1| for each shape both timed.
+std::vector<double> Deviations(const std::vector<models::OpMeasurement>& first,
+                               const std::vector<models::OpMeasurement>& repeat) {
+  std::vector<double> deviation;
+  for (const auto& r : repeat) {
+    for (const auto& f : first) {
+      if (r.op == f.op && r.dtype == f.dtype && r.m == f.m && r.n == f.n && r.k == f.k &&
+          r.extra == f.extra && r.dims == f.dims) {
+        deviation.push_back(std::abs(r.median_us / f.median_us - 1));
+      }
+    }
+  }
+  std::sort(deviation.begin(), deviation.end());
+  return deviation;
+}
+
 TEST_CASE("Measured H100 and H200 GEMMs: random operands agree with Vidur's H100 profile",
           "[measured]") {
   const auto h100 = Gpu("h100-sxm"), h200 = Gpu("h200");
@@ -112,19 +129,58 @@ TEST_CASE("Measured H100 timings: another H100 three hours later reproduces them
                                                   "attention_decode"};
   const auto first = Rows("h100-sxm.db", "h100-sxm", ops);
   const auto repeat = Rows("h100-sxm-repeat.db", "h100-sxm", ops);
-  std::vector<double> deviation;  // |repeat / first - 1| per shape
-  for (const auto& r : repeat) {
-    for (const auto& f : first) {
-      if (r.op == f.op && r.dtype == f.dtype && r.m == f.m && r.n == f.n && r.k == f.k &&
-          r.extra == f.extra && r.dims == f.dims) {
-        deviation.push_back(std::abs(r.median_us / f.median_us - 1));
-      }
-    }
-  }
+  auto deviation = Deviations(first, repeat);
   REQUIRE(deviation.size() > 1000);
-  std::sort(deviation.begin(), deviation.end());
   CHECK(Median(deviation) < 0.015);                    // measured 0.8%
   CHECK(deviation[deviation.size() * 9 / 10] < 0.05);  // measured 3.3%
+}
+
+// The rows of one GPU's whole MoE layers in a shipped table (AIConfigurator's layout).
+std::vector<models::OpMeasurement> MoeLayers(const std::string& path) {
+  auto table = ReadOperatorTableCsv(DataDir() + "/profiler/data/" + path, "");
+  INFO(path << ": " << table.status().message());
+  REQUIRE(table.ok());
+  REQUIRE(table->rows.size() >= 126);
+  return table->rows;
+}
+
+double ExpertStreaming(const std::vector<models::OpMeasurement>& rows) {
+  auto fit = models::FitExpertStreaming(rows, Gpu("h200"), models::CostParams{});
+  REQUIRE(fit.ok());
+  return fit->grouped_memory_efficiency;
+}
+
+TEST_CASE(
+    "Measured H200 MoE layers: PyTorch's grouped GEMMs stream experts slower than "
+    "TensorRT-LLM's fused layer",
+    "[measured]") {
+  // TensorRT-LLM's fused MoE layer (AIConfigurator, BF16 rows of DeepSeek-R1's layer) against
+  // PyTorch's CUTLASS grouped GEMMs over six models' layers (fathom's run, docs/profiler.md).
+  std::vector<models::OpMeasurement> trtllm;
+  for (const auto& r : MoeLayers("aiconfigurator/h200/moe.csv")) {
+    if (r.dtype == "bf16") trtllm.push_back(r);
+  }
+  const double fused = ExpertStreaming(trtllm);
+  const double gemms = ExpertStreaming(MoeLayers("fathom/h200-moe-torch-bf16-gemms.csv"));
+  const double layer = ExpertStreaming(MoeLayers("fathom/h200-moe-torch-bf16.csv"));
+  const double fp8 = ExpertStreaming(MoeLayers("fathom/h200-moe-torch-fp8-gemms.csv"));
+  CHECK(gemms < fused - 0.1);  // measured 0.607 against 0.838
+  CHECK(layer < gemms);        // unfused permute and finalize: 0.561
+  CHECK(fp8 < gemms - 0.05);   // row-scaled FP8 streams its bytes slower still: 0.486
+  CHECK(gemms > 0.5);
+  CHECK(fp8 > 0.35);
+}
+
+TEST_CASE("Measured H200 timings: another H200 a day later reproduces them", "[measured]") {
+  // h200-repeat.db: DeepSeek-R1's and Qwen3-235B's operators on another lent H200.
+  const std::initializer_list<const char*> ops = {"gemm", "grouped_gemm", "attention_prefill",
+                                                  "attention_decode"};
+  const auto first = Rows("h200.db", "h200", ops);
+  const auto repeat = Rows("h200-repeat.db", "h200", ops);
+  auto deviation = Deviations(first, repeat);
+  REQUIRE(deviation.size() >= 500);
+  CHECK(Median(deviation) < 0.015);                    // measured 0.8%
+  CHECK(deviation[deviation.size() * 9 / 10] < 0.08);  // measured 6.1% (FP8 GEMMs at M <= 16)
 }
 
 }  // namespace

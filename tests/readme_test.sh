@@ -268,5 +268,20 @@ zeros() {
 }
 claim "large GEMMs (M over 1,024) ran in $(zeros h100-sxm) of the time on the H100 and $(zeros h200) on the H200 in the median"
 
+# PyTorch's whole MoE layers and grouped GEMMs on an H200 against the stacks' experts' rate, and
+# TensorRT-LLM's fused layers (AIConfigurator) by data type.
+for f in bf16 bf16-gemms fp8 fp8-gemms; do
+  "$fathom" profile import "$root/profiler/data/fathom/h200-moe-torch-$f.csv" --db "$tmp/torch_$f.db" >/dev/null
+  "$fathom" profile compare "$tmp/torch_$f.db" --hardware h200 --fit >"$tmp/torch_$f.txt" 2>&1
+done
+for t in bfloat16 fp8; do
+  grep -E "^framework|,$t," "$root/profiler/data/aiconfigurator/h200/moe.csv" >"$tmp/aic_moe_$t.csv"
+  "$fathom" profile import "$tmp/aic_moe_$t.csv" --db "$tmp/aic_moe_$t.db" >/dev/null
+  "$fathom" profile compare "$tmp/aic_moe_$t.db" --hardware h200 --fit >"$tmp/aic_moe_$t.txt" 2>&1
+done
+claim "on H200 alone its BF16 layers fit $(fitted "$tmp/aic_moe_bfloat16.txt" grouped_memory_efficiency) and its FP8 ones $(fitted "$tmp/aic_moe_fp8.txt" grouped_memory_efficiency)"
+claim "puts PyTorch's BF16 grouped GEMMs at $(fitted "$tmp/torch_bf16-gemms.txt" grouped_memory_efficiency) of HBM bandwidth and its FP8 ones at $(fitted "$tmp/torch_fp8-gemms.txt" grouped_memory_efficiency) ($(fitted "$tmp/torch_bf16.txt" grouped_memory_efficiency) and $(fitted "$tmp/torch_fp8.txt" grouped_memory_efficiency) with the unfused gather and scatter-add)"
+claim "the stacks price these layers $(signed "$tmp/torch_bf16.txt" "moe bf16 " | tr -d +-) fast in BF16 and $(signed "$tmp/torch_fp8.txt" "moe fp8 " | tr -d +-) in FP8 in the median ($(signed "$tmp/torch_bf16-gemms.txt" "moe bf16 " | tr -d +-) and $(signed "$tmp/torch_fp8-gemms.txt" "moe fp8 " | tr -d +-) counting the GEMMs alone)"
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
