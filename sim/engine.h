@@ -95,6 +95,9 @@ class Engine {
   // generated) kept: the running ones in admission order, then the waiting ones in their queue
   // order. For a configuration switch (Simulator::ScheduleSwitch).
   std::vector<int64_t> Evacuate();
+  // Takes the waiting sequences that have not started (no token generated, no KV) out of the
+  // queues, in issue order; the rest stay. For a drain (KvMove::kDrain).
+  std::vector<int64_t> TakeUnstarted();
 
  private:
   struct Entry {

@@ -131,4 +131,24 @@ std::vector<int64_t> Engine::Evacuate() {
   return running;
 }
 
+std::vector<int64_t> Engine::TakeUnstarted() {
+  std::vector<int64_t> taken;
+  for (Rank& rank : ranks_) {
+    std::deque<int64_t> kept;
+    for (int64_t slot : rank.waiting) {
+      const Sequence& s = (*slots_)[slot];
+      if (s.generated == 0 && s.kv_len == 0) {
+        taken.push_back(slot);
+      } else {
+        kept.push_back(slot);
+      }
+    }
+    rank.waiting = std::move(kept);
+  }
+  std::stable_sort(taken.begin(), taken.end(), [&](int64_t a, int64_t b) {
+    return (*slots_)[a].issue_index < (*slots_)[b].issue_index;
+  });
+  return taken;
+}
+
 }  // namespace fathom::sim

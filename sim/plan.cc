@@ -41,11 +41,12 @@ Result<PlanStep> StepFromJson(const Json& j, const std::string& source) {
                                    ": field 'value' = " + StrFormat("%g", step.when.value) +
                                    ": must be a finite number >= 0");
   }
-  if (kv != "migrate" && kv != "recompute") {
+  const std::optional<KvMove> move = ParseKvMove(kv);
+  if (!move) {
     return Status::InvalidArgument(source + ": field 'kv' = \"" + kv +
-                                   "\": must be migrate or recompute");
+                                   "\": must be migrate, recompute or drain");
   }
-  step.kv = kv == "migrate" ? KvMove::kMigrate : KvMove::kRecompute;
+  step.kv = *move;
   if (step.restart_s && !(*step.restart_s >= 0 && std::isfinite(*step.restart_s))) {
     return Status::InvalidArgument(source +
                                    ": field 'restart_s' = " + StrFormat("%g", *step.restart_s) +
@@ -70,7 +71,24 @@ std::string_view Name(SwitchTrigger::Kind k) {
   return "?";
 }
 
-std::string_view Name(KvMove m) { return m == KvMove::kMigrate ? "migrate" : "recompute"; }
+std::string_view Name(KvMove m) {
+  switch (m) {
+    case KvMove::kMigrate:
+      return "migrate";
+    case KvMove::kRecompute:
+      return "recompute";
+    case KvMove::kDrain:
+      return "drain";
+  }
+  return "?";
+}
+
+std::optional<KvMove> ParseKvMove(std::string_view name) {
+  for (KvMove m : {KvMove::kMigrate, KvMove::kRecompute, KvMove::kDrain}) {
+    if (name == Name(m)) return m;
+  }
+  return std::nullopt;
+}
 
 std::string Describe(const SwitchTrigger& t) {
   return std::string(Name(t.kind)) + " " + StrFormat("%g", t.value);

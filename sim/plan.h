@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/json_fields.h"
@@ -53,14 +54,15 @@ struct Plan {
 
 // The plan file: {"start": <a deployment file, with its "run">, "cycle": false, "switches":
 // [{"when": "after_s" | "in_system_at_most" | "in_system_at_least", "value": N, "kv": "migrate" |
-// "recompute", "restart_s": S (optional), "to": <a deployment>}]}. Errors name the file, the
-// switch and the field.
+// "recompute" | "drain", "restart_s": S (optional), "to": <a deployment>}]}. Errors name the file,
+// the switch and the field.
 Result<Plan> PlanFromJson(const Json& j, const std::string& source);
 Result<Plan> LoadPlanFile(const std::string& path);
 OrderedJson ToJson(const Plan& plan);
 
 std::string_view Name(SwitchTrigger::Kind k);
 std::string_view Name(KvMove m);
+std::optional<KvMove> ParseKvMove(std::string_view name);  // migrate, recompute or drain
 // "in_system_at_most 64", "after_s 300".
 std::string Describe(const SwitchTrigger& t);
 

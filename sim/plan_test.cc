@@ -48,6 +48,14 @@ TEST_CASE("Plan: the file reads back what was written", "[plan]") {
   auto again = PlanFromJson(Json::parse(ToJson(rule).dump()), "plan.json");
   REQUIRE(again.ok());
   CHECK(*again == rule);
+  for (KvMove m : {KvMove::kMigrate, KvMove::kRecompute, KvMove::kDrain}) {
+    Plan moved = plan;
+    moved.steps[0].kv = m;
+    auto read = PlanFromJson(Json::parse(ToJson(moved).dump()), "plan.json");
+    REQUIRE(read.ok());
+    CHECK(read->steps[0].kv == m);
+    CHECK(ParseKvMove(Name(m)) == m);
+  }
 }
 
 TEST_CASE("Plan: a bad switch is named by file, index and field", "[plan]") {
@@ -58,7 +66,8 @@ TEST_CASE("Plan: a bad switch is named by file, index and field", "[plan]") {
         std::string::npos);
   bad = j;
   bad["switches"][0]["kv"] = "teleport";
-  CHECK(ErrorOf(bad).find("field 'kv'") != std::string::npos);
+  CHECK(ErrorOf(bad).find("field 'kv' = \"teleport\": must be migrate, recompute or drain") !=
+        std::string::npos);
   bad = j;
   bad["switches"][0]["value"] = -1;
   CHECK(ErrorOf(bad).find("field 'value' = -1") != std::string::npos);

@@ -665,6 +665,10 @@ void Simulator::BeginSwitch() {
     return;
   }
   switch_records_.push_back(record);
+  if (sw.kv == KvMove::kDrain) {  // the old engines serve on while the new ones start
+    queue_.Push(queue_.now() + FromSeconds(sw.restart_s), SwitchEvent{true});
+    return;
+  }
   stopping_ = true;
   EvacuateIfStopped();
 }
@@ -712,13 +716,31 @@ void Simulator::ResumeAfterSwitch() {
   ConfigSwitch sw = std::move(switches_.front());
   switches_.pop_front();
   if (cycle_switches_) switches_.push_back(sw);
+  SwitchRecord& record = switch_records_.back();
+  if (sw.kv == KvMove::kDrain) {
+    // The old engines take no new request and hand over those that have not started.
+    record.stopped_s = ToSeconds(queue_.now());
+    for (int e : main_engines_) {
+      for (int64_t slot : engines_[e]->TakeUnstarted()) {
+        --in_flight_[slots_[slot].front];
+        evacuated_.push_back(slot);
+      }
+      for (int r = 0; r < engines_[e]->num_ranks(); ++r)
+        record.running += engines_[e]->Outstanding(r);
+    }
+    std::stable_sort(evacuated_.begin(), evacuated_.end(), [&](int64_t a, int64_t b) {
+      return slots_[a].issue_index < slots_[b].issue_index;
+    });
+    record.moved = static_cast<int64_t>(evacuated_.size());
+    main_engines_.clear();
+  }
   spec_.pool = sw.pool;
   spec_.engine = sw.engine;
   phase_gpus_ = sw.total_gpus;
   spec_.total_gpus = std::max(spec_.total_gpus, sw.total_gpus);  // what the run is scored on
   AddEngines(spec_.pool, spec_.engine, EngineRole::kAggregated, &main_engines_);
   restarting_ = false;
-  switch_records_.back().resumed_s = ToSeconds(queue_.now());
+  record.resumed_s = ToSeconds(queue_.now());
   // The evacuated sequences first, oldest first, then the arrivals held meanwhile.
   std::vector<int64_t> order = std::move(evacuated_);
   order.insert(order.end(), held_.begin(), held_.end());

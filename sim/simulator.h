@@ -52,13 +52,17 @@ struct SwitchTrigger {
 enum class KvMove {
   kRecompute,  // dropped: each prefills its prompt and the tokens it has generated again
   kMigrate,    // copied to the new layout's ranks before the engines resume
+  // Not moved: a rolling replacement on spare GPUs. The old engines serve on until the new ones
+  // are up, then take no new request, hand over those that have not started, and finish the rest.
+  kDrain,
 };
 
 // An aggregated deployment changing configuration during a run. In place (only the batch limits
 // change), the engines apply the new limits from their next batch. Otherwise the engines form no
 // new batch, and once every batch in the pipeline is done they stop: every sequence leaves them
 // with its progress (KvMove says what becomes of its KV), arrivals are held, and after
-// `restart_s` (plus the migration) the new engines take the sequences back, oldest first.
+// `restart_s` (plus the migration) the new engines take the sequences back, oldest first. A drain
+// instead starts the new engines beside the old ones (KvMove::kDrain).
 struct ConfigSwitch {
   SwitchTrigger when;
   bool in_place = false;
@@ -72,11 +76,11 @@ struct ConfigSwitch {
 // What a switch did.
 struct SwitchRecord {
   double triggered_s = 0;  // its trigger held
-  double stopped_s = 0;    // the last batch in the pipeline was done
-  double resumed_s = 0;    // the new engines took the first batch's sequences
-  int64_t moved = 0;       // sequences taken out of the old engines
-  int64_t running = 0;     // of them, holding KV
-  double kv_bytes = 0;     // migrated, over all GPUs
+  double stopped_s = 0;  // the last batch in the pipeline was done (a drain: the old took no more)
+  double resumed_s = 0;  // the new engines took the first batch's sequences
+  int64_t moved = 0;     // sequences taken out of the old engines
+  int64_t running = 0;   // of them, holding KV (a drain: left to finish on the old engines)
+  double kv_bytes = 0;   // migrated, over all GPUs
   double migrate_s = 0;
   int64_t generated_before = 0;  // tokens generated before the trigger held
 };

@@ -982,6 +982,32 @@ TEST_CASE("Simulator: the golden event log of a small scenario", "[sim][golden]"
   CHECK(actual == *expected);
 }
 
+namespace {
+
+// Input and output tokens of every request a source gives.
+std::pair<int64_t, int64_t> StreamTokens(std::unique_ptr<RequestSource> source) {
+  int64_t input = 0, output = 0;
+  traces::Request req;
+  SimTime t{};
+  while (*source->Next(&req, &t)) input += req.input_tokens, output += req.output_tokens;
+  return {input, output};
+}
+
+// A switch 30 s into the run to `to`'s layout on 8 GPUs, restarting for 20 s.
+ConfigSwitch SwitchAt30(const SimulationSpec& to, KvMove kv) {
+  ConfigSwitch sw;
+  sw.when = {SwitchTrigger::Kind::kAfter, 30};
+  sw.pool = to.pool;
+  sw.engine = to.engine;
+  sw.total_gpus = 8;
+  sw.kv = kv;
+  sw.restart_s = 20;
+  sw.migrate_bytes_per_s = 900e9;
+  return sw;
+}
+
+}  // namespace
+
 TEST_CASE("Simulator: a layout switch mid-run loses and duplicates no token", "[sim][plan]") {
   DeepSeek adp, tp({8, 8, 1, 8, 1});
   auto data = MlperfSet();
@@ -990,22 +1016,10 @@ TEST_CASE("Simulator: a layout switch mid-run loses and duplicates no token", "[
       SimulationSpec spec = adp.Spec(Scenario::kServer);
       spec.scenario.min_duration_s = 0;
       spec.engine.implicit_decode = implicit;
-      int64_t input = 0, output = 0;
-      auto preview = PoissonSource(data, 400, 6.0, 7);
-      traces::Request req;
-      SimTime t{};
-      while (*preview->Next(&req, &t)) input += req.input_tokens, output += req.output_tokens;
+      const auto [input, output] = StreamTokens(PoissonSource(data, 400, 6.0, 7));
       Simulator sim(spec, PoissonSource(data, 400, 6.0, 7));
-      SimulationSpec to = tp.Spec(Scenario::kServer);
-      ConfigSwitch sw;
-      sw.when = {SwitchTrigger::Kind::kAfter, 30};
-      sw.pool = to.pool;
-      sw.engine = to.engine;
+      ConfigSwitch sw = SwitchAt30(tp.Spec(Scenario::kServer), kv);
       sw.engine.implicit_decode = implicit;
-      sw.total_gpus = 8;
-      sw.kv = kv;
-      sw.restart_s = 20;
-      sw.migrate_bytes_per_s = 900e9;
       REQUIRE(sim.ScheduleSwitch(sw).ok());
       std::vector<double> first_tokens;
       sim.set_on_first_token(
@@ -1041,6 +1055,39 @@ TEST_CASE("Simulator: a layout switch mid-run loses and duplicates no token", "[
       for (double ft : first_tokens) CHECK_FALSE((ft > s.stopped_s && ft < s.resumed_s));
     }
   }
+}
+
+TEST_CASE("Simulator: a drain starts the new engines beside the old ones, which finish what ran",
+          "[sim][plan]") {
+  DeepSeek adp, tp({8, 8, 1, 8, 1});
+  auto data = MlperfSet();
+  SimulationSpec spec = adp.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  const auto [input, output] = StreamTokens(PoissonSource(data, 400, 6.0, 7));
+  Simulator sim(spec, PoissonSource(data, 400, 6.0, 7));
+  REQUIRE(sim.ScheduleSwitch(SwitchAt30(tp.Spec(Scenario::kServer), KvMove::kDrain)).ok());
+  std::vector<RequestRecord> records;
+  sim.set_on_complete([&](const RequestRecord& r) { records.push_back(r); });
+  auto r = sim.Run();
+  REQUIRE(r.ok());
+  CHECK(r->completed_requests == 400);
+  CHECK(r->output_tokens == output);
+  CHECK(r->counters.generated_tokens == output);
+  CHECK(r->counters.recomputed_tokens == 0);  // nothing moved that had started
+  CHECK(r->counters.prefill_tokens + r->counters.cached_tokens == input);
+  REQUIRE(r->switches.size() == 1);
+  const SwitchRecord& s = r->switches[0];
+  CHECK(s.triggered_s == Approx(30));
+  // The old engines serve through the restart: first tokens keep coming while the new ones start.
+  CHECK(s.stopped_s == Approx(50));
+  CHECK(s.resumed_s == Approx(50));
+  CHECK(s.kv_bytes == 0);
+  CHECK(s.running > 0);  // left to finish where they ran
+  bool served_during_restart = false;
+  for (const RequestRecord& x : records) {
+    served_during_restart = served_during_restart || (x.first_token_s > 31 && x.first_token_s < 49);
+  }
+  CHECK(served_during_restart);
 }
 
 TEST_CASE("Simulator: an in-place switch is the batch limits set at the same moment",

@@ -272,6 +272,13 @@ void PrintPlan(const sim::Plan& plan, const sim::ResolvedPlan& resolved,
     }
     if (i < res.switches.size() && sw.in_place) {
       std::printf("     at %.1f s\n", res.switches[i].triggered_s);
+    } else if (i < res.switches.size() && step.kv == sim::KvMove::kDrain) {
+      const sim::SwitchRecord& d = res.switches[i];
+      std::printf(
+          "     at %.1f s; new engines up at %.1f s, %lld waiting requests handed to them, %lld "
+          "left to finish on the old ones\n",
+          d.triggered_s, d.resumed_s, static_cast<long long>(d.moved),
+          static_cast<long long>(d.running));
     } else if (i < res.switches.size()) {
       const sim::SwitchRecord& d = res.switches[i];
       std::printf(

@@ -349,7 +349,7 @@ Status Run(TuneFlags f) {
   std::optional<tuner::AdaptiveResult> adaptive;
   if (f.adaptive) {
     tuner::AdaptiveOptions a;
-    a.kv = f.kv_move == "recompute" ? sim::KvMove::kRecompute : sim::KvMove::kMigrate;
+    a.kv = *sim::ParseKvMove(f.kv_move);
     a.restart_s = f.restart_s;
     FATHOM_ASSIGN_OR_RETURN(adaptive, tuner::SearchPlans(o, catalog, res, a));
     if (f.in.dataset_samples == 0) {
@@ -536,9 +536,10 @@ void RegisterTune(CLI::App& app, Status* result) {
                   "With --adaptive: write the best plan (static when none beats it) as JSON")
       ->needs("--adaptive");
   cmd->add_option("--kv-move", f->kv_move,
-                  "With --adaptive: what a switch does with running sequences' KV: migrate or "
-                  "recompute")
-      ->check(CLI::IsMember({"migrate", "recompute"}))
+                  "With --adaptive: what a switch does with running sequences' KV: migrate, "
+                  "recompute, or drain (a rolling replacement on spare GPUs, as `online "
+                  "--supervise --plan` makes it)")
+      ->check(CLI::IsMember({"migrate", "recompute", "drain"}))
       ->capture_default_str()
       ->needs("--adaptive");
   cmd->add_option("--restart-s", f->restart_s,
