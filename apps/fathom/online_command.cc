@@ -19,12 +19,14 @@
 #include "base/process.h"
 #include "models/hardware.h"
 #include "sim/mlperf.h"
+#include "sim/plan.h"
 #include "sim/serving/http_text.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
 #include "tuner/online/journal.h"
 #include "tuner/online/live_runtime.h"
 #include "tuner/online/online.h"
+#include "tuner/online/plan_runner.h"
 #include "tuner/online/supervisor.h"
 #include "tuner/search/launch.h"
 
@@ -33,6 +35,7 @@ namespace {
 
 struct OnlineFlags {
   std::string deployment_file;
+  std::string plan_file;  // --supervise --plan: switch the replicas as the plan says
   std::vector<std::string> hardware_files;
   sim::TimeModelOptions time_model;
   std::string trace;  // request lengths of the emulated load
@@ -222,7 +225,161 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
   return supervisor;
 }
 
+// The replicas a deployment runs on under the supervisor: fathom serve's command for it, its batch
+// limits and its instances.
+Result<tuner::ReplicaSet> ReplicasFor(const OnlineFlags& f, const sim::DeploymentConfig& d,
+                                      const sim::ResolvedDeployment& resolved,
+                                      const models::HardwareCatalog& catalog) {
+  std::error_code error;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+  if (error) return Status::Unavailable("--plan: cannot find the fathom binary (/proc/self/exe)");
+  tuner::ReplicaSet set;
+  set.engine_cmd = tuner::DefaultEngineCommand(
+      d, catalog, self,
+      StrFormat("--time-scale %g --cost-model %s", f.supervisor.time_scale,
+                f.time_model.cost_model.c_str()) +
+          (f.engine_args.empty() ? "" : " " + f.engine_args));
+  set.limits = {d.engine.max_batch, d.engine.max_num_tokens};
+  set.replicas = std::max(1, tuner::Instances(d));
+  set.label = resolved.layout.ToString();
+  return set;
+}
+
+// `online --supervise --plan FILE`: the replicas start on the plan's start deployment and are
+// switched, by rolling replacement, as its triggers hold; a line a window, one per switch.
+Status RunPlanCommand(OnlineFlags f) {
+  if (!f.supervise)
+    return Status::InvalidArgument(
+        "--plan: with --supervise (fathom runs the replicas it switches)");
+  if (!f.deployment_file.empty())
+    return Status::InvalidArgument("--deployment and --plan: a plan holds its deployments");
+  if (!f.supervisor.engine_cmd.empty() || f.replicas > 0) {
+    return Status::InvalidArgument(
+        "--engine-cmd and --replicas: with --plan, each deployment's replicas run fathom serve's "
+        "command for it, as many as it has instances");
+  }
+  if (f.advise || !f.inject_limits.empty())
+    return Status::InvalidArgument("--advise and --inject-limits: not with --plan");
+  FATHOM_ASSIGN_OR_RETURN(const sim::Plan plan, sim::LoadPlanFile(f.plan_file));
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(f.time_model, plan.start.hardware));
+  FATHOM_ASSIGN_OR_RETURN(const sim::ResolvedPlan resolved,
+                          sim::ResolvePlan(plan, catalog, time_model.factory));
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    if (!resolved.switches[i].in_place && plan.steps[i].kv != sim::KvMove::kDrain) {
+      return Status::InvalidArgument(
+          f.plan_file + ": switches[" + std::to_string(i) + "].kv = \"" +
+          std::string(sim::Name(plan.steps[i].kv)) +
+          "\": the supervisor switches replicas by rolling replacement, so a layout switch runs "
+          "live as \"drain\" (simulate the plan so too)");
+    }
+  }
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> start,
+                          sim::Resolve(plan.start, catalog, time_model.factory));
+  FATHOM_ASSIGN_OR_RETURN(const tuner::ReplicaSet first,
+                          ReplicasFor(f, plan.start, *start, catalog));
+  std::vector<tuner::ReplicaSet> sets;
+  std::vector<sim::SwitchTrigger> triggers;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    FATHOM_ASSIGN_OR_RETURN(tuner::ReplicaSet set,
+                            ReplicasFor(f, plan.steps[i].to, *resolved.deployments[i], catalog));
+    sets.push_back(std::move(set));
+    triggers.push_back(plan.steps[i].when);
+  }
+  std::unique_ptr<tuner::Journal> journal;
+  if (!f.journal.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(journal, tuner::Journal::Open(f.journal));
+  }
+  f.supervisor.engine_cmd = first.engine_cmd;
+  f.supervisor.canary_share = 0;  // a plan's switches are decided: no canary
+  FATHOM_ASSIGN_OR_RETURN(auto supervisor,
+                          Supervised(f, plan.start, catalog, first.limits, journal.get()));
+  const sim::DeploymentConfig& d = plan.start;
+  if (!f.json) {
+    std::printf(
+        "Plan %s: %s on %d x %s, starting on %s (%d replicas, %s), %zu switch%s%s, a window "
+        "every %g s\n\n",
+        f.plan_file.c_str(), d.model.c_str(), d.TotalGpus(), d.hardware.c_str(),
+        first.label.c_str(), first.replicas, first.limits.Label().c_str(), plan.steps.size(),
+        plan.steps.size() == 1 ? "" : "es", plan.cycle ? ", cycling" : "", f.window_s);
+    std::printf("%7s %8s %6s %7s %9s %9s  %s\n", "t (s)", "arr/s", "done", "in sys", "p99 TTFT",
+                "p99 TPOT", "switch");
+  }
+  OrderedJson windows = OrderedJson::array();
+  tuner::BatchLimits in_force = first.limits;
+  Status journal_status;
+  auto on_window = [&](const tuner::Window& w, std::optional<size_t> step,
+                       const std::optional<tuner::ApplyOutcome>& outcome) {
+    std::string what;
+    if (step) {
+      const tuner::ReplicaSet& to = sets[*step];
+      what =
+          StrFormat("%zu. %s -> %s, %d replicas, %s: ", *step + 1,
+                    sim::Describe(triggers[*step]).c_str(), to.label.c_str(), to.replicas,
+                    to.limits.Label().c_str()) +
+          (outcome->applied ? StrFormat("done in %.2f s", supervisor->last_replace_s().value_or(0))
+                            : "rolled back, " + outcome->why_not);
+      if (journal && journal_status.ok()) {
+        tuner::JournalEntry e;
+        e.event = outcome->applied ? "plan_switch" : "plan_switch_rolled_back";
+        e.reason = what;
+        e.before = in_force;
+        e.after = to.limits;
+        e.replace_s = supervisor->last_replace_s();
+        journal_status = journal->Record(e);
+      }
+      if (outcome->applied) in_force = to.limits;
+    }
+    OrderedJson j;
+    j["start_s"] = w.start_s;
+    j["end_s"] = w.end_s;
+    j["arrived"] = w.arrived;
+    j["completed"] = w.completed;
+    j["in_flight"] = w.in_flight;
+    j["dropped"] = w.dropped;
+    j["ttft_p99_ms"] = w.ttft_p99_ms;
+    j["tpot_p99_ms"] = w.tpot_p99_ms;
+    if (step) {
+      j["switch"] = *step + 1;
+      j["switched"] = outcome->applied;
+      j["switch_detail"] = what;
+    }
+    windows.push_back(j);
+    if (f.json) return;
+    std::printf("%7.0f %8.2f %6lld %7lld %9s %9s  %s\n", w.end_s, w.ArrivalRate(),
+                static_cast<long long>(w.completed), static_cast<long long>(w.in_flight),
+                w.completed ? Ms(w.ttft_p99_ms).c_str() : "-",
+                w.completed ? Ms(w.tpot_p99_ms).c_str() : "-", what.c_str());
+    std::fflush(stdout);
+  };
+  FATHOM_ASSIGN_OR_RETURN(const tuner::PlanRunSummary summary,
+                          tuner::RunPlan(
+                              *supervisor, triggers, plan.cycle, f.windows,
+                              [&](size_t i) { return supervisor->Switch(sets[i]); }, on_window));
+  FATHOM_RETURN_IF_ERROR(journal_status);
+  if (f.json) {
+    OrderedJson j;
+    j["plan"] = sim::ToJson(plan);
+    j["windows"] = windows;
+    j["summary"] = summary.ToJson();
+    j["summary"]["replica_restarts"] = supervisor->restarts();
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf(
+      "\nPlan: %lld windows, %lld switches done, %lld rolled back; %lld requests arrived, %lld "
+      "finished, %lld dropped; replicas restarted after dying: %lld\n",
+      static_cast<long long>(summary.windows), static_cast<long long>(summary.switches),
+      static_cast<long long>(summary.failed_switches), static_cast<long long>(summary.arrived),
+      static_cast<long long>(summary.completed), static_cast<long long>(summary.dropped),
+      static_cast<long long>(supervisor->restarts()));
+  return Status::Ok();
+}
+
 Status RunOnlineCommand(OnlineFlags f) {
+  if (!f.plan_file.empty()) return RunPlanCommand(std::move(f));
   const bool live = !f.metrics_cmd.empty() || !f.apply_cmd.empty();
   if (f.supervise && live)
     return Status::InvalidArgument("--supervise: fathom runs the replicas; not with --metrics-cmd");
@@ -380,6 +537,10 @@ void RegisterOnline(CLI::App& app, Status* result) {
                   "Deployment JSON (as `fathom tune` writes it); its engine limits are what the "
                   "runtime started "
                   "with (default: DeepSeek-R1 on 8xB200)");
+  cmd->add_option("--plan", f->plan_file,
+                  "With --supervise: run an adaptive plan (as `fathom tune --adaptive --plan-out` "
+                  "writes it) instead of the tuner: replicas start on its start deployment and "
+                  "are switched by rolling replacement as its triggers hold");
   cmd->add_option("--hardware-file", f->hardware_files, "Add a GPU from your own JSON file");
   AddTimeModelFlags(cmd, &f->time_model);
   auto emulation = [&](CLI::Option* opt) { f->emulation_options.push_back(opt); };

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "base/files.h"
 #include "base/format.h"
@@ -222,6 +223,8 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Start(SupervisorOptions options,
   FATHOM_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options)));
   s->target_ = initial;
+  s->target_cmd_ = s->options_.engine_cmd;
+  s->target_replicas_ = s->options_.replicas;
   const std::vector<std::string> nodes =
       s->options_.nodes.empty() ? std::vector<std::string>{"127.0.0.1"} : s->options_.nodes;
   for (const std::string& node : nodes) {
@@ -342,7 +345,12 @@ Result<int> Supervisor::Launch(const BatchLimits& limits, double weight, bool ca
     ~Reservation() { s->ReleaseSlot(slot); }
   } reservation{this, slot};
   const Slot& where = slots_[slot];
-  std::string command = EngineCommand(options_.engine_cmd, limits, port, where.node);
+  std::string engine_cmd;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    engine_cmd = target_cmd_;
+  }
+  std::string command = EngineCommand(engine_cmd, limits, port, where.node);
   if (!options_.launcher.empty()) {
     std::string launcher = options_.launcher;
     ReplaceAll(&launcher, "{node}", where.node);
@@ -412,7 +420,7 @@ Result<int> Supervisor::Launch(const BatchLimits& limits, double weight, bool ca
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    replicas_[id] = Replica{pid, slot, where.node, port, limits, false, canary};
+    replicas_[id] = Replica{pid, slot, where.node, port, limits, engine_cmd, false, canary};
     if (Status written = WriteTargetsLocked(); !written.ok()) Log(written.message());
   }
   if (Status routed = Route(id, weight); !routed.ok()) {
@@ -635,23 +643,81 @@ Result<std::optional<Window>> Supervisor::Observe() {
   return std::optional<Window>(std::move(w));
 }
 
-Status Supervisor::ReplaceWith(const BatchLimits& limits) {
+Status Supervisor::ReplaceWith(const BatchLimits& limits, bool requeue) {
   // One replica at a time: the new one healthy and routed before the old one leaves routing.
   for (;;) {
     std::optional<int> old;
+    int serving = 0, current = 0, target = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      target = target_replicas_;
       for (const auto& [id, r] : replicas_) {
-        if (!r.draining && !(r.limits == limits)) {
+        if (r.draining) continue;
+        ++serving;
+        if (r.limits == limits && r.cmd == target_cmd_) {
+          ++current;
+        } else if (!old) {
           old = id;
-          break;
         }
       }
     }
-    if (!old) return Status::Ok();
-    FATHOM_RETURN_IF_ERROR(Launch(limits).status());
-    Retire(*old);
+    if (old && serving > target && current > 0) {
+      Retire(*old, requeue);  // fewer replicas: a new one already serves in its place
+    } else if (old) {
+      FATHOM_RETURN_IF_ERROR(Launch(limits).status());
+      Retire(*old, requeue);
+    } else if (serving < target) {
+      FATHOM_RETURN_IF_ERROR(Launch(limits).status());
+    } else if (serving > target) {
+      int last = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& [id, r] : replicas_) {
+          if (!r.draining) last = id;
+        }
+      }
+      Retire(last, requeue);
+    } else {
+      return Status::Ok();
+    }
   }
+}
+
+Result<ApplyOutcome> Supervisor::Switch(const ReplicaSet& to) {
+  const double started = Now();
+  std::string before_cmd;
+  BatchLimits before_limits;
+  int before_replicas = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_cmd = std::exchange(target_cmd_, to.engine_cmd);
+    before_limits = std::exchange(target_, to.limits);
+    before_replicas = std::exchange(target_replicas_, to.replicas);
+  }
+  ApplyOutcome outcome;
+  if (Status replaced = ReplaceWith(to.limits, /*requeue=*/true); !replaced.ok()) {
+    Log("switch to " + to.label + " failed, rolling back: " + replaced.message());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target_cmd_ = before_cmd;
+      target_ = before_limits;
+      target_replicas_ = before_replicas;
+    }
+    FATHOM_RETURN_IF_ERROR(ReplaceWith(before_limits, /*requeue=*/true)
+                               .WithContext("rolling back after " + replaced.message()));
+    outcome.applied = false;
+    outcome.why_not = "failed to start: " + replaced.message();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(outcome.applied ? replacements_ : replacements_rolled_back_);
+    last_replace_s_ = Now() - started;
+  }
+  PublishMetrics();
+  Log(StrFormat("switch to %s (%d replicas, %s) %s in %.2f s", to.label.c_str(), to.replicas,
+                to.limits.Label().c_str(), outcome.applied ? "done" : "rolled back",
+                *last_replace_s_));
+  return outcome;
 }
 
 Result<sim::GatewayWindow> Supervisor::TakeWindow() {

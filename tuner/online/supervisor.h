@@ -4,10 +4,11 @@
 // /metrics pages or a Prometheus server, and applies new batch limits by rolling replacement: a
 // new replica with the new flags, healthy before it takes traffic, then the old one drained
 // (SIGTERM). A new replica that exits or is not healthy in time is killed and the change rolled
-// back: the replicas already replaced are replaced back, and the old ones serve on. A replica that
-// dies is taken out of routing at once (its requests are retried once on another) and restarted.
-// Behind a gateway of its own, the replicas outlive a supervisor that dies (kill -9) and keep
-// serving; the next supervisor started on that gateway replaces them with its own.
+// back: the replicas already replaced are replaced back, and the old ones serve on. A plan's
+// switch (Switch) replaces the replicas the same way with another engine command and count. A
+// replica that dies is taken out of routing at once (its requests are retried once on another) and
+// restarted. Behind a gateway of its own, the replicas outlive a supervisor that dies (kill -9) and
+// keep serving; the next supervisor started on that gateway replaces them with its own.
 #pragma once
 
 #include <atomic>
@@ -99,6 +100,15 @@ std::string DefaultEngineCommand(const sim::DeploymentConfig& deployment,
                                  const models::HardwareCatalog& catalog,
                                  const std::string& fathom_path, const std::string& extra);
 
+// What a plan's switch puts the replicas on: a deployment's engine command (EngineCommand's
+// placeholders left in), its batch limits and its replica count.
+struct ReplicaSet {
+  std::string engine_cmd;
+  BatchLimits limits;
+  int replicas = 1;
+  std::string label;  // for logs: "TP2 PP1 EP1 attnDP1 x1"
+};
+
 class Supervisor : public ServingRuntime {
  public:
   // Starts the gateway and the replicas with `initial`, and returns once every replica is healthy.
@@ -114,8 +124,13 @@ class Supervisor : public ServingRuntime {
   // A replacement that fails (a new replica exits or is not healthy within health_timeout_s) is
   // rolled back: not applied, for the reason the outcome gives.
   Result<ApplyOutcome> Apply(const BatchLimits& limits) override;
-  // Wall seconds the last Apply took (start, health, shift, drain signal, and a rollback's
-  // replacements back); nullopt before any.
+  // A plan's switch: every replica replaced, one at a time, by one running `to` (the new one
+  // healthy and routed before the old leaves routing, handing over its requests that have no
+  // first token yet and finishing the rest), then replicas started or retired to `to.replicas`. A
+  // new replica that fails rolls the switch back, as Apply does.
+  Result<ApplyOutcome> Switch(const ReplicaSet& to);
+  // Wall seconds the last Apply or Switch took (start, health, shift, drain signal, and a
+  // rollback's replacements back); nullopt before any.
   std::optional<double> last_replace_s() const { return last_replace_s_; }
   // Replicas restarted after they died, since the start.
   int64_t restarts() const { return restarts_; }
@@ -136,6 +151,7 @@ class Supervisor : public ServingRuntime {
     std::string host;  // its node's address
     int port = 0;
     BatchLimits limits;
+    std::string cmd;        // the engine command it was started with
     bool draining = false;  // out of routing, SIGTERM sent: its exit is expected
     bool canary = false;    // on trial: not restarted if it dies (the canary fails)
   };
@@ -156,8 +172,10 @@ class Supervisor : public ServingRuntime {
   // which died): out of routing, then SIGTERM to the pid it registered.
   void TakeOver(const std::vector<sim::GatewayReplica>& earlier);
   void PublishMetrics();  // Metrics() to the gateway; a failure is logged
-  // Replaces every serving replica not running `limits`, one at a time.
-  Status ReplaceWith(const BatchLimits& limits);
+  // Replaces every serving replica not running `limits` with the target command, one at a time
+  // (with `requeue`, each old one hands over its requests without a first token), then starts or
+  // retires replicas to the target count.
+  Status ReplaceWith(const BatchLimits& limits, bool requeue = false);
   ReplicaAddresses Addresses() const;  // by id, draining replicas included
   // Reserves a slot for a new replica (until ReleaseSlot): a free one with placement, else the
   // node with the fewest.
@@ -184,7 +202,9 @@ class Supervisor : public ServingRuntime {
   std::vector<Slot> slots_;
   std::vector<int> starting_;  // slots of replicas being launched
   int next_id_ = 1;
-  BatchLimits target_;  // what serving replicas run, and restarts use
+  BatchLimits target_;      // what serving replicas run, and restarts use
+  std::string target_cmd_;  // the engine command they run (a plan's switch changes it)
+  int target_replicas_ = 0;
   bool injected_ = false;
   double elapsed_s_ = 0;  // engine time at the current window's start
   double window_start_wall_s_ = 0;
