@@ -75,6 +75,16 @@ expect 0 "wrote 1000 requests" -- trace synth --requests 1000 --rate 2 --arrival
 expect 0 "burstiness CV" -- trace stats "$tmp/syn.csv"
 expect 0 "fitted lognormal lengths" -- trace synth --requests 100 --lengths fit --max-output 20000 \
   --from "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --out "$tmp/fit.jsonl"
+# A shifting mix: Azure's conversations, then mostly code, at the schedule's rates.
+azure="$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace"
+expect 0 "wrote" -- trace synth --lengths empirical --from "${azure}_conv.csv" --from "${azure}_code.csv" \
+  --schedule 600:2,600:4 --mix 1/0,0.2/0.8 --requests 100000 --out "$tmp/mix.csv" --to csv
+expect 2 "several --from traces need --mix" -- trace synth --lengths empirical --from "${azure}_conv.csv" \
+  --from "${azure}_code.csv" --schedule 600:2 --out "$tmp/never.jsonl"
+expect 2 '--mix: segment "1/x" is not weights W/W/...' -- trace synth --lengths empirical \
+  --from "${azure}_conv.csv" --from "${azure}_code.csv" --schedule 600:2 --mix 1/x --out "$tmp/never.jsonl"
+expect 2 "--mix: weights for 1 segment, --schedule has 2" -- trace synth --lengths empirical \
+  --from "${azure}_conv.csv" --from "${azure}_code.csv" --schedule 600:2,600:3 --mix 1/1 --out "$tmp/never.jsonl"
 expect 2 "--cv = -1: must be > 0 and finite" -- trace synth --arrival gamma --cv -1 --out "$tmp/never.jsonl"
 [[ ! -e "$tmp/never.jsonl" ]] || { echo "FAIL: a failed synth left a file"; failed=$((failed + 1)); }
 expect 2 "bad.csv:3" -- trace convert "$tmp/bad.csv" --out "$tmp/half.csv"

@@ -63,7 +63,7 @@ class SyntheticReader : public TraceReader {
     if (spec_.conversations.turns_mean <= 0) {
       double t;
       if (!NextArrival(&t)) return false;
-      const auto [in, out_tokens] = SampleLengths();
+      const auto [in, out_tokens] = SampleLengths(t);
       *out = Request{};
       out->arrival_s = t;
       out->input_tokens = in;
@@ -97,8 +97,30 @@ class SyntheticReader : public TraceReader {
     return !spec_.duration_s || *t <= *spec_.duration_s;
   }
 
-  std::pair<int64_t, int64_t> SampleLengths() {
-    const LengthModel& m = spec_.lengths;
+  // The model of the mix segment time `t` falls in (the last past the schedule's end).
+  const LengthModel& ModelAt(double t) {
+    if (spec_.mix_lengths.empty()) return spec_.lengths;
+    size_t segment = 0;
+    for (double end = 0; segment + 1 < spec_.mix.size(); ++segment) {
+      end += spec_.arrivals.schedule[segment].duration_s;
+      if (t < end) break;
+    }
+    const std::vector<double>& w = spec_.mix[segment];
+    double total = 0;
+    for (double x : w) total += x;
+    double u = rng_.Uniform() * total;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (u < w[i]) return spec_.mix_lengths[i];
+      u -= w[i];
+    }
+    for (size_t i = w.size(); i-- > 0;) {  // rounding at the top end: the last weighted model
+      if (w[i] > 0) return spec_.mix_lengths[i];
+    }
+    return spec_.mix_lengths.back();
+  }
+
+  std::pair<int64_t, int64_t> SampleLengths(double t) {
+    const LengthModel& m = ModelAt(t);
     if (m.kind == LengthModel::kEmpirical) return m.samples[rng_.Below(m.samples.size())];
     const double z1 = rng_.Normal();
     const double z2 =
@@ -137,7 +159,7 @@ class SyntheticReader : public TraceReader {
     Session s = pending_.top();
     pending_.pop();
     if (spec_.duration_s && s.next_s > *spec_.duration_s) return NextTurn(out);
-    const auto [user, reply] = SampleLengths();
+    const auto [user, reply] = SampleLengths(s.next_s);
     *out = Request{};
     out->arrival_s = s.next_s;
     out->input_tokens = std::min(s.context + user, spec_.lengths.max_input);
@@ -245,6 +267,33 @@ Status SynthSpec::Validate() const {
   if (!positive(lengths.input.sigma) || !positive(lengths.output.sigma)) {
     return bad("--input-sigma/--output-sigma", std::min(lengths.input.sigma, lengths.output.sigma),
                "must be > 0");
+  }
+  if (!mix_lengths.empty()) {
+    if (mix.size() != arrivals.schedule.size()) {
+      return Status::InvalidArgument(
+          "--mix: weights for " + std::to_string(mix.size()) +
+          (mix.size() == 1 ? " segment" : " segments") + ", --schedule has " +
+          std::to_string(arrivals.schedule.size()) + ": give one mix a segment");
+    }
+    for (size_t s = 0; s < mix.size(); ++s) {
+      const std::string segment = "--mix segment " + std::to_string(s + 1);
+      if (mix[s].size() != mix_lengths.size()) {
+        return Status::InvalidArgument(segment + ": " + std::to_string(mix[s].size()) +
+                                       " weights for " + std::to_string(mix_lengths.size()) +
+                                       " length models (--from)");
+      }
+      double total = 0;
+      for (double w : mix[s]) {
+        if (!(w >= 0 && std::isfinite(w)))
+          return bad(segment, w, "weights must be finite and >= 0");
+        total += w;
+      }
+      if (!(total > 0)) return bad(segment, total, "its weights must not all be 0");
+    }
+    for (const LengthModel& m : mix_lengths) {
+      if (m.kind == LengthModel::kEmpirical && m.samples.empty())
+        return Status::InvalidArgument("empirical lengths need a trace with at least one request");
+    }
   }
   if (conversations.turns_mean != 0 &&
       !(conversations.turns_mean >= 1 && std::isfinite(conversations.turns_mean))) {

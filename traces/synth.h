@@ -53,6 +53,11 @@ struct ConversationSpec {
 struct SynthSpec {
   ArrivalSpec arrivals;
   LengthModel lengths;
+  // A shifting mix (e.g. chat by day, code by night): each request's lengths come from one of
+  // these models, drawn with the weights of the schedule segment its arrival falls in
+  // (mix[segment][model]). Empty: every request from `lengths`.
+  std::vector<LengthModel> mix_lengths;
+  std::vector<std::vector<double>> mix;
   ConversationSpec conversations;
   int64_t requests = 1000;           // stop after this many...
   std::optional<double> duration_s;  // ...or at this time, whichever comes first

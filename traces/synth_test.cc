@@ -61,6 +61,36 @@ TEST_CASE("Synthesize: a rate schedule sets the local rate and ends the trace", 
   CHECK(*reqs.back().arrival_s <= 4000);
 }
 
+TEST_CASE("Synthesize: a shifting mix draws each segment's lengths with its weights", "[traces]") {
+  SynthSpec spec;
+  spec.requests = 1'000'000;
+  spec.arrivals.schedule = {{1000, 5.0}, {1000, 5.0}, {1000, 5.0}};
+  LengthModel chat, code;
+  chat.kind = code.kind = LengthModel::kEmpirical;
+  chat.samples = {{100, 200}};
+  code.samples = {{2000, 20}};
+  spec.mix_lengths = {chat, code};
+  spec.mix = {{1, 0}, {0.25, 0.75}, {0, 2}};
+  std::vector<Request> reqs;
+  Run(spec, &reqs);
+  int code_share[3][2] = {};  // per segment: requests, of them code
+  for (const auto& r : reqs) {
+    const int s = std::min(2, static_cast<int>(*r.arrival_s / 1000));
+    ++code_share[s][0];
+    code_share[s][1] += r.input_tokens == 2000;
+  }
+  CHECK(code_share[0][1] == 0);
+  CHECK(code_share[1][1] == Approx(0.75 * code_share[1][0]).epsilon(0.05));
+  CHECK(code_share[2][1] == code_share[2][0]);
+  spec.mix = {{1, 0}, {0.25, 0.75}};
+  CHECK(spec.Validate().message() ==
+        "--mix: weights for 2 segments, --schedule has 3: give one mix a segment");
+  spec.mix = {{1, 0}, {0.25, 0.75, 1}, {0, 1}};
+  CHECK(spec.Validate().message() == "--mix segment 2: 3 weights for 2 length models (--from)");
+  spec.mix = {{1, 0}, {0, 0}, {0, 1}};
+  CHECK(spec.Validate().message() == "--mix segment 2 = 0: its weights must not all be 0");
+}
+
 TEST_CASE("Synthesize: the same seed gives the same trace", "[traces]") {
   SynthSpec spec;
   spec.requests = 1000;

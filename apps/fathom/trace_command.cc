@@ -36,7 +36,8 @@ struct SynthFlags {
   std::string arrival = "poisson";
   std::string schedule;
   std::string lengths = "lognormal";
-  std::string from;
+  std::vector<std::string> from;
+  std::string mix;  // per --schedule segment, weights of the --from traces: "0.8/0.2,0.3/0.7"
   TraceReadFlags read;
 };
 
@@ -178,20 +179,33 @@ Status Synth(SynthFlags f) {
   if (!f.schedule.empty()) {
     FATHOM_ASSIGN_OR_RETURN(f.spec.arrivals.schedule, ParseSchedule("--schedule", f.schedule));
   }
+  if (f.from.size() > 1 && f.mix.empty())
+    return Status::InvalidArgument("several --from traces need --mix, their weights a segment");
+  if (!f.mix.empty() && f.from.size() < 2)
+    return Status::InvalidArgument("--mix needs at least two --from traces");
   if (f.lengths == "empirical" || f.lengths == "fit") {
     if (f.from.empty())
       return Status::InvalidArgument("--lengths " + f.lengths + " needs --from TRACE");
-    FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(f.from, f.read));
-    FATHOM_ASSIGN_OR_RETURN(f.spec.lengths,
-                            traces::FitLengthModel(*reader, f.lengths == "fit", f.read.max_output));
-    if (f.lengths == "fit") {
-      std::fprintf(
-          stderr,
-          "fathom: fitted lognormal lengths: input mu %.3f sigma %.3f, output mu %.3f sigma %.3f, "
-          "correlation %.3f\n",
-          f.spec.lengths.input.mu, f.spec.lengths.input.sigma, f.spec.lengths.output.mu,
-          f.spec.lengths.output.sigma, f.spec.lengths.correlation);
+    for (const std::string& from : f.from) {
+      FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(from, f.read));
+      FATHOM_ASSIGN_OR_RETURN(
+          traces::LengthModel model,
+          traces::FitLengthModel(*reader, f.lengths == "fit", f.read.max_output));
+      if (f.lengths == "fit") {
+        std::fprintf(stderr,
+                     "fathom: %s: fitted lognormal lengths: input mu %.3f sigma %.3f, output mu "
+                     "%.3f sigma %.3f, correlation %.3f\n",
+                     from.c_str(), model.input.mu, model.input.sigma, model.output.mu,
+                     model.output.sigma, model.correlation);
+      }
+      f.spec.lengths = model;
+      if (f.from.size() > 1) f.spec.mix_lengths.push_back(std::move(model));
     }
+    if (!f.mix.empty()) {
+      FATHOM_ASSIGN_OR_RETURN(f.spec.mix, ParseMix("--mix", f.mix));
+    }
+  } else if (!f.from.empty()) {
+    return Status::InvalidArgument("--from: for --lengths empirical or fit");
   } else if (f.lengths != "lognormal") {
     return Status::InvalidArgument("--lengths = \"" + f.lengths +
                                    "\": must be lognormal, empirical or fit");
@@ -266,7 +280,11 @@ void RegisterTrace(CLI::App& app, Status* result) {
   y->add_option("--lengths", syn->lengths,
                 "lognormal, empirical (resample --from) or fit (lognormal fitted to --from)")
       ->capture_default_str();
-  y->add_option("--from", syn->from, "Trace whose lengths to resample or fit");
+  y->add_option("--from", syn->from,
+                "Trace whose lengths to resample or fit; several, with --mix, for a shifting mix");
+  y->add_option("--mix", syn->mix,
+                "With several --from and --schedule: each segment's weights of the --from traces, "
+                "W/W/...,... (e.g. 0.8/0.2,0.3/0.7)");
   AddTraceReadFlags(y, &syn->read);
   y->add_option("--input-mu", syn->spec.lengths.input.mu, "Lognormal input: mean of ln(tokens)")
       ->capture_default_str();

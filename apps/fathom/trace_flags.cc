@@ -102,6 +102,28 @@ void ReportReadCounters(const std::string& path, const traces::ReadCounters& c) 
   }
 }
 
+Result<std::vector<std::vector<double>>> ParseMix(const std::string& flag,
+                                                  const std::string& text) {
+  std::vector<std::vector<double>> mix;
+  std::stringstream segments(text);
+  for (std::string segment; std::getline(segments, segment, ',');) {
+    std::vector<double> weights;
+    std::stringstream parts(segment);
+    for (std::string w; std::getline(parts, w, '/');) {
+      char* end = nullptr;
+      const double v = std::strtod(w.c_str(), &end);
+      if (w.empty() || *end != '\0') {
+        return Status::InvalidArgument(flag + ": segment \"" + segment +
+                                       "\" is not weights W/W/... (one per --from trace)");
+      }
+      weights.push_back(v);
+    }
+    mix.push_back(std::move(weights));
+  }
+  if (mix.empty()) return Status::InvalidArgument(flag + " = \"\": give a segment's weights");
+  return mix;
+}
+
 Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag,
                                                        const std::string& text) {
   std::vector<traces::RateSegment> out;

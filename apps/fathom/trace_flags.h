@@ -45,6 +45,8 @@ Result<const traces::Benchmark*> ChooseBenchmark(const std::string& model,
 // One line on stderr when lines were skipped, rows filtered or responses failed; silent else.
 void ReportReadCounters(const std::string& path, const traces::ReadCounters& c);
 
+// `trace synth --mix`: "0.8/0.2,0.3/0.7", each schedule segment's weights of the --from traces.
+Result<std::vector<std::vector<double>>> ParseMix(const std::string& flag, const std::string& text);
 // Piecewise arrival rates, DURATION_S:RATE,... (`flag` names the option in errors).
 Result<std::vector<traces::RateSegment>> ParseSchedule(const std::string& flag,
                                                        const std::string& text);
