@@ -168,6 +168,12 @@ bool InPlace(const DeploymentConfig& a, const DeploymentConfig& b) {
   return limits_only == a;
 }
 
+bool ScaleOnly(const DeploymentConfig& a, const DeploymentConfig& b) {
+  DeploymentConfig same_count = b;
+  same_count.gpus = a.gpus;
+  return a.gpus != b.gpus && !a.disaggregated && same_count == a;
+}
+
 Status ResolvedPlan::ScheduleOn(Simulator* simulator) const {
   simulator->set_cycle_switches(cycle);
   for (const ConfigSwitch& sw : switches) FATHOM_RETURN_IF_ERROR(simulator->ScheduleSwitch(sw));
@@ -199,6 +205,7 @@ Result<ResolvedPlan> ResolvePlan(const Plan& plan, const models::HardwareCatalog
     ConfigSwitch sw;
     sw.when = step.when;
     sw.in_place = InPlace(*before, step.to);
+    sw.scale_only = step.kv == KvMove::kDrain && ScaleOnly(*before, step.to);
     sw.pool = r->spec.pool;
     sw.engine = r->spec.engine;
     sw.total_gpus = r->spec.total_gpus;

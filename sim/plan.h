@@ -69,6 +69,8 @@ std::string Describe(const SwitchTrigger& t);
 // Whether going from `a` to `b` changes only what a running engine takes in place (its batch
 // limits).
 bool InPlace(const DeploymentConfig& a, const DeploymentConfig& b);
+// Whether it changes only how many instances of the same engine run (the GPU count).
+bool ScaleOnly(const DeploymentConfig& a, const DeploymentConfig& b);
 
 // A plan made ready to simulate: every step's deployment resolved (owned here, borrowed by the
 // switches) and checked against the start (same model and GPU, aggregated).

@@ -665,6 +665,10 @@ void Simulator::BeginSwitch() {
     return;
   }
   switch_records_.push_back(record);
+  if (sw.scale_only && sw.pool.instances <= static_cast<int>(main_engines_.size())) {
+    ScaleTo();  // fewer instances: at once
+    return;
+  }
   if (sw.kv == KvMove::kDrain) {  // the old engines serve on while the new ones start
     queue_.Push(queue_.now() + FromSeconds(sw.restart_s), SwitchEvent{true});
     return;
@@ -712,7 +716,60 @@ void Simulator::EvacuateIfStopped() {
   queue_.Push(queue_.now() + FromSeconds(sw.restart_s + record.migrate_s), SwitchEvent{true});
 }
 
+void Simulator::ScaleTo() {
+  ConfigSwitch sw = std::move(switches_.front());
+  switches_.pop_front();
+  if (cycle_switches_) switches_.push_back(sw);
+  SwitchRecord& record = switch_records_.back();
+  record.stopped_s = record.resumed_s = ToSeconds(queue_.now());
+  const int have = static_cast<int>(main_engines_.size());
+  if (sw.pool.instances > have) {
+    PoolSpec added = sw.pool;
+    added.instances = sw.pool.instances - have;
+    AddEngines(added, sw.engine, EngineRole::kAggregated, &main_engines_);
+  } else {
+    const std::vector<int> leaving(main_engines_.begin() + sw.pool.instances, main_engines_.end());
+    main_engines_.resize(sw.pool.instances);
+    TakeUnstartedFrom(leaving, &record);
+  }
+  spec_.pool.instances = sw.pool.instances;
+  phase_gpus_ = sw.total_gpus;
+  spec_.total_gpus = std::max(spec_.total_gpus, sw.total_gpus);
+  DispatchMoved();
+  ArmSwitch();
+}
+
+void Simulator::TakeUnstartedFrom(const std::vector<int>& engines, SwitchRecord* record) {
+  for (int e : engines) {
+    for (int64_t slot : engines_[e]->TakeUnstarted()) {
+      --in_flight_[slots_[slot].front];
+      evacuated_.push_back(slot);
+    }
+    for (int r = 0; r < engines_[e]->num_ranks(); ++r)
+      record->running += engines_[e]->Outstanding(r);
+  }
+  std::stable_sort(evacuated_.begin(), evacuated_.end(), [&](int64_t a, int64_t b) {
+    return slots_[a].issue_index < slots_[b].issue_index;
+  });
+  record->moved = static_cast<int64_t>(evacuated_.size());
+}
+
+void Simulator::DispatchMoved() {
+  // The evacuated sequences first, oldest first, then the arrivals held meanwhile.
+  std::vector<int64_t> order = std::move(evacuated_);
+  order.insert(order.end(), held_.begin(), held_.end());
+  evacuated_.clear();
+  held_.clear();
+  for (int64_t slot : order) {
+    if (!held_.empty() || !TryDispatch(slot, "resume")) held_.push_back(slot);
+  }
+}
+
 void Simulator::ResumeAfterSwitch() {
+  if (switches_.front().scale_only) {
+    ScaleTo();  // more instances: the new ones are up
+    return;
+  }
   ConfigSwitch sw = std::move(switches_.front());
   switches_.pop_front();
   if (cycle_switches_) switches_.push_back(sw);
@@ -720,18 +777,7 @@ void Simulator::ResumeAfterSwitch() {
   if (sw.kv == KvMove::kDrain) {
     // The old engines take no new request and hand over those that have not started.
     record.stopped_s = ToSeconds(queue_.now());
-    for (int e : main_engines_) {
-      for (int64_t slot : engines_[e]->TakeUnstarted()) {
-        --in_flight_[slots_[slot].front];
-        evacuated_.push_back(slot);
-      }
-      for (int r = 0; r < engines_[e]->num_ranks(); ++r)
-        record.running += engines_[e]->Outstanding(r);
-    }
-    std::stable_sort(evacuated_.begin(), evacuated_.end(), [&](int64_t a, int64_t b) {
-      return slots_[a].issue_index < slots_[b].issue_index;
-    });
-    record.moved = static_cast<int64_t>(evacuated_.size());
+    TakeUnstartedFrom(main_engines_, &record);
     main_engines_.clear();
   }
   spec_.pool = sw.pool;
@@ -741,14 +787,7 @@ void Simulator::ResumeAfterSwitch() {
   AddEngines(spec_.pool, spec_.engine, EngineRole::kAggregated, &main_engines_);
   restarting_ = false;
   record.resumed_s = ToSeconds(queue_.now());
-  // The evacuated sequences first, oldest first, then the arrivals held meanwhile.
-  std::vector<int64_t> order = std::move(evacuated_);
-  order.insert(order.end(), held_.begin(), held_.end());
-  evacuated_.clear();
-  held_.clear();
-  for (int64_t slot : order) {
-    if (!held_.empty() || !TryDispatch(slot, "resume")) held_.push_back(slot);
-  }
+  DispatchMoved();
   ArmSwitch();
 }
 

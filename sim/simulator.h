@@ -66,6 +66,10 @@ enum class KvMove {
 struct ConfigSwitch {
   SwitchTrigger when;
   bool in_place = false;
+  // Only the instance count changes, with KvMove::kDrain: instances added start beside the
+  // running ones after `restart_s`; instances taken away are the last ones, at once, draining as
+  // a drain does. The others serve on untouched.
+  bool scale_only = false;
   PoolSpec pool;  // the new instances (time model borrowed; unused in place)
   EngineConfig engine;
   int total_gpus = 1;
@@ -234,6 +238,13 @@ class Simulator : public EngineListener {
   void CheckSwitchTrigger(bool completion);
   void BeginSwitch();
   void EvacuateIfStopped();
+  // A scale-only switch: instances added beside the running ones, or the last ones drained away.
+  void ScaleTo();
+  // Takes the unstarted sequences of `engines` into evacuated_ (oldest first), counting them and
+  // those left running in `record`.
+  void TakeUnstartedFrom(const std::vector<int>& engines, SwitchRecord* record);
+  // Dispatches the evacuated sequences, oldest first, then the arrivals held meanwhile.
+  void DispatchMoved();
   void ResumeAfterSwitch();
   void AdvanceLittle(SimTime now);
   int64_t NewSlot();

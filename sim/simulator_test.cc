@@ -1090,6 +1090,36 @@ TEST_CASE("Simulator: a drain starts the new engines beside the old ones, which 
   CHECK(served_during_restart);
 }
 
+TEST_CASE("Simulator: scaling adds instances beside the running ones and drains the last away",
+          "[sim][plan]") {
+  DeepSeek ds;
+  auto data = MlperfSet();
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.scenario.min_duration_s = 0;
+  const auto [input, output] = StreamTokens(PoissonSource(data, 600, 8.0, 7));
+  Simulator sim(spec, PoissonSource(data, 600, 8.0, 7));
+  ConfigSwitch up = SwitchAt30(spec, KvMove::kDrain);
+  up.scale_only = true;
+  up.pool.instances = 3;
+  up.total_gpus = 24;
+  ConfigSwitch down = up;
+  down.when = {SwitchTrigger::Kind::kAfter, 60};
+  down.pool.instances = 1;
+  down.total_gpus = 8;
+  REQUIRE(sim.ScheduleSwitch(up).ok());
+  REQUIRE(sim.ScheduleSwitch(down).ok());
+  auto r = sim.Run();
+  REQUIRE(r.ok());
+  CHECK(r->completed_requests == 600);
+  CHECK(r->output_tokens == output);
+  CHECK(r->counters.prefill_tokens + r->counters.cached_tokens == input);
+  REQUIRE(r->switches.size() == 2);
+  CHECK(r->switches[0].resumed_s == Approx(50));  // two instances added after the restart
+  CHECK(r->switches[0].moved == 0);               // the running one keeps its queue
+  CHECK(r->switches[1].resumed_s == Approx(60));  // two taken away at once
+  CHECK(r->switches[1].running > 0);              // left to finish where they run
+}
+
 TEST_CASE("Simulator: an in-place switch is the batch limits set at the same moment",
           "[sim][plan]") {
   DeepSeek ds;

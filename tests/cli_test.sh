@@ -247,6 +247,17 @@ expect 0 "Adaptive plans (Server-type: rules on the queue's length, 2 batch-limi
   tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 128 256 512 \
   --max-num-tokens 4096 --no-disagg --scenario server --adaptive
 expect 2 "--plan-out requires --adaptive" -- tune --plan-out "$tmp/x.json"
+# Autoscaling a shifting load: replicas per phase, the plan replayed by simulate --plan.
+replica="$root/docs/examples/llama2-70b-h200-tp1.json"
+conv="$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+expect 0 "every phase within the limits" -- autoscale --deployment "$replica" --trace "$conv" --phase-s 900 \
+  --plan-out "$tmp/scale.json"
+expect 0 "limits (p99)      TTFT 2000 ms, TPOT 200 ms: met" -- simulate --plan "$tmp/scale.json" --scenario replay \
+  --trace "$conv" --ttft-ms 2000 --tpot-ms 200
+expect 2 "needs arrival times" -- autoscale --deployment "$replica" \
+  --trace "$root/traces/data/mlperf_deepseek_r1/deepseek-r1.csv"
+expect 2 "--phase-s = -5: must be > 0" -- autoscale --deployment "$replica" --trace "$conv" --phase-s -5
+expect 2 "do not keep the p99 limits" -- autoscale --deployment "$replica" --trace "$conv" --max-replicas 1
 # The tuner's best names the CUDA-graph sizes its figures assumed (the stack's below the batch
 # limit, then the limit), and its TensorRT-LLM launch captures those.
 "$fathom" tune --max-batch 300 --max-num-tokens 4096 --no-disagg --dataset-samples 200 --max-output 2000 --json \

@@ -283,5 +283,12 @@ claim "on H200 alone its BF16 layers fit $(fitted "$tmp/aic_moe_bfloat16.txt" gr
 claim "puts PyTorch's BF16 grouped GEMMs at $(fitted "$tmp/torch_bf16-gemms.txt" grouped_memory_efficiency) of HBM bandwidth and its FP8 ones at $(fitted "$tmp/torch_fp8-gemms.txt" grouped_memory_efficiency) ($(fitted "$tmp/torch_bf16.txt" grouped_memory_efficiency) and $(fitted "$tmp/torch_fp8.txt" grouped_memory_efficiency) with the unfused gather and scatter-add)"
 claim "the stacks price these layers $(signed "$tmp/torch_bf16.txt" "moe bf16 " | tr -d +-) fast in BF16 and $(signed "$tmp/torch_fp8.txt" "moe fp8 " | tr -d +-) in FP8 in the median ($(signed "$tmp/torch_bf16-gemms.txt" "moe bf16 " | tr -d +-) and $(signed "$tmp/torch_fp8-gemms.txt" "moe fp8 " | tr -d +-) counting the GEMMs alone)"
 
+# Autoscaling Azure's conversation hour: the static fleet, the plan and the oracle.
+"$fathom" autoscale --deployment "$root/docs/examples/llama2-70b-h200-tp1.json" --json --phase-s 900 \
+  --trace "$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" >"$tmp/autoscale.json"
+scaled() { jq -r "$1" "$tmp/autoscale.json"; }
+claim "| $(scaled .autoscale.static_replicas) replicas, $(scaled '.autoscale.gpu_hours_static * 100 | round / 100') GPU-hours | $(scaled '.autoscale.gpu_hours_plan * 100 | round / 100') ($(scaled '(.autoscale.gpu_hours_plan / .autoscale.gpu_hours_static - 1) * 1000 | round / 10')%) | $(scaled '.autoscale.gpu_hours_oracle * 100 | round / 100') ($(scaled '(.autoscale.gpu_hours_oracle / .autoscale.gpu_hours_static - 1) * 1000 | round / 10')%) |"
+claim "(the hour: $(scaled .autoscale.simulations) and"
+
 echo "readme: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -15,6 +15,7 @@ void RegisterTrace(CLI::App& app, Status* result);
 void RegisterSimulate(CLI::App& app, Status* result);
 void RegisterCalibrate(CLI::App& app, Status* result);
 void RegisterTune(CLI::App& app, Status* result);
+void RegisterAutoscale(CLI::App& app, Status* result);
 void RegisterProfile(CLI::App& app, Status* result);
 void RegisterReport(CLI::App& app, Status* result);
 void RegisterOnline(CLI::App& app, Status* result);

@@ -95,6 +95,10 @@ const std::vector<CommandHelp>& Help() {
        "Plan",
        {"fathom simulate",
         "fathom simulate --model llama2-70b --hardware h200 --tp 8 --scenario server --qps 10"}},
+      {"autoscale",
+       "Plan",
+       {"fathom autoscale --deployment docs/examples/llama2-70b-h200-tp1.json --trace "
+        "traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --phase-s 900"}},
       {"memory",
        "Plan",
        {"fathom memory", "fathom memory --model llama2-70b --hardware h100-sxm --tp 4"}},
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
   // Registered by job: `fathom --help` lists the groups in this order.
   fathom::cli::RegisterTune(app, &result);
   fathom::cli::RegisterSimulate(app, &result);
+  fathom::cli::RegisterAutoscale(app, &result);
   fathom::cli::RegisterMemory(app, &result);
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterCalibrate(app, &result);
