@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim/time_model.h"
+#include "tuner/search/test_deployments.h"
 
 namespace fathom::tuner {
 namespace {
@@ -10,18 +11,7 @@ namespace {
 // Llama 2 70B on one H200: plain decoding for a full batch, MTP for a thin tail. At 256 sequences
 // a step is compute-bound, so three drafts a step cost more than the 1.5 extra tokens they bring;
 // with a few long sequences left a step is bound by reading the weights, which drafts ride on.
-sim::DeploymentConfig Start() {
-  sim::DeploymentConfig d;
-  d.model = "llama2-70b";
-  d.hardware = "h200";
-  d.gpus = 1;
-  d.tp = d.ep = d.attn_dp = 1;
-  d.weights = "fp8";
-  d.kv = "fp8";
-  d.engine.max_batch = 256;
-  d.engine.max_num_tokens = 8192;
-  return d;
-}
+sim::DeploymentConfig Start() { return testing::Llama70bOnOneH200(); }
 
 sim::DeploymentConfig Tail() {
   sim::DeploymentConfig d = Start();

@@ -5,21 +5,10 @@
 #include "sim/time_model.h"
 #include "traces/synth.h"
 #include "traces/transforms.h"
+#include "tuner/search/test_deployments.h"
 
 namespace fathom::tuner {
 namespace {
-
-// One replica: Llama 2 70B (FP8) on one H200.
-sim::DeploymentConfig Replica() {
-  sim::DeploymentConfig d;
-  d.model = "llama2-70b";
-  d.hardware = "h200";
-  d.gpus = 1;
-  d.tp = d.ep = d.attn_dp = 1;
-  d.weights = "fp8";
-  d.kv = "fp8";
-  return d;
-}
 
 // Chat-like requests at 1 a second for 10 minutes, then 40 a second, then 1 again.
 std::vector<traces::Request> ThreePhases() {
@@ -49,7 +38,7 @@ AutoscaleOptions Options() {
 Result<AutoscaleResult> Plan(const std::vector<traces::Request>& trace, const AutoscaleOptions& o) {
   auto catalog = models::HardwareCatalog::LoadBuiltin();
   REQUIRE(catalog.ok());
-  return PlanReplicas(Replica(), trace, o, *catalog, sim::RooflineFactory());
+  return PlanReplicas(testing::Llama70bOnOneH200(), trace, o, *catalog, sim::RooflineFactory());
 }
 
 TEST_CASE("PlanReplicas: a surge gets more replicas only while it lasts", "[autoscale]") {
