@@ -42,7 +42,17 @@ Result<QueueOrder> ParseQueueOrder(std::string_view s) {
   return ParseEnum<QueueOrder>(s, "queue_order",
                                {{"fifo", QueueOrder::kFifo},
                                 {"longest-first", QueueOrder::kLongestFirst},
-                                {"shortest-first", QueueOrder::kShortestFirst}});
+                                {"shortest-first", QueueOrder::kShortestFirst},
+                                {"longest-input-first", QueueOrder::kLongestInputFirst},
+                                {"shortest-input-first", QueueOrder::kShortestInputFirst}});
+}
+
+bool TakesLongestFirst(QueueOrder o) {
+  return o == QueueOrder::kLongestFirst || o == QueueOrder::kLongestInputFirst;
+}
+
+bool OrdersByPredictedOutput(QueueOrder o) {
+  return o == QueueOrder::kLongestFirst || o == QueueOrder::kShortestFirst;
 }
 
 std::string_view Name(QueueOrder o) {
@@ -53,6 +63,10 @@ std::string_view Name(QueueOrder o) {
       return "longest-first";
     case QueueOrder::kShortestFirst:
       return "shortest-first";
+    case QueueOrder::kLongestInputFirst:
+      return "longest-input-first";
+    case QueueOrder::kShortestInputFirst:
+      return "shortest-input-first";
   }
   return "";
 }

@@ -27,8 +27,14 @@ enum class AdmissionPolicy {
 // The order a rank takes waiting requests in (preempted ones always first): as they came, or by
 // the output length a predictor gives each prompt, longest first (long reasoning traces start
 // early and the run's thin tail shortens: LPT scheduling) or shortest first (short answers leave
-// first: mean latency falls).
-enum class QueueOrder { kFifo, kLongestFirst, kShortestFirst };
+// first: mean latency falls); or by the prompt's length, which is known.
+enum class QueueOrder {
+  kFifo,
+  kLongestFirst,
+  kShortestFirst,
+  kLongestInputFirst,
+  kShortestInputFirst
+};
 enum class RouterKind { kRoundRobin, kLeastOutstanding, kLeastKv, kPrefixAware };
 enum class Scenario { kOffline, kServer, kInteractive, kReplay, kClosedLoop };
 
@@ -37,6 +43,8 @@ Result<RouterKind> ParseRouter(std::string_view s);
 Result<Scenario> ParseScenario(std::string_view s);
 Result<QueueOrder> ParseQueueOrder(std::string_view s);
 std::string_view Name(QueueOrder o);
+bool TakesLongestFirst(QueueOrder o);
+bool OrdersByPredictedOutput(QueueOrder o);  // else by the prompt's length (or not at all)
 std::string_view Name(SchedulerKind k);
 std::string_view Name(RouterKind k);
 std::string_view Name(Scenario s);

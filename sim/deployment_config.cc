@@ -247,7 +247,8 @@ void DeploymentFields(Io& io, Config& d) {
   io.Int("max_concurrency", e.max_concurrency, WrittenIf(e.max_concurrency > 0));
   io.Enum("queue_order", e.queue_order, ParseQueueOrder,
           WrittenIf(e.queue_order != QueueOrder::kFifo));
-  io.Double("prediction_sigma", e.prediction_sigma, WrittenIf(e.queue_order != QueueOrder::kFifo));
+  io.Double("prediction_sigma", e.prediction_sigma,
+            WrittenIf(OrdersByPredictedOutput(e.queue_order)));
   io.Object("disaggregated", d.disaggregated, [&](auto& pools) {
     pools.Member("prefill", [&](auto& pool) { PoolFields(pool, d.prefill); });
     pools.Member("decode", [&](auto& pool) { PoolFields(pool, d.decode); });

@@ -150,7 +150,8 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        "tp, "
        "weights)"},
       {R"({"queue_order": "random"})",
-       ": queue_order = \"random\": unknown (one of fifo, longest-first, shortest-first)"},
+       ": queue_order = \"random\": unknown (one of fifo, longest-first, shortest-first, "
+       "longest-input-first, shortest-input-first)"},
       {R"({"queue_order": "longest-first", "prediction_sigma": -1})",
        ": prediction_sigma = -1: must be in [0, 10]"},
       {R"({"max_batch": "a"})", ": field 'max_batch' = \"a\": must be an integer"},

@@ -102,12 +102,15 @@ void Engine::Enqueue(int rank, int64_t slot) {
   }
   // Behind every request the order puts first, ties in arrival order, and behind the preempted
   // ones at the front. From the back: an Offline query arrives sorted, so this takes one step.
-  const bool longest = config_.queue_order == QueueOrder::kLongestFirst;
+  const bool longest = TakesLongestFirst(config_.queue_order);
+  const bool by_output = OrdersByPredictedOutput(config_.queue_order);
+  auto key = [&](const Sequence& x) {
+    return by_output ? x.predicted_output : static_cast<double>(x.input);
+  };
   auto it = waiting.end();
   while (it != waiting.begin()) {
     const Sequence& p = (*slots_)[*std::prev(it)];
-    const bool before =
-        longest ? s.predicted_output > p.predicted_output : s.predicted_output < p.predicted_output;
+    const bool before = longest ? key(s) > key(p) : key(s) < key(p);
     if (p.preemptions > 0 || !before) break;
     --it;
   }

@@ -106,7 +106,7 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
   if (disagg)
     AddEngines(*spec_.decode_pool, spec_.decode_engine, EngineRole::kDecode, &decode_engines_);
   phase_gpus_ = spec_.total_gpus;
-  predict_ = spec_.engine.queue_order != QueueOrder::kFifo;
+  predict_ = OrdersByPredictedOutput(spec_.engine.queue_order);
   closed_loop_ = spec_.scenario.scenario == Scenario::kClosedLoop;
   const ScenarioConfig& sc = spec_.scenario;
   limits_ = MlperfLimits(spec_.benchmark, sc.scenario);
@@ -588,10 +588,14 @@ Status Simulator::SortOfflineQuery() {
     query.emplace_back(std::move(r), t);
   }
   std::vector<double> key(query.size());
-  for (size_t i = 0; i < query.size(); ++i) key[i] = PredictedOutput(query[i].first);
+  const bool by_output = OrdersByPredictedOutput(spec_.engine.queue_order);
+  for (size_t i = 0; i < query.size(); ++i) {
+    key[i] = by_output ? PredictedOutput(query[i].first)
+                       : static_cast<double>(query[i].first.input_tokens);
+  }
   std::vector<size_t> order(query.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const bool longest = spec_.engine.queue_order == QueueOrder::kLongestFirst;
+  const bool longest = TakesLongestFirst(spec_.engine.queue_order);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return longest ? key[a] > key[b] : key[a] < key[b]; });
   std::vector<std::pair<traces::Request, SimTime>> sorted;
@@ -610,7 +614,7 @@ Status Simulator::ScheduleSwitch(ConfigSwitch sw) {
     return Status::InvalidArgument("a configuration switch's times and counts must be >= 0");
   if (sw.kv == KvMove::kMigrate && !sw.in_place && !(sw.migrate_bytes_per_s > 0))
     return Status::InvalidArgument("a switch that migrates KV needs the bandwidth it moves at");
-  predict_ = predict_ || sw.engine.queue_order != QueueOrder::kFifo;
+  predict_ = predict_ || OrdersByPredictedOutput(sw.engine.queue_order);
   switches_.push_back(std::move(sw));
   if (switches_.size() == 1 && started_) ArmSwitch();
   return Status::Ok();

@@ -1225,6 +1225,15 @@ TEST_CASE("Simulator: a predicted queue order takes the longest or shortest outp
   const V noisy = order_of(QueueOrder::kLongestFirst, 1.0, Scenario::kOffline);
   CHECK(noisy != V{90, 70, 50, 30, 20, 10});
   CHECK(noisy == order_of(QueueOrder::kLongestFirst, 1.0, Scenario::kOffline));
+  // By the prompt's length, which needs no predictor: exact whatever its error.
+  const int64_t inputs[] = {3, 9, 1, 5, 7, 2};
+  for (int i = 0; i < 6; ++i) data[i].input_tokens = inputs[i];
+  CHECK(order_of(QueueOrder::kLongestInputFirst, 1.0, Scenario::kOffline) ==
+        V{90, 70, 50, 30, 20, 10});
+  CHECK(order_of(QueueOrder::kShortestInputFirst, 1.0, Scenario::kOffline) ==
+        V{10, 20, 30, 50, 70, 90});
+  CHECK(order_of(QueueOrder::kShortestInputFirst, 1.0, Scenario::kServer) ==
+        V{30, 10, 20, 50, 70, 90});
 }
 
 TEST_CASE("Simulator: cycling switches fire each time their trigger holds again", "[sim][plan]") {

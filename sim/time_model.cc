@@ -80,4 +80,23 @@ TimeModelFactory CalibratedFactory(const models::CostParams& params,
   };
 }
 
+std::vector<std::array<TimeModelFactory, 2>> PerturbedFactories(const TimeModel& model) {
+  std::vector<std::array<TimeModelFactory, 2>> out;
+  for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+    if (!(model.calibration.stddev[i] > 0)) continue;
+    std::array<TimeModelFactory, 2> pair;
+    for (int side = 0; side < 2; ++side) {
+      models::CostParams p = model.calibration.params;
+      auto v = p.Fitted();
+      v[i] += (side == 0 ? 1 : -1) * model.calibration.stddev[i];
+      v[i] = std::max(v[i], 1e-3);
+      if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
+      p.SetFitted(v);
+      pair[side] = CalibratedFactory(p, model.measured);
+    }
+    out.push_back(std::move(pair));
+  }
+  return out;
+}
+
 }  // namespace fathom::sim

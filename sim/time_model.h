@@ -2,8 +2,10 @@
 // roofline, with an optional performance database of measured kernels.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "models/cost_model.h"
@@ -37,6 +39,10 @@ TimeModelFactory RooflineFactory();
 
 TimeModelFactory CalibratedFactory(const models::CostParams& params,
                                    std::shared_ptr<const models::MeasuredGemms> measured);
+
+// The calibrated model with each fitted parameter that has a spread one standard deviation up and
+// down, the others held: the pairs error bars propagate (linearly, correlations ignored).
+std::vector<std::array<TimeModelFactory, 2>> PerturbedFactories(const TimeModel& model);
 
 // `hardware` names the GPU whose measurements are taken from the performance database.
 Result<TimeModel> MakeTimeModel(const TimeModelOptions& options, const std::string& hardware);

@@ -53,7 +53,7 @@ expect 2 "unknown flag --bogus for fathom memory; see fathom memory --help" -- m
 expect 2 "unknown flag --max-batchh for fathom tune (did you mean --max-batch?)" -- tune --max-batchh=5
 expect 2 'unknown command "srve" for fathom (did you mean serve?)' -- srve --help
 expect 2 "--max-model-len = 99999999: more than the 3464992 tokens one rank's KV cache holds" -- serve llama2-70b -tp 8 --max-model-len 99999999 --port 0
-expect 2 'the commands: tune, simulate, memory, report' -- srve --help
+expect 2 'the commands: tune, simulate, autoscale, memory, report' -- srve --help
 expect 2 'unknown command "tnue" for fathom (did you mean tune?)' -- tnue
 expect 2 'unknown command "stat" for fathom trace (did you mean stats?)' -- trace stat x.csv
 expect 2 'unknown flag --db for fathom profile summarize; see fathom profile summarize --help' -- profile summarize --db x.db
@@ -236,6 +236,10 @@ jq '.switches = [{"when": "after_s", "value": 60, "kv": "recompute", "restart_s"
                  {"when": "after_s", "value": 200, "to": (.start | del(.run) | .tp = 1 | .cuda_graph_batch_sizes = [1, 8])}]' \
   "$tmp/plan.json" >"$tmp/plan2.json"
 expect 0 "1. after_s 60 -> " -- simulate --plan "$tmp/plan2.json" --samples 400
+expect 0 "tokens/s against holding the start: " -- simulate --plan "$tmp/plan2.json" --samples 400 --error-bars
+expect 0 "gain of the best plan +" -- tune "${small_tune[@]}" --adaptive --error-bars
+expect 2 "--error-bars requires --adaptive" -- tune --error-bars
+expect 0 "throughput" -- simulate --queue-order shortest-input-first --samples 400
 expect 0 "restart 30.0 s" -- simulate --plan "$tmp/plan2.json" --samples 400
 expect 0 "(runtime start 10 s, weights " -- simulate --plan "$tmp/plan2.json" --samples 400
 jq '.switches[0].when = "whenever"' "$tmp/plan2.json" >"$tmp/plan_bad.json"

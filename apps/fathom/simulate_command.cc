@@ -357,13 +357,19 @@ Status Run(SimulateFlags f) {
         return sim::CyclingSource(dataset, count, sc.seed);
     }
   };
-  auto simulate = [&](const sim::TimeModelFactory& factory,
-                      int64_t count) -> Result<sim::SimulationResult> {
+  // A run of the deployment (with `switches`, the plan's) under `factory`'s physics.
+  auto simulate = [&](const sim::TimeModelFactory& factory, int64_t count,
+                      bool switches = false) -> Result<sim::SimulationResult> {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, factory));
     r->spec.scenario = sc;
     r->spec.benchmark = resolved->spec.benchmark;
     FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> src, make_source(count));
     sim::Simulator s(std::move(r->spec), std::move(src));
+    sim::ResolvedPlan switched;
+    if (switches && f.plan) {
+      FATHOM_ASSIGN_OR_RETURN(switched, sim::ResolvePlan(*f.plan, catalog, factory));
+      FATHOM_RETURN_IF_ERROR(switched.ScheduleOn(&s));
+    }
     return s.Run();
   };
   switch (sc.scenario) {
@@ -422,7 +428,6 @@ Status Run(SimulateFlags f) {
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
   sim::ResolvedPlan plan;
   if (f.plan) {
-    if (f.error_bars) return Status::InvalidArgument("--error-bars and --plan: one at a time");
     FATHOM_ASSIGN_OR_RETURN(plan, sim::ResolvePlan(*f.plan, catalog, time_model.factory));
     FATHOM_RETURN_IF_ERROR(plan.ScheduleOn(&simulator));
   }
@@ -439,28 +444,36 @@ Status Run(SimulateFlags f) {
   }
 
   // Error bars: rerun with each fitted parameter one standard deviation up and down and add the
-  // halves of the differences in quadrature (linear propagation, correlations ignored).
+  // halves of the differences in quadrature (linear propagation, correlations ignored). A plan's
+  // gain over holding its start gets its own, each side's gain from runs under the same physics.
   std::optional<std::array<double, 3>> sigma;
+  std::optional<std::pair<double, double>> plan_gain;  // tokens/s over holding the start, its sigma
+  if (f.plan) {
+    FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult held, simulate(time_model.factory, samples));
+    plan_gain = {res.throughput_tokens_per_s / held.throughput_tokens_per_s - 1, 0.0};
+  }
   if (f.error_bars) {
     if (time_model.roofline)
       return Status::InvalidArgument("--error-bars needs the calibrated cost model");
     std::array<double, 3> var = {0, 0, 0};
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
+    double gain_var = 0;
+    for (const auto& pair : sim::PerturbedFactories(time_model)) {
       std::array<double, 3> metric[2];
+      double gain[2] = {0, 0};
       for (int side = 0; side < 2; ++side) {
-        models::CostParams p = time_model.calibration.params;
-        auto v = p.Fitted();
-        v[i] += (side == 0 ? 1 : -1) * time_model.calibration.stddev[i];
-        v[i] = std::max(v[i], 1e-3);
-        if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
-        p.SetFitted(v);
-        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2,
-                                simulate(sim::CalibratedFactory(p, time_model.measured), samples));
+        const sim::TimeModelFactory& factory = pair[side];
+        FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult r2, simulate(factory, samples, true));
         metric[side] = {r2.throughput_tokens_per_s, r2.ttft_p99_ms, r2.tpot_p99_ms};
+        if (plan_gain) {
+          FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult held, simulate(factory, samples));
+          gain[side] = r2.throughput_tokens_per_s / held.throughput_tokens_per_s - 1;
+        }
       }
       for (int m = 0; m < 3; ++m) var[m] += std::pow((metric[0][m] - metric[1][m]) / 2, 2);
+      gain_var += std::pow((gain[0] - gain[1]) / 2, 2);
     }
     sigma = std::array<double, 3>{std::sqrt(var[0]), std::sqrt(var[1]), std::sqrt(var[2])};
+    if (plan_gain) plan_gain->second = std::sqrt(gain_var);
   }
 
   // Offline is compared with the published tokens/s; a Server run is at the rate asked for.
@@ -488,11 +501,22 @@ Status Run(SimulateFlags f) {
                                 {"tpot_p99_ms", (*sigma)[2]}};
     }
     if (f.plan) j["plan"] = sim::ToJson(*f.plan);
+    if (plan_gain) {
+      j["plan_gain"] = plan_gain->first;
+      if (sigma) j["plan_gain_1sigma"] = plan_gain->second;
+    }
     j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
     if (f.plan) PrintPlan(*f.plan, plan, res);
+    if (plan_gain) {
+      std::printf("  tokens/s against holding the start: %+.1f%%%s\n", 100 * plan_gain->first,
+                  sigma ? StrFormat(" +- %.1f%% (1 sigma, the same physics on both sides)",
+                                    100 * plan_gain->second)
+                              .c_str()
+                        : "");
+    }
     if (sigma) {
       std::printf(
           "  error bars (1 sigma, from the calibration's parameter uncertainty): throughput +- "
@@ -584,8 +608,9 @@ void RegisterSimulate(CLI::App& app, Status* result) {
                       "no limit)")
           ->capture_default_str());
   dep(cmd->add_option("--queue-order", f->queue_order,
-                      "Order a rank takes waiting requests in: fifo, or by predicted output "
-                      "length, longest-first or shortest-first")
+                      "Order a rank takes waiting requests in: fifo; by predicted output "
+                      "length, longest-first or shortest-first; or by prompt length, "
+                      "longest-input-first or shortest-input-first")
           ->capture_default_str());
   dep(cmd->add_option("--prediction-sigma", e.prediction_sigma,
                       "With a predicted --queue-order: the length predictor's log-normal error "

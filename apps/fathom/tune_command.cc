@@ -30,6 +30,7 @@ struct TuneFlags {
   std::string best_out;
   // Adaptive plans.
   bool adaptive = false;
+  bool error_bars = false;  // with --adaptive: the best plan's gain +- 1 sigma
   std::string plan_out;
   std::string kv_move = "migrate";
   std::optional<double> restart_s;
@@ -218,9 +219,20 @@ void PrintQueueRules(const tuner::AdaptiveResult& a) {
   }
 }
 
+// With --error-bars: the best plan's gain and its 1-sigma spread.
+void PrintGainSigma(const tuner::AdaptiveResult& a) {
+  if (!a.gain_sigma) return;
+  std::printf(
+      "  gain of the best plan %+.1f%% +- %.1f%% (1 sigma: both rerun with each fitted cost "
+      "parameter one sigma up and down)\n",
+      100 * (a.best.Objective(a.server) / a.static_run.Objective(a.server) - 1),
+      100 * *a.gain_sigma);
+}
+
 void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) {
   if (a.server) {
     PrintQueueRules(a);
+    PrintGainSigma(a);
     if (!plan_out.empty()) {
       std::printf("  plan written to %s (`fathom simulate --plan %s` replays it)\n",
                   plan_out.c_str(), plan_out.c_str());
@@ -285,6 +297,7 @@ void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) 
     std::printf("  oracle            %10.0f tokens/s (%+.1f%%): a queue order, no switch\n",
                 a.oracle->throughput_tokens_per_s, pct(a.oracle->throughput_tokens_per_s));
   }
+  PrintGainSigma(a);
   if (!plan_out.empty()) {
     std::printf("  plan written to %s (`fathom simulate --plan %s` replays it)\n", plan_out.c_str(),
                 plan_out.c_str());
@@ -352,6 +365,13 @@ Status Run(TuneFlags f) {
     a.kv = *sim::ParseKvMove(f.kv_move);
     a.restart_s = f.restart_s;
     FATHOM_ASSIGN_OR_RETURN(adaptive, tuner::SearchPlans(o, catalog, res, a));
+    if (f.error_bars) {
+      if (setup.time_model.roofline)
+        return Status::InvalidArgument("--error-bars needs the calibrated cost model");
+      FATHOM_ASSIGN_OR_RETURN(
+          adaptive->gain_sigma,
+          tuner::GainSigma(*adaptive, o, catalog, sim::PerturbedFactories(setup.time_model)));
+    }
     if (f.in.dataset_samples == 0) {
       adaptive->best.plan.run = run;
       adaptive->best.plan.run->samples = adaptive->best.run_samples;
@@ -532,6 +552,10 @@ void RegisterTune(CLI::App& app, Status* result) {
                 "Also search plans that change the best deployment during a run: Offline, a "
                 "switch for the thin tail and predicted queue orders, beside the free-switch "
                 "oracle; Server and Interactive, batch limits switched on the queue's length");
+  cmd->add_flag("--error-bars", f->error_bars,
+                "With --adaptive: the best plan's gain over the static best +- 1 sigma, both run "
+                "again with each fitted cost parameter one sigma up and down")
+      ->needs("--adaptive");
   cmd->add_option("--plan-out", f->plan_out,
                   "With --adaptive: write the best plan (static when none beats it) as JSON")
       ->needs("--adaptive");

@@ -49,6 +49,7 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
                           sim::MakeTimeModel(in.time_model, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
+  out.time_model = time_model;
   o.stack = !time_model.stack.empty() ? time_model.stack
             : time_model.roofline     ? std::string("roofline")
                                       : in.time_model.calibration;

@@ -29,6 +29,7 @@ struct TuneSetup {
   tuner::TuneOptions options;
   std::string workload_note;  // which workload and why, one line
   std::string stack;          // the stack whose calibration times the run; empty for none
+  sim::TimeModel time_model;  // the physics behind options.make_time (for error bars)
 };
 
 // Workloads loaded once and handed out again by model, benchmark and trace, for the cells of a

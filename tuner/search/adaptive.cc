@@ -191,6 +191,8 @@ OrderedJson AdaptiveResult::ToJson() const {
   j["tail_configs"] = tail_configs;
   j["triggers"] = triggers;
   j["wall_s"] = wall_s;
+  j["gain"] = best.Objective(server) / base - 1;
+  if (gain_sigma) j["gain_1sigma"] = *gain_sigma;
   return j;
 }
 
@@ -308,6 +310,40 @@ Result<AdaptiveResult> SearchPlans(const TuneOptions& o, const models::HardwareC
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+Result<double> GainSigma(const AdaptiveResult& result, const TuneOptions& options,
+                         const models::HardwareCatalog& catalog,
+                         const std::vector<std::array<sim::TimeModelFactory, 2>>& perturbed) {
+  // A plan without switches given one (in place, to itself, never in the run), so that each runs
+  // the whole deployment as a plan that switches does.
+  auto whole = [](sim::Plan plan) {
+    if (plan.steps.empty()) {
+      sim::PlanStep never;
+      never.when = {sim::SwitchTrigger::Kind::kAfter, 1e15};
+      never.to = plan.start;
+      plan.steps.push_back(never);
+    }
+    return plan;
+  };
+  const sim::Plan held = whole(result.static_run.plan), best = whole(result.best.plan);
+  double variance = 0;
+  for (const auto& pair : perturbed) {
+    double gain[2] = {0, 0};
+    for (int side = 0; side < 2; ++side) {
+      TuneOptions o = options;
+      o.make_time = pair[side];
+      FATHOM_ASSIGN_OR_RETURN(CandidateResult s, EvaluatePlan(held, o, catalog));
+      FATHOM_ASSIGN_OR_RETURN(CandidateResult b, EvaluatePlan(best, o, catalog));
+      const double static_objective = result.server ? s.qps : s.throughput_tokens_per_s;
+      const double plan_objective = result.server ? b.qps : b.throughput_tokens_per_s;
+      if (!(static_objective > 0))
+        return Status::Unavailable("error bars: the static best found no valid run");
+      gain[side] = plan_objective / static_objective - 1;
+    }
+    variance += std::pow((gain[0] - gain[1]) / 2, 2);
+  }
+  return std::sqrt(variance);
 }
 
 }  // namespace fathom::tuner

@@ -60,6 +60,9 @@ struct AdaptiveResult {
   std::string unusable_example;  // why the first of them could not
   int tail_configs = 0, triggers = 0;
   double wall_s = 0;
+  // The best plan's gain over the static best (its objective's ratio - 1), and with error bars its
+  // 1-sigma spread (GainSigma).
+  std::optional<double> gain_sigma;
   // The best plan is not the static best: it switches, or orders its queue otherwise.
   bool adapted() const {
     return !best.plan.steps.empty() || !(best.plan.start == static_run.plan.start);
@@ -73,5 +76,12 @@ struct AdaptiveResult {
 Result<AdaptiveResult> SearchPlans(const TuneOptions& options,
                                    const models::HardwareCatalog& catalog, const TuneResult& tuned,
                                    const AdaptiveOptions& adaptive);
+
+// The 1-sigma spread of the best plan's gain over the static best: both evaluated again under
+// each of `perturbed`'s physics (sim::PerturbedFactories: a fitted parameter one sigma up, then
+// down), the halves of each pair's difference in gain added in quadrature.
+Result<double> GainSigma(const AdaptiveResult& result, const TuneOptions& options,
+                         const models::HardwareCatalog& catalog,
+                         const std::vector<std::array<sim::TimeModelFactory, 2>>& perturbed);
 
 }  // namespace fathom::tuner
