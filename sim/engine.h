@@ -96,7 +96,7 @@ class Engine {
   // order. For a configuration switch (Simulator::ScheduleSwitch).
   std::vector<int64_t> Evacuate();
   // Takes the waiting sequences that have not started (no token generated, no KV) out of the
-  // queues, in issue order; the rest stay. For a drain (KvMove::kDrain).
+  // queues, rank by rank; the rest stay. For a drain (KvMove::kDrain).
   std::vector<int64_t> TakeUnstarted();
 
  private:

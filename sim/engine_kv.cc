@@ -145,9 +145,6 @@ std::vector<int64_t> Engine::TakeUnstarted() {
     }
     rank.waiting = std::move(kept);
   }
-  std::stable_sort(taken.begin(), taken.end(), [&](int64_t a, int64_t b) {
-    return (*slots_)[a].issue_index < (*slots_)[b].issue_index;
-  });
   return taken;
 }
 

@@ -720,10 +720,15 @@ void Simulator::EvacuateIfStopped() {
   queue_.Push(queue_.now() + FromSeconds(sw.restart_s + record.migrate_s), SwitchEvent{true});
 }
 
-void Simulator::ScaleTo() {
+ConfigSwitch Simulator::TakeSwitch() {
   ConfigSwitch sw = std::move(switches_.front());
   switches_.pop_front();
   if (cycle_switches_) switches_.push_back(sw);
+  return sw;
+}
+
+void Simulator::ScaleTo() {
+  const ConfigSwitch sw = TakeSwitch();
   SwitchRecord& record = switch_records_.back();
   record.stopped_s = record.resumed_s = ToSeconds(queue_.now());
   const int have = static_cast<int>(main_engines_.size());
@@ -774,9 +779,7 @@ void Simulator::ResumeAfterSwitch() {
     ScaleTo();  // more instances: the new ones are up
     return;
   }
-  ConfigSwitch sw = std::move(switches_.front());
-  switches_.pop_front();
-  if (cycle_switches_) switches_.push_back(sw);
+  const ConfigSwitch sw = TakeSwitch();
   SwitchRecord& record = switch_records_.back();
   if (sw.kv == KvMove::kDrain) {
     // The old engines take no new request and hand over those that have not started.

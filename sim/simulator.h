@@ -238,6 +238,8 @@ class Simulator : public EngineListener {
   void CheckSwitchTrigger(bool completion);
   void BeginSwitch();
   void EvacuateIfStopped();
+  // The switch due, out of the queue (with cycling, back at its end).
+  ConfigSwitch TakeSwitch();
   // A scale-only switch: instances added beside the running ones, or the last ones drained away.
   void ScaleTo();
   // Takes the unstarted sequences of `engines` into evacuated_ (oldest first), counting them and

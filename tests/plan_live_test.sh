@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fathom online --supervise --plan end to end on loopback, 10x faster than real time: Llama 2 70B
+# fathom online --supervise --plan end to end on loopback, 5x faster than real time: Llama 2 70B
 # (FP8) on 2 x H200 serving a replayed load whose first 10 s are chat-like requests at about 40 a
 # second and whose next 30 s are reasoning-like ones at 3 a second. The plan starts on two TP1
 # replicas (more throughput for short requests) and at 10 s switches to one TP2 replica (long
@@ -29,7 +29,7 @@ awk 'BEGIN { srand(3); t = 0; print "input_length,output_length,timestamp"
   >"$tmp/load.csv"
 requests=$(($(wc -l <"$tmp/load.csv") - 1))
 
-scale=10
+scale=5
 simulated() {  # simulated PLAN: the simulated run's JSON
   "$fathom" simulate --plan "$1" --scenario replay --trace "$tmp/load.csv" --cost-model roofline --min-duration 0 --json
 }

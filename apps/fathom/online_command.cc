@@ -149,6 +149,23 @@ void PrintSummary(const char* label, const tuner::OnlineSummary& s) {
       static_cast<long long>(s.completed), static_cast<long long>(s.dropped));
 }
 
+// `fathom serve`'s command for a replica of `d` (this binary, the replicas' time scale and cost
+// model, --engine-args), its limits, host and port left as placeholders.
+Result<std::string> ServeCommand(const OnlineFlags& f, const sim::DeploymentConfig& d,
+                                 const models::HardwareCatalog& catalog) {
+  std::error_code error;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+  if (error) {
+    return Status::Unavailable(
+        "--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
+  }
+  return tuner::DefaultEngineCommand(
+      d, catalog, self,
+      StrFormat("--time-scale %g --cost-model %s", f.supervisor.time_scale,
+                f.time_model.cost_model.c_str()) +
+          (f.engine_args.empty() ? "" : " " + f.engine_args));
+}
+
 // The supervised runtime: replicas of `d` started with `initial`, behind the gateway, journaled.
 Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
                                                       const sim::DeploymentConfig& d,
@@ -159,16 +176,7 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
   o.window_s = f.window_s;
   o.replicas = f.replicas > 0 ? f.replicas : std::max(1, tuner::Instances(d));
   if (o.engine_cmd.empty()) {
-    std::error_code error;
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
-    if (error)
-      return Status::Unavailable(
-          "--supervise: cannot find the fathom binary (/proc/self/exe); give --engine-cmd");
-    o.engine_cmd =
-        tuner::DefaultEngineCommand(d, catalog, self,
-                                    StrFormat("--time-scale %g --cost-model %s", o.time_scale,
-                                              f.time_model.cost_model.c_str()) +
-                                        (f.engine_args.empty() ? "" : " " + f.engine_args));
+    FATHOM_ASSIGN_OR_RETURN(o.engine_cmd, ServeCommand(f, d, catalog));
   } else if (!f.engine_args.empty()) {
     return Status::InvalidArgument(
         "--engine-args: for the default engine command; put them in --engine-cmd");
@@ -230,15 +238,8 @@ Result<std::unique_ptr<tuner::Supervisor>> Supervised(OnlineFlags& f,
 Result<tuner::ReplicaSet> ReplicasFor(const OnlineFlags& f, const sim::DeploymentConfig& d,
                                       const sim::ResolvedDeployment& resolved,
                                       const models::HardwareCatalog& catalog) {
-  std::error_code error;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
-  if (error) return Status::Unavailable("--plan: cannot find the fathom binary (/proc/self/exe)");
   tuner::ReplicaSet set;
-  set.engine_cmd = tuner::DefaultEngineCommand(
-      d, catalog, self,
-      StrFormat("--time-scale %g --cost-model %s", f.supervisor.time_scale,
-                f.time_model.cost_model.c_str()) +
-          (f.engine_args.empty() ? "" : " " + f.engine_args));
+  FATHOM_ASSIGN_OR_RETURN(set.engine_cmd, ServeCommand(f, d, catalog));
   set.limits = {d.engine.max_batch, d.engine.max_num_tokens};
   set.replicas = std::max(1, tuner::Instances(d));
   set.label = resolved.layout.ToString();

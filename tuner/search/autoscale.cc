@@ -38,9 +38,8 @@ class Scaler {
   // stopped as soon as a limit is clearly broken.
   Result<bool> Keeps(int replicas, const std::vector<traces::Request>& requests) {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(With(replicas), catalog_, make_time_));
-    r->spec.scenario = Scenario(true);
     // Stopped once more requests break a limit than a p99 allows.
-    r->spec.scenario.stop_after_violations = static_cast<int64_t>(requests.size()) / 100 + 1;
+    r->spec.scenario = Scenario(static_cast<int64_t>(requests.size()) / 100 + 1);
     sim::Simulator s(std::move(r->spec), Source(requests));
     ++simulations_;
     FATHOM_ASSIGN_OR_RETURN(sim::SimulationResult res, s.Run());
@@ -73,7 +72,7 @@ class Scaler {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(plan.start, catalog_, make_time_));
     FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan resolved,
                             sim::ResolvePlan(plan, catalog_, make_time_));
-    r->spec.scenario = Scenario(false);
+    r->spec.scenario = Scenario(0);
     sim::Simulator s(std::move(r->spec), Source(requests));
     FATHOM_RETURN_IF_ERROR(resolved.ScheduleOn(&s));
     std::vector<std::pair<double, double>> out(requests.size());
@@ -88,13 +87,15 @@ class Scaler {
   }
 
  private:
-  sim::ScenarioConfig Scenario(bool stop_when_broken) const {
+  // A replay within the p99 limits, stopped after `stop_after_violations` (0: run to the end).
+  sim::ScenarioConfig Scenario(int64_t stop_after_violations) const {
     sim::ScenarioConfig sc;
     sc.scenario = sim::Scenario::kReplay;
     sc.min_duration_s = 0;
     sc.ttft_limit_ms = o_.ttft_limit_ms;
     sc.tpot_limit_ms = o_.tpot_limit_ms;
-    sc.stop_when_clearly_broken = stop_when_broken;
+    sc.stop_after_violations = stop_after_violations;
+    sc.stop_when_clearly_broken = stop_after_violations > 0;
     return sc;
   }
 
