@@ -15,6 +15,7 @@ OrderedJson Stack::ToJson() const {
   j["version"] = version;
   j["calibrated_on"] = calibrated_on;
   j["calibration"] = calibration;
+  j["fitted_on"] = {{"results", fitted_results}, {"rows", fitted_rows}};
   j["cpp_runtime_model_types"] = cpp_model_types;
   j["features"] = features;
   j["sources"] = sources;
@@ -49,6 +50,18 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path) {
       if (!r.is_string())
         return Status::InvalidArgument(where + ": field 'calibrated_on': must hold strings");
       s.calibrated_on.push_back(r.get<std::string>());
+    }
+    if (!e.contains("fitted_on") || !e["fitted_on"].is_object()) {
+      return Status::InvalidArgument(
+          where + ": field 'fitted_on': missing (required: {\"results\": file, \"rows\": N})");
+    }
+    JsonFields fitted(e["fitted_on"], where + ": fitted_on");
+    s.fitted_results = fitted.String("results");
+    s.fitted_rows = static_cast<int>(fitted.Int("rows"));
+    FATHOM_RETURN_IF_ERROR(fitted.status());
+    if (s.fitted_rows < 1) {
+      return Status::InvalidArgument(where + ": fitted_on: field 'rows': " +
+                                     std::to_string(s.fitted_rows) + " (must be >= 1)");
     }
     if (e.contains("cpp_runtime_model_types")) {
       const Json& types = e["cpp_runtime_model_types"];

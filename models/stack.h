@@ -17,6 +17,10 @@ struct Stack {
   std::string version;                     // release and toolchain
   std::vector<std::string> calibrated_on;  // MLPerf rounds whose rows fitted it ("v6.0")
   std::string calibration;                 // calibration file, relative to the data directory
+  // The rows its fit used: the first `fitted_rows` of this results file (relative to the data
+  // directory); every other shipped row is held out of it.
+  std::string fitted_results;
+  int fitted_rows = 0;
   // The config.json model_types the release also serves as TensorRT engines under its C++
   // executor; every model runs on its Python runtime.
   std::vector<std::string> cpp_model_types;

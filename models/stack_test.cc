@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <string>
 
+#include "base/files.h"
 #include "models/cost_model.h"
 
 namespace fathom::models {
@@ -15,6 +17,17 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
   for (const Stack& s : *stacks) {
     INFO(s.name);
     CHECK_FALSE(s.calibrated_on.empty());
+    // The rows its fit used are shipped, and are among the rows of its MLPerf round.
+    std::ifstream fitted(DataDir() + "/" + s.fitted_results);
+    REQUIRE(fitted.good());
+    std::string line, first_row;
+    int rows = -1;  // the header
+    while (std::getline(fitted, line)) {
+      if (rows == 0) first_row = line;
+      rows += line.empty() ? 0 : 1;
+    }
+    CHECK(s.fitted_rows <= rows);
+    CHECK(first_row.rfind(s.calibrated_on.front() + ",", 0) == 0);
     auto c = LoadCalibration(s.CalibrationPath());
     INFO(c.status().message());
     REQUIRE(c.ok());
@@ -50,19 +63,34 @@ TEST_CASE("Stacks: a broken stacks file names the entry and the field", "[stack]
              Catch::Contains("stacks[0]") && Catch::Contains("'calibrated_on'"));
   std::ofstream(path)
       << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json",
-                              "calibrated_on": ["v1"]}, {"name": "a", "engine": "e", "version": "2",
-                              "calibration": "c.json", "calibrated_on": ["v2"]}]})";
+                              "calibrated_on": ["v1"], "fitted_on": {"results": "r.csv", "rows": 1}},
+                             {"name": "a", "engine": "e", "version": "2", "calibration": "c.json",
+                              "calibrated_on": ["v2"], "fitted_on": {"results": "r.csv", "rows": 1}}]})";
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("stacks[1]") && Catch::Contains("twice"));
   std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
                               "calibration": "c.json", "calibrated_on": ["v1"],
+                              "fitted_on": {"results": "r.csv", "rows": 1},
                               "cpp_runtime_model_types": ["llama", 7]}]})";
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() == path +
                                       ": stacks[0]: field 'cpp_runtime_model_types': must be an "
                                       "array of model_type strings");
+  // The rows its fit used: where the error bars' held-out rows start.
+  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
+                              "calibration": "c.json", "calibrated_on": ["v1"]}]})";
+  bad = LoadStacks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("stacks[0]") && Catch::Contains("'fitted_on': missing"));
+  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
+                              "calibration": "c.json", "calibrated_on": ["v1"],
+                              "fitted_on": {"results": "r.csv", "rows": 0}}]})";
+  bad = LoadStacks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("fitted_on: field 'rows': 0"));
   std::remove(path.c_str());
 }
 
