@@ -233,7 +233,7 @@ TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-
   CHECK(text.find("0.586") != std::string::npos);
 
   // What-if: $7.20 doubles every cost; a price for another GPU changes nothing here.
-  SweepReport what_if(sweeps, catalog, {10, {{"h200", 7.2}, {"b200", 1.0}}});
+  SweepReport what_if(sweeps, catalog, {10, {{"h200", 7.2}, {"b200", 1.0}}, {}});
   const std::string csv = what_if.CandidatesCsv();
   CHECK(Count(csv, "\n") == 1 + 8);
   CHECK(csv.find(",7.2,1.11111,") != std::string::npos);  // 7.2 / (1800 x 3600) x 1e6
@@ -246,6 +246,21 @@ TEST_CASE("SweepReport: the best of each sweep, its frontier, and costs at what-
   // Energy: H200 at its rated power and 1800 tokens/s per GPU.
   const double kwh = (*catalog.Find("h200")).power_watts / 1800 / 3.6;
   CHECK(what_if.Text().find("  " + StrFormat("%.2f", kwh) + "\n") != std::string::npos);
+
+  // Error bars where the caller gives them: a column of the overview and the headline's words.
+  ReportOptions with_bars;
+  with_bars.error_bars = [](const tuner::SweepInfo& info, const tuner::CandidateResult& best) {
+    return info.id == "111" ? StrFormat("%.1f-%.1f QPS", 0.8 * best.qps, 1.1 * best.qps)
+                            : std::string();
+  };
+  const SweepReport barred(sweeps, catalog, with_bars);
+  const std::string barred_text = barred.Text();
+  CHECK(barred_text.find("80% interval") != std::string::npos);
+  CHECK(barred_text.find(" QPS") != std::string::npos);
+  const auto barred_html = barred.Html();
+  REQUIRE(barred_html.ok());
+  CHECK(Count(*barred_html, "(80% interval ") == 1);  // the other sweep has none
+  CHECK(as_swept.Text().find("80% interval") == std::string::npos);
 }
 
 TEST_CASE("SweepReport: a sweep with no valid candidate reports so, and plots nothing",
@@ -416,7 +431,7 @@ TEST_CASE("SweepReport: the cheapest deployment per model and scenario across th
   tuner::StoredSweep h200 = Sweep("a", "h200", sim::Scenario::kServer);
   tuner::StoredSweep b200 = Sweep("b", "b200", sim::Scenario::kServer);
   tuner::StoredSweep offline = Sweep("c", "h200", sim::Scenario::kOffline);
-  SweepReport cheaper_b200({h200, b200, offline}, Catalog(), {10, {{"b200", 1.0}}});
+  SweepReport cheaper_b200({h200, b200, offline}, Catalog(), {10, {{"b200", 1.0}}, {}});
   const std::string text = cheaper_b200.Text();
   INFO(text);
   REQUIRE(Count(text, "Cheapest deployment per model across GPUs") == 1);

@@ -172,34 +172,44 @@ double SweepReport::Cost(const View& v, const tuner::CandidateResult& c) const {
 }
 
 Table SweepReport::Overview() const {
-  Table t({{"sweep", false},
-           {"simulated"},
-           {"best layout", false},
-           {"QPS"},
-           {"tok/s"},
-           {"tok/s/GPU"},
-           {"tok/s/user"},
-           {"TTFT p99"},
-           {"TPOT p99"},
-           {"$/GPU-h"},
-           {"$/Mtok"},
-           {"kWh/Mtok"}});
+  std::vector<Table::Column> columns = {{"sweep", false}, {"simulated"}, {"best layout", false},
+                                        {"QPS"},          {"tok/s"},     {"tok/s/GPU"},
+                                        {"tok/s/user"},   {"TTFT p99"},  {"TPOT p99"},
+                                        {"$/GPU-h"},      {"$/Mtok"},    {"kWh/Mtok"}};
+  if (options_.error_bars) columns.push_back({"80% interval", false});
+  Table t(std::move(columns));
   for (const View& v : views_) {
     const std::string simulated =
         std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
     const std::string price = v.price > 0 ? FormatFixed(v.price, 2) : "?";
     if (v.ranked.empty()) {
-      t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
+      std::vector<std::string> row = {v.label, simulated, "none valid", "-",   "-", "-",
+                                      "-",     "-",       "-",          price, "-", "-"};
+      if (options_.error_bars) row.push_back("-");
+      t.AddRow(row);
       continue;
     }
     const tuner::CandidateResult& b = v.ranked.front();
     const std::string energy = v.power_watts > 0 && b.tokens_per_s_per_gpu > 0
                                    ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
                                    : "?";
-    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b),
-              FormatFixed(b.throughput_tokens_per_s, 0), FormatFixed(b.tokens_per_s_per_gpu, 0),
-              FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1),
-              price, FormatFixed(Cost(v, b), 3), energy});
+    std::vector<std::string> row = {v.label,
+                                    simulated,
+                                    LayoutLabel(b.config),
+                                    QpsCell(b),
+                                    FormatFixed(b.throughput_tokens_per_s, 0),
+                                    FormatFixed(b.tokens_per_s_per_gpu, 0),
+                                    FormatFixed(b.tokens_per_s_per_user, 1),
+                                    TtftCell(b),
+                                    FormatFixed(b.tpot_p99_ms, 1),
+                                    price,
+                                    FormatFixed(Cost(v, b), 3),
+                                    energy};
+    if (options_.error_bars) {
+      const std::string cell = options_.error_bars(v.info, b);
+      row.push_back(cell.empty() ? "-" : cell);
+    }
+    t.AddRow(row);
   }
   return t;
 }
@@ -417,6 +427,10 @@ std::string SweepReport::Headline() const {
            FormatFixed(b.throughput_tokens_per_s, 0) + " tok/s (" +
            FormatFixed(b.tokens_per_s_per_gpu, 0) + " per GPU)";
     if (Cost(v, b) > 0) out += " at $" + FormatFixed(Cost(v, b), 3) + " per million tokens";
+    if (options_.error_bars) {
+      const std::string cell = options_.error_bars(v.info, b);
+      if (!cell.empty()) out += " (80% interval " + EscapeXml(cell) + ")";
+    }
     out += ".</li>\n";
   }
   return out + "</ul>\n";

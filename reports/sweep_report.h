@@ -3,6 +3,7 @@
 // with inline plots, SVG and CSV. Prices can be changed for what-if analysis.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ struct ReportOptions {
   // What-if prices in USD per GPU-hour by GPU name; the key "" prices every GPU not named.
   // A sweep's GPU with no price here keeps the price its sweep was run at.
   std::map<std::string, double> prices;
+  // Each sweep's best with its error bars as a cell ("52,300-61,800 tok/s"; empty: none), where
+  // the caller has them (the calibration's held-out rows are not this library's to read).
+  std::function<std::string(const tuner::SweepInfo&, const tuner::CandidateResult&)> error_bars;
 };
 
 // "TP8 PP1 EP8 attnDP8 x1 fp4", "P 1xTP8 / D 1xTP8 attnDP8 fp4 MTP3": a deployment's layout in one

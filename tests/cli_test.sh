@@ -212,6 +212,27 @@ else
   echo "FAIL: tune --json names the nearest published results: $(jq -c .published "$tmp/tune_server.json")"
   failed=$((failed + 1))
 fi
+# Error bars from the held-out published rows: Llama 2 70B on H200s is an unseen GPU and model to
+# the newest stack (fitted on DeepSeek-R1 on 8xB200), and each interval holds the answer.
+if jq -e '.best as $b | ($b.error_bars.qps | .low < $b.qps and .high > $b.qps and
+          .extrapolates == "unseen GPU and model" and .rows >= 10)
+          and ($b.error_bars.tpot_p99_ms.low < $b.tpot_p99_ms)' "$tmp/tune_server.json" >/dev/null &&
+   jq -e '.error_bars.ttft_p99_ms.high > .ttft_p99_ms and (.error_bars | has("qps") | not)' \
+     "$tmp/sim_server.json" >/dev/null; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: tune and simulate --json give error bars: $(jq -c .best.error_bars "$tmp/tune_server.json")"
+  failed=$((failed + 1))
+fi
+# How often the intervals held on the held-out rows: near their 80% level overall.
+if "$fathom" intervals --json | jq -e '.coverage[] | select(.family == "all") |
+     .coverage >= 0.7 and .coverage <= 0.9 and .figures > 200' >/dev/null; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: fathom intervals --json: coverage of the held-out rows within 70-90%"
+  failed=$((failed + 1))
+fi
+expect 2 "--level = 1.5: must be in (0, 1)" -- intervals --level 1.5
 expect 0 "Published (MLPerf, deepseek-r1 on 8 x b200):" -- simulate --deployment "$data/deployment_dsr1_b200.json" \
   --scenario offline --samples 200
 expect 0 "with --seed changed (not the tuner's figures)" -- simulate --deployment "$tmp/best_server.json" --seed 3

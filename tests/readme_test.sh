@@ -78,7 +78,7 @@ thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta'; }
 
 # Accuracy against the shipped MLPerf rows.
 # stderr apart: its closing line lands inside stdout's table wherever the buffer was flushed.
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1.csv) >"$tmp/v51.txt" 2>"$tmp/v51.err"
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1.csv --residuals-out "$tmp/res_v51.csv") >"$tmp/v51.txt" 2>"$tmp/v51.err"
 # Rows on a GPU the stack was not fitted on (H200 NVL) end in "(extrapolated)": drop it, so that
 # the error columns keep their positions from the end on every row.
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51.txt"
@@ -111,7 +111,7 @@ claim "close to them as the run did: $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/v51.
 claim "Llama 3.1 405B on 8xH200 comes out $(span "$tmp/v51.txt" '(NF-3)' '$3 == "h200" && $4 == "llama3.1-405b" && $5 != "Offline"')% below"
 claim "Llama 2 70B Interactive on 8xH200 is within $(span "$tmp/v51.txt" '(NF-3)' '$3 == "h200" && $4 == "llama2-70b-99" && $5 == "Interactive"' | cut -d- -f2)%"
 claim "Llama 2 70B Server is within $(span "$tmp/v51.txt" '(NF-3)' '$4 == "llama2-70b-99" && $5 == "Server"' | cut -d- -f2)%"
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv) >"$tmp/v60.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0.csv --residuals-out "$tmp/res_v60.csv") >"$tmp/v60.txt" 2>&1
 claim "$(accuracy "$tmp/v60.txt" "v6.0 DeepSeek-R1 8xB200: 6 rows, fitted" '`trtllm-1.2`')"
 claim "six DeepSeek-R1 rows within $(figure "$summary" "$tmp/v60.txt") on throughput (Offline within $(span "$tmp/v60.txt" NF '$5 == "Offline"' | cut -d- -f2)%) and $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/v60.txt") on p99 latencies"
 claim "capacity is $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/v60.txt") off"
@@ -121,7 +121,7 @@ claim "and $(awk '$2 == "Nebius" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "
 claim "predicts the v6.0 rows $(span "$tmp/v60_old.txt" NF '$5 == "Offline"')% low Offline and its capacity $(span "$tmp/v60_old.txt" '(NF-3)' '$5 == "Server"')% low"
 # v6.0's other systems, held out of every fit. Columns: 6 samples (105,312 or fewer: 8 GPUs),
 # 9 throughput error, 13 published p99 TPOT (77.6 ms and up: 97% of the limit), NF capacity error.
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout.csv) >"$tmp/v60h.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout.csv --residuals-out "$tmp/res_v60h.csv") >"$tmp/v60h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v60h.txt"
 claim "$(accuracy "$tmp/v60h.txt" "v6.0 DeepSeek-R1, B300 to racks: 30 held out" '`trtllm-1.2`')"
 # span1 FILE FIELD FILTER: "lo-hi" of |FIELD| to one decimal over the rows matching FILTER.
@@ -142,7 +142,7 @@ claim "GB300 Server runs land $(awk '$2 == "Nebius" && $3 == "gb300" && $5 == "S
 claim "GB300 racks Offline, $(span "$tmp/v60h.txt" 9 '$3 == "gb300" && $5 == "Offline" && $6 > 105312')% low"
 claim "GB200 racks Server, $(span "$tmp/v60h.txt" '(NF-3)' '$3 == "gb200" && $5 == "Server" && $2 != "Google"')% low for CoreWeave and NVIDIA"
 # gpt-oss-120b, a model held out of every fit (columns as above; 15 the p99 TPOT error).
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout_gpt-oss.csv) >"$tmp/oss.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v6.0_holdout_gpt-oss.csv --residuals-out "$tmp/res_oss.csv") >"$tmp/oss.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/oss.txt"
 claim "$(accuracy "$tmp/oss.txt" "v6.0 gpt-oss-120b: 26 rows, model held out" '`trtllm-1.2`')"
 # all_high FIELD FILTER: "every row high" when FIELD is positive on every row matching FILTER.
@@ -152,7 +152,7 @@ claim "Offline throughput comes out $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/oss.t
 claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(plus_span '(NF-3)' '$5 == "Server"')%, $(all_high '(NF-3)' '$5 == "Server"'): their p99 TPOT at the published QPS $(span "$tmp/oss.txt" 15 '$5 == "Server"')% low); p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/oss.txt")"
 claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/oss.txt") in the median"
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv) >"$tmp/v51h.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv --residuals-out "$tmp/res_v51h.csv") >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"
 claim "$(accuracy "$tmp/v51h.txt" "v5.1 DeepSeek-R1 racks: 6 held out" '`trtllm-1.0`')"
 gb200_offline=$(awk '$3 == "gb200" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")
@@ -161,6 +161,25 @@ gb300_capacity=$(awk '$3 == "gb300" && $5 == "Server" && $6 > 43880 { v = $(NF-3
 claim "the GB200 rack comes out $gb200_offline% high Offline and $gb200_capacity% low on capacity, but the GB300 rack's Server $gb300_capacity% low"
 claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-4) }' "$tmp/v51h.txt" | sort -u) QPS"
 claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
+
+# The error bars' held-out rows (models/calibration/residuals.csv) are these runs' rows, in this
+# order: a change to the cost model that moves a prediction must ship the table it makes.
+{ head -1 "$tmp/res_v51.csv"; for r in v51 v60 v60h oss v51h; do tail -n +2 "$tmp/res_$r.csv"; done; } \
+  >"$tmp/residuals.csv"
+cmp -s "$tmp/residuals.csv" "$root/models/calibration/residuals.csv"
+check $? "models/calibration/residuals.csv is not what calibrate --residuals-out writes today: \
+$(diff "$tmp/residuals.csv" "$root/models/calibration/residuals.csv" | head -5)"
+"$fathom" intervals >"$tmp/intervals.txt" 2>&1
+# coverage FAMILY: "inside of figures (coverage%)" of a row of `fathom intervals`.
+coverage() {
+  awk -v f="$1" 'substr($0, 1, 36) ~ "^" f " *$" { n = split($0, a, " "); print a[n-2] " of " a[n-3] " (" a[n-1] ")" }' \
+    "$tmp/intervals.txt"
+}
+claim "each one's 80% interval, computed from the others, held $(coverage all) of them"
+claim "Hopper's $(coverage "GPU family Hopper")"
+claim "rack-scale figures $(coverage "scale rack")"
+claim "Offline throughput $(coverage "metric offline_tokens_per_s")"
+claim "Server capacity $(coverage "metric capacity_qps")"
 
 # The default search space.
 # One thread: which candidates are pruned depends on the order they finish (the store, and so the
@@ -179,6 +198,7 @@ claim "the default Server tune simulates $(figure '^[0-9]+ candidates: ([0-9]+) 
 #   ./build/fathom tune --jobs 1 --db "$db"
 #   ./build/fathom report --db "$db" --out docs/images/frontier.svg --plot frontier
 "$fathom" tune --jobs 1 --db "$tmp/tunes.db" --adaptive >"$tmp/offline.txt" 2>&1
+claim "this question (seen GPU, model and scale): $(sed -nE 's/^ +([0-9]+-[0-9]+ tokens\/s \([0-9]+ rows\))$/\1/p' "$tmp/offline.txt" | head -1)"
 # Adaptive plans (docs/tuning.md): the plans are not stored, so the plot below is unchanged.
 plan_row() {  # plan_row NAME PATTERN: "| NAME | tokens/s (gain) |" from the Offline tune's line
   echo "| $1 | $(figure "^  $2 +([0-9]+) tokens.s" "$tmp/offline.txt" | thousands) ($(figure "^  $2 +[0-9]+ tokens.s \\(([-+][0-9.]+%)\\)" "$tmp/offline.txt")) |"

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "models/hardware.h"
 #include "models/stack.h"
 #include "tuner/calibration/calibrate.h"
+#include "tuner/calibration/intervals.h"
 #include "tuner/sweep/work_pool.h"
 
 namespace fathom::cli {
@@ -24,6 +26,7 @@ struct CalibrateFlags {
   std::string stack;
   std::vector<std::string> free_params;
   std::string out;
+  std::string residuals_out;
   int64_t samples = 0;       // > 0: draw this many samples from each data set
   int64_t max_requests = 0;  // > 0: cap each row's run
   int64_t fit_rows = 0;      // > 0: fits use the first this many rows only
@@ -144,6 +147,10 @@ struct Inputs {
   models::Calibration calibration;
   std::string calibration_path;
   std::string stack_note;
+  // The stack whose calibration predicts (empty with --calibration), and how many of these rows
+  // its fit used (the first ones, where they are its fitted results file).
+  std::string stack_name;
+  size_t stack_fitted_rows = 0;
 };
 
 Result<Inputs> Load(const CalibrateFlags& f) {
@@ -203,6 +210,10 @@ Result<Inputs> Load(const CalibrateFlags& f) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round));
     }
     in.calibration_path = stack.CalibrationPath();
+    in.stack_name = stack.name;
+    namespace fs = std::filesystem;
+    if (fs::path(f.results).filename() == fs::path(stack.fitted_results).filename())
+      in.stack_fitted_rows = static_cast<size_t>(stack.fitted_rows);
     in.stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
   } else if (!f.stack.empty()) {
     return Status::InvalidArgument("--stack and --calibration: give one");
@@ -256,6 +267,21 @@ Status Run(const CalibrateFlags& f) {
   for (const auto& p : preds) jrows.push_back(RowJson(p));
   out["rows"] = jrows;
   out["median_abs_error_pct"] = SummaryJson(tuner::Summarize(preds));
+  if (!f.residuals_out.empty()) {
+    // Each row's figures against fathom's, marked fitted where this calibration's fit used it.
+    const size_t fitted = f.fit ? fitted_count : loaded->stack_fitted_rows;
+    const std::string stack =
+        f.fit ? (f.out.empty() ? std::string("fit") : f.out)
+              : (loaded->stack_name.empty() ? loaded->calibration_path : loaded->stack_name);
+    std::vector<tuner::Residual> residuals;
+    for (size_t i = 0; i < preds.size(); ++i) {
+      for (tuner::Residual& r : tuner::ResidualsOf(
+               preds[i], stack, std::filesystem::path(f.results).filename().string(), i < fitted)) {
+        residuals.push_back(std::move(r));
+      }
+    }
+    FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.residuals_out, tuner::ResidualsCsv(residuals)));
+  }
 
   if (f.cross_validate) {
     const auto start = std::chrono::steady_clock::now();
@@ -346,6 +372,9 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
       ->delimiter(',');
   cmd->add_flag("--fit", f->fit, "Fit the stack-level parameters with Ceres");
   cmd->add_option("--out", f->out, "With --fit: write the fitted calibration here");
+  cmd->add_option("--residuals-out", f->residuals_out,
+                  "Write each row's figures beside fathom's as a residual table (CSV; "
+                  "models/calibration/residuals.csv is the shipped rows', behind the error bars)");
   cmd->add_flag(
       "--cross-validate", f->cross_validate,
       "Also report leave-one-model-out, leave-one-hardware-out and leave-one-submitter-out errors");

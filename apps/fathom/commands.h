@@ -14,6 +14,7 @@ void RegisterMemory(CLI::App& app, Status* result);
 void RegisterTrace(CLI::App& app, Status* result);
 void RegisterSimulate(CLI::App& app, Status* result);
 void RegisterCalibrate(CLI::App& app, Status* result);
+void RegisterIntervals(CLI::App& app, Status* result);
 void RegisterTune(CLI::App& app, Status* result);
 void RegisterAutoscale(CLI::App& app, Status* result);
 void RegisterProfile(CLI::App& app, Status* result);

@@ -108,6 +108,7 @@ const std::vector<CommandHelp>& Help() {
         "--max-batch 128 256 --no-disagg --db tune.db",
         "fathom report --db tune.db --out report.html --price h200=3.8"}},
       {"calibrate", "Measure", {"fathom calibrate --results models/calibration/mlperf_v6.0.csv"}},
+      {"intervals", "Measure", {"fathom intervals"}},
       {"profile",
        "Measure",
        {"fathom profile summarize profiler/data/fathom/h200.db",
@@ -171,6 +172,7 @@ int main(int argc, char** argv) {
   fathom::cli::RegisterMemory(app, &result);
   fathom::cli::RegisterReport(app, &result);
   fathom::cli::RegisterCalibrate(app, &result);
+  fathom::cli::RegisterIntervals(app, &result);
   fathom::cli::RegisterProfile(app, &result);
   fathom::cli::RegisterLoadgen(app, &result);
   fathom::cli::RegisterServe(app, &result);

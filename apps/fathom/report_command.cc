@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
+#include "apps/fathom/interval_note.h"
 #include "base/csv.h"
 #include "base/files.h"
 #include "models/hardware.h"
@@ -59,7 +60,9 @@ Status Run(const ReportFlags& f) {
     std::printf("%s", reports::SweepList(sweeps).Text().c_str());
     return Status::Ok();
   }
-  const reports::SweepReport report(sweeps, catalog, {f.top, prices});
+  FATHOM_ASSIGN_OR_RETURN(const tuner::ResidualTable residuals,
+                          tuner::ResidualTable::LoadDefault());
+  const reports::SweepReport report(sweeps, catalog, {f.top, prices, ReportErrorBars(&residuals)});
   if (f.out.empty()) {
     std::printf("%s", report.Text().c_str());
     return Status::Ok();

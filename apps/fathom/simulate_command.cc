@@ -8,6 +8,7 @@
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/deployment_flags.h"
+#include "apps/fathom/interval_note.h"
 #include "apps/fathom/published_note.h"
 #include "apps/fathom/time_model_flags.h"
 #include "apps/fathom/trace_flags.h"
@@ -481,6 +482,9 @@ Status Run(SimulateFlags f) {
       PublishedNote published,
       DescribePublished(d, sc.scenario,
                         sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0));
+  const Answer answer{sc.scenario, false,           res.throughput_tokens_per_s,
+                      sc.qps,      res.ttft_p99_ms, res.tpot_p99_ms};
+  FATHOM_ASSIGN_OR_RETURN(IntervalNote intervals, DescribeIntervals(time_model.stack, d, answer));
   if (f.json) {
     OrderedJson j;
     j["deployment"] = sim::ToJson(d);
@@ -505,6 +509,7 @@ Status Run(SimulateFlags f) {
       j["plan_gain"] = plan_gain->first;
       if (sigma) j["plan_gain_1sigma"] = plan_gain->second;
     }
+    j["error_bars"] = intervals.json;
     j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -524,6 +529,7 @@ Status Run(SimulateFlags f) {
           "p99 TTFT +- %.1f ms, p99 TPOT +- %.2f ms\n",
           (*sigma)[0], (*sigma)[1], (*sigma)[2]);
     }
+    if (!intervals.text.empty()) std::printf("%s", intervals.text.c_str());
     if (!published.text.empty()) std::printf("\n%s", published.text.c_str());
   }
   return Status::Ok();

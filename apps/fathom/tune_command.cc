@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "apps/fathom/commands.h"
+#include "apps/fathom/interval_note.h"
 #include "apps/fathom/published_note.h"
 #include "apps/fathom/tune_setup.h"
 #include "base/files.h"
@@ -386,6 +387,9 @@ Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(PublishedNote published,
                           DescribePublished(best.config, o.space.scenario,
                                             server ? best.qps : best.throughput_tokens_per_s));
+  const Answer answer{o.space.scenario, server,           best.throughput_tokens_per_s,
+                      best.qps,         best.ttft_p99_ms, best.tpot_p99_ms};
+  FATHOM_ASSIGN_OR_RETURN(IntervalNote error_bars, DescribeIntervals(stack, best.config, answer));
   if (f.json) {
     OrderedJson j;
     OrderedJson b;
@@ -399,6 +403,7 @@ Status Run(TuneFlags f) {
     b["cost_per_million_tokens"] = best.cost_per_million_tokens;
     b["run_samples"] = best.run_samples;
     b["run_s"] = best.run_s;
+    b["error_bars"] = error_bars.json;
     if (best_json.contains("run")) b["run"] = best_json["run"];
     b["launch"] = {{"vllm", launch.vllm},
                    {"sglang", launch.sglang},
@@ -448,7 +453,7 @@ Status Run(TuneFlags f) {
       server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
       best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
           best.config.TotalGpus());
-  std::printf("%s", published.text.c_str());
+  std::printf("%s%s", error_bars.text.c_str(), published.text.c_str());
   if (best.config.engine.mtp_depth > 0) {
     std::printf(
         "MTP: %d draft tokens a step, each accepted with probability %.2f (assumed: "

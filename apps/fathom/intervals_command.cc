@@ -1,0 +1,73 @@
+#include <cstdio>
+#include <memory>
+
+#include "apps/fathom/commands.h"
+#include "base/format.h"
+#include "tuner/calibration/intervals.h"
+
+namespace fathom::cli {
+namespace {
+
+struct IntervalsFlags {
+  std::string residuals;  // empty: the shipped table
+  double level = 0.8;
+  bool json = false;
+};
+
+Status Run(const IntervalsFlags& f) {
+  if (!(f.level > 0 && f.level < 1))
+    return Status::InvalidArgument(StrFormat("--level = %g: must be in (0, 1)", f.level));
+  const std::string path = f.residuals.empty() ? tuner::DefaultResidualsPath() : f.residuals;
+  const std::string shown = f.residuals.empty() ? "models/calibration/residuals.csv" : path;
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::Residual> rows, tuner::LoadResiduals(path));
+  int held_out = 0;
+  for (const tuner::Residual& r : rows) held_out += r.fitted ? 0 : 1;
+  const tuner::ResidualTable table(std::move(rows));
+  const std::vector<tuner::CoverageRow> coverage = table.Coverage(f.level);
+  if (f.json) {
+    OrderedJson j;
+    j["residuals"] = shown;
+    j["level"] = f.level;
+    j["held_out_figures"] = held_out;
+    OrderedJson families = OrderedJson::array();
+    for (const auto& c : coverage) {
+      families.push_back({{"family", c.family},
+                          {"figures", c.rows},
+                          {"inside", c.covered},
+                          {"coverage", c.rows > 0 ? static_cast<double>(c.covered) / c.rows : 0.0},
+                          {"median_width_pct", c.median_width_pct}});
+    }
+    j["coverage"] = families;
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf(
+      "%d held-out published figures in %s. Each one's %.0f%% interval comes from\n"
+      "the others (its own system's left out), as a new question's comes from all of them; the\n"
+      "share of figures inside their interval should be near %.0f%%:\n\n",
+      held_out, shown.c_str(), 100 * f.level, 100 * f.level);
+  std::printf("%-36s %7s %7s %9s %14s\n", "rows", "figures", "inside", "coverage", "median width");
+  for (const auto& c : coverage) {
+    std::printf("%-36s %7d %7d %8.0f%% %13.0f%%\n", c.family.c_str(), c.rows, c.covered,
+                c.rows > 0 ? 100.0 * c.covered / c.rows : 0.0, c.median_width_pct);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterIntervals(CLI::App& app, Status* result) {
+  auto f = std::make_shared<IntervalsFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "intervals",
+      "How far to trust fathom's figures: the error bars' held-out published results and how "
+      "often their intervals held");
+  cmd->add_option("--residuals", f->residuals,
+                  "Residual table (calibrate --residuals-out; default: "
+                  "models/calibration/residuals.csv)");
+  cmd->add_option("--level", f->level, "Interval level")->capture_default_str();
+  cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->callback([f, result] { *result = Run(*f); });
+}
+
+}  // namespace fathom::cli

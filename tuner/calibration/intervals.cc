@@ -1,0 +1,348 @@
+#include "tuner/calibration/intervals.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "base/csv.h"
+#include "base/files.h"
+#include "base/format.h"
+#include "base/line_reader.h"
+#include "traces/benchmark.h"
+
+namespace fathom::tuner {
+namespace {
+
+// Fewer comparable rows than this and the question takes rows that extrapolate further: at
+// level 80% split conformal needs 9 rows for finite ends, and one more so that leaving a
+// system's pair of rows out still leaves enough.
+constexpr int kMinRows = 10;
+
+const char* const kColumns[] = {"stack",  "results",   "line",     "submitter", "system",
+                                "gpu",    "gpus",      "model",    "scenario",  "fitted",
+                                "metric", "published", "predicted"};
+
+// Results tables name the benchmark ("llama2-70b-99"), fathom the model it runs: both name the
+// benchmark here, a model no benchmark runs itself.
+std::string BenchmarkOf(const std::string& model) {
+  const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), model);
+  return b != nullptr ? b->name : model;
+}
+
+// One NVLink node (an HGX board, or one GPU of it) or more: a rack's scale-up domain, or racks.
+bool RackScale(int gpus) { return gpus > 8; }
+
+// Order statistic k (1-based) of sorted `v`, clamped to its ends.
+double OrderStat(const std::vector<double>& v, double k) {
+  const auto i = static_cast<int64_t>(k) - 1;
+  return v[static_cast<size_t>(std::clamp<int64_t>(i, 0, static_cast<int64_t>(v.size()) - 1))];
+}
+
+bool Covers(const Interval& in, double published) {
+  return published >= in.low && published <= in.high;
+}
+
+}  // namespace
+
+std::vector<Residual> ResidualsOf(const RowPrediction& p, const std::string& stack,
+                                  const std::string& results, bool fitted) {
+  Residual base;
+  base.stack = stack;
+  base.results = results;
+  base.line = p.row.line;
+  base.submitter = p.row.submitter;
+  base.system = p.row.system;
+  base.gpu = p.row.accelerator;
+  base.gpus = p.row.gpus;
+  base.model = p.row.model;
+  base.scenario = p.row.scenario;
+  base.fitted = fitted;
+  std::vector<Residual> out;
+  auto add = [&](const char* metric, double published, double predicted) {
+    if (!(published > 0) || !(predicted > 0)) return;
+    Residual r = base;
+    r.metric = metric;
+    r.published = published;
+    r.predicted = predicted;
+    out.push_back(std::move(r));
+  };
+  if (p.row.offline()) {
+    add(kOfflineTokens, p.row.tokens_per_s, p.tokens_per_s);
+    return out;
+  }
+  if (p.has_capacity_at_use) {
+    add(kCapacityQps, p.row.target_qps, p.capacity_at_use_qps);
+  } else if (p.has_capacity) {
+    add(kCapacityQps, p.row.target_qps, p.capacity_qps);
+  }
+  add(kTtftP99, p.row.ttft_p99_ms, p.ttft_p99_ms);
+  add(kTpotP99, p.row.tpot_p99_ms, p.tpot_p99_ms);
+  return out;
+}
+
+std::string ResidualsCsv(const std::vector<Residual>& rows) {
+  std::string out;
+  for (const char* c : kColumns) out += std::string(out.empty() ? "" : ",") + c;
+  out += "\n";
+  for (const Residual& r : rows) {
+    out += StrFormat("%s,%s,%d,%s,%s,%s,%d,%s,%s,%d,%s,%.6g,%.6g\n", r.stack.c_str(),
+                     r.results.c_str(), r.line, r.submitter.c_str(), r.system.c_str(),
+                     r.gpu.c_str(), r.gpus, r.model.c_str(), r.scenario.c_str(), r.fitted ? 1 : 0,
+                     r.metric.c_str(), r.published, r.predicted);
+  }
+  return out;
+}
+
+Result<std::vector<Residual>> LoadResiduals(const std::string& path) {
+  auto opened = LineReader::Open(path);
+  if (!opened.ok()) return Status::NotFound(path + ": cannot open residual table");
+  LineReader& lines = **opened;
+  std::string_view view;
+  if (!lines.Next(&view)) {
+    FATHOM_RETURN_IF_ERROR(lines.status());
+    return Status::InvalidArgument(path + ":1: empty file");
+  }
+  std::vector<std::string_view> header;
+  SplitCsv(view, &header);
+  const size_t n = std::size(kColumns);
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= header.size() || header[i] != kColumns[i]) {
+      return Status::InvalidArgument(path + ":1: column " + std::to_string(i + 1) + " must be " +
+                                     kColumns[i]);
+    }
+  }
+  std::vector<Residual> rows;
+  std::vector<std::string_view> fields;
+  int line_no = 1;
+  while (lines.Next(&view)) {
+    ++line_no;
+    if (view.empty()) continue;
+    SplitCsv(view, &fields);
+    const std::vector<std::string> f(fields.begin(), fields.end());
+    const std::string where = path + ":" + std::to_string(line_no);
+    if (f.size() != n) {
+      return Status::InvalidArgument(where + ": " + std::to_string(f.size()) +
+                                     " columns, expected " + std::to_string(n));
+    }
+    auto number = [&](size_t col, double* out, bool positive) -> Status {
+      char* end = nullptr;
+      *out = std::strtod(f[col].c_str(), &end);
+      if (f[col].empty() || *end != '\0' || !std::isfinite(*out) || (positive && !(*out > 0)) ||
+          *out < 0) {
+        return Status::InvalidArgument(where + ": column " + kColumns[col] + ": \"" + f[col] +
+                                       "\" is not a " + (positive ? "positive" : "non-negative") +
+                                       " number");
+      }
+      return Status::Ok();
+    };
+    Residual r;
+    r.stack = f[0];
+    r.results = f[1];
+    double line = 0, gpus = 0, fitted = 0;
+    FATHOM_RETURN_IF_ERROR(number(2, &line, false));
+    r.line = static_cast<int>(line);
+    r.submitter = f[3];
+    r.system = f[4];
+    r.gpu = f[5];
+    FATHOM_RETURN_IF_ERROR(number(6, &gpus, true));
+    r.gpus = static_cast<int>(gpus);
+    r.model = f[7];
+    r.scenario = f[8];
+    FATHOM_RETURN_IF_ERROR(number(9, &fitted, false));
+    if (fitted != 0 && fitted != 1)
+      return Status::InvalidArgument(where + ": column fitted: \"" + f[9] + "\" must be 0 or 1");
+    r.fitted = fitted == 1;
+    r.metric = f[10];
+    if (r.metric != kOfflineTokens && r.metric != kCapacityQps && r.metric != kTtftP99 &&
+        r.metric != kTpotP99) {
+      return Status::InvalidArgument(where + ": column metric: \"" + r.metric +
+                                     "\" is not one of " + kOfflineTokens + ", " + kCapacityQps +
+                                     ", " + kTtftP99 + ", " + kTpotP99);
+    }
+    FATHOM_RETURN_IF_ERROR(number(11, &r.published, true));
+    FATHOM_RETURN_IF_ERROR(number(12, &r.predicted, true));
+    if (r.stack.empty()) return Status::InvalidArgument(where + ": column stack: empty");
+    rows.push_back(std::move(r));
+  }
+  FATHOM_RETURN_IF_ERROR(lines.status());
+  return rows;
+}
+
+std::string DefaultResidualsPath() { return DataDir() + "/models/calibration/residuals.csv"; }
+
+std::string DescribeUnseen(unsigned unseen) {
+  std::vector<std::string> parts;
+  if (unseen & kUnseenGpu) parts.push_back("GPU");
+  if (unseen & kUnseenModel) parts.push_back("model");
+  if (unseen & kUnseenScale) parts.push_back("scale");
+  if (unseen == kSeen) return "seen GPU, model and scale";
+  std::string s = "unseen ";
+  for (size_t i = 0; i < parts.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return s;
+}
+
+std::string GpuFamily(const std::string& gpu) {
+  auto starts = [&](const char* p) { return gpu.rfind(p, 0) == 0; };
+  if (starts("h100") || starts("h200") || starts("gh200") || starts("h800")) return "Hopper";
+  if (starts("b300") || starts("gb300")) return "Blackwell Ultra";
+  if (starts("b200") || starts("gb200") || starts("b100")) return "Blackwell";
+  if (starts("mi300") || starts("mi325")) return "CDNA 3";
+  if (starts("mi350") || starts("mi355")) return "CDNA 4";
+  return gpu;
+}
+
+std::pair<double, double> Interval::Scaled(double figure) const {
+  if (!(predicted > 0)) return {0, 0};
+  return {figure * low / predicted, figure * high / predicted};
+}
+
+std::string Interval::Describe() const {
+  std::string s = StrFormat("%.0f%% interval from %d held-out rows", 100 * level, rows);
+  s += " (" + DescribeUnseen(unseen);
+  if (same_family) s += ", on " + family + " GPUs";
+  if (widened) s += "; too few such rows, so rows with " + DescribeUnseen(basis) + " too";
+  if (clamped) s += "; too few for the level: their extremes";
+  return s + ")";
+}
+
+OrderedJson Interval::ToJson() const {
+  OrderedJson j;
+  j["level"] = level;
+  j["low"] = low;
+  j["high"] = high;
+  j["rows"] = rows;
+  j["extrapolates"] = DescribeUnseen(unseen);
+  j["gpu_family_only"] = same_family;
+  j["widened"] = widened;
+  j["clamped"] = clamped;
+  return j;
+}
+
+ResidualTable::ResidualTable(std::vector<Residual> rows) : rows_(std::move(rows)) {}
+
+Result<ResidualTable> ResidualTable::LoadDefault() {
+  FATHOM_ASSIGN_OR_RETURN(std::vector<Residual> rows, LoadResiduals(DefaultResidualsPath()));
+  return ResidualTable(std::move(rows));
+}
+
+unsigned ResidualTable::UnseenOf(const std::string& stack, const std::string& model,
+                                 const std::string& gpu, int gpus) const {
+  bool gpu_seen = false, model_seen = false, scale_seen = false;
+  const std::string benchmark = BenchmarkOf(model);
+  for (const Residual& r : rows_) {
+    if (!r.fitted || r.stack != stack) continue;
+    gpu_seen |= r.gpu == gpu;
+    model_seen |= BenchmarkOf(r.model) == benchmark;
+    scale_seen |= RackScale(r.gpus) == RackScale(gpus);
+  }
+  return (gpu_seen ? 0 : kUnseenGpu) | (model_seen ? 0 : kUnseenModel) |
+         (scale_seen ? 0 : kUnseenScale);
+}
+
+std::optional<Interval> ResidualTable::IntervalFor(
+    const Question& q, double predicted, double level,
+    const std::function<bool(const Residual&)>& skip) const {
+  Interval in;
+  in.level = level;
+  in.predicted = predicted;
+  in.unseen = UnseenOf(q.stack, q.model, q.gpu, q.gpus);
+  in.family = GpuFamily(q.gpu);
+  // Log errors of the held-out rows of the metric, with what each extrapolates to.
+  struct Comparison {
+    unsigned unseen;
+    bool same_family;  // the question's GPU family
+    double log_error;
+  };
+  std::vector<Comparison> held_out;
+  for (const Residual& r : rows_) {
+    if (r.fitted || r.metric != q.metric || (skip && skip(r))) continue;
+    held_out.push_back({UnseenOf(r.stack, r.model, r.gpu, r.gpus), GpuFamily(r.gpu) == in.family,
+                        std::log(r.predicted / r.published)});
+  }
+  if (held_out.empty()) return std::nullopt;
+  // The question's own kind of row on its GPU family, else on any, else every kind that
+  // extrapolates at least as far, else all.
+  std::vector<double> errors;
+  auto gather = [&](auto keep) {
+    errors.clear();
+    in.basis = 0;
+    for (const Comparison& c : held_out) {
+      if (!keep(c)) continue;
+      errors.push_back(c.log_error);
+      in.basis |= c.unseen;
+    }
+    return static_cast<int>(errors.size()) >= kMinRows;
+  };
+  in.same_family =
+      gather([&](const Comparison& c) { return c.unseen == in.unseen && c.same_family; });
+  if (!in.same_family && !gather([&](const Comparison& c) { return c.unseen == in.unseen; })) {
+    in.widened = true;
+    if (!gather([&](const Comparison& c) { return (c.unseen & in.unseen) == in.unseen; }))
+      gather([](const Comparison&) { return true; });
+  }
+  // The score is the size of the log error, so the interval is symmetric in log terms: rows of
+  // another stack carry its misses' size, not the side they fell on.
+  for (double& e : errors) e = std::abs(e);
+  std::sort(errors.begin(), errors.end());
+  const double n = static_cast<double>(errors.size());
+  constexpr double kRound = 1e-9;  // 0.8 x 20 may come out a hair above 16 in doubles
+  const double k = std::ceil(level * (n + 1) - kRound);
+  in.clamped = k > n;
+  in.rows = static_cast<int>(errors.size());
+  const double score = OrderStat(errors, k);
+  in.low = predicted * std::exp(-score);
+  in.high = predicted * std::exp(score);
+  return in;
+}
+
+std::vector<CoverageRow> ResidualTable::Coverage(double level) const {
+  struct Tally {
+    int rows = 0, covered = 0;
+    std::vector<double> widths;
+  };
+  std::map<std::string, Tally> tally;
+  // Families by kind (all, metric, what the row extrapolates to, GPU family, model, scale), each
+  // kind's in the order first met.
+  std::vector<std::vector<std::string>> kinds(6);
+  int kind = 0;
+  auto count = [&](const std::string& family, bool covered, double width) {
+    auto [it, fresh] = tally.try_emplace(family);
+    if (fresh) kinds[kind].push_back(family);
+    ++kind;
+    ++it->second.rows;
+    it->second.covered += covered ? 1 : 0;
+    it->second.widths.push_back(width);
+  };
+  for (const Residual& r : rows_) {
+    if (r.fitted) continue;
+    const Question q{r.stack, r.model, r.gpu, r.metric, r.gpus};
+    const auto in = IntervalFor(q, r.predicted, level, [&](const Residual& o) {
+      return o.submitter == r.submitter && o.system == r.system && o.gpus == r.gpus;
+    });
+    if (!in) continue;
+    const bool covered = Covers(*in, r.published);
+    kind = 0;
+    const double width = 100 * (in->high - in->low) / r.predicted;
+    count("all", covered, width);
+    count("metric " + r.metric, covered, width);
+    count(DescribeUnseen(in->unseen), covered, width);
+    count("GPU family " + GpuFamily(r.gpu), covered, width);
+    count("model " + BenchmarkOf(r.model), covered, width);
+    count(std::string("scale ") + (RackScale(r.gpus) ? "rack" : "node"), covered, width);
+  }
+  std::vector<CoverageRow> out;
+  for (const std::vector<std::string>& families : kinds) {
+    for (const std::string& family : families) {
+      Tally& t = tally[family];
+      std::sort(t.widths.begin(), t.widths.end());
+      const size_t m = t.widths.size();
+      const double median = m % 2 ? t.widths[m / 2] : (t.widths[m / 2 - 1] + t.widths[m / 2]) / 2;
+      out.push_back({family, t.rows, t.covered, median});
+    }
+  }
+  return out;
+}
+
+}  // namespace fathom::tuner
