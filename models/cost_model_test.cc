@@ -160,6 +160,53 @@ TEST_CASE("CalibratedModel: cached parts give the slowest rank's whole operator 
   }
 }
 
+TEST_CASE("CalibratedModel: a stage's time broken down adds up to it", "[models]") {
+  const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("b200");
+  struct Case {
+    const char* model;
+    ParallelLayout layout;
+    Runtime runtime;
+  };
+  for (const Case& c : {Case{"deepseek-r1", {8, 8, 1, 8, 8}, Runtime::kPython},
+                        Case{"deepseek-r1", {8, 4, 2, 4, 2}, Runtime::kPython},
+                        Case{"llama2-70b", {8, 4, 2, 1, 1}, Runtime::kCpp}}) {
+    const ModelArch model = *LoadModel(c.model);
+    CostParams params;
+    params.cpp_launch_us = 40;  // launches that outlast a small batch's GPU time
+    const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
+    const CalibratedModel cm(model, hw, c.layout, precision, params, c.runtime);
+    Rng rng(5);
+    for (int trial = 0; trial < 100; ++trial) {
+      std::vector<BatchShape> ranks(c.layout.attn_dp);
+      for (BatchShape& r : ranks) {
+        const int decodes = static_cast<int>(rng.Uniform() * 64);
+        for (int i = 0; i < decodes; ++i)
+          r.Add({1, 1 + static_cast<int64_t>(rng.Uniform() * 9000), true, true}, 0);
+        if (rng.Uniform() < 0.3) r.Add({1 + static_cast<int64_t>(rng.Uniform() * 2048), 0}, 0);
+      }
+      if (trial % 2 == 0) PadToCudaGraph(ranks, {1, 2, 4, 8, 16, 32, 64}, 1);
+      for (int stage = 0; stage < c.layout.pp; ++stage) {
+        INFO(c.model << " " << c.layout.ToString() << " trial " << trial << " stage " << stage);
+        const StageCost cost = cm.StageCostOf(ranks, stage);
+        CHECK(cost.Total() == Approx(ToSeconds(cm.StageTime(ranks, stage))).margin(2e-9));
+        CHECK(cost.imbalance >= 0);
+        CHECK(cost.unattributed == 0);
+        if (std::string(c.model) == "deepseek-r1" && cost.Total() > 0) CHECK(cost.grouped_gemm > 0);
+      }
+    }
+  }
+  // Equal ranks wait for none of them; an idle rank waits for the busy one's whole time.
+  const Setup s;
+  const CalibratedModel cm(s.model, s.hw, s.layout, s.precision, CostParams{});
+  std::vector<BatchShape> even(8, Decode(32, 2000));
+  CHECK(cm.StageCostOf(even, 0).imbalance == Approx(0).margin(1e-12));
+  std::vector<BatchShape> one_busy(8);
+  one_busy[0] = Decode(32, 2000);
+  const StageCost lopsided = cm.StageCostOf(one_busy, 0);
+  CHECK(lopsided.imbalance > 0);
+  CHECK(lopsided.attention * 8 == Approx(cm.StageCostOf(even, 0).attention));
+}
+
 TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pipeline stage",
           "[models]") {
   const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("h200");

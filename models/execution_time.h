@@ -11,6 +11,30 @@
 
 namespace fathom::models {
 
+// Where an iteration's time goes, in seconds; the parts sum to its time. Operators by kind are
+// those of the mean attention rank and the routed experts every rank runs.
+struct StageCost {
+  double gemm = 0, grouped_gemm = 0, attention = 0, elementwise = 0, communication = 0;
+  double imbalance = 0;     // the slowest attention rank over the mean: the others wait for it
+  double host = 0;          // the GPU waiting for the host: overheads, launches it cannot hide
+  double unattributed = 0;  // a model that does not break its time down
+  double Total() const {
+    return gemm + grouped_gemm + attention + elementwise + communication + imbalance + host +
+           unattributed;
+  }
+  // Adds `c` times `scale`.
+  void Add(const StageCost& c, double scale) {
+    gemm += c.gemm * scale;
+    grouped_gemm += c.grouped_gemm * scale;
+    attention += c.attention * scale;
+    elementwise += c.elementwise * scale;
+    communication += c.communication * scale;
+    imbalance += c.imbalance * scale;
+    host += c.host * scale;
+    unattributed += c.unattributed * scale;
+  }
+};
+
 class ExecutionTimeModel {
  public:
   virtual ~ExecutionTimeModel() = default;
@@ -21,6 +45,13 @@ class ExecutionTimeModel {
   virtual SimTime StageTime(std::span<const BatchShape> ranks, int stage) const = 0;
 
   virtual int num_stages() const = 0;
+
+  // StageTime's seconds broken down (slower than StageTime: for a breakdown run, not every run).
+  virtual StageCost StageCostOf(std::span<const BatchShape> ranks, int stage) const {
+    StageCost c;
+    c.unattributed = ToSeconds(StageTime(ranks, stage));
+    return c;
+  }
 
   // Host time of the serving front per streamed response, beside the GPU loop (0: none).
   virtual double ResponseSeconds() const { return 0.0; }

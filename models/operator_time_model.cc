@@ -47,6 +47,57 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
                      OverheadSeconds(stage, sequences, cuda_graph));
 }
 
+StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int stage) const {
+  StageCost c;
+  int64_t group_tokens = 0, sequences = 0;
+  const bool cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
+  for (const auto& r : ranks) {
+    group_tokens += r.tokens;
+    sequences = std::max(sequences, r.sequences);
+  }
+  if (group_tokens == 0) return c;
+  // Every rank priced in full (no cache, no dominance), its operators added at 1 / ranks.
+  double slowest = 0.0, sum = 0.0;
+  const double share = 1.0 / static_cast<double>(ranks.size());
+  for (const BatchShape& r : ranks) {
+    builder_.Build(r, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
+    const double t = Priced();
+    slowest = std::max(slowest, t);
+    sum += t;
+    AddPriced(&c, share);
+  }
+  c.imbalance = slowest - sum * share;
+  builder_.BuildExperts(group_tokens, stage, &scratch_);
+  const double gpu = slowest + Priced();
+  AddPriced(&c, 1.0);
+  c.host = std::max(0.0, AheadLaunchSeconds(stage) - gpu) +
+           OverheadSeconds(stage, sequences, cuda_graph);
+  return c;
+}
+
+void OperatorTimeModel::AddPriced(StageCost* c, double scale) const {
+  for (const auto& op : scratch_) {
+    const double t = OpSeconds(op) * static_cast<double>(op.count) * scale;
+    switch (op.kind) {
+      case OpKind::kGemm:
+        c->gemm += t;
+        break;
+      case OpKind::kGroupedGemm:
+        c->grouped_gemm += t;
+        break;
+      case OpKind::kAttention:
+        c->attention += t;
+        break;
+      case OpKind::kElementwise:
+        c->elementwise += t;
+        break;
+      case OpKind::kCommunication:
+        c->communication += t;
+        break;
+    }
+  }
+}
+
 int64_t OperatorTimeModel::Launches(int stage) const {
   BatchShape one;
   one.AddDecodeSteps(1, 0.0, 1.0);

@@ -23,6 +23,7 @@ class OperatorTimeModel : public ExecutionTimeModel {
                     Fusions fusions = {});
 
   SimTime StageTime(std::span<const BatchShape> ranks, int stage) const final;
+  StageCost StageCostOf(std::span<const BatchShape> ranks, int stage) const final;
   int num_stages() const final { return builder_.num_stages(); }
 
   // Seconds for one instance of `op` (the iteration runs it op.count times).
@@ -46,7 +47,8 @@ class OperatorTimeModel : public ExecutionTimeModel {
   }
 
  private:
-  double Priced() const;  // seconds of scratch_'s operators
+  double Priced() const;                             // seconds of scratch_'s operators
+  void AddPriced(StageCost* c, double scale) const;  // scratch_'s operators by kind
   double RankSeconds(const BatchShape& rank, int stage) const;
   double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,
                 bool experts) const;

@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "base/format.h"
+#include "reports/breakdown.h"
 #include "reports/svg_plot.h"
 #include "reports/sweep_report.h"
 #include "reports/table.h"
@@ -445,6 +446,45 @@ TEST_CASE("SweepReport: the cheapest deployment per model and scenario across th
 
   SweepReport one_each({h200, offline}, Catalog(), {});
   CHECK(Count(one_each.Text(), "Cheapest deployment") == 0);
+}
+
+TEST_CASE("Breakdown: the parts add up to the GPUs' time and the gain is credited part by part",
+          "[reports]") {
+  // 8 GPUs for 100 s, 2 million tokens: 400 GPU-s per million; 300 of them priced.
+  sim::SimulationResult a;
+  a.output_tokens = 2'000'000;
+  a.drain_end_s = 100;
+  a.throughput_tokens_per_s = 20'000;
+  a.counters.cost.gemm = 200;
+  a.counters.cost.attention = 300;
+  a.counters.cost.host = 100;
+  // The other run: the same tokens in 125 s, attention and the wait for the host dearer.
+  sim::SimulationResult b = a;
+  b.drain_end_s = 125;
+  b.counters.cost.attention = 500;
+  b.counters.cost.host = 150;
+  const BreakdownRun ours{"ours", &a, 8}, theirs{"theirs", &b, 8};
+  const OrderedJson j = BreakdownJson(ours);
+  CHECK(j["gemm"] == 100.0);
+  CHECK(j["attention"] == 150.0);
+  CHECK(j["idle"] == 100.0);  // 800 GPU-s, 600 of them priced
+  CHECK(j["total"] == 400.0);
+  double parts = 0;
+  for (const auto& [key, value] : j.items()) {
+    if (key != "total") parts += value.get<double>();
+  }
+  CHECK(parts == Approx(400));
+  const std::string table = BreakdownTable({ours, theirs}).Text();
+  CHECK(table.find("attention") != std::string::npos);
+  CHECK(table.find("unattributed") == std::string::npos);  // none: no row
+  // 500 GPU-s per million against 400: attention 100 fewer (100%), host 25 fewer, idle 25 more.
+  const std::string credit = CreditLines(ours, theirs);
+  CHECK(credit.find("ours spends 100.0 GPU-seconds per million tokens fewer than theirs") == 0);
+  CHECK(credit.find("  attention: 100.0 fewer (100% of the gain)\n") != std::string::npos);
+  CHECK(credit.find("  host (the GPU waiting for it): 25.0 fewer (25% of the gain)") !=
+        std::string::npos);
+  CHECK(credit.find("  idle (no batch: bubbles, the drain): 25.0 more\n") != std::string::npos);
+  CHECK(credit.find("attention") < credit.find("host"));
 }
 
 }  // namespace fathom::reports

@@ -107,6 +107,10 @@ struct EngineConfig {
   // assumption, not a measured predictor.
   QueueOrder queue_order = QueueOrder::kFifo;
   double prediction_sigma = 1.0;
+  // Break every iteration's time down by where it goes (EngineCounters::cost). Such a run steps
+  // each decode iteration on its own (no fast_forward) and prices each in full: slower, for a
+  // breakdown, not a search.
+  bool cost_breakdown = false;
 
   Status Validate() const;
   // Sequences an instance's rank may run at once with `stages` pipeline stages: a microbatch of up

@@ -386,6 +386,7 @@ Result<std::unique_ptr<ResolvedDeployment>> Resolve(const DeploymentConfig& d,
     p.kv_blocks_per_rank = plan->kv_capacity_tokens / engine.block_tokens;
     p.sliding_window = out->model.sliding_window;
     p.kv_bytes_per_token = plan->kv_bytes_per_token;
+    p.stage_gpus = layout.tp;
     return p;
   };
 

@@ -44,6 +44,7 @@ struct PoolSpec {
   int64_t kv_blocks_per_rank = 0;
   int64_t sliding_window = 0;
   double kv_bytes_per_token = 0;  // KV of one token on one GPU (transfers, swaps)
+  int stage_gpus = 1;             // GPUs one pipeline stage of an instance runs on
 };
 
 struct EngineCounters {
@@ -56,6 +57,9 @@ struct EngineCounters {
   int64_t preemptions = 0;
   int64_t swapped_bytes = 0;
   SimTime busy{0};
+  // GPU-seconds (each stage's time on its GPUs) by where they went (EngineConfig::cost_breakdown;
+  // zero otherwise). KV swaps count as unattributed.
+  models::StageCost cost;
 };
 
 class Engine {

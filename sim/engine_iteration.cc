@@ -124,7 +124,9 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   };
 
   ShapeBatch(batch, 0);
-  int64_t steps = swap_bytes > 0 ? 1 : std::min(FastForwardSteps(batch), balance.max_steps);
+  int64_t steps = swap_bytes > 0 || config_.cost_breakdown
+                      ? 1
+                      : std::min(FastForwardSteps(batch), balance.max_steps);
   SimTime t = now;
   if (steps > 1) {
     // Stage s of step j takes first + slope * j; a step's stages run one after another (see
@@ -169,6 +171,13 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
       SimTime dur = stage_time(static_cast<int>(st));
       if (st == 0) dur += swap;
       dur = std::max(dur, SimTime(1));
+      if (config_.cost_breakdown) {
+        // Draft tokens scale every part; what is left of the stage's time (a swap) is unattributed.
+        models::StageCost cost;
+        cost.Add(pool_.time->StageCostOf(shapes_, static_cast<int>(st)), draft);
+        cost.unattributed += ToSeconds(dur) - cost.Total();
+        counters_.cost.Add(cost, pool_.stage_gpus);
+      }
       const SimTime start = std::max(t, stage_free_at_[st]);
       const SimTime end = start + dur;
       stage_free_at_[st] = end;

@@ -312,6 +312,8 @@ EngineCounters Simulator::Counters() const {
     sum.generated_tokens += c.generated_tokens;
     sum.preemptions += c.preemptions;
     sum.swapped_bytes += c.swapped_bytes;
+    sum.busy += c.busy;
+    sum.cost.Add(c.cost, 1);
   }
   return sum;
 }

@@ -546,6 +546,41 @@ TEST_CASE("Simulator: fast-forwarded decode runs match step-by-step simulation",
   }
 }
 
+TEST_CASE("Simulator: a cost breakdown is the step-by-step run, its parts the GPUs' busy time",
+          "[sim]") {
+  auto data = MlperfSet();
+  for (const Scenario scenario : {Scenario::kOffline, Scenario::kServer}) {
+    for (const models::ParallelLayout layout :
+         {models::ParallelLayout{8, 8, 1, 8, 8}, models::ParallelLayout{8, 4, 2, 4, 1}}) {
+      INFO(layout.ToString() << " " << Name(scenario));
+      const DeepSeek ds(layout);
+      SimulationSpec spec = ds.Spec(scenario);
+      spec.pool.stage_gpus = layout.tp;
+      spec.engine.fast_forward = 1;
+      auto source = [&] {
+        return scenario == Scenario::kOffline ? OfflineSource(data, 300, 3)
+                                              : PoissonSource(data, 300, 3.0, 3);
+      };
+      const SimulationResult exact = RunOk(spec, source());
+      spec.engine.fast_forward = 64;
+      spec.engine.cost_breakdown = true;
+      const SimulationResult broken_down = RunOk(spec, source());
+      // The same run: a breakdown only watches.
+      CHECK(broken_down.ToJson().dump() == exact.ToJson().dump());
+      const models::StageCost& c = broken_down.counters.cost;
+      CHECK(exact.counters.cost.Total() == 0);
+      CHECK(c.unattributed == Approx(0).margin(1e-6 * c.Total()));
+      CHECK(c.grouped_gemm > 0);
+      CHECK(c.attention > 0);
+      CHECK(c.imbalance >= 0);
+      // No GPU is busier than the run is long; one stage: its busy time on its 8 GPUs.
+      CHECK(c.Total() <= 8 * broken_down.drain_end_s * (1 + 1e-9));
+      if (layout.pp == 1)
+        CHECK(c.Total() == Approx(8 * ToSeconds(broken_down.counters.busy)).epsilon(1e-6));
+    }
+  }
+}
+
 TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's results", "[sim]") {
   DeepSeek ds;
   auto data = MlperfSet();

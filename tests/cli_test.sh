@@ -233,6 +233,16 @@ else
   failed=$((failed + 1))
 fi
 expect 2 "--level = 1.5: must be in (0, 1)" -- intervals --level 1.5
+# Where the GPU time went: the parts add up to the GPUs' whole run.
+if "$fathom" simulate --deployment "$data/deployment_dsr1_b200.json" --samples 200 --breakdown --json 2>/dev/null |
+   jq -e '.gpu_seconds_per_million_tokens as $b | ($b.total > 0) and ($b.attention > 0)
+          and ((([$b | to_entries[] | select(.key != "total") | .value] | add) - $b.total) | fabs < 1e-6 * $b.total)' \
+     >/dev/null; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: simulate --breakdown --json: GPU-seconds per million tokens by part, adding up to the total"
+  failed=$((failed + 1))
+fi
 expect 0 "Published (MLPerf, deepseek-r1 on 8 x b200):" -- simulate --deployment "$data/deployment_dsr1_b200.json" \
   --scenario offline --samples 200
 expect 0 "with --seed changed (not the tuner's figures)" -- simulate --deployment "$tmp/best_server.json" --seed 3

@@ -69,7 +69,10 @@ Result<PublishedNote> DescribePublished(const sim::DeploymentConfig& config, sim
         "That is more than %.0f%% above the best published result on this system: check it on "
         "hardware before relying on it.\n  fathom's:  %s\n",
         kCheckAbovePct, Shape(config).c_str());
-    if (best.deployment) note.text += "  published: " + Shape(*best.deployment) + "\n";
+    if (best.deployment) {
+      note.text += "  published: " + Shape(*best.deployment) + "\n";
+      note.check_against = best;
+    }
     note.json["check_on_hardware"] = true;
   }
   return note;

@@ -14,6 +14,7 @@
 #include "apps/fathom/trace_flags.h"
 #include "base/files.h"
 #include "base/format.h"
+#include "reports/breakdown.h"
 #include "sim/deployment_config.h"
 #include "sim/mlperf.h"
 #include "sim/plan.h"
@@ -49,6 +50,7 @@ struct SimulateFlags {
   // Outputs.
   bool json = false;
   bool error_bars = false;
+  bool breakdown = false;
   std::string requests_out, timeline, event_log;
 };
 
@@ -359,10 +361,11 @@ Status Run(SimulateFlags f) {
     }
   };
   // A run of the deployment (with `switches`, the plan's) under `factory`'s physics.
-  auto simulate = [&](const sim::TimeModelFactory& factory, int64_t count,
-                      bool switches = false) -> Result<sim::SimulationResult> {
+  auto simulate = [&](const sim::TimeModelFactory& factory, int64_t count, bool switches = false,
+                      bool breakdown = false) -> Result<sim::SimulationResult> {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, factory));
     r->spec.scenario = sc;
+    r->spec.engine.cost_breakdown = r->spec.decode_engine.cost_breakdown = breakdown;
     r->spec.benchmark = resolved->spec.benchmark;
     FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> src, make_source(count));
     sim::Simulator s(std::move(r->spec), std::move(src));
@@ -477,6 +480,14 @@ Status Run(SimulateFlags f) {
     if (plan_gain) plan_gain->second = std::sqrt(gain_var);
   }
 
+  // Where the GPU time went: the same run again, each iteration priced in full.
+  std::optional<sim::SimulationResult> broken_down;
+  if (f.breakdown) {
+    FATHOM_ASSIGN_OR_RETURN(broken_down, simulate(time_model.factory, samples, true, true));
+  }
+  const reports::BreakdownRun breakdown_run{"this run", broken_down ? &*broken_down : nullptr,
+                                            d.TotalGpus()};
+
   // Offline is compared with the published tokens/s; a Server run is at the rate asked for.
   FATHOM_ASSIGN_OR_RETURN(
       PublishedNote published,
@@ -510,6 +521,7 @@ Status Run(SimulateFlags f) {
       if (sigma) j["plan_gain_1sigma"] = plan_gain->second;
     }
     j["error_bars"] = intervals.json;
+    if (broken_down) j["gpu_seconds_per_million_tokens"] = reports::BreakdownJson(breakdown_run);
     j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -530,6 +542,12 @@ Status Run(SimulateFlags f) {
           (*sigma)[0], (*sigma)[1], (*sigma)[2]);
     }
     if (!intervals.text.empty()) std::printf("%s", intervals.text.c_str());
+    if (broken_down) {
+      std::printf(
+          "\nWhere the GPU time went (the run again, every iteration priced in full, no decode "
+          "steps fast-forwarded):\n%s",
+          reports::BreakdownTable({breakdown_run}).Text().c_str());
+    }
     if (!published.text.empty()) std::printf("\n%s", published.text.c_str());
   }
   return Status::Ok();
@@ -669,6 +687,9 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->add_flag("--error-bars", f->error_bars,
                 "Also run with each fitted cost parameter +- 1 sigma and report the spread");
+  cmd->add_flag("--breakdown", f->breakdown,
+                "Also run again pricing every iteration in full and print where the GPU time "
+                "went (operator classes, host, attention-DP imbalance, idle) per million tokens");
   cmd->add_option("--requests-out", f->requests_out, "Per-request CSV");
   cmd->add_option("--timeline", f->timeline,
                   "Chrome trace JSON of the iterations, identical decode steps back to back as one "

@@ -222,8 +222,9 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
 // or an Offline run of `samples`, of a plan's start and switches.
 Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
                        const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
-                       bool to_the_end = false) {
+                       bool to_the_end = false, bool breakdown = false) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(plan.start, catalog, o.make_time));
+  resolved->spec.engine.cost_breakdown = resolved->spec.decode_engine.cost_breakdown = breakdown;
   FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan switches, sim::ResolvePlan(plan, catalog, o.make_time));
   sim::ScenarioConfig sc;
   sc.scenario = o.space.scenario;
@@ -836,6 +837,15 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
     }
   }
   return plan;
+}
+
+Result<sim::SimulationResult> BreakdownRun(const sim::DeploymentConfig& d, const TuneOptions& o,
+                                           const models::HardwareCatalog& catalog, double qps,
+                                           int64_t samples) {
+  FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(sim::Plan{d, {}, std::nullopt}, o, catalog, qps,
+                                            samples, /*to_the_end=*/true, /*breakdown=*/true));
+  if (!p.error.empty()) return Status::InvalidArgument(p.error);
+  return p.result;
 }
 
 }  // namespace fathom::tuner

@@ -267,4 +267,12 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
 Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& options,
                                      const models::HardwareCatalog& catalog, double beat = 0);
 
+// A run of `d` as the tuner scores it (Server-type at `qps`, its probe's length; Offline,
+// `samples` over the whole deployment), to its end, each iteration's time broken down
+// (sim::EngineConfig::cost_breakdown): where a configuration's GPU time goes.
+Result<sim::SimulationResult> BreakdownRun(const sim::DeploymentConfig& d,
+                                           const TuneOptions& options,
+                                           const models::HardwareCatalog& catalog, double qps,
+                                           int64_t samples);
+
 }  // namespace fathom::tuner
