@@ -172,44 +172,34 @@ double SweepReport::Cost(const View& v, const tuner::CandidateResult& c) const {
 }
 
 Table SweepReport::Overview() const {
-  std::vector<Table::Column> columns = {{"sweep", false}, {"simulated"}, {"best layout", false},
-                                        {"QPS"},          {"tok/s"},     {"tok/s/GPU"},
-                                        {"tok/s/user"},   {"TTFT p99"},  {"TPOT p99"},
-                                        {"$/GPU-h"},      {"$/Mtok"},    {"kWh/Mtok"}};
-  if (options_.error_bars) columns.push_back({"80% interval", false});
-  Table t(std::move(columns));
+  Table t({{"sweep", false},
+           {"simulated"},
+           {"best layout", false},
+           {"QPS"},
+           {"tok/s"},
+           {"tok/s/GPU"},
+           {"tok/s/user"},
+           {"TTFT p99"},
+           {"TPOT p99"},
+           {"$/GPU-h"},
+           {"$/Mtok"},
+           {"kWh/Mtok"}});
   for (const View& v : views_) {
     const std::string simulated =
         std::to_string(v.simulated.size()) + "/" + std::to_string(v.info.candidates);
     const std::string price = v.price > 0 ? FormatFixed(v.price, 2) : "?";
     if (v.ranked.empty()) {
-      std::vector<std::string> row = {v.label, simulated, "none valid", "-",   "-", "-",
-                                      "-",     "-",       "-",          price, "-", "-"};
-      if (options_.error_bars) row.push_back("-");
-      t.AddRow(row);
+      t.AddRow({v.label, simulated, "none valid", "-", "-", "-", "-", "-", "-", price, "-", "-"});
       continue;
     }
     const tuner::CandidateResult& b = v.ranked.front();
     const std::string energy = v.power_watts > 0 && b.tokens_per_s_per_gpu > 0
                                    ? FormatFixed(v.power_watts / b.tokens_per_s_per_gpu / 3.6, 2)
                                    : "?";
-    std::vector<std::string> row = {v.label,
-                                    simulated,
-                                    LayoutLabel(b.config),
-                                    QpsCell(b),
-                                    FormatFixed(b.throughput_tokens_per_s, 0),
-                                    FormatFixed(b.tokens_per_s_per_gpu, 0),
-                                    FormatFixed(b.tokens_per_s_per_user, 1),
-                                    TtftCell(b),
-                                    FormatFixed(b.tpot_p99_ms, 1),
-                                    price,
-                                    FormatFixed(Cost(v, b), 3),
-                                    energy};
-    if (options_.error_bars) {
-      const std::string cell = options_.error_bars(v.info, b);
-      row.push_back(cell.empty() ? "-" : cell);
-    }
-    t.AddRow(row);
+    t.AddRow({v.label, simulated, LayoutLabel(b.config), QpsCell(b),
+              FormatFixed(b.throughput_tokens_per_s, 0), FormatFixed(b.tokens_per_s_per_gpu, 0),
+              FormatFixed(b.tokens_per_s_per_user, 1), TtftCell(b), FormatFixed(b.tpot_p99_ms, 1),
+              price, FormatFixed(Cost(v, b), 3), energy});
   }
   return t;
 }
@@ -310,6 +300,10 @@ std::string SweepReport::Description(const View& v) const {
          " not valid); stored by a fathom that kept no record of the sweep, so its limits and "
          "price are unknown "
          "and its scenario is inferred.";
+  }
+  if (options_.error_bars && !v.ranked.empty()) {
+    const std::string interval = options_.error_bars(s, v.ranked.front());
+    if (!interval.empty()) d += " The best's 80% interval: " + interval + ".";
   }
   if (v.price > 0) {
     const bool what_if = v.price != s.price_per_gpu_hour;

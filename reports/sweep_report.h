@@ -23,8 +23,9 @@ struct ReportOptions {
   // What-if prices in USD per GPU-hour by GPU name; the key "" prices every GPU not named.
   // A sweep's GPU with no price here keeps the price its sweep was run at.
   std::map<std::string, double> prices;
-  // Each sweep's best with its error bars as a cell ("52,300-61,800 tok/s"; empty: none), where
-  // the caller has them (the calibration's held-out rows are not this library's to read).
+  // Each sweep's best with its error bars ("52300-61800 tok/s"; empty: none), in the headline and
+  // the sweep's description, where the caller has them (the calibration's held-out rows are not
+  // this library's to read).
   std::function<std::string(const tuner::SweepInfo&, const tuner::CandidateResult&)> error_bars;
 };
 
