@@ -463,9 +463,14 @@ Result<std::string> SweepReport::Html() const {
       "<li>$/Mtok: USD per GPU-hour / (tokens/s per GPU x 3600) x 10<sup>6</sup>, at the "
       "prices in the overview ($/GPU-h).</li>\n"
       "<li>kWh/Mtok: the GPUs at their rated power (TDP) for a million tokens, an upper bound that "
-      "leaves out hosts, network and cooling.</li>\n</ul>\n"
-      "<h2>Best deployment of each sweep</h2>\n" +
-      Overview().Html();
+      "leaves out hosts, network and cooling.</li>\n" +
+      std::string(options_.error_bars
+                      ? "<li>80% interval: where the published figure would lie, from how far "
+                        "fathom missed published MLPerf results it was not fitted on that "
+                        "extrapolate as the sweep does (<code>fathom intervals</code> shows how "
+                        "often such intervals held).</li>\n"
+                      : "") +
+      "</ul>\n<h2>Best deployment of each sweep</h2>\n" + Overview().Html();
   if (const Table cheapest = Cheapest(); cheapest.rows() > 0) {
     out += "<h2>Cheapest deployment per model across GPUs</h2>\n" + cheapest.Html();
   }
