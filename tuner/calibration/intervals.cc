@@ -220,7 +220,9 @@ OrderedJson Interval::ToJson() const {
   return j;
 }
 
-ResidualTable::ResidualTable(std::vector<Residual> rows) : rows_(std::move(rows)) {}
+ResidualTable::ResidualTable(std::vector<Residual> rows) : rows_(std::move(rows)) {
+  for (const Residual& r : rows_) unseen_.push_back(UnseenOf(r.stack, r.model, r.gpu, r.gpus));
+}
 
 Result<ResidualTable> ResidualTable::LoadDefault() {
   FATHOM_ASSIGN_OR_RETURN(std::vector<Residual> rows, LoadResiduals(DefaultResidualsPath()));
@@ -256,10 +258,11 @@ std::optional<Interval> ResidualTable::IntervalFor(
     double log_error;
   };
   std::vector<Comparison> held_out;
-  for (const Residual& r : rows_) {
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Residual& r = rows_[i];
     if (r.fitted || r.metric != q.metric || (skip && skip(r))) continue;
-    held_out.push_back({UnseenOf(r.stack, r.model, r.gpu, r.gpus), GpuFamily(r.gpu) == in.family,
-                        std::log(r.predicted / r.published)});
+    held_out.push_back(
+        {unseen_[i], GpuFamily(r.gpu) == in.family, std::log(r.predicted / r.published)});
   }
   if (held_out.empty()) return std::nullopt;
   // The question's own kind of row on its GPU family, else on any, else every kind that

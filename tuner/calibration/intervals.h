@@ -102,6 +102,7 @@ class ResidualTable {
 
  private:
   std::vector<Residual> rows_;
+  std::vector<unsigned> unseen_;  // UnseenOf each row
 };
 
 // "Hopper", "Blackwell", "Blackwell Ultra", "CDNA 3", or the GPU's own name.
