@@ -394,15 +394,23 @@ Status Run(TuneFlags f) {
   // Far above the best published result on this system: where each configuration's GPU time
   // goes, so that the gain is credited to mechanisms one can check on hardware.
   std::optional<sim::SimulationResult> ours, theirs;
-  std::string theirs_label;
+  std::string theirs_label, no_breakdown;
   if (published.check_against) {
     const tuner::PublishedReference& ref = *published.check_against;
+    theirs_label = ref.row.submitter + "'s";
     FATHOM_ASSIGN_OR_RETURN(
         ours, tuner::BreakdownRun(best.config, o, catalog, best.qps, best.run_samples));
-    FATHOM_ASSIGN_OR_RETURN(
-        theirs, tuner::BreakdownRun(*ref.deployment, o, catalog, server ? ref.row.target_qps : 0,
-                                    best.run_samples));
-    theirs_label = ref.row.submitter + "'s";
+    // The answer stands without it: a published deployment fathom cannot run gets a line instead.
+    auto published_run = tuner::BreakdownRun(*ref.deployment, o, catalog,
+                                             server ? ref.row.target_qps : 0, best.run_samples);
+    if (published_run.ok()) {
+      theirs = std::move(*published_run);
+    } else {
+      ours.reset();
+      no_breakdown = "No breakdown beside " + theirs_label +
+                     " configuration: fathom cannot run it (" + published_run.status().message() +
+                     ").\n";
+    }
   }
   const reports::BreakdownRun ours_run{"fathom's", ours ? &*ours : nullptr,
                                        best.config.TotalGpus()};
@@ -477,7 +485,7 @@ Status Run(TuneFlags f) {
       server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
       best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
           best.config.TotalGpus());
-  std::printf("%s%s", error_bars.text.c_str(), published.text.c_str());
+  std::printf("%s%s%s", error_bars.text.c_str(), published.text.c_str(), no_breakdown.c_str());
   if (ours) {
     std::printf(
         "Where the GPU time goes, fathom's best against %s published configuration (each run "
