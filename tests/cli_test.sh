@@ -224,6 +224,9 @@ else
   echo "FAIL: tune and simulate --json give error bars: $(jq -c .best.error_bars "$tmp/tune_server.json")"
   failed=$((failed + 1))
 fi
+# On a workload of the user's own, the intervals say they come from MLPerf runs.
+expect 0 '"mlperf_workloads_only": true' -- simulate --deployment "$data/deployment_dsr1_b200.json" \
+  --trace "$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --samples 300 --json
 # How often the intervals held on the held-out rows: near their 80% level overall.
 if "$fathom" intervals --json | jq -e '.coverage[] | select(.family == "all") |
      .coverage >= 0.7 and .coverage <= 0.9 and .figures > 200' >/dev/null; then

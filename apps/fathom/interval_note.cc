@@ -55,6 +55,11 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
                   100 * level, tuner::DescribeUnseen(unseen).c_str()) +
               lines +
               "\n  (split conformal; `fathom intervals` shows how often such intervals held)\n";
+  if (answer.own_trace) {
+    note.text +=
+        "  (from MLPerf runs: on a workload of your own fathom may miss by more than they did)\n";
+    note.json["mlperf_workloads_only"] = true;
+  }
   return note;
 }
 

@@ -26,6 +26,7 @@ struct Answer {
   sim::Scenario scenario = sim::Scenario::kOffline;
   bool capacity = false;
   double tokens_per_s = 0, qps = 0, ttft_p99_ms = 0, tpot_p99_ms = 0;
+  bool own_trace = false;  // a workload of the user's, not an MLPerf data set
 };
 
 Result<IntervalNote> DescribeIntervals(const std::string& stack,

@@ -493,8 +493,9 @@ Status Run(SimulateFlags f) {
       PublishedNote published,
       DescribePublished(d, sc.scenario,
                         sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0));
-  const Answer answer{sc.scenario, false,           res.throughput_tokens_per_s,
-                      sc.qps,      res.ttft_p99_ms, res.tpot_p99_ms};
+  const Answer answer{sc.scenario,     false,           res.throughput_tokens_per_s,
+                      sc.qps,          res.ttft_p99_ms, res.tpot_p99_ms,
+                      !f.trace.empty()};
   FATHOM_ASSIGN_OR_RETURN(IntervalNote intervals, DescribeIntervals(time_model.stack, d, answer));
   if (f.json) {
     OrderedJson j;

@@ -388,8 +388,8 @@ Status Run(TuneFlags f) {
   FATHOM_ASSIGN_OR_RETURN(PublishedNote published,
                           DescribePublished(best.config, o.space.scenario,
                                             server ? best.qps : best.throughput_tokens_per_s));
-  const Answer answer{o.space.scenario, server,           best.throughput_tokens_per_s,
-                      best.qps,         best.ttft_p99_ms, best.tpot_p99_ms};
+  const Answer answer{o.space.scenario, server,           best.throughput_tokens_per_s, best.qps,
+                      best.ttft_p99_ms, best.tpot_p99_ms, !f.in.trace.empty()};
   FATHOM_ASSIGN_OR_RETURN(IntervalNote error_bars, DescribeIntervals(stack, best.config, answer));
   // Far above the best published result on this system: where each configuration's GPU time
   // goes, so that the gain is credited to mechanisms one can check on hardware.
