@@ -183,4 +183,10 @@ TEST_CASE("Percentile: takes element floor(p * n) of the sorted values, as LoadG
   CHECK(Percentile(one, 0.99) == 7);
 }
 
+TEST_CASE("Median: the middle value, or the mean of the middle two", "[base]") {
+  CHECK(Median({3, 1, 2}) == 2);
+  CHECK(Median({4, 1, 3, 2}) == 2.5);
+  CHECK(Median({}) == 0);
+}
+
 }  // namespace fathom

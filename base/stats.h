@@ -19,4 +19,12 @@ T Percentile(std::vector<T>& values, double p) {
   return values[index];
 }
 
+// The median (the mean of the middle two of an even count); 0 for no values.
+inline double Median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t m = values.size() / 2;
+  return values.size() % 2 ? values[m] : 0.5 * (values[m - 1] + values[m]);
+}
+
 }  // namespace fathom

@@ -19,14 +19,29 @@ bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
          a.decode_kv_window <= b.decode_kv_window;
 }
 
-SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
-  int64_t group_tokens = 0, sequences = 0;
-  const bool cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
+namespace {
+
+// What an iteration's attention ranks share: the tokens their MoE layers route, the most
+// sequences on one rank (the host's work per sequence), and whether it replays a CUDA graph.
+struct Group {
+  int64_t tokens = 0, sequences = 0;
+  bool cuda_graph = false;
+};
+Group GroupOf(std::span<const BatchShape> ranks) {
+  Group g;
+  g.cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
   for (const auto& r : ranks) {
-    group_tokens += r.tokens;
-    sequences = std::max(sequences, r.sequences);
+    g.tokens += r.tokens;
+    g.sequences = std::max(g.sequences, r.sequences);
   }
-  if (group_tokens == 0) return SimTime(0);
+  return g;
+}
+
+}  // namespace
+
+SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
+  const Group group = GroupOf(ranks);
+  if (group.tokens == 0) return SimTime(0);
   double slowest = 0.0;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const BatchShape& r = ranks[i];
@@ -42,42 +57,38 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
     slowest = std::max(slowest, RankSeconds(r, stage));
   }
   // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
-  const double experts = Cached(expert_seconds_, group_tokens, stage, true);
+  const double experts = Cached(expert_seconds_, group.tokens, stage, true);
   return FromSeconds(std::max(slowest + experts, AheadLaunchSeconds(stage)) +
-                     OverheadSeconds(stage, sequences, cuda_graph));
+                     OverheadSeconds(stage, group.sequences, group.cuda_graph));
 }
 
 StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int stage) const {
   StageCost c;
-  int64_t group_tokens = 0, sequences = 0;
-  const bool cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
-  for (const auto& r : ranks) {
-    group_tokens += r.tokens;
-    sequences = std::max(sequences, r.sequences);
-  }
-  if (group_tokens == 0) return c;
+  const Group group = GroupOf(ranks);
+  if (group.tokens == 0) return c;
   // Every rank priced in full (no cache, no dominance), its operators added at 1 / ranks.
   double slowest = 0.0, sum = 0.0;
   const double share = 1.0 / static_cast<double>(ranks.size());
   for (const BatchShape& r : ranks) {
     builder_.Build(r, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
-    const double t = Priced();
+    const double t = AddPriced(&c, share);
     slowest = std::max(slowest, t);
     sum += t;
-    AddPriced(&c, share);
   }
   c.imbalance = slowest - sum * share;
-  builder_.BuildExperts(group_tokens, stage, &scratch_);
-  const double gpu = slowest + Priced();
-  AddPriced(&c, 1.0);
+  builder_.BuildExperts(group.tokens, stage, &scratch_);
+  const double gpu = slowest + AddPriced(&c, 1.0);
   c.host = std::max(0.0, AheadLaunchSeconds(stage) - gpu) +
-           OverheadSeconds(stage, sequences, cuda_graph);
+           OverheadSeconds(stage, group.sequences, group.cuda_graph);
   return c;
 }
 
-void OperatorTimeModel::AddPriced(StageCost* c, double scale) const {
+double OperatorTimeModel::AddPriced(StageCost* c, double scale) const {
+  double total = 0.0;
   for (const auto& op : scratch_) {
-    const double t = OpSeconds(op) * static_cast<double>(op.count) * scale;
+    const double seconds = OpSeconds(op) * static_cast<double>(op.count);
+    total += seconds;
+    const double t = seconds * scale;
     switch (op.kind) {
       case OpKind::kGemm:
         c->gemm += t;
@@ -96,6 +107,7 @@ void OperatorTimeModel::AddPriced(StageCost* c, double scale) const {
         break;
     }
   }
+  return total;
 }
 
 int64_t OperatorTimeModel::Launches(int stage) const {

@@ -47,8 +47,9 @@ class OperatorTimeModel : public ExecutionTimeModel {
   }
 
  private:
-  double Priced() const;                             // seconds of scratch_'s operators
-  void AddPriced(StageCost* c, double scale) const;  // scratch_'s operators by kind
+  double Priced() const;  // seconds of scratch_'s operators
+  // Adds scratch_'s operators to `c` by kind, times `scale`; returns their seconds (unscaled).
+  double AddPriced(StageCost* c, double scale) const;
   double RankSeconds(const BatchShape& rank, int stage) const;
   double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,
                 bool experts) const;

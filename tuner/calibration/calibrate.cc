@@ -941,16 +941,11 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   }
   ErrorSummary s;
   s.rows = static_cast<int>(predictions.size());
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
-  s.tokens_median_abs_pct = median(tokens);
-  s.latency_median_abs_pct = median(latency);
-  s.capacity_median_abs_pct = median(capacity);
-  s.capacity_at_use_median_abs_pct = median(at_use);
-  s.offline_tokens_median_abs_pct = median(offline);
+  s.tokens_median_abs_pct = Median(tokens);
+  s.latency_median_abs_pct = Median(latency);
+  s.capacity_median_abs_pct = Median(capacity);
+  s.capacity_at_use_median_abs_pct = Median(at_use);
+  s.offline_tokens_median_abs_pct = Median(offline);
   s.offline_rows = static_cast<int>(offline.size());
   s.latency_rows = static_cast<int>(latency.size() / 2);
   s.capacity_rows = static_cast<int>(capacity.size());

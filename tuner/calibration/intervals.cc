@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 
 #include "base/csv.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/line_reader.h"
+#include "base/stats.h"
 #include "traces/benchmark.h"
 
 namespace fathom::tuner {
@@ -308,16 +308,8 @@ std::vector<CoverageRow> ResidualTable::Coverage(double level) const {
   std::map<std::string, Tally> tally;
   // Families by kind (all, metric, what the row extrapolates to, GPU family, model, scale), each
   // kind's in the order first met.
-  std::vector<std::vector<std::string>> kinds(6);
-  int kind = 0;
-  auto count = [&](const std::string& family, bool covered, double width) {
-    auto [it, fresh] = tally.try_emplace(family);
-    if (fresh) kinds[kind].push_back(family);
-    ++kind;
-    ++it->second.rows;
-    it->second.covered += covered ? 1 : 0;
-    it->second.widths.push_back(width);
-  };
+  constexpr size_t kKinds = 6;
+  std::vector<std::vector<std::string>> kinds(kKinds);
   for (const Residual& r : rows_) {
     if (r.fitted) continue;
     const Question q{r.stack, r.model, r.gpu, r.metric, r.gpus};
@@ -325,24 +317,26 @@ std::vector<CoverageRow> ResidualTable::Coverage(double level) const {
       return o.submitter == r.submitter && o.system == r.system && o.gpus == r.gpus;
     });
     if (!in) continue;
-    const bool covered = Covers(*in, r.published);
-    kind = 0;
-    const double width = 100 * (in->high - in->low) / r.predicted;
-    count("all", covered, width);
-    count("metric " + r.metric, covered, width);
-    count(DescribeUnseen(in->unseen), covered, width);
-    count("GPU family " + GpuFamily(r.gpu), covered, width);
-    count("model " + BenchmarkOf(r.model), covered, width);
-    count(std::string("scale ") + (RackScale(r.gpus) ? "rack" : "node"), covered, width);
+    const std::string families[kKinds] = {
+        "all",
+        "metric " + r.metric,
+        DescribeUnseen(in->unseen),
+        "GPU family " + GpuFamily(r.gpu),
+        "model " + BenchmarkOf(r.model),
+        std::string("scale ") + (RackScale(r.gpus) ? "rack" : "node")};
+    for (size_t k = 0; k < kKinds; ++k) {
+      auto [it, fresh] = tally.try_emplace(families[k]);
+      if (fresh) kinds[k].push_back(families[k]);
+      ++it->second.rows;
+      it->second.covered += Covers(*in, r.published) ? 1 : 0;
+      it->second.widths.push_back(100 * (in->high - in->low) / r.predicted);
+    }
   }
   std::vector<CoverageRow> out;
   for (const std::vector<std::string>& families : kinds) {
     for (const std::string& family : families) {
-      Tally& t = tally[family];
-      std::sort(t.widths.begin(), t.widths.end());
-      const size_t m = t.widths.size();
-      const double median = m % 2 ? t.widths[m / 2] : (t.widths[m / 2 - 1] + t.widths[m / 2]) / 2;
-      out.push_back({family, t.rows, t.covered, median});
+      const Tally& t = tally[family];
+      out.push_back({family, t.rows, t.covered, Median(t.widths)});
     }
   }
   return out;
