@@ -457,6 +457,7 @@ Status Run(TuneFlags f) {
     j["evaluated"] = res.evaluated;
     j["reused"] = res.reused;
     j["pruned"] = res.pruned;
+    j["screened"] = res.screened;
     j["infeasible"] = res.infeasible;
     j["sweep_id"] = res.sweep_id;
     j["wall_s"] = res.wall_s;
@@ -473,8 +474,8 @@ Status Run(TuneFlags f) {
                 o.tpot_limit_ms.value_or(limits ? limits->tpot_ms : 0));
   }
   std::printf(
-      "\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (bound or a "
-      "probe below the best); %lld infeasible; %.1f s\n\n",
+      "\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (a bound or a "
+      "shorter run below the best); %lld infeasible; %.1f s\n\n",
       static_cast<long long>(res.candidates), static_cast<long long>(res.evaluated),
       static_cast<long long>(res.reused), static_cast<long long>(res.pruned),
       static_cast<long long>(res.infeasible), res.wall_s);

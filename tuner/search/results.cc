@@ -256,7 +256,7 @@ Result<std::vector<StoredSweep>> ResultStore::Sweeps() {
     FATHOM_ASSIGN_OR_RETURN(
         CandidateResult r,
         CandidateFromJson(*d, metrics, db_.path() + ": sweep " + id + ": candidate metrics"));
-    if (r.below_qps > 0) continue;  // pruned by a probe: no figures to report
+    if (r.PrunedByRun()) continue;  // no figures to report
     out[it->second].results.push_back(std::move(r));
   }
   for (StoredSweep& s : out) {
@@ -283,8 +283,10 @@ struct CandidateField {
 };
 
 bool Always(const CandidateResult&) { return true; }
-bool Pruned(const CandidateResult& r) { return r.below_qps > 0; }
-bool Failed(const CandidateResult& r) { return !r.valid && r.below_qps == 0; }
+bool Probed(const CandidateResult& r) { return r.below_qps > 0; }
+bool Predicted(const CandidateResult& r) { return r.predicted_tokens_per_s > 0; }
+bool Screened(const CandidateResult& r) { return r.screened; }
+bool Failed(const CandidateResult& r) { return !r.valid && !r.PrunedByRun(); }
 bool FailedProbe(const CandidateResult& r) { return Failed(r) && r.failed_qps > 0; }
 
 const CandidateField kCandidateFields[] = {
@@ -300,7 +302,9 @@ const CandidateField kCandidateFields[] = {
     {"bound", &CandidateResult::bound, Always},
     {"run_samples", &CandidateResult::run_samples, Always},
     {"run_s", &CandidateResult::run_s, Always},
-    {"below_qps", &CandidateResult::below_qps, Pruned},
+    {"below_qps", &CandidateResult::below_qps, Probed},
+    {"predicted_tokens_per_s", &CandidateResult::predicted_tokens_per_s, Predicted},
+    {"screened", &CandidateResult::screened, Screened},
     {"failure", &CandidateResult::failure, Failed},
     {"failed_qps", &CandidateResult::failed_qps, FailedProbe},
     {"failed_ttft_p99_ms", &CandidateResult::failed_ttft_p99_ms, FailedProbe},

@@ -299,7 +299,15 @@ TEST_CASE("CandidateResult: a stored row reads back equal, whether valid, failed
   CandidateResult pruned = valid;
   pruned.valid = false;
   pruned.below_qps = 11.25;
-  for (CandidateResult r : {valid, failed, pruned}) {
+  CandidateResult predicted = valid;  // Offline, run to its full length after the screen
+  predicted.qps = 0;
+  predicted.predicted_tokens_per_s = 60125.5;
+  CandidateResult screened;  // Offline, stopped by the screen: its bound and prediction only
+  screened.config = valid.config;
+  screened.bound = 66000;
+  screened.predicted_tokens_per_s = 41000.25;
+  screened.screened = true;
+  for (CandidateResult r : {valid, failed, pruned, predicted, screened}) {
     const StoredRow row = ToStoredRow(r);
     auto config = sim::DeploymentFromJson(Json::parse(row.config_json), "config");
     REQUIRE(config.ok());

@@ -281,25 +281,65 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
   return s;
 }
 
+// The full-length run's tokens/s as two shorter runs of the length search predict it: durations
+// linear in the passes (the ramp and drain once, then a steady time per pass), the full run the
+// first whole pass count whose line reaches `target_s`. 0 where the line does not rise.
+double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s2,
+                           double tokens_per_pass, double target_s) {
+  const double per_pass = (s2 - s1) / static_cast<double>(passes2 - passes1);
+  if (!(per_pass > 0)) return 0;
+  const double fixed = s2 - per_pass * static_cast<double>(passes2);
+  const double passes =
+      std::max(static_cast<double>(passes2 + 1), std::ceil((target_s - fixed) / per_pass));
+  return passes * tokens_per_pass / (fixed + per_pass * passes);
+}
+
+struct OfflineOutcome {
+  Probe run;
+  double predicted_tokens_per_s = 0;  // from its first two runs, when both were short (else 0)
+  bool screened = false;              // stopped short: predicted x kScreenMargin below the beat
+};
+
 // An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
 // drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
-// 13.7k tokens/s on one pass, 32.6k over 4,714 s).
-Result<Probe> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
-                         const models::HardwareCatalog& catalog, int instances) {
+// 13.7k tokens/s on one pass, 32.6k over 4,714 s). With `beat` > 0 (tokens/s of one instance),
+// the length search stops once its first two runs, both short, predict too little to beat it.
+Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
+                                  const models::HardwareCatalog& catalog, int instances,
+                                  double beat) {
   const sim::Plan plan{one, {}, std::nullopt};
+  OfflineOutcome out;
   if (o.offline_samples > 0) {
-    return Simulate(plan, o, catalog, 0, (o.offline_samples + instances - 1) / instances);
+    FATHOM_ASSIGN_OR_RETURN(
+        out.run, Simulate(plan, o, catalog, 0, (o.offline_samples + instances - 1) / instances));
+    return out;
   }
-  Probe run;
+  const auto dataset = static_cast<int64_t>(o.dataset.size());
+  const double target_s = sim::OfflineRunTargetS(BenchmarkOf(o));
+  int64_t last_passes = 0;
+  double last_s = 0;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
-    FATHOM_ASSIGN_OR_RETURN(run, Simulate(plan, o, catalog, 0, samples));
-    if (!run.valid) return std::optional<double>();
-    return std::optional<double>(run.result.duration_s);
+    FATHOM_ASSIGN_OR_RETURN(out.run, Simulate(plan, o, catalog, 0, samples));
+    if (!out.run.valid) return std::optional<double>();
+    const int64_t passes = samples / dataset;
+    const double s = out.run.result.duration_s;
+    if (s < target_s && last_passes == 1) {  // the second run, short of the target: the screen
+      const double tokens_per_pass =
+          static_cast<double>(out.run.result.output_tokens) / static_cast<double>(passes);
+      out.predicted_tokens_per_s =
+          PredictedTokensPerS(last_passes, last_s, passes, s, tokens_per_pass, target_s);
+      if (beat > 0 && out.predicted_tokens_per_s > 0 &&
+          out.predicted_tokens_per_s * kScreenMargin < beat) {
+        out.screened = true;
+        return std::optional<double>();
+      }
+    }
+    last_passes = passes;
+    last_s = s;
+    return std::optional<double>(s);
   };
-  FATHOM_RETURN_IF_ERROR(sim::OfflineRunSamples(static_cast<int64_t>(o.dataset.size()),
-                                                sim::OfflineRunTargetS(BenchmarkOf(o)), lasted)
-                             .status());
-  return run;
+  FATHOM_RETURN_IF_ERROR(sim::OfflineRunSamples(dataset, target_s, lasted).status());
+  return out;
 }
 
 }  // namespace
@@ -349,12 +389,18 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   Probe best;
   double scale = 1;  // Offline: the instances one simulated instance stands for
-  if (!server && !plan.steps.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(d, o, catalog, 1));  // switches: the whole deployment
-  } else if (!server) {
-    const OfflineShare share = OneInstance(d);
-    FATHOM_ASSIGN_OR_RETURN(best, OfflineRun(share.one, o, catalog, share.instances));
+  if (!server) {
+    // A plan that switches runs the whole deployment; otherwise one instance stands for all.
+    const OfflineShare share = plan.steps.empty() ? OneInstance(d) : OfflineShare{d, 1};
+    FATHOM_ASSIGN_OR_RETURN(OfflineOutcome run, OfflineRun(share.one, o, catalog, share.instances,
+                                                           beat / share.instances));
     scale = share.instances;
+    c.predicted_tokens_per_s = scale * run.predicted_tokens_per_s;
+    if (run.screened) {
+      c.screened = true;
+      return c;
+    }
+    best = std::move(run.run);
   } else {
     // The highest grid rate whose p99s meet the limits (GridRate). The first probe is the grid
     // rate just below the bound (batch-limited candidates get there), the second the TPOT-limited
@@ -671,6 +717,24 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
   return run;
 }
 
+namespace {
+
+// The Offline screen (kScreenMargin): a candidate whose predicted full-length tokens/s cannot
+// beat `best` keeps its bound and prediction and loses its figures.
+void Screen(double best, CandidateResult* r) {
+  if (r->screened || !(r->predicted_tokens_per_s > 0) ||
+      !(r->predicted_tokens_per_s * kScreenMargin < best))
+    return;
+  CandidateResult screened;
+  screened.config = r->config;
+  screened.bound = r->bound;
+  screened.predicted_tokens_per_s = r->predicted_tokens_per_s;
+  screened.screened = true;
+  *r = std::move(screened);
+}
+
+}  // namespace
+
 // Whether the best taken so far prunes `item` before it is simulated. A server-type bound is a grid
 // rate and only a rate above the best found counts (Evaluate's first probe), so a candidate whose
 // ceiling is the best's rate cannot beat it either.
@@ -689,7 +753,7 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
   scan_ = std::max(scan_, taken_);
   while (scan_ < items_.size() && !ready(items_[scan_])) ++scan_;
   if (scan_ == items_.size()) return std::nullopt;
-  return Task{items_[scan_].candidate, server_ && options_->prune ? best_ : 0.0, scan_ - taken_};
+  return Task{items_[scan_].candidate, options_->prune ? best_ : 0.0, scan_ - taken_};
 }
 
 void SearchRun::Take(const Task& task) {
@@ -714,8 +778,9 @@ Status SearchRun::Advance() {
   for (; taken_ < items_.size(); ++taken_) {
     Item& item = items_[taken_];
     if (item.stored) {
-      if (item.result->below_qps > 0) {
+      if (item.result->PrunedByRun()) {
         ++pruned_;
+        if (item.result->screened) ++screened_;
       } else {
         kept_.push_back(*item.result);
         ++reused_;
@@ -733,10 +798,14 @@ Status SearchRun::Advance() {
         ++wasted_;
         return Status::Ok();
       }
+      // Offline, the screen by the best taken so far: a run against an older, lower best may
+      // have gone on where a one-thread search would have stopped it.
+      if (!server_ && o.prune) Screen(best_, &*item.result);
       const CandidateResult& r = *item.result;
       if (r.valid) best_ = std::max(best_, r.Objective(server_));
-      if (r.below_qps > 0) {
+      if (r.PrunedByRun()) {
         ++pruned_;
+        if (r.screened) ++screened_;
       } else {
         kept_.push_back(r);
         ++evaluated_;
@@ -777,6 +846,7 @@ TuneResult SearchRun::Outcome() const {
   out.evaluated = evaluated_;
   out.reused = reused_;
   out.pruned = pruned_;
+  out.screened = screened_;
   return out;
 }
 

@@ -89,8 +89,16 @@ struct CandidateResult {
   // Server-type search pruned by a probe: it broke the limits just above this QPS, the best found
   // when it was reached, so it cannot beat that best (the search's figures are not known).
   double below_qps = 0;
+  // Offline: the tokens/s of the full-length run as its length search's last two shorter runs
+  // predict it (durations linear in the passes; 0 when fewer than two ran short). A candidate
+  // whose prediction, raised by kScreenMargin, falls below the best found is pruned there
+  // (screened, without figures): the screen that spares Offline searches most full-length runs.
+  double predicted_tokens_per_s = 0;
+  bool screened = false;
 
   double Objective(bool server) const { return server ? qps : throughput_tokens_per_s; }
+  // Pruned by a run of its own (a probe, or the Offline screen): no figures to report.
+  bool PrunedByRun() const { return below_qps > 0 || screened; }
   OrderedJson ToJson() const;
   bool operator==(const CandidateResult&) const = default;
 };
@@ -137,6 +145,7 @@ struct TuneResult {
   int64_t evaluated = 0;                   // simulated in this run
   int64_t reused = 0;                      // answered by the results store
   int64_t pruned = 0;                      // bound below the best found
+  int64_t screened = 0;                    // of pruned: by the Offline screen (kScreenMargin)
   int64_t infeasible = 0;                  // invalid layouts or out of memory
   double wall_s = 0;
   std::optional<SearchFailure> failure;  // set when no candidate is valid
@@ -229,7 +238,7 @@ class SearchRun {
   size_t taken_ = 0, scan_ = 0;        // results taken; where Peek looks first
   double best_ = 0;                    // the best objective taken (or stored)
   std::vector<CandidateResult> kept_;  // taken results that count as simulated or reused
-  int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, wasted_ = 0;
+  int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, screened_ = 0, wasted_ = 0;
 };
 
 // The valid results, best first (ties in key order).
@@ -257,9 +266,16 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
                                   std::vector<int> gpu_counts,
                                   const models::HardwareCatalog& catalog);
 
+// How far an Offline candidate's full-length tokens/s may exceed the prediction from its shorter
+// runs (CandidateResult::predicted_tokens_per_s) before the screen would wrongly prune it: the
+// screen prunes a candidate whose prediction x kScreenMargin is below the best found.
+inline constexpr double kScreenMargin = 1.15;
+
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
 // with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)
-// when the candidate breaks the limits, since it cannot then beat `beat`.
+// when the candidate breaks the limits, since it cannot then beat `beat`. Offline: with `beat` >
+// 0 the run-length search stops (screened) once its shorter runs predict less than `beat` /
+// kScreenMargin.
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
                                  const models::HardwareCatalog& catalog, double beat = 0);
 // The same for a plan: its start switched as its triggers fire in every run (Offline runs the

@@ -73,6 +73,8 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
       REQUIRE_FALSE(exhaustive->ranked.empty());
       CHECK(pruned->pruned > 0);
       CHECK(pruned->evaluated + pruned->pruned == exhaustive->evaluated);
+      // Offline, the screen by shorter runs prunes some of what the bounds let through.
+      if (scenario == sim::Scenario::kOffline) CHECK(pruned->screened > 0);
       const bool server = scenario != sim::Scenario::kOffline;
       const double found = pruned->ranked.front().Objective(server),
                    best = exhaustive->ranked.front().Objective(server);
@@ -357,6 +359,39 @@ TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]
     auto res = whole.Run();
     REQUIRE(res.ok());
     CHECK(res->throughput_tokens_per_s == Approx(many->throughput_tokens_per_s).epsilon(0.03));
+  }
+}
+
+TEST_CASE(
+    "Evaluate: an Offline candidate's first two runs predict its full-length tokens/s, and a best "
+    "the prediction cannot reach stops it there",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  for (const int instances : {1, 2}) {
+    INFO(instances << " instances");
+    const sim::DeploymentConfig d = Llama2Tp2Instances(instances);
+    auto full = Evaluate(d, o, Catalog());
+    REQUIRE(full.ok());
+    REQUIRE(full->valid);
+    REQUIRE(full->predicted_tokens_per_s > 0);
+    CHECK_FALSE(full->screened);
+    // Within the margin the screen allows, on this deployment much closer.
+    CHECK(full->throughput_tokens_per_s < full->predicted_tokens_per_s * kScreenMargin);
+    CHECK(full->throughput_tokens_per_s == Approx(full->predicted_tokens_per_s).epsilon(0.05));
+    // A best just beyond the prediction's reach: stopped, with its bound and prediction only.
+    const double reach = full->predicted_tokens_per_s * kScreenMargin;
+    auto screened = Evaluate(d, o, Catalog(), reach * 1.001);
+    REQUIRE(screened.ok());
+    CHECK(screened->screened);
+    CHECK(screened->PrunedByRun());
+    CHECK_FALSE(screened->valid);
+    CHECK(screened->run_samples == 0);
+    CHECK(screened->predicted_tokens_per_s == full->predicted_tokens_per_s);
+    CHECK(screened->bound == full->bound);
+    // Just within reach: the whole run, as without a best.
+    auto within = Evaluate(d, o, Catalog(), reach * 0.999);
+    REQUIRE(within.ok());
+    CHECK(*within == *full);
   }
 }
 
