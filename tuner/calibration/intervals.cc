@@ -14,10 +14,14 @@
 namespace fathom::tuner {
 namespace {
 
-// Fewer comparable rows than this and the question takes rows that extrapolate further: at
-// level 80% split conformal needs 9 rows for finite ends, and one more so that leaving a
-// system's pair of rows out still leaves enough.
-constexpr int kMinRows = 10;
+// Fewer comparable rows than this and the question takes rows that extrapolate further: split
+// conformal at `level` has finite ends from n rows where ceil(level (n + 1)) <= n, that is
+// n >= level / (1 - level) (4 at 80%, 9 at 90%), and two more so that leaving out a system's
+// rows of one metric (its Server and Interactive runs) still leaves that many.
+int MinRows(double level) {
+  constexpr double kRound = 1e-9;  // 0.8 / 0.2 may come out a hair above 4 in doubles
+  return static_cast<int>(std::ceil(level / (1 - level) - kRound)) + 2;
+}
 
 const char* const kColumns[] = {"stack",  "results",   "line",     "submitter", "system",
                                 "gpu",    "gpus",      "model",    "scenario",  "fitted",
@@ -276,7 +280,7 @@ std::optional<Interval> ResidualTable::IntervalFor(
       errors.push_back(c.log_error);
       in.basis |= c.unseen;
     }
-    return static_cast<int>(errors.size()) >= kMinRows;
+    return static_cast<int>(errors.size()) >= MinRows(level);
   };
   in.same_family =
       gather([&](const Comparison& c) { return c.unseen == in.unseen && c.same_family; });
