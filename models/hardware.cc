@@ -138,14 +138,21 @@ Result<std::string> CatalogNameForDevice(std::string_view device) {
   std::string upper(device);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   auto has = [&](const char* s) { return upper.find(s) != std::string::npos; };
-  // Most specific first: a GB200 is not a B200, an H200 NVL not an H200 SXM.
+  // Most specific first: a GB200 is not a B200, a GH200 not an H200, an H200 NVL not an H200 SXM.
+  // nvidia-smi names the GH200s "NVIDIA GH200 480GB" (96 GB HBM3) and "... 144G HBM3e".
   if (has("GB300")) return std::string("gb300");
+  if (has("GH200")) return std::string(has("144") || has("HBM3E") ? "gh200-144gb" : "gh200");
   if (has("GB200")) return std::string("gb200");
   if (has("B300")) return std::string("b300");
   if (has("B200")) return std::string("b200");
   if (has("H200") && has("NVL")) return std::string("h200-nvl");
   if (has("H200")) return std::string("h200");
-  if (has("H100") && !has("PCIE") && !has("NVL")) return std::string("h100-sxm");
+  if (has("H100") && has("NVL")) return std::string("h100-nvl");
+  if (has("H100") && !has("PCIE")) return std::string("h100-sxm");
+  if (has("A100") && !has("PCIE"))
+    return std::string(has("80GB") ? "a100-sxm-80gb" : "a100-sxm-40gb");
+  if (has("L40S")) return std::string("l40s");
+  if (has("RTX PRO 6000")) return std::string("rtx-pro-6000");
   if (has("MI355X")) return std::string("mi355x");
   if (has("MI325X")) return std::string("mi325x");
   if (has("MI300X")) return std::string("mi300x");

@@ -90,10 +90,20 @@ TEST_CASE("CatalogNameForDevice: CUDA's GPU names to catalogue names, the most s
   CHECK(*CatalogNameForDevice("NVIDIA B200") == "b200");
   CHECK(*CatalogNameForDevice("NVIDIA GB200") == "gb200");
   CHECK(*CatalogNameForDevice("AMD Instinct MI300X") == "mi300x");
+  CHECK(*CatalogNameForDevice("NVIDIA GH200 480GB") == "gh200");  // not an H200
+  CHECK(*CatalogNameForDevice("NVIDIA GH200 144G HBM3e") == "gh200-144gb");
+  CHECK(*CatalogNameForDevice("NVIDIA H100 NVL") == "h100-nvl");
+  CHECK(*CatalogNameForDevice("NVIDIA A100-SXM4-80GB") == "a100-sxm-80gb");
+  CHECK(*CatalogNameForDevice("NVIDIA A100-SXM4-40GB") == "a100-sxm-40gb");
+  CHECK(*CatalogNameForDevice("NVIDIA L40S") == "l40s");
+  CHECK(*CatalogNameForDevice("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "rtx-pro-6000");
+  CHECK_FALSE(CatalogNameForDevice("NVIDIA A100 80GB PCIe").ok());  // another card (300 W)
   // Every name it gives is in the catalogue.
   const auto catalog = *HardwareCatalog::LoadBuiltin();
-  for (const char* device : {"H100 SXM", "H200", "H200 NVL", "B200", "B300", "GB200", "GB300",
-                             "MI300X", "MI325X", "MI355X"}) {
+  for (const char* device :
+       {"H100 SXM", "H200", "H200 NVL", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X",
+        "MI355X", "GH200 480GB", "GH200 144G HBM3e", "H100 NVL", "A100-SXM4-80GB", "A100-SXM4-40GB",
+        "L40S", "RTX PRO 6000 Blackwell Server Edition"}) {
     INFO(device);
     CHECK(catalog.Find(*CatalogNameForDevice(device)).ok());
   }

@@ -87,8 +87,9 @@ int64_t ModelArch::ExpertParams() const {
 
 int64_t ModelArch::RouterParams() const {
   if (!is_moe()) return 0;
-  // DeepSeek-V3 and GPT-OSS carry a per-expert bias (correction bias or router bias).
-  const bool bias = model_type == "deepseek_v3" || model_type == "gpt_oss";
+  // DeepSeek-V3 (and Kimi K2) and GPT-OSS carry a per-expert bias (correction or router bias).
+  const bool bias =
+      model_type == "deepseek_v3" || model_type == "kimi_k2" || model_type == "gpt_oss";
   return hidden * experts + (bias ? experts : 0);
 }
 
@@ -123,7 +124,32 @@ ParamCounts CountParams(const ModelArch& m) {
   return c;
 }
 
-Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source) {
+Result<ModelArch> ParseModelConfig(const Json& document, const std::string& source) {
+  // A multimodal checkpoint (Llama 4, Gemma 3) nests its language model in text_config: that is
+  // the model served here (a vision tower's parameters are not counted); its precision is the
+  // checkpoint's.
+  Json config = document;
+  if (document.contains("text_config") && document["text_config"].is_object()) {
+    config = document["text_config"];
+    if (!config.contains("model_type") && document.contains("model_type") &&
+        document["model_type"].is_string()) {
+      config["model_type"] = document["model_type"].get<std::string>() + "_text";
+    }
+    if (!config.contains("quantization_config") && document.contains("quantization_config"))
+      config["quantization_config"] = document["quantization_config"];
+    if (!config.contains("tie_word_embeddings") && document.contains("tie_word_embeddings"))
+      config["tie_word_embeddings"] = document["tie_word_embeddings"];
+  }
+  // Gemma 3's published text_config leaves these to transformers' Gemma3TextConfig defaults.
+  if (config.value("model_type", "") == "gemma3_text") {
+    const std::pair<const char*, Json> defaults[] = {{"vocab_size", 262208},
+                                                     {"sliding_window_pattern", 6},
+                                                     {"max_position_embeddings", 131072},
+                                                     {"tie_word_embeddings", true}};
+    for (const auto& [key, value] : defaults) {
+      if (!config.contains(key)) config[key] = value;
+    }
+  }
   JsonFields f(config, source);
   ModelArch m;
   m.model_type = f.String("model_type");
@@ -163,7 +189,8 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
   m.head_dim = f.Int("head_dim", m.hidden / m.heads);
 
   const std::string& type = m.model_type;
-  if (type == "deepseek_v3" || type == "deepseek_v2") {
+  // Kimi K2 names its own model_type for DeepSeek-V3's architecture (DeepseekV3ForCausalLM).
+  if (type == "deepseek_v3" || type == "deepseek_v2" || type == "kimi_k2") {
     m.attention = AttentionKind::kMla;
     m.q_lora_rank = f.Int("q_lora_rank", 0);
     m.kv_lora_rank = f.Int("kv_lora_rank");
@@ -203,14 +230,37 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
           m.moe_layer[idx.get<int64_t>()] = false;
       }
     }
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  } else if (type == "llama4_text") {
+    // Llama 4: every interleave_moe_layer_step-th layer is MoE, a routed and a shared expert of
+    // intermediate_size each; the others are dense MLPs of intermediate_size_mlp.
+    m.experts = f.Int("num_local_experts");
+    require_in("num_local_experts", m.experts, 1, kMaxCount);
+    m.shared_experts = 1;
+    m.intermediate = f.Int("intermediate_size_mlp", m.intermediate);
+    const int64_t step = f.Int("interleave_moe_layer_step", 1);
+    if (step <= 0) f.Fail("interleave_moe_layer_step", std::to_string(step), "must be >= 1");
     m.moe_layer.assign(m.layers, false);
-    m.qk_norm = type == "qwen3";
+    for (int64_t i = 0; i < m.layers && step > 0; ++i) m.moe_layer[i] = (i + 1) % step == 0;
+    if (config.contains("moe_layers") && config["moe_layers"].is_array()) {  // explicit: it wins
+      m.moe_layer.assign(m.layers, false);
+      for (const auto& idx : config["moe_layers"]) {
+        if (!idx.is_number_integer() || idx.get<int64_t>() < 0 || idx.get<int64_t>() >= m.layers) {
+          f.Fail("moe_layers", idx.dump(),
+                 "must hold layer indices in [0, " + std::to_string(m.layers) + ")");
+          break;
+        }
+        m.moe_layer[idx.get<int64_t>()] = true;
+      }
+    }
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+             type == "gemma3_text") {
+    m.moe_layer.assign(m.layers, false);
+    m.qk_norm = type == "qwen3" || type == "gemma3_text";
   } else {
     return Status::InvalidArgument(source + ": field 'model_type' = \"" + type +
                                    "\": unsupported architecture (supported: llama, mistral, "
-                                   "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, deepseek_v3, "
-                                   "deepseek_v2, gpt_oss)");
+                                   "qwen2, qwen3, gemma3, mixtral, qwen3_moe, qwen2_moe, llama4, "
+                                   "deepseek_v3, deepseek_v2, kimi_k2, gpt_oss)");
   }
   require_in("head_dim", m.head_dim, 1, kMaxCount);
   if (m.attention == AttentionKind::kMla) {
@@ -250,12 +300,37 @@ Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source
       for (int64_t i = 0; i < m.layers; ++i)
         m.sliding_layer[i] = types[i].is_string() && types[i] == "sliding_attention";
     }
+  } else if (type == "gemma3_text" && f.Has("sliding_window_pattern")) {
+    // Gemma 3: every sliding_window_pattern-th layer global, the others local.
+    const int64_t pattern = f.Int("sliding_window_pattern");
+    if (pattern <= 0) f.Fail("sliding_window_pattern", std::to_string(pattern), "must be >= 1");
+    for (int64_t i = 0; i < m.layers && pattern > 0; ++i)
+      m.sliding_layer[i] = (i + 1) % pattern != 0;
+  } else if (type == "llama4_text" && f.Has("attention_chunk_size")) {
+    // Llama 4's RoPE layers attend within chunks of attention_chunk_size tokens, its NoPE layers
+    // (no_rope_layers[i] == 0; by default every fourth) to the whole context. A chunk is priced
+    // as a window of its size: the most a token attends to and the KV a layer keeps (within a
+    // chunk a token attends to those before it, half the chunk on average).
+    const Json* nope = config.contains("no_rope_layers") && config["no_rope_layers"].is_array()
+                           ? &config["no_rope_layers"]
+                           : nullptr;
+    if (nope != nullptr && !nope->empty() && static_cast<int64_t>(nope->size()) != m.layers) {
+      f.Fail("no_rope_layers", std::to_string(nope->size()) + " entries",
+             "must list one flag per layer (" + std::to_string(m.layers) + ")");
+    } else {
+      for (int64_t i = 0; i < m.layers; ++i) {
+        m.sliding_layer[i] = nope != nullptr && !nope->empty()
+                                 ? (*nope)[i].is_number_integer() && (*nope)[i].get<int64_t>() != 0
+                                 : (i + 1) % 4 != 0;
+      }
+    }
   } else if (f.Bool("use_sliding_window", false) || type == "mistral") {
     std::fill(m.sliding_layer.begin(), m.sliding_layer.end(), f.Has("sliding_window"));
   }
   if (m.NumSlidingLayers() > 0) {
-    m.sliding_window = f.Int("sliding_window");
-    require_in("sliding_window", m.sliding_window, 1, int64_t{1} << 30);
+    const char* window = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
+    m.sliding_window = f.Int(window);
+    require_in(window, m.sliding_window, 1, int64_t{1} << 30);
   }
   FATHOM_RETURN_IF_ERROR(f.status());
   FATHOM_RETURN_IF_ERROR(ReadNativePrecision(config, source, &m));

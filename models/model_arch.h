@@ -82,7 +82,7 @@ struct ParamCounts {
 ParamCounts CountParams(const ModelArch& m);
 
 // Parses a config.json document. `source` names it in errors.
-Result<ModelArch> ParseModelConfig(const Json& config, const std::string& source);
+Result<ModelArch> ParseModelConfig(const Json& document, const std::string& source);
 
 // A built-in name (models/configs/<name>.json) or a path to any config.json.
 Result<ModelArch> LoadModel(const std::string& name_or_path);

@@ -21,9 +21,19 @@ TEST_CASE("CountParams: matches the published totals and active counts", "[model
   struct Row {
     const char* name;
     double total, active, tol_total, tol_active;
+    bool active_with_embedding = false;  // the publisher's active count includes the embedding
   };
-  // Active parameters exclude the input embedding (a lookup, no FLOPs); see model_arch.h.
+  // Active parameters exclude the input embedding (a lookup, no FLOPs); see model_arch.h. Total
+  // counts of multimodal checkpoints (Llama 4, Gemma 3) include a vision tower fathom does not
+  // serve (about 1B and 0.4B), hence their wider tolerance.
   const Row rows[] = {
+      {"gpt-oss-20b", 20.91e9, 3.61e9, 0.002, 0.01},
+      {"kimi-k2", 1.04e12, 32e9, 0.015, 0.015},
+      {"qwen3-32b", 32.8e9, 32.8e9, 0.002, 0.03},
+      {"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.005, 0.02, true},  // published to 0.1B
+      {"llama4-scout", 109e9, 17e9, 0.015, 0.03, true},     // published to 1B
+      {"llama4-maverick", 400e9, 17e9, 0.005, 0.03, true},
+      {"gemma3-27b", 27.4e9, 27.4e9, 0.02, 0.03},
       {"deepseek-r1", 671e9, 37e9, 0.005, 0.03},
       {"llama3.1-405b", 405e9, 405e9, 0.005, 0.005},
       {"llama2-70b", 68.98e9, 68.98e9, 0.001, 0.01},
@@ -35,8 +45,64 @@ TEST_CASE("CountParams: matches the published totals and active counts", "[model
     INFO(r.name);
     const ParamCounts c = CountParams(Load(r.name));
     CHECK(c.total == Approx(r.total).epsilon(r.tol_total));
-    CHECK(c.active == Approx(r.active).epsilon(r.tol_active));
+    const double embedding =
+        r.active_with_embedding ? static_cast<double>(Load(r.name).EmbeddingParams()) : 0;
+    CHECK(c.active + embedding == Approx(r.active).epsilon(r.tol_active));
   }
+}
+
+TEST_CASE(
+    "ParseModelConfig: Llama 4 interleaves MoE layers and attends in chunks on its RoPE layers; "
+    "Gemma 3 keeps one global layer in six and the defaults its config leaves out",
+    "[models]") {
+  const ModelArch maverick = Load("llama4-maverick");
+  CHECK(maverick.NumMoeLayers() == 24);
+  CHECK_FALSE(maverick.moe_layer[0]);
+  CHECK(maverick.moe_layer[1]);
+  CHECK(maverick.experts == 128);
+  CHECK(maverick.shared_experts == 1);
+  CHECK(maverick.intermediate == 16384);     // dense layers
+  CHECK(maverick.moe_intermediate == 8192);  // each expert
+  CHECK(maverick.NumSlidingLayers() == 36);  // three RoPE (chunked) layers in four
+  CHECK_FALSE(maverick.sliding_layer[3]);    // NoPE: the whole context
+  CHECK(maverick.sliding_window == 8192);
+  const ModelArch scout = Load("llama4-scout");
+  CHECK(scout.NumMoeLayers() == 48);
+  CHECK(scout.experts == 16);
+  // Without moe_layers and no_rope_layers: every interleave step-th layer, every fourth NoPE.
+  Json text = Json::parse(R"({"model_type": "llama4", "text_config": {"vocab_size": 1000,
+      "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32,
+      "intermediate_size_mlp": 128, "num_local_experts": 4, "num_experts_per_tok": 1,
+      "interleave_moe_layer_step": 2, "attention_chunk_size": 256}})");
+  auto derived = ParseModelConfig(text, "c.json");
+  REQUIRE(derived.ok());
+  CHECK(derived->model_type == "llama4_text");
+  CHECK(derived->NumMoeLayers() == 4);
+  CHECK(derived->moe_layer[1]);
+  CHECK(derived->NumSlidingLayers() == 6);
+  CHECK(derived->sliding_window == 256);
+  text["text_config"]["moe_layers"] = Json::array({1, 8});
+  CHECK(ParseModelConfig(text, "c.json").status().message() ==
+        "c.json: field 'moe_layers' = 8: must hold layer indices in [0, 8)");
+
+  const ModelArch gemma = Load("gemma3-27b");
+  CHECK(gemma.model_type == "gemma3_text");
+  CHECK(gemma.vocab == 262208);
+  CHECK(gemma.tie_embeddings);
+  CHECK(gemma.NumSlidingLayers() == 52);
+  CHECK_FALSE(gemma.sliding_layer[5]);
+  CHECK(gemma.sliding_window == 1024);
+  CHECK(gemma.KvValuesPerTokenPerLayer() == 2 * 16 * 128);
+
+  // Kimi K2: DeepSeek-V3's architecture under a model_type of its own.
+  const ModelArch kimi = Load("kimi-k2");
+  CHECK(kimi.attention == AttentionKind::kMla);
+  CHECK(kimi.experts == 384);
+  CHECK(kimi.NumMoeLayers() == 60);
+  CHECK(kimi.mtp_layers == 0);
+  CHECK(kimi.native_moe_weights == DType::kFp8);
+  CHECK(Load("gpt-oss-20b").NumSlidingLayers() == 12);
 }
 
 TEST_CASE("ParseModelConfig: DeepSeek-R1 reads MLA, shared experts, dense first layers and MTP",

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -43,10 +44,12 @@ Status List(const HardwareFlags& f) {
     std::printf("%s\n", all.dump(2).c_str());
     return Status::Ok();
   }
-  std::printf("%-10s %8s %8s %7s %7s %7s %9s %6s %6s %7s\n", "name", "HBM GB", "HBM TB/s",
+  int width = 10;  // the longest name
+  for (const auto* hw : catalog.All()) width = std::max(width, static_cast<int>(hw->name.size()));
+  std::printf("%-*s %8s %8s %7s %7s %7s %9s %6s %6s %7s\n", width, "name", "HBM GB", "HBM TB/s",
               "BF16 TF", "FP8 TF", "FP4 TF", "link GB/s", "domain", "W", "$/GPU-h");
   for (const auto* hw : catalog.All()) {
-    std::printf("%-10s %8.0f %8.2f %s %s %s %9.0f %6d %6.0f %7.2f\n", hw->name.c_str(),
+    std::printf("%-*s %8.0f %8.2f %s %s %s %9.0f %6d %6.0f %7.2f\n", width, hw->name.c_str(),
                 hw->memory_bytes / 1e9, hw->hbm_bytes_per_s / 1e12,
                 Peak(hw->peak_bf16_flops).c_str(), Peak(hw->peak_fp8_flops).c_str(),
                 Peak(hw->peak_fp4_flops).c_str(), hw->scale_up_bytes_per_s / 1e9,

@@ -164,6 +164,13 @@ constexpr Repo kRepos[] = {
     {"gpt-oss-120b", nullptr, "openai/gpt-oss-120b", "mxfp4"},
     {"qwen3-235b-a22b", nullptr, "Qwen/Qwen3-235B-A22B", "bf16"},
     {"mixtral-8x7b", nullptr, "mistralai/Mixtral-8x7B-Instruct-v0.1", "bf16"},
+    {"gpt-oss-20b", nullptr, "openai/gpt-oss-20b", "mxfp4"},
+    {"kimi-k2", nullptr, "moonshotai/Kimi-K2-Instruct", "fp8"},
+    {"qwen3-32b", nullptr, "Qwen/Qwen3-32B", "bf16"},
+    {"qwen3-30b-a3b", nullptr, "Qwen/Qwen3-30B-A3B", "bf16"},
+    {"llama4-scout", nullptr, "meta-llama/Llama-4-Scout-17B-16E-Instruct", "bf16"},
+    {"llama4-maverick", nullptr, "meta-llama/Llama-4-Maverick-17B-128E-Instruct", "bf16"},
+    {"gemma3-27b", nullptr, "google/gemma-3-27b-it", "bf16"},
 };
 
 }  // namespace
