@@ -141,7 +141,7 @@ Result<ModelArch> ParseModelConfig(const Json& document, const std::string& sour
       config["tie_word_embeddings"] = document["tie_word_embeddings"];
   }
   // Gemma 3's published text_config leaves these to transformers' Gemma3TextConfig defaults.
-  if (config.value("model_type", "") == "gemma3_text") {
+  if (config.contains("model_type") && config["model_type"] == "gemma3_text") {
     const std::pair<const char*, Json> defaults[] = {{"vocab_size", 262208},
                                                      {"sliding_window_pattern", 6},
                                                      {"max_position_embeddings", 131072},
