@@ -81,7 +81,8 @@ struct DecodeRate {
   double round_s = 0;
 };
 
-DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, int64_t batch) {
+DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, int64_t batch,
+                         bool prefill_on_one_rank = false) {
   const auto [pool, engine] = Decoding(r);
   const bool prefills = !r.spec.decode_pool && !engine.prefix_caching;
   const auto prompt = static_cast<int64_t>(w.input);
@@ -100,12 +101,14 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& 
     }
     models::PadToCudaGraph(ranks, sim::CudaGraphSizes(engine, *pool.time), 1 + engine.mtp_depth);
     if (prefills && prompt > 0) {
-      const double prompts = static_cast<double>(micro * (1 + engine.mtp_depth)) / w.output;
+      double prompts = static_cast<double>(micro * (1 + engine.mtp_depth)) / w.output;
+      if (prefill_on_one_rank) prompts *= static_cast<double>(ranks.size());
       const auto piece = static_cast<int64_t>((prompts - std::floor(prompts)) * w.input);
       for (auto& shape : ranks) {
         for (int64_t i = 0; i < static_cast<int64_t>(prompts); ++i)
           shape.Add({prompt, 0, false, false}, pool.sliding_window);
         if (piece > 0) shape.Add({piece, 0, false, false}, pool.sliding_window);
+        if (prefill_on_one_rank) break;
       }
     }
     double slowest = 0, crossing = 0;
@@ -144,15 +147,19 @@ double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w)
 // spread of contexts and prompts move the real figure either way.
 double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
                                 double tpot_limit_s) {
-  const double limit = tpot_limit_s * (1 + Decoding(r).engine.mtp_depth);
+  const auto [pool, engine] = Decoding(r);
+  const double limit = tpot_limit_s * (1 + engine.mtp_depth);
+  // Attention-DP ranks that do not balance prefill each take their prompts in steps of their own
+  // and every rank waits for the one prefilling: a step carries all the ranks' prompts on one.
+  const bool one = pool.ranks > 1 && !engine.adp_balance;
+  auto rate = [&](int64_t batch) { return FullBatchRate(r, w, batch, one); };
   int64_t lo = 1, hi = BatchCap(r, w.decode_context);
-  if (const DecodeRate full = FullBatchRate(r, w, hi); full.round_s <= limit)
-    return full.tokens_per_s;
+  if (const DecodeRate full = rate(hi); full.round_s <= limit) return full.tokens_per_s;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    (FullBatchRate(r, w, mid).round_s <= limit ? lo : hi) = mid;
+    (rate(mid).round_s <= limit ? lo : hi) = mid;
   }
-  return FullBatchRate(r, w, lo).tokens_per_s;
+  return rate(lo).tokens_per_s;
 }
 
 // A server-type candidate's QPS estimate under the TPOT limit (the bound where none is held).
