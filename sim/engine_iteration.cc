@@ -58,6 +58,8 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
 }
 
 void Engine::ShapeBatch(const Batch& batch, int64_t step) {
+  // The context a decode has grown by `step` steps into a fast-forwarded run (MTP: on average).
+  const int64_t decode_grown = std::llround(static_cast<double>(step) * mean_step_tokens_);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     shapes_[r] = models::BatchShape{};
     if (batch.cohort[r] >= 0) {
@@ -71,9 +73,8 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
-      const int64_t grown =
-          e.decode ? std::llround(static_cast<double>(step) * mean_step_tokens_) : step;
-      shapes_[r].Add({e.tokens, s.kv_len + grown, e.decode, samples}, pool_.sliding_window);
+      shapes_[r].Add({e.tokens, s.kv_len + (e.decode ? decode_grown : step), e.decode, samples},
+                     pool_.sliding_window);
     }
   }
   models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
