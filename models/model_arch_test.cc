@@ -82,6 +82,10 @@ TEST_CASE(
   CHECK(derived->moe_layer[1]);
   CHECK(derived->NumSlidingLayers() == 6);
   CHECK(derived->sliding_window == 256);
+  text["text_config"]["no_rope_layers"] = Json::array({1, 1, 1, 0});
+  CHECK(ParseModelConfig(text, "c.json").status().message() ==
+        "c.json: field 'no_rope_layers' = 4 entries: must list one flag per layer (8)");
+  text["text_config"].erase("no_rope_layers");
   text["text_config"]["moe_layers"] = Json::array({1, 8});
   CHECK(ParseModelConfig(text, "c.json").status().message() ==
         "c.json: field 'moe_layers' = 8: must hold layer indices in [0, 8)");

@@ -301,6 +301,12 @@ double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s
   return passes * tokens_per_pass / (fixed + per_pass * passes);
 }
 
+// The screen's rule, one place for the run that stops and the search that judges it in order:
+// a prediction that, raised by kScreenMargin, stays below `best` cannot beat it.
+bool ScreenedOut(double predicted_tokens_per_s, double best) {
+  return predicted_tokens_per_s > 0 && predicted_tokens_per_s * kScreenMargin < best;
+}
+
 struct OfflineOutcome {
   Probe run;
   double predicted_tokens_per_s = 0;  // from its first two runs, when both were short (else 0)
@@ -335,8 +341,7 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
           static_cast<double>(out.run.result.output_tokens) / static_cast<double>(passes);
       out.predicted_tokens_per_s =
           PredictedTokensPerS(last_passes, last_s, passes, s, tokens_per_pass, target_s);
-      if (beat > 0 && out.predicted_tokens_per_s > 0 &&
-          out.predicted_tokens_per_s * kScreenMargin < beat) {
+      if (ScreenedOut(out.predicted_tokens_per_s, beat)) {
         out.screened = true;
         return std::optional<double>();
       }
@@ -729,9 +734,7 @@ namespace {
 // The Offline screen (kScreenMargin): a candidate whose predicted full-length tokens/s cannot
 // beat `best` keeps its bound and prediction and loses its figures.
 void Screen(double best, CandidateResult* r) {
-  if (r->screened || !(r->predicted_tokens_per_s > 0) ||
-      !(r->predicted_tokens_per_s * kScreenMargin < best))
-    return;
+  if (r->screened || !ScreenedOut(r->predicted_tokens_per_s, best)) return;
   CandidateResult screened;
   screened.config = r->config;
   screened.bound = r->bound;
