@@ -40,6 +40,17 @@ std::vector<std::vector<double>> SumCdfs(const std::vector<double>& pmf, int64_t
   return cdfs;
 }
 
+// A guide table (Chen and Asau 1974) for drawing from `cdf` by inversion: entry g is the draw for
+// u = g / size, so a draw in bucket g starts there and steps only over the few values between.
+std::vector<int32_t> GuideTable(const std::vector<double>& cdf) {
+  std::vector<int32_t> guide(cdf.size());
+  for (size_t g = 0; g < guide.size(); ++g) {
+    const double u = static_cast<double>(g) / static_cast<double>(guide.size());
+    guide[g] = static_cast<int32_t>(std::upper_bound(cdf.begin(), cdf.end() - 1, u) - cdf.begin());
+  }
+  return guide;
+}
+
 }  // namespace
 
 Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
@@ -59,8 +70,10 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
   implicit_decode_ = config.implicit_decode && config.mtp_depth == 0;
-  if (config.mtp_depth > 0)
+  if (config.mtp_depth > 0) {
     accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
+    for (const std::vector<double>& cdf : accept_cdfs_) accept_guides_.push_back(GuideTable(cdf));
+  }
   mean_step_tokens_ = MeanStepTokens();
   graph_sizes_ = CudaGraphSizes(config_, *pool.time);
 }
@@ -126,11 +139,19 @@ double Engine::MeanStepTokens() const {
   return mean;
 }
 
-// One uniform draw against the CDF of `steps` steps' total.
+// One uniform draw against the CDF of `steps` steps' total: the first total whose CDF exceeds it
+// (the last if none), found from its guide-table bucket.
 int64_t Engine::AcceptedDrafts(int64_t steps) {
   if (config_.mtp_depth == 0) return 0;
   const std::vector<double>& cdf = accept_cdfs_[steps - 1];
-  return std::upper_bound(cdf.begin(), cdf.end() - 1, rng_->Uniform()) - cdf.begin();
+  const std::vector<int32_t>& guide = accept_guides_[steps - 1];
+  const double u = rng_->Uniform();
+  const size_t bucket = std::min(guide.size() - 1, static_cast<size_t>(u * guide.size()));
+  int64_t a = guide[bucket];
+  const auto last = static_cast<int64_t>(cdf.size()) - 1;
+  while (a < last && cdf[a] <= u) ++a;
+  while (a > 0 && cdf[a - 1] > u) --a;  // u * size rounded up into the next bucket
+  return a;
 }
 
 }  // namespace fathom::sim

@@ -2,6 +2,7 @@
 // caches that step together, an iteration-level scheduler, and pipeline stages.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "sim/config.h"
 #include "sim/kv_cache.h"
 #include "sim/sequence.h"
+#include "traces/request.h"
 
 namespace fathom::sim {
 
@@ -179,9 +181,19 @@ class Engine {
   void ReleaseAll(Rank& rank, Sequence& s);
   void RemoveRunning(Rank& rank, int64_t slot);
   void RemovePrefilling(Rank& rank, int64_t slot);
-  int64_t HeldTokens(const Sequence& s) const;  // tokens its KV blocks cover
+  // Tokens its KV blocks cover.
+  int64_t HeldTokens(const Sequence& s) const {
+    return s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
+  }
   // KV blocks a sequence owns once it holds `tokens` (pinned prefix blocks cover the rest).
-  int64_t OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const;
+  int64_t OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const {
+    return rank.kv->BlocksFor(tokens - s.pinned_prefix * traces::kPrefixBlockTokens);
+  }
+  // Blocks it must add to hold `tokens`: none, without dividing, while its blocks cover them.
+  int64_t BlocksToGrow(const Rank& rank, const Sequence& s, int64_t tokens) const {
+    if (tokens <= HeldTokens(s)) return 0;
+    return std::max<int64_t>(0, OwnedBlocksFor(rank, s, tokens) - s.owned_blocks);
+  }
 
   // Decode cohorts, EngineConfig::implicit_decode (engine_cohort.cc).
   void Join(Rank& rank, int cohort, int64_t slot);
@@ -196,8 +208,10 @@ class Engine {
   bool MemberOf(const Cohort& c, int cohort, const Sequence& s) const;
   bool Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
   bool Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
-  void PruneStale(int cohort, Cohort& c) const;          // drops stale entries off the queues' tops
-  bool Busy(const Rank& rank, const Sequence& s) const;  // in a batch in flight
+  void PruneStale(int cohort, Cohort& c) const;  // drops stale entries off the queues' tops
+  bool Busy(const Rank& rank, const Sequence& s) const {  // in a batch in flight
+    return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
+  }
 
   // Batch forming and attention-DP balance (engine_batch.cc).
   Balance DecideBalance() const;
@@ -239,6 +253,8 @@ class Engine {
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
   std::vector<std::vector<double>> accept_cdfs_;  // [k - 1]: P(drafts accepted over k steps <= a)
+  // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
+  std::vector<std::vector<int32_t>> accept_guides_;
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;

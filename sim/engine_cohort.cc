@@ -172,10 +172,6 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
   return target;
 }
 
-bool Engine::Busy(const Rank& rank, const Sequence& s) const {
-  return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
-}
-
 // The cohort took `steps` steps; members whose last token that was leave, in admission order.
 void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   Cohort& c = rank.cohorts[cohort];

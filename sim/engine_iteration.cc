@@ -49,8 +49,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
         batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
-      blocks += std::max<int64_t>(
-          0, OwnedBlocksFor(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s)) - s.owned_blocks);
+      blocks += BlocksToGrow(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s));
     }
     if (blocks > ranks_[r].kv->Available()) return 1;
   }
@@ -261,8 +260,10 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
         counters_.generated_tokens += produced;
         sampled = true;
         if (config_.admission == AdmissionPolicy::kGreedy) {
-          // Drafts that were rejected give back their blocks.
-          const int64_t keep = OwnedBlocksFor(rank, s, s.kv_len);
+          // Drafts that were rejected give back their blocks (none while the last one is used).
+          const int64_t keep = HeldTokens(s) - config_.block_tokens < s.kv_len
+                                   ? s.owned_blocks
+                                   : OwnedBlocksFor(rank, s, s.kv_len);
           if (s.owned_blocks > keep) {
             rank.kv->Release(s.owned_blocks - keep);
             s.owned_blocks = keep;

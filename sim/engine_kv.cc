@@ -14,14 +14,6 @@ void Engine::RemoveRunning(Rank& rank, int64_t slot) {
   rank.running.erase(std::next(it).base());
 }
 
-int64_t Engine::HeldTokens(const Sequence& s) const {
-  return s.owned_blocks * config_.block_tokens + s.pinned_prefix * traces::kPrefixBlockTokens;
-}
-
-int64_t Engine::OwnedBlocksFor(const Rank& rank, const Sequence& s, int64_t tokens) const {
-  return rank.kv->BlocksFor(tokens - s.pinned_prefix * traces::kPrefixBlockTokens);
-}
-
 void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
   auto it = std::find(rank.prefilling.begin(), rank.prefilling.end(), slot);
   if (it != rank.prefilling.end()) rank.prefilling.erase(it);
@@ -35,10 +27,8 @@ void Engine::ReleaseAll(Rank& rank, Sequence& s) {
 }
 
 bool Engine::Grow(Rank& rank, Sequence& s, int64_t tokens_after) {
-  if (tokens_after <= HeldTokens(s))
-    return true;  // the common decode step: room left in the last block
-  const int64_t need = OwnedBlocksFor(rank, s, tokens_after) - s.owned_blocks;
-  if (need <= 0) return true;
+  const int64_t need = BlocksToGrow(rank, s, tokens_after);  // mostly none: room in the last block
+  if (need == 0) return true;
   if (!rank.kv->Allocate(need)) return false;
   s.owned_blocks += need;
   return true;
