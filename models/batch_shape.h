@@ -36,6 +36,10 @@ struct BatchShape {
   // The iteration replays a captured CUDA graph (every rank of it: padded to the graph's batch
   // size); otherwise it runs eagerly and pays its launches on the host.
   bool cuda_graph = false;
+  // The share of the runtime's per-iteration host work (scheduling, input preparation) this
+  // iteration pays: 1 / N in a run of N decode steps scheduled at once (vLLM's multi-step
+  // scheduling, EngineConfig::scheduler_steps).
+  double host_share = 1;
 
   // `window` is the model's sliding window (0 when it has none).
   void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }

@@ -387,12 +387,13 @@ double CalibratedModel::AheadLaunchSeconds(int stage) const {
   return launches_ahead_ ? launch_s_[stage] : 0.0;
 }
 
-double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
-  // Host work happens once per iteration, before its first stage; an eager iteration's launches
-  // on every stage.
+double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
+                                        double host_share) const {
+  // Host work happens once per iteration, before its first stage (its share of a multi-step
+  // run's); an eager iteration's launches on every stage.
   const double eager = launches_ahead_ || cuda_graph ? 0.0 : launch_s_[stage];
-  return eager +
-         (stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0);
+  const double host = (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6;
+  return eager + (stage == 0 ? host * host_share : 0.0);
 }
 
 }  // namespace fathom::models

@@ -191,7 +191,8 @@ class CalibratedModel : public OperatorTimeModel {
 
  protected:
   double AheadLaunchSeconds(int stage) const override;
-  double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const override;
+  double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
+                         double host_share) const override;
 
  private:
   Hardware hw_;

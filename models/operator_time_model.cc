@@ -22,14 +22,17 @@ bool NoMoreWork(const BatchShape& a, const BatchShape& b) {
 namespace {
 
 // What an iteration's attention ranks share: the tokens their MoE layers route, the most
-// sequences on one rank (the host's work per sequence), and whether it replays a CUDA graph.
+// sequences on one rank (the host's work per sequence), whether it replays a CUDA graph and its
+// share of the host's per-iteration work.
 struct Group {
   int64_t tokens = 0, sequences = 0;
   bool cuda_graph = false;
+  double host_share = 1;
 };
 Group GroupOf(std::span<const BatchShape> ranks) {
   Group g;
   g.cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
+  g.host_share = !ranks.empty() ? ranks.front().host_share : 1.0;
   for (const auto& r : ranks) {
     g.tokens += r.tokens;
     g.sequences = std::max(g.sequences, r.sequences);
@@ -59,7 +62,7 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
   const double experts = Cached(expert_seconds_, group.tokens, stage, true);
   return FromSeconds(std::max(slowest + experts, AheadLaunchSeconds(stage)) +
-                     OverheadSeconds(stage, group.sequences, group.cuda_graph));
+                     OverheadSeconds(stage, group.sequences, group.cuda_graph, group.host_share));
 }
 
 StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int stage) const {
@@ -79,7 +82,7 @@ StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int 
   builder_.BuildExperts(group.tokens, stage, &scratch_);
   const double gpu = slowest + AddPriced(&c, 1.0);
   c.host = std::max(0.0, AheadLaunchSeconds(stage) - gpu) +
-           OverheadSeconds(stage, group.sequences, group.cuda_graph);
+           OverheadSeconds(stage, group.sequences, group.cuda_graph, group.host_share);
   return c;
 }
 

@@ -41,8 +41,10 @@ class OperatorTimeModel : public ExecutionTimeModel {
   // launches the next, so a stage takes the longer of its operators and its launches.
   virtual double AheadLaunchSeconds(int stage) const { return 0.0; }
   // Host time the GPU waits for (scheduling, sampling, handing out tokens, and launches that
-  // synchronise with the host), in an iteration replayed from a CUDA graph or run eagerly.
-  virtual double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph) const {
+  // synchronise with the host), in an iteration replayed from a CUDA graph or run eagerly that
+  // pays `host_share` of the per-iteration host work (BatchShape::host_share).
+  virtual double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
+                                 double host_share) const {
     return 0.0;
   }
 

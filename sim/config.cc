@@ -181,6 +181,8 @@ Status EngineConfig::Validate() const {
     if (std::abs(sum - 1) > 1e-6) return bad("acceptance_dist sum", sum, "must be 1");
   }
   if (draft_cost < 0) return bad("draft_cost", draft_cost, "must be >= 0");
+  if (scheduler_steps < 1 || scheduler_steps > 64)
+    return bad("scheduler_steps", static_cast<double>(scheduler_steps), "must be in [1, 64]");
   if (fast_forward < 1)
     return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
   if (adp_batching_wait_iters < 0)

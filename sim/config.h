@@ -74,6 +74,11 @@ struct EngineConfig {
   // them) are simulated as one batch: their times are evaluated at the first and last step and
   // summed linearly (decode cost grows linearly with context). 1 disables it.
   int64_t fast_forward = 64;
+  // vLLM V0's multi-step scheduling (num_scheduler_steps): once a batch only decodes, the
+  // scheduler runs it this many steps before it looks at the queue again, so a run of N decode
+  // steps pays the host's per-iteration work once (each step 1 / N of it) and new prompts wait
+  // for the run to end. 1: every iteration is scheduled on its own.
+  int scheduler_steps = 1;
   // Decoding sequences that step together advance implicitly (one counter per rank; completions
   // and KV-block crossings from a heap and per-phase counts), so an iteration costs O(changes),
   // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP

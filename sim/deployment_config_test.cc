@@ -130,6 +130,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
   const std::pair<std::string, std::string> cases[] = {
       {R"({"gpus": 0})", ": field 'gpus' = 0: must be in [1, 65536]"},
       {R"({"mtp": 17})", ": field 'mtp' = 17: must be in [0, 16]"},
+      {R"({"scheduler_steps": 0})", ": field 'scheduler_steps' = 0: must be in [1, 64]"},
       {R"({"runtime": "java"})", ": runtime = \"java\": unknown (one of python, cpp)"},
       {R"({"scheduler": "fifo"})",
        ": scheduler = \"fifo\": unknown (one of static, prefill-first, chunked, mixed, "
@@ -146,7 +147,8 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "
        "max_num_tokens, model, mtp, "
        "pp, prediction_sigma, preemption, "
-       "prefix_caching, queue_order, reserve, router, run, runtime, scheduler, stream_interval, "
+       "prefix_caching, queue_order, reserve, router, run, runtime, scheduler, scheduler_steps, "
+       "stream_interval, "
        "tp, "
        "weights)"},
       {R"({"queue_order": "random"})",

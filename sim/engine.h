@@ -255,6 +255,8 @@ class Engine {
   std::vector<std::vector<double>> accept_cdfs_;  // [k - 1]: P(drafts accepted over k steps <= a)
   // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
   std::vector<std::vector<int32_t>> accept_guides_;
+  int64_t multi_step_left_ = 0;  // decode steps left in the multi-step run (scheduler_steps)
+  double host_share_ = 1;        // of the host's per-iteration work, for ShapeBatch
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;

@@ -77,6 +77,7 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     }
   }
   models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
+  for (models::BatchShape& shape : shapes_) shape.host_share = host_share_;
 }
 
 bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
@@ -93,9 +94,15 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   double swap_bytes = 0;
   bool any = false;
   const Balance balance = DecideBalance();
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes, balance.hold);
-    any = any || batch.cohort[r] >= 0 || !batch.ranks[r].empty();
+  // Within a multi-step run only its decodes step; a run whose decoders all finished ends.
+  for (bool in_run = multi_step_left_ > 0;; in_run = false) {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes,
+                    balance.hold || in_run);
+      any = any || batch.cohort[r] >= 0 || !batch.ranks[r].empty();
+    }
+    if (any || !in_run) break;
+    multi_step_left_ = 0;
   }
   if (!any) {
     spare_batches_.push_back(std::move(batch));
@@ -103,7 +110,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   }
 
   int64_t tokens = 0, sequences = 0;
-  bool decodes = false;
+  bool decodes = false, prefills = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (batch.cohort[r] >= 0) {
       tokens += ranks_[r].cohorts[batch.cohort[r]].size();
@@ -114,6 +121,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
       (*slots_)[e.slot].in_flight = true;
       tokens += e.tokens;
       decodes = decodes || e.decode;
+      prefills = prefills || !e.decode;
     }
     sequences += static_cast<int64_t>(batch.ranks[r].size());
   }
@@ -123,10 +131,17 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     return SimTime(static_cast<int64_t>(pool_.time->StageTime(shapes_, stage).count() * draft));
   };
 
+  // A batch that only decodes starts or continues a multi-step run: each of its steps pays 1 / N
+  // of the host's per-iteration work, and it takes no more steps than the run has left.
+  const bool multi_step = config_.scheduler_steps > 1 && !prefills;
+  if (!multi_step) multi_step_left_ = 0;
+  if (multi_step && multi_step_left_ == 0) multi_step_left_ = config_.scheduler_steps;
+  host_share_ = multi_step ? 1.0 / config_.scheduler_steps : 1.0;
   ShapeBatch(batch, 0);
   int64_t steps = swap_bytes > 0 || config_.cost_breakdown
                       ? 1
                       : std::min(FastForwardSteps(batch), balance.max_steps);
+  if (multi_step) steps = std::min(steps, multi_step_left_);
   SimTime t = now;
   if (steps > 1) {
     // Stage s of step j takes first + slope * j; a step's stages run one after another (see
@@ -203,6 +218,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     peak_kv_utilization_ = std::max(peak_kv_utilization_, KvUtilization(static_cast<int>(r)));
   }
   AdvanceBalance(balance, steps);
+  if (multi_step) multi_step_left_ -= steps;
   *done = t;
   stage0_busy_ = true;
   batch.id = next_batch_id_++;

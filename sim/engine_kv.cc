@@ -98,6 +98,7 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
 
 std::vector<int64_t> Engine::Evacuate() {
   FATHOM_CHECK(Idle());
+  multi_step_left_ = 0;
   std::vector<int64_t> running, waiting;
   for (Rank& rank : ranks_) {
     for (int c = 0; c < static_cast<int>(rank.cohorts.size()); ++c) Dissolve(rank, c);

@@ -953,6 +953,40 @@ TEST_CASE("Simulator: decode-only iterations are padded to a captured CUDA graph
   CHECK(unpadded);
 }
 
+TEST_CASE(
+    "Simulator: multi-step scheduling runs N decode steps at 1 / N of the host work each, "
+    "prompts waiting for the run's end",
+    "[sim]") {
+  RecordingTime time;
+  SimulationSpec spec = SingleSlot(&time);
+  spec.engine.max_batch = 8;
+  spec.engine.fast_forward = 1;  // every step priced on its own
+  const traces::Request r{
+      .id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 20, .prefix_blocks = {}};
+  // Two prompts at once, a third 25 ms in: while the first run of decode steps goes on.
+  auto third_prefill = [&](int steps) {
+    spec.engine.scheduler_steps = steps;
+    time.calls.clear();
+    traces::Request late = r;
+    late.id = 2;
+    auto result = RunOk(spec, TimedSource(std::vector<std::pair<traces::Request, double>>{
+                                  {r, 0.0}, {r, 0.0}, {late, 0.025}}));
+    CHECK(result.completed_requests == 3);
+    int index = -1;
+    for (size_t i = 0; i < time.calls.size(); ++i) {
+      const models::BatchShape& shape = time.calls[i][0];
+      const bool decode_only = shape.prefill_tokens == 0;
+      CHECK(shape.host_share == (decode_only ? 1.0 / steps : 1.0));
+      if (i > 0 && !decode_only && index < 0) index = static_cast<int>(i);
+    }
+    return index;
+  };
+  // Each iteration takes 10 ms: the prompts at 0-10 ms, decodes from 10 ms. Scheduled one step at
+  // a time, the third prompt joins the step from 30 ms; in runs of four, the step from 50 ms.
+  CHECK(third_prefill(1) == 3);
+  CHECK(third_prefill(4) == 5);
+}
+
 TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's, then every 128 to the limit",
           "[sim]") {
   class Runtime : public RecordingTime {
