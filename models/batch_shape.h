@@ -40,6 +40,10 @@ struct BatchShape {
   // iteration pays: 1 / N in a run of N decode steps scheduled at once (vLLM's multi-step
   // scheduling, EngineConfig::scheduler_steps).
   double host_share = 1;
+  // The host prepared this iteration while the GPU ran the one before (vLLM V1's async
+  // scheduling, EngineConfig::async_scheduling): its host work overlaps the GPU's instead of
+  // adding to it.
+  bool host_ahead = false;
 
   // `window` is the model's sliding window (0 when it has none).
   void Add(const SequenceStep& s, int64_t window) { Accumulate(s, window, 1.0); }

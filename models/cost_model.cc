@@ -167,6 +167,7 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   for (const auto& item : j["params"].items()) {
     const std::string& key = item.key();
     const bool known = key == "cuda_graph_batch_sizes" || key == "stream_interval" ||
+                       key == "eager_launches_ahead" ||
                        std::ranges::any_of(kParamFields, [&](auto f) { return key == f.first; });
     if (known) continue;
     return Status::InvalidArgument(
@@ -179,6 +180,7 @@ Result<Calibration> CalibrationFromJson(const Json& j, const std::string& path) 
   for (const auto& [name, field] : kParamFields) p.*field = pf.Double(name, p.*field);
   p.cuda_graph_batch_sizes = pf.IntList("cuda_graph_batch_sizes", p.cuda_graph_batch_sizes);
   p.stream_interval = pf.Int("stream_interval", p.stream_interval);
+  p.eager_launches_ahead = pf.Bool("eager_launches_ahead", p.eager_launches_ahead);
   FATHOM_RETURN_IF_ERROR(pf.status());
   FATHOM_RETURN_IF_ERROR(p.Validate().WithContext(path));
   if (j.contains("stddev") && j["stddev"].is_object()) {
@@ -210,6 +212,7 @@ OrderedJson ToJson(const Calibration& c) {
   if (!p.cuda_graph_batch_sizes.empty())
     params["cuda_graph_batch_sizes"] = p.cuda_graph_batch_sizes;
   if (p.stream_interval > 0) params["stream_interval"] = p.stream_interval;
+  if (p.eager_launches_ahead) params["eager_launches_ahead"] = true;
   j["params"] = params;
   OrderedJson sd;
   for (int i = 0; i < CostParams::kNumFitted; ++i) sd[CostParams::kFitted[i]] = c.stddev[i];
@@ -293,6 +296,7 @@ CalibratedModel::CalibratedModel(const ModelArch& m, const Hardware& hw,
                                                      : params.per_sequence_overhead_us),
       response_s_(runtime == Runtime::kCpp ? 0.0 : params.response_us * 1e-6),
       launches_ahead_(runtime == Runtime::kCpp),
+      eager_ahead_(runtime != Runtime::kCpp && params.eager_launches_ahead),
       measured_(std::move(measured)) {
   set_monotone(measured_ == nullptr);
   const double launch_us = launches_ahead_ ? params.cpp_launch_us : params.eager_launch_us;
@@ -383,17 +387,18 @@ double CalibratedModel::OpSeconds(const Operator& op) const {
   return OperatorSeconds(op, hw_, p_, layout_.ep, measured_.get());
 }
 
-double CalibratedModel::AheadLaunchSeconds(int stage) const {
-  return launches_ahead_ ? launch_s_[stage] : 0.0;
+double CalibratedModel::AheadLaunchSeconds(int stage, bool cuda_graph) const {
+  return launches_ahead_ || (eager_ahead_ && !cuda_graph) ? launch_s_[stage] : 0.0;
 }
 
-double CalibratedModel::OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
-                                        double host_share) const {
-  // Host work happens once per iteration, before its first stage (its share of a multi-step
-  // run's); an eager iteration's launches on every stage.
-  const double eager = launches_ahead_ || cuda_graph ? 0.0 : launch_s_[stage];
-  const double host = (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6;
-  return eager + (stage == 0 ? host * host_share : 0.0);
+// Host work happens once per iteration, before its first stage; an eager iteration's launches
+// on every stage, unless they run ahead of the GPU (AheadLaunchSeconds).
+double CalibratedModel::EagerLaunchSeconds(int stage, bool cuda_graph) const {
+  return launches_ahead_ || eager_ahead_ || cuda_graph ? 0.0 : launch_s_[stage];
+}
+
+double CalibratedModel::HostSeconds(int stage, int64_t sequences) const {
+  return stage == 0 ? (host_iteration_us_ + host_per_sequence_us_ * sequences) * 1e-6 : 0.0;
 }
 
 }  // namespace fathom::models

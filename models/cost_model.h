@@ -97,6 +97,11 @@ struct CostParams {
   // path reads its routing counts back), so its launches do not run ahead of the GPU. Graph
   // replays pay none of it.
   double eager_launch_us = 10.0;
+  // Whether those eager launches run ahead of the GPU instead: a step that synchronises with the
+  // host only to read its sampled tokens back (vLLM's model runner on a dense model enqueues the
+  // whole forward pass, then samples), so an eager iteration takes the longer of its kernels and
+  // its launches, as the C++ runtime's does; its per-iteration host work still adds.
+  bool eager_launches_ahead = false;
   // The batch sizes a Python runtime captures CUDA graphs for (TensorRT-LLM's
   // cuda_graph_config.batch_sizes), when a deployment names none: the stack's.
   std::vector<int64_t> cuda_graph_batch_sizes;
@@ -190,9 +195,9 @@ class CalibratedModel : public OperatorTimeModel {
   int64_t StreamInterval() const override { return stream_interval_; }
 
  protected:
-  double AheadLaunchSeconds(int stage) const override;
-  double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
-                         double host_share) const override;
+  double AheadLaunchSeconds(int stage, bool cuda_graph) const override;
+  double EagerLaunchSeconds(int stage, bool cuda_graph) const override;
+  double HostSeconds(int stage, int64_t sequences) const override;
 
  private:
   Hardware hw_;
@@ -203,6 +208,7 @@ class CalibratedModel : public OperatorTimeModel {
   std::vector<int64_t> graph_sizes_;  // the Python runtime's
   int64_t stream_interval_ = 0;       // the Python front's
   bool launches_ahead_;               // the C++ runtime's: launches run ahead of the GPU
+  bool eager_ahead_;                  // a Python runtime's eager launches, where they run ahead
   std::vector<double> launch_s_;      // by stage: host time of an iteration's launches, when paid
   std::shared_ptr<const MeasuredGemms> measured_;
 };

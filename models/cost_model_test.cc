@@ -265,6 +265,54 @@ TEST_CASE("CalibratedModel: host time comes once per iteration, on the first pip
   CHECK(python_eager.Launches(0) + python_eager.Launches(1) > 80 * 10);
 }
 
+TEST_CASE(
+    "CalibratedModel: vLLM's host mechanisms: launches ahead, multi-step shares, async "
+    "scheduling",
+    "[models]") {
+  const Hardware hw = *(*HardwareCatalog::LoadBuiltin()).Find("mi300x");
+  const ModelArch model = *LoadModel("llama2-70b");
+  const ParallelLayout layout{1, 1, 1, 1, 1};
+  const Precision precision{DType::kFp8, DType::kFp8, DType::kFp8};
+  CostParams quiet;
+  quiet.iteration_overhead_us = quiet.per_sequence_overhead_us = quiet.eager_launch_us = 0;
+  BatchShape shape;
+  for (int i = 0; i < 64; ++i) shape.Add({1, 1000, true, true}, model.sliding_window);
+  const std::vector<BatchShape> ranks = {shape};
+  const double gpu =
+      ToSeconds(CalibratedModel(model, hw, layout, precision, quiet).StageTime(ranks, 0));
+  for (double launch_us : {50.0, 0.5}) {
+    INFO(launch_us << " us a launch");
+    CostParams p = quiet;
+    p.eager_launch_us = launch_us;
+    p.eager_launches_ahead = true;
+    const CalibratedModel ahead(model, hw, layout, precision, p);
+    const double launches = static_cast<double>(ahead.Launches(0)) * launch_us * 1e-6;
+    // Enqueued ahead, as the C++ runtime's: the longer of the kernels and their launches.
+    CHECK(ToSeconds(ahead.StageTime(ranks, 0)) == Approx(std::max(gpu, launches)).epsilon(1e-6));
+    std::vector<BatchShape> replayed = ranks;
+    replayed[0].cuda_graph = true;
+    CHECK(ahead.StageTime(replayed, 0) ==
+          CalibratedModel(model, hw, layout, precision, quiet).StageTime(replayed, 0));
+  }
+  // Host work: all of it per iteration, a multi-step run's share, or beside the GPU (async).
+  for (double host_us : {2000.0, 200000.0}) {
+    INFO(host_us << " us of host work");
+    CostParams p = quiet;
+    p.iteration_overhead_us = host_us;
+    const CalibratedModel m(model, hw, layout, precision, p);
+    std::vector<BatchShape> shared = ranks, beside = ranks;
+    shared[0].host_share = 0.25;
+    beside[0].host_ahead = true;
+    CHECK(ToSeconds(m.StageTime(ranks, 0)) == Approx(gpu + host_us * 1e-6).epsilon(1e-6));
+    CHECK(ToSeconds(m.StageTime(shared, 0)) == Approx(gpu + host_us * 0.25e-6).epsilon(1e-6));
+    CHECK(ToSeconds(m.StageTime(beside, 0)) == Approx(std::max(gpu, host_us * 1e-6)).epsilon(1e-6));
+    // The breakdown adds up to the same, the host part what the GPU waits for.
+    const StageCost c = m.StageCostOf(beside, 0);
+    CHECK(c.Total() == Approx(ToSeconds(m.StageTime(beside, 0))).epsilon(1e-6));
+    CHECK(c.host == Approx(std::max(0.0, host_us * 1e-6 - gpu)).margin(1e-9));
+  }
+}
+
 TEST_CASE("OperatorSeconds: FP4 and FP8 GEMMs run at their tensor cores' own fraction of peak",
           "[models]") {
   auto catalog = HardwareCatalog::LoadBuiltin();
@@ -809,8 +857,8 @@ TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the for
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.41, 2.5, 0.81,         9,  0.3, 0.2,
-              260,  0.6,  170,  0.4, 6.5,  0.15, 57,   33,  {1, 64, 512}, 20, {}};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.41, 2.5,  0.81,         9,  0.3, 0.2, 260,
+              0.6,  170,  0.4,  6.5, 0.15, 57,   33,   true, {1, 64, 512}, 20, {}};
   c.params.all_reduce.Add("h200", 8, 1 << 20, 19.6);
   c.params.all_reduce.Add("h200", 8, 256, 3.5);
   c.params.all_reduce.Add("b200", 4, 1 << 20, 9.8);

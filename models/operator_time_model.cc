@@ -23,15 +23,16 @@ namespace {
 
 // What an iteration's attention ranks share: the tokens their MoE layers route, the most
 // sequences on one rank (the host's work per sequence), whether it replays a CUDA graph and its
-// share of the host's per-iteration work.
+// share of the host's per-iteration work, and whether that work overlaps the GPU.
 struct Group {
   int64_t tokens = 0, sequences = 0;
-  bool cuda_graph = false;
+  bool cuda_graph = false, host_ahead = false;
   double host_share = 1;
 };
 Group GroupOf(std::span<const BatchShape> ranks) {
   Group g;
   g.cuda_graph = !ranks.empty() && ranks.front().cuda_graph;
+  g.host_ahead = !ranks.empty() && ranks.front().host_ahead;
   g.host_share = !ranks.empty() ? ranks.front().host_share : 1.0;
   for (const auto& r : ranks) {
     g.tokens += r.tokens;
@@ -41,6 +42,14 @@ Group GroupOf(std::span<const BatchShape> ranks) {
 }
 
 }  // namespace
+
+// An iteration whose GPU part (kernels and the launches it waits for) takes `gpu`, with its share
+// of the host's per-iteration work before it, or beside it when the host prepared it ahead.
+double OperatorTimeModel::WithHost(double gpu, int stage, int64_t sequences, double host_share,
+                                   bool host_ahead) const {
+  const double host = HostSeconds(stage, sequences) * host_share;
+  return host_ahead ? std::max(gpu, host) : gpu + host;
+}
 
 SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stage) const {
   const Group group = GroupOf(ranks);
@@ -61,8 +70,9 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   }
   // Every rank's GPU runs its share of the routed experts for the whole group's tokens.
   const double experts = Cached(expert_seconds_, group.tokens, stage, true);
-  return FromSeconds(std::max(slowest + experts, AheadLaunchSeconds(stage)) +
-                     OverheadSeconds(stage, group.sequences, group.cuda_graph, group.host_share));
+  const double gpu = std::max(slowest + experts, AheadLaunchSeconds(stage, group.cuda_graph)) +
+                     EagerLaunchSeconds(stage, group.cuda_graph);
+  return FromSeconds(WithHost(gpu, stage, group.sequences, group.host_share, group.host_ahead));
 }
 
 StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int stage) const {
@@ -81,8 +91,9 @@ StageCost OperatorTimeModel::StageCostOf(std::span<const BatchShape> ranks, int 
   c.imbalance = slowest - sum * share;
   builder_.BuildExperts(group.tokens, stage, &scratch_);
   const double gpu = slowest + AddPriced(&c, 1.0);
-  c.host = std::max(0.0, AheadLaunchSeconds(stage) - gpu) +
-           OverheadSeconds(stage, group.sequences, group.cuda_graph, group.host_share);
+  const double launched = std::max(gpu, AheadLaunchSeconds(stage, group.cuda_graph)) +
+                          EagerLaunchSeconds(stage, group.cuda_graph);
+  c.host = WithHost(launched, stage, group.sequences, group.host_share, group.host_ahead) - gpu;
   return c;
 }
 

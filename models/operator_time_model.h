@@ -39,17 +39,19 @@ class OperatorTimeModel : public ExecutionTimeModel {
   // Host time launching a stage's kernels ahead of the GPU: launches with no host
   // synchronisation between them are asynchronous, the GPU running each kernel while the host
   // launches the next, so a stage takes the longer of its operators and its launches.
-  virtual double AheadLaunchSeconds(int stage) const { return 0.0; }
-  // Host time the GPU waits for (scheduling, sampling, handing out tokens, and launches that
-  // synchronise with the host), in an iteration replayed from a CUDA graph or run eagerly that
-  // pays `host_share` of the per-iteration host work (BatchShape::host_share).
-  virtual double OverheadSeconds(int stage, int64_t sequences, bool cuda_graph,
-                                 double host_share) const {
-    return 0.0;
-  }
+  virtual double AheadLaunchSeconds(int stage, bool cuda_graph) const { return 0.0; }
+  // Launches the GPU waits for on `stage`: those of an eager iteration that synchronises with
+  // the host (none for a CUDA-graph replay).
+  virtual double EagerLaunchSeconds(int stage, bool cuda_graph) const { return 0.0; }
+  // The runtime's host work of an iteration of `sequences` (scheduling, input preparation,
+  // sampling, handing out tokens), before stage 0; BatchShape::host_share says how much of it one
+  // iteration pays, and host_ahead whether it overlaps the GPU.
+  virtual double HostSeconds(int stage, int64_t sequences) const { return 0.0; }
 
  private:
   double Priced() const;  // seconds of scratch_'s operators
+  double WithHost(double gpu, int stage, int64_t sequences, double host_share,
+                  bool host_ahead) const;
   // Adds scratch_'s operators to `c` by kind, times `scale`; returns their seconds (unscaled).
   double AddPriced(StageCost* c, double scale) const;
   double RankSeconds(const BatchShape& rank, int stage) const;

@@ -79,6 +79,9 @@ struct EngineConfig {
   // steps pays the host's per-iteration work once (each step 1 / N of it) and new prompts wait
   // for the run to end. 1: every iteration is scheduled on its own.
   int scheduler_steps = 1;
+  // vLLM V1's async scheduling: the host schedules and prepares the next iteration while the GPU
+  // runs this one, so an iteration takes the longer of its GPU time and its host work, not both.
+  bool async_scheduling = false;
   // Decoding sequences that step together advance implicitly (one counter per rank; completions
   // and KV-block crossings from a heap and per-phase counts), so an iteration costs O(changes),
   // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP

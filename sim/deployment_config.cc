@@ -235,6 +235,7 @@ void DeploymentFields(Io& io, Config& d) {
   io.Bool("prefix_caching", e.prefix_caching);
   io.IntIn("mtp", e.mtp_depth, 0, 16);
   io.IntIn("scheduler_steps", e.scheduler_steps, 1, 64, WrittenIf(e.scheduler_steps != 1));
+  io.Bool("async_scheduling", e.async_scheduling, WrittenIf(e.async_scheduling));
   io.Double("acceptance", e.acceptance);
   io.Double("draft_cost", e.draft_cost, WrittenIf(e.draft_cost != EngineConfig().draft_cost));
   io.Enum("router", d.router, ParseRouter);

@@ -141,7 +141,8 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
       {R"({"preemption": "drop"})", ": field 'preemption' = \"drop\": must be recompute or swap"},
       {R"({"admission": "lazy"})", ": field 'admission' = \"lazy\": must be greedy or reserve"},
       {R"({"typo": 1})",
-       ": field 'typo': unknown (known: acceptance, admission, adp_balance, attn_dp, block_size, "
+       ": field 'typo': unknown (known: acceptance, admission, adp_balance, async_scheduling, "
+       "attn_dp, block_size, "
        "chunk_size, cuda_graph_batch_sizes, decode_max_batch, dense_weights, disaggregated, "
        "draft_cost, ep, gemm_allreduce, gpus, "
        "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "

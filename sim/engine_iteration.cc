@@ -77,7 +77,10 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
     }
   }
   models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
-  for (models::BatchShape& shape : shapes_) shape.host_share = host_share_;
+  for (models::BatchShape& shape : shapes_) {
+    shape.host_share = host_share_;
+    shape.host_ahead = config_.async_scheduling;
+  }
 }
 
 bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,

@@ -618,6 +618,13 @@ void RegisterSimulate(CLI::App& app, Status* result) {
   dep(cmd->add_option("--draft-cost", e.draft_cost,
                       "One draft token's cost as a fraction of a step")
           ->capture_default_str());
+  dep(cmd->add_option("--scheduler-steps", e.scheduler_steps,
+                      "vLLM V0 multi-step scheduling: decode steps run at once, each paying 1 / N "
+                      "of the host's per-iteration work, new prompts waiting for the run's end")
+          ->capture_default_str());
+  dep(cmd->add_flag("--async-scheduling", e.async_scheduling,
+                    "vLLM V1 async scheduling: the host prepares the next iteration while the "
+                    "GPU runs this one"));
   dep(cmd->add_option("--stream-interval", e.stream_interval,
                       "Tokens per streamed response; each costs the stack's response_us in the "
                       "serving front (0: the stack's)")
