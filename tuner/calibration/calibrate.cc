@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -696,26 +697,42 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   std::vector<bool> cpp_row;
   for (const auto& r : rows)
     cpp_row.push_back(FindDeployment(setup_, r)->deployment.runtime == models::Runtime::kCpp);
-  // The least-squares problem over the parameters at `x` (held ones fixed, within bounds).
-  auto problem_at = [&](Params* x) {
+  // The least-squares problem over the free parameters of `x` (the held ones fixed, within
+  // bounds). Only the free ones are differenced: each costs two evaluations of every row.
+  std::vector<int> free_indices;
+  for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
+    if (!held[k]) free_indices.push_back(k);
+  }
+  struct FreeResidual {
+    RowsResidual full;
+    Params x;  // the held values
+    std::vector<int> free;
+    bool operator()(double const* const* z, double* residuals) const {
+      Params at = x;
+      for (size_t i = 0; i < free.size(); ++i) at[free[i]] = z[0][i];
+      const double* all = at.data();
+      return full(&all, residuals);
+    }
+  };
+  constexpr double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0,    0,
+                                                            0,    0,    0, 0.05, 0.05},
+                   upper[models::CostParams::kNumFitted] = {1.0,   1.0,   50000.0, 500.0, 50000.0,
+                                                            500.0, 100.0, 500.0,   1.0,   1.0};
+  auto problem_at = [&](const Params& x, std::vector<double>* z) {
+    z->clear();
+    for (int k : free_indices) z->push_back(x[k]);
     ceres::NumericDiffOptions diff;
     diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
-    auto* cost = new ceres::DynamicNumericDiffCostFunction<RowsResidual, ceres::CENTRAL>(
-        new RowsResidual(rows_residual), ceres::TAKE_OWNERSHIP, diff);
-    cost->AddParameterBlock(models::CostParams::kNumFitted);
+    auto* cost = new ceres::DynamicNumericDiffCostFunction<FreeResidual, ceres::CENTRAL>(
+        new FreeResidual{rows_residual, x, free_indices}, ceres::TAKE_OWNERSHIP, diff);
+    cost->AddParameterBlock(free_count);
     cost->SetNumResiduals(residuals);
     auto problem = std::make_unique<ceres::Problem>();
-    problem->AddResidualBlock(cost, nullptr, x->data());  // the residuals are robust already
-    const double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0, 0, 0, 0, 0, 0.05, 0.05},
-                 upper[models::CostParams::kNumFitted] = {1.0,   1.0,   50000.0, 500.0, 50000.0,
-                                                          500.0, 100.0, 500.0,   1.0,   1.0};
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-      problem->SetParameterLowerBound(x->data(), i, lower[i]);
-      problem->SetParameterUpperBound(x->data(), i, upper[i]);
+    problem->AddResidualBlock(cost, nullptr, z->data());  // the residuals are robust already
+    for (int i = 0; i < free_count; ++i) {
+      problem->SetParameterLowerBound(z->data(), i, lower[free_indices[i]]);
+      problem->SetParameterUpperBound(z->data(), i, upper[free_indices[i]]);
     }
-    if (!held_indices.empty())
-      problem->SetManifold(x->data(),
-                           new ceres::SubsetManifold(models::CostParams::kNumFitted, held_indices));
     return problem;
   };
   // Ceres from `x`, in place.
@@ -725,7 +742,9 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
     options.function_tolerance = 1e-4;
     ProgressCallback callback(progress);
     if (progress) options.callbacks.push_back(&callback);
-    ceres::Solve(options, problem_at(x).get(), summary);
+    std::vector<double> z;
+    ceres::Solve(options, problem_at(*x, &z).get(), summary);
+    for (int i = 0; i < free_count; ++i) (*x)[free_indices[i]] = z[i];
   };
   // The solver from each start; the result with the lower cost, Server capacity included.
   const Starts starts = BestStarts(rows_residual, start.params.Fitted(), cpp_row, held);
@@ -759,17 +778,17 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   cov_options.algorithm_type = ceres::DENSE_SVD;
   cov_options.null_space_rank = -1;
   ceres::Covariance covariance(cov_options);
-  const auto problem = problem_at(&x);
-  const std::vector<std::pair<const double*, const double*>> blocks = {{x.data(), x.data()}};
+  std::vector<double> z;
+  const auto problem = problem_at(x, &z);
+  const std::vector<std::pair<const double*, const double*>> blocks = {{z.data(), z.data()}};
   if (covariance.Compute(blocks, problem.get())) {
-    double cov[models::CostParams::kNumFitted * models::CostParams::kNumFitted];
-    covariance.GetCovarianceBlock(x.data(), x.data(), cov);
+    std::vector<double> cov(static_cast<size_t>(free_count) * free_count);
+    covariance.GetCovarianceBlock(z.data(), z.data(), cov.data());
     const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
     const double s2 = 2.0 * summary.final_cost / dof;
-    for (int i = 0; i < models::CostParams::kNumFitted; ++i) {
-      out.calibration.stddev[i] =
-          held[i] ? start.stddev[i]
-                  : std::sqrt(std::max(0.0, cov[i * models::CostParams::kNumFitted + i] * s2));
+    for (int i = 0; i < free_count; ++i) {
+      out.calibration.stddev[free_indices[i]] =
+          std::sqrt(std::max(0.0, cov[i * free_count + i] * s2));
     }
   }
   // Host costs of a runtime no row runs on: the fitted runtime's.
