@@ -102,12 +102,14 @@ Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& nam
                                  ")");
 }
 
-Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round) {
+Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round,
+                            const std::string& engine) {
   for (const Stack& s : stacks) {
-    if (std::find(s.calibrated_on.begin(), s.calibrated_on.end(), round) != s.calibrated_on.end())
+    if (s.engine == engine &&
+        std::find(s.calibrated_on.begin(), s.calibrated_on.end(), round) != s.calibrated_on.end())
       return s;
   }
-  return Status::InvalidArgument("no stack is calibrated on MLPerf " + round + " (" +
+  return Status::InvalidArgument("no " + engine + " stack is calibrated on MLPerf " + round + " (" +
                                  Names(stacks) + "): give --stack or --calibration");
 }
 

@@ -36,7 +36,9 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path);
 std::string DefaultStacksPath();  // models/stacks.json
 // `name` among `stacks`; an unknown name is an error listing the known ones.
 Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name);
-// The stack calibrated on MLPerf round `round` ("v5.1"); an error when none is.
-Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round);
+// The stack of `engine` ("TensorRT-LLM", "vLLM") calibrated on MLPerf round `round` ("v5.1");
+// an error when none is.
+Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round,
+                            const std::string& engine = "TensorRT-LLM");
 
 }  // namespace fathom::models

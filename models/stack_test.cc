@@ -36,17 +36,26 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
           c->params.cuda_graph_batch_sizes);
   }
   CHECK(DefaultCalibrationPath() == stacks->back().CalibrationPath());
-  // MLPerf ran the Llamas as TensorRT engines under the C++ executor, DeepSeek-R1 on PyTorch.
+  // MLPerf ran the Llamas as TensorRT engines under the C++ executor, DeepSeek-R1 on PyTorch;
+  // vLLM is a Python runtime for every model.
   for (const Stack& s : *stacks) {
-    CHECK(s.cpp_model_types == std::vector<std::string>{"llama", "mixtral"});
-    CHECK(s.ToJson().at("cpp_runtime_model_types").size() == 2);
+    INFO(s.name);
+    const bool trtllm = s.engine == "TensorRT-LLM";
+    CHECK(s.cpp_model_types ==
+          (trtllm ? std::vector<std::string>{"llama", "mixtral"} : std::vector<std::string>{}));
+    CHECK(s.ToJson().at("cpp_runtime_model_types").size() == (trtllm ? 2 : 0));
   }
+  CHECK(stacks->back().name == "trtllm-1.2");
   CHECK(StackForRound(*stacks, "v5.1")->name == "trtllm-1.0");
   CHECK(StackForRound(*stacks, "v6.0")->name == "trtllm-1.2");
+  CHECK(StackForRound(*stacks, "v5.1", "vLLM")->name == "vllm-0.9-rocm");
+  CHECK_THAT(StackForRound(*stacks, "v6.0", "vLLM").status().message(),
+             Catch::Contains("no vLLM stack is calibrated on MLPerf v6.0"));
   CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(),
-             Catch::Contains("no stack is calibrated on MLPerf v4.0"));
+             Catch::Contains("no TensorRT-LLM stack is calibrated on MLPerf v4.0"));
   CHECK_THAT(FindStack(*stacks, "vllm-9").status().message(),
-             Catch::Contains("--stack = \"vllm-9\": not a known stack (trtllm-1.0, trtllm-1.2"));
+             Catch::Contains(
+                 "--stack = \"vllm-9\": not a known stack (trtllm-1.0, vllm-0.9-rocm, trtllm-1.2"));
   // Each stack is its own calibration: v6.0's engine is not v5.1's.
   CHECK(LoadCalibration(stacks->front().CalibrationPath())->params.iteration_overhead_us !=
         LoadCalibration(stacks->back().CalibrationPath())->params.iteration_overhead_us);

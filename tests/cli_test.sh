@@ -156,7 +156,8 @@ expect 2 "--perf-db = \"$tmp/none.db\": no such file" -- simulate --samples 100 
 expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 100 --cost-model roofline --error-bars
 
 # Software stacks: each with its calibration; calibrate picks the one of its rows' round.
-expect 0 "trtllm-1.2   TensorRT-LLM   v6.0" -- stack list
+expect 0 "trtllm-1.2      TensorRT-LLM  v6.0    b200,h200" -- stack list
+expect 0 "vllm-0.9-rocm   vLLM          v5.1    mi300x,mi325x" -- stack list
 expect 0 '"calibrated_on": [' -- stack list --json
 expect 0 '"iteration_overhead_us"' -- stack show trtllm-1.0
 expect 0 "trtllm-1.2 / trtllm-1.0:" -- stack diff trtllm-1.0 trtllm-1.2

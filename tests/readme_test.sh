@@ -151,6 +151,25 @@ plus_span() { span "$tmp/oss.txt" "$1" "$2" | sed 's/-/% to +/'; }
 claim "Offline throughput comes out $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/oss.txt") high in the median (+$(plus_span 9 '$5 == "Offline"')%, $(all_high 9 '$5 == "Offline"'))"
 claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(plus_span '(NF-3)' '$5 == "Server"')%, $(all_high '(NF-3)' '$5 == "Server"'): their p99 TPOT at the published QPS $(span "$tmp/oss.txt" 15 '$5 == "Server"')% low); p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/oss.txt")"
 claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/oss.txt") in the median"
+# The vLLM rows: AMD's own v5.1 rows fitted vllm-0.9-rocm (the stack calibrate picks for them), the
+# partners' and v6.0's held out; TensorRT-LLM 1.0's physics on the same rows for comparison.
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv) >"$tmp/vllm51.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv --stack trtllm-1.0) >"$tmp/vllm51_trt.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv --stack vllm-0.9-rocm) >"$tmp/vllm60.txt" 2>&1
+sed -i -E 's/ +\(extrapolated\)$//' "$tmp/vllm51.txt" "$tmp/vllm51_trt.txt" "$tmp/vllm60.txt"
+claim "$(accuracy "$tmp/vllm51.txt" "vLLM v5.1 MI300X and MI325X: 41 rows, 30 never fitted" '`vllm-0.9-rocm`')"
+claim "$(accuracy "$tmp/vllm60.txt" "vLLM v6.0 (MI355X, MI300X, B200, H200): 34 held out" '`vllm-0.9-rocm`')"
+claim "Over the 41 rows: throughput $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm51.txt") in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm51.txt")), p99 latencies at the published QPS $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/vllm51.txt"), Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm51.txt")"
+claim "Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm51_trt.txt") in the median and Offline throughput $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm51_trt.txt")"
+# median_abs FILE FIELD FILTER: the median of |FIELD| over the rows matching FILTER, to one decimal.
+median_abs() {
+  awk "$3"' { v = $'"$2"'; if (v < 0) v = -v; print v }' "$1" | sort -g |
+    awk '{ a[NR] = $1 } END { printf "%.1f", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+claim "over the 30 held-out partner rows, capacity $(median_abs "$tmp/vllm51.txt" '(NF-3)' '$1 ~ /^[0-9]+$/ && $2 != "AMD" && $5 != "Offline"')% and Llama 2 70B Offline $(median_abs "$tmp/vllm51.txt" 9 '$2 != "AMD" && $4 == "llama2-70b-99" && $5 == "Offline"')%"
+claim "Mixtral's Offline rows come out $(span "$tmp/vllm51.txt" 9 '$4 == "mixtral-8x7b" && $5 == "Offline"')% fast"
+claim "their throughput comes out $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm60.txt") off in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm60.txt")) but Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm60.txt") high"
+claim "(TTFT $(span "$tmp/vllm60.txt" 12 '$5 != "Offline" && $1 ~ /^[0-9]+$/')% low, TPOT $(span "$tmp/vllm60.txt" 15 '$5 != "Offline" && $1 ~ /^[0-9]+$/')% low)"
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv --residuals-out "$tmp/res_v51h.csv") >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"

@@ -183,7 +183,8 @@ Result<Inputs> Load(const CalibrateFlags& f) {
         " (version column): give " + give);
   };
   if (f.setup.empty() && round.empty()) return mixed_rounds("--setup");
-  const std::string setup_path = f.setup.empty() ? tuner::DefaultSetupPath(round) : f.setup;
+  const std::string setup_path =
+      f.setup.empty() ? tuner::DefaultSetupPath(round, f.results) : f.setup;
   FATHOM_ASSIGN_OR_RETURN(in.setup, tuner::LoadCalibrationSetup(setup_path, f.samples, 1));
   for (const tuner::PublishedResult& row : in.rows) {
     if (tuner::FindDeployment(in.setup, row) != nullptr) continue;
@@ -207,7 +208,8 @@ Result<Inputs> Load(const CalibrateFlags& f) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
     } else {
       if (round.empty()) return mixed_rounds("--stack or --calibration");
-      FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round));
+      FATHOM_ASSIGN_OR_RETURN(
+          stack, models::StackForRound(stacks, round, tuner::ResultsEngine(f.results)));
     }
     in.calibration_path = stack.CalibrationPath();
     in.stack_name = stack.name;

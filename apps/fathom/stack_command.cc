@@ -43,10 +43,15 @@ Status List(const StackFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
-  std::printf("%-12s %-14s %-10s %s\n", "name", "engine", "MLPerf", "version");
+  // The GPUs each stack's fit saw (its calibration's fitted hardware); others extrapolate.
+  std::printf("%-15s %-13s %-7s %-15s %s\n", "name", "engine", "MLPerf", "fitted on", "version");
   for (const auto& s : stacks) {
-    std::printf("%-12s %-14s %-10s %s%s\n", s.name.c_str(), s.engine.c_str(), Rounds(s).c_str(),
-                s.version.c_str(), &s == &stacks.back() ? "  (default)" : "");
+    FATHOM_ASSIGN_OR_RETURN(models::Calibration c, models::LoadCalibration(s.CalibrationPath()));
+    std::string gpus;
+    for (const auto& h : c.fitted_hardware) gpus += (gpus.empty() ? "" : ",") + h;
+    std::printf("%-15s %-13s %-7s %-15s %s%s\n", s.name.c_str(), s.engine.c_str(),
+                Rounds(s).c_str(), gpus.c_str(), s.version.c_str(),
+                &s == &stacks.back() ? "  (default)" : "");
   }
   return Status::Ok();
 }

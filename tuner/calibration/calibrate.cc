@@ -54,8 +54,14 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
   return nullptr;
 }
 
-std::string DefaultSetupPath(const std::string& round) {
-  return DataDir() + "/models/calibration/published_deployments_" + round + ".json";
+std::string ResultsEngine(const std::string& results) {
+  const std::string name = std::filesystem::path(results).filename().string();
+  return name.rfind("mlperf_vllm_", 0) == 0 ? "vLLM" : "TensorRT-LLM";
+}
+
+std::string DefaultSetupPath(const std::string& round, const std::string& results) {
+  const std::string engine = ResultsEngine(results) == "vLLM" ? "vllm_" : "";
+  return DataDir() + "/models/calibration/published_deployments_" + engine + round + ".json";
 }
 
 Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path, Env* env) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/csv.h"
 #include "base/fault_injection_env.h"
 #include "base/files.h"
 #include "sim/mlperf.h"
@@ -281,6 +282,56 @@ TEST_CASE("FindDeployment: held-out systems run their own size of the same insta
   odd.scenario = "Server";
   odd.gpus = 16;
   CHECK(FindDeployment(*setup, odd) == nullptr);
+}
+
+TEST_CASE("FindDeployment: every vLLM row runs its harness's eight TP1 engines", "[tuner]") {
+  // AMD's harness (and llm-d's on NVIDIA) starts one vLLM engine per GPU; vLLM V0 without chunked
+  // prefill runs prompts before decodes, V1 chunks them.
+  int checked = 0;
+  for (const char* round : {"v5.1", "v6.0"}) {
+    const std::string dir = DataDir() + "/models/calibration/";
+    auto setup = LoadCalibrationSetup(dir + "published_deployments_vllm_" + round + ".json", 10, 1);
+    auto rows = LoadPublishedResults(dir + "mlperf_vllm_" + round + ".csv");
+    INFO(round);
+    REQUIRE(setup.ok());
+    REQUIRE(rows.ok());
+    for (const PublishedResult& row : *rows) {
+      INFO("line " << row.line << ": " << row.submitter << " " << row.accelerator << " "
+                   << row.model << " " << row.scenario);
+      CHECK(row.round == round);
+      const CalibrationSetup::Entry* e = FindDeployment(*setup, row);
+      REQUIRE(e != nullptr);
+      const sim::DeploymentConfig& d = e->deployment;
+      CHECK(d.TotalGpus() == 8);
+      CHECK(d.tp == 1);
+      CHECK(d.runtime == models::Runtime::kPython);
+      const bool v1 = (row.round == "v6.0" && row.accelerator != "mi300x") ||
+                      (row.accelerator == "mi325x" && row.scenario == "Interactive");
+      CHECK((d.engine.scheduler == sim::SchedulerKind::kChunked) == v1);
+      if (!v1) CHECK(d.engine.scheduler == sim::SchedulerKind::kPrefillFirst);
+      CHECK((d.weights == "fp4") == (row.accelerator == "mi355x" || row.model == "gpt-oss-120b"));
+      if (row.model == "llama2-70b-99" && row.scenario == "Server") {
+        CHECK(d.engine.max_batch == (row.accelerator == "mi300x"   ? 650
+                                     : row.accelerator == "mi325x" ? 1024
+                                                                   : 3096));
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 75);
+  // Each row names the LoadGen summary it was read from (the sources file, row for row).
+  std::ifstream sources(DataDir() + "/models/calibration/sources_vllm.csv");
+  std::string line;
+  std::vector<std::string_view> fields;
+  int summaries = 0;
+  std::getline(sources, line);  // the header
+  while (std::getline(sources, line)) {
+    SplitCsv(line, &fields);
+    REQUIRE(fields.size() >= 8);
+    CHECK(fields[7].ends_with("/performance/run_1/mlperf_log_summary.txt"));
+    ++summaries;
+  }
+  CHECK(summaries == checked);
 }
 
 TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tuner]") {

@@ -77,13 +77,14 @@ Result<std::vector<PublishedReference>> NearestPublished(const std::string& mode
       nearest = m.row.gpus;
   }
   std::vector<PublishedReference> out;
-  std::map<std::string, std::optional<CalibrationSetup>> setups;  // by round
+  std::map<std::string, std::optional<CalibrationSetup>> setups;  // by path
   for (auto& m : matching) {
     if (m.row.gpus != nearest) continue;
-    auto [it, fresh] = setups.try_emplace(m.row.round);
-    if (fresh && fs::exists(DefaultSetupPath(m.row.round))) {
+    const std::string setup_path = DefaultSetupPath(m.row.round, m.file);
+    auto [it, fresh] = setups.try_emplace(setup_path);
+    if (fresh && fs::exists(setup_path)) {
       // Only its deployments are used (it draws one sample of each workload).
-      auto setup = LoadCalibrationSetup(DefaultSetupPath(m.row.round), 1, 1);
+      auto setup = LoadCalibrationSetup(setup_path, 1, 1);
       if (setup.ok()) it->second = std::move(*setup);
     }
     if (it->second) {
