@@ -161,7 +161,7 @@ expect 0 "vllm-0.9-rocm   vLLM          v5.1    mi300x,mi325x" -- stack list
 expect 0 '"calibrated_on": [' -- stack list --json
 expect 0 '"iteration_overhead_us"' -- stack show trtllm-1.0
 expect 0 "trtllm-1.2 / trtllm-1.0:" -- stack diff trtllm-1.0 trtllm-1.2
-expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, trtllm-1.2)' -- tune --stack vllm
+expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, vllm-0.9-rocm, trtllm-1.2)' -- tune --stack vllm
 expect 2 "--stack and --calibration: give one" -- simulate --samples 100 --stack trtllm-1.0 --calibration "$root/models/calibration/trtllm-1.0.json"
 expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v6.0.csv" \
   --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
