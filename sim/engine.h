@@ -233,7 +233,8 @@ class Engine {
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   int64_t FastForwardSteps(const Batch& batch) const;
-  void ShapeBatch(const Batch& batch, int64_t step);
+  // The ranks' shapes `step` steps into the batch, each paying `host_share` of the host's work.
+  void ShapeBatch(const Batch& batch, int64_t step, double host_share);
 
   int id_;
   EngineRole role_;
@@ -256,7 +257,6 @@ class Engine {
   // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
   std::vector<std::vector<int32_t>> accept_guides_;
   int64_t multi_step_left_ = 0;  // decode steps left in the multi-step run (scheduler_steps)
-  double host_share_ = 1;        // of the host's per-iteration work, for ShapeBatch
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;

@@ -56,7 +56,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   return steps;
 }
 
-void Engine::ShapeBatch(const Batch& batch, int64_t step) {
+void Engine::ShapeBatch(const Batch& batch, int64_t step, double host_share) {
   // The context a decode has grown by `step` steps into a fast-forwarded run (MTP: on average).
   const int64_t decode_grown = std::llround(static_cast<double>(step) * mean_step_tokens_);
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -78,7 +78,7 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step) {
   }
   models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
   for (models::BatchShape& shape : shapes_) {
-    shape.host_share = host_share_;
+    shape.host_share = host_share;
     shape.host_ahead = config_.async_scheduling;
   }
 }
@@ -139,8 +139,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   const bool multi_step = config_.scheduler_steps > 1 && !prefills;
   if (!multi_step) multi_step_left_ = 0;
   if (multi_step && multi_step_left_ == 0) multi_step_left_ = config_.scheduler_steps;
-  host_share_ = multi_step ? 1.0 / config_.scheduler_steps : 1.0;
-  ShapeBatch(batch, 0);
+  const double host_share = multi_step ? 1.0 / config_.scheduler_steps : 1.0;
+  ShapeBatch(batch, 0, host_share);
   int64_t steps = swap_bytes > 0 || config_.cost_breakdown
                       ? 1
                       : std::min(FastForwardSteps(batch), balance.max_steps);
@@ -157,7 +157,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
       ff_first_[st] =
           static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
     }
-    ShapeBatch(batch, steps - 1);
+    ShapeBatch(batch, steps - 1, host_share);
     for (size_t st = 0; st < stages; ++st) {
       const double last =
           static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());

@@ -985,6 +985,10 @@ TEST_CASE(
   // a time, the third prompt joins the step from 30 ms; in runs of four, the step from 50 ms.
   CHECK(third_prefill(1) == 3);
   CHECK(third_prefill(4) == 5);
+  // Async scheduling marks every iteration's host work as prepared beside the GPU.
+  spec.engine.async_scheduling = true;
+  third_prefill(1);
+  for (const auto& ranks : time.calls) CHECK(ranks[0].host_ahead);
 }
 
 TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's, then every 128 to the limit",
