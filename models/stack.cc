@@ -1,10 +1,15 @@
 #include "models/stack.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "base/files.h"
 
 namespace fathom::models {
+
+bool Stack::RunsOn(const std::string& vendor) const {
+  return std::find(vendors.begin(), vendors.end(), vendor) != vendors.end();
+}
 
 std::string Stack::CalibrationPath() const { return DataDir() + "/" + calibration; }
 
@@ -12,11 +17,14 @@ OrderedJson Stack::ToJson() const {
   OrderedJson j;
   j["name"] = name;
   j["engine"] = engine;
+  j["vendors"] = vendors;
   j["version"] = version;
   j["calibrated_on"] = calibrated_on;
   j["calibration"] = calibration;
   j["fitted_on"] = {{"results", fitted_results}, {"rows", fitted_rows}};
   j["cpp_runtime_model_types"] = cpp_model_types;
+  j["search"] = {{"scheduler_steps", search.scheduler_steps},
+                 {"attention_dp_balance", search.attention_dp_balance}};
   j["features"] = features;
   j["sources"] = sources;
   return j;
@@ -63,6 +71,33 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path) {
       return Status::InvalidArgument(where + ": fitted_on: field 'rows': " +
                                      std::to_string(s.fitted_rows) + " (must be >= 1)");
     }
+    if (!e.contains("vendors") || !e["vendors"].is_array() || e["vendors"].empty() ||
+        !std::all_of(e["vendors"].begin(), e["vendors"].end(),
+                     [](const Json& v) { return v.is_string(); })) {
+      return Status::InvalidArgument(
+          where +
+          ": field 'vendors': missing (required non-empty array of GPU vendors, e.g. "
+          "[\"nvidia\"])");
+    }
+    for (const Json& v : e["vendors"]) s.vendors.push_back(v.get<std::string>());
+    if (e.contains("search")) {
+      JsonFields search(e["search"], where + ": search");
+      s.search.attention_dp_balance = search.Bool("attention_dp_balance", true);
+      const std::vector<int64_t> steps = search.IntList("scheduler_steps", {1});
+      FATHOM_RETURN_IF_ERROR(search.status());
+      s.search.scheduler_steps.clear();
+      for (int64_t n : steps) {
+        if (n < 1 || n > 64) {
+          return Status::InvalidArgument(where + ": search: field 'scheduler_steps': " +
+                                         std::to_string(n) + " (must be in [1, 64])");
+        }
+        s.search.scheduler_steps.push_back(static_cast<int>(n));
+      }
+      if (s.search.scheduler_steps.empty()) {
+        return Status::InvalidArgument(where +
+                                       ": search: field 'scheduler_steps': must not be empty");
+      }
+    }
     if (e.contains("cpp_runtime_model_types")) {
       const Json& types = e["cpp_runtime_model_types"];
       if (!types.is_array() ||
@@ -100,6 +135,54 @@ Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& nam
   }
   return Status::InvalidArgument("--stack = \"" + name + "\": not a known stack (" + Names(stacks) +
                                  ")");
+}
+
+Result<std::string> EngineNamed(const std::string& flag) {
+  if (flag == "trtllm") return std::string("TensorRT-LLM");
+  if (flag == "vllm") return std::string("vLLM");
+  if (flag == "sglang") return std::string("SGLang");
+  return Status::InvalidArgument("--engine = \"" + flag + "\": must be trtllm, vllm or sglang");
+}
+
+std::string EngineFlag(const std::string& engine) {
+  if (engine == "TensorRT-LLM") return "trtllm";
+  std::string flag = engine;
+  std::transform(flag.begin(), flag.end(), flag.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return flag;
+}
+
+Result<Stack> DefaultStack(const std::vector<Stack>& stacks, const std::string& engine,
+                           const std::string& vendor) {
+  for (auto it = stacks.rbegin(); it != stacks.rend(); ++it) {
+    if ((engine.empty() || it->engine == engine) && it->RunsOn(vendor)) return *it;
+  }
+  if (engine.empty()) return stacks.back();
+  std::string elsewhere;
+  for (const Stack& s : stacks) {
+    if (s.engine != engine) continue;
+    std::string where;
+    for (const auto& v : s.vendors) where += (where.empty() ? "" : ", ") + v;
+    elsewhere += (elsewhere.empty() ? "" : "; ") + s.name + " runs on " + where;
+  }
+  const std::string flag = "--engine = " + EngineFlag(engine) + ": ";
+  if (elsewhere.empty()) {
+    return Status::InvalidArgument(flag + "no " + engine + " stack is calibrated yet (" +
+                                   Names(stacks) +
+                                   "); --json's launch commands still give its "
+                                   "command for the deployment fathom chose");
+  }
+  return Status::InvalidArgument(flag + "no " + engine + " stack runs on " + vendor + " GPUs (" +
+                                 elsewhere + "): give --stack to extrapolate to them");
+}
+
+std::vector<std::string> EnginesOn(const std::vector<Stack>& stacks, const std::string& vendor) {
+  std::vector<std::string> out;
+  for (auto it = stacks.rbegin(); it != stacks.rend(); ++it) {
+    if (it->RunsOn(vendor) && std::find(out.begin(), out.end(), it->engine) == out.end())
+      out.push_back(it->engine);
+  }
+  return out;
 }
 
 Result<Stack> StackForRound(const std::vector<Stack>& stacks, const std::string& round,

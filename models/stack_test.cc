@@ -51,6 +51,16 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
   CHECK(StackForRound(*stacks, "v5.1", "vLLM")->name == "vllm-0.9-rocm");
   CHECK_THAT(StackForRound(*stacks, "v6.0", "vLLM").status().message(),
              Catch::Contains("no vLLM stack is calibrated on MLPerf v6.0"));
+  CHECK(DefaultStack(*stacks, "", "nvidia")->name == "trtllm-1.2");
+  CHECK(DefaultStack(*stacks, "", "amd")->name == "vllm-0.9-rocm");
+  CHECK(DefaultStack(*stacks, "", "intel")->name == "trtllm-1.2");  // runs nowhere: the newest
+  CHECK(DefaultStack(*stacks, "vLLM", "amd")->name == "vllm-0.9-rocm");
+  CHECK_FALSE(DefaultStack(*stacks, "vLLM", "nvidia").ok());
+  CHECK(EnginesOn(*stacks, "nvidia") == std::vector<std::string>{"TensorRT-LLM"});
+  CHECK(EnginesOn(*stacks, "amd") == std::vector<std::string>{"vLLM"});
+  CHECK(EnginesOn(*stacks, "intel").empty());
+  for (const char* flag : {"trtllm", "vllm", "sglang"})
+    CHECK(EngineFlag(*EngineNamed(flag)) == flag);
   CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(),
              Catch::Contains("no TensorRT-LLM stack is calibrated on MLPerf v4.0"));
   CHECK_THAT(FindStack(*stacks, "vllm-9").status().message(),
@@ -72,15 +82,17 @@ TEST_CASE("Stacks: a broken stacks file names the entry and the field", "[stack]
              Catch::Contains("stacks[0]") && Catch::Contains("'calibrated_on'"));
   std::ofstream(path)
       << R"({"stacks": [{"name": "a", "engine": "e", "version": "1", "calibration": "c.json",
-                              "calibrated_on": ["v1"], "fitted_on": {"results": "r.csv", "rows": 1}},
+                              "vendors": ["nvidia"], "calibrated_on": ["v1"],
+                              "fitted_on": {"results": "r.csv", "rows": 1}},
                              {"name": "a", "engine": "e", "version": "2", "calibration": "c.json",
-                              "calibrated_on": ["v2"], "fitted_on": {"results": "r.csv", "rows": 1}}]})";
+                              "vendors": ["nvidia"], "calibrated_on": ["v2"],
+                              "fitted_on": {"results": "r.csv", "rows": 1}}]})";
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("stacks[1]") && Catch::Contains("twice"));
   std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
                               "calibration": "c.json", "calibrated_on": ["v1"],
-                              "fitted_on": {"results": "r.csv", "rows": 1},
+                              "fitted_on": {"results": "r.csv", "rows": 1}, "vendors": ["nvidia"],
                               "cpp_runtime_model_types": ["llama", 7]}]})";
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
@@ -100,6 +112,22 @@ TEST_CASE("Stacks: a broken stacks file names the entry and the field", "[stack]
   bad = LoadStacks(path);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("fitted_on: field 'rows': 0"));
+  // Which GPUs its build runs on decides where it is the default.
+  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
+                              "calibration": "c.json", "calibrated_on": ["v1"],
+                              "fitted_on": {"results": "r.csv", "rows": 1}}]})";
+  bad = LoadStacks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("stacks[0]") && Catch::Contains("'vendors': missing"));
+  std::ofstream(path) << R"({"stacks": [{"name": "a", "engine": "e", "version": "1",
+                              "calibration": "c.json", "calibrated_on": ["v1"], "vendors": ["amd"],
+                              "fitted_on": {"results": "r.csv", "rows": 1},
+                              "search": {"scheduler_steps": [1, 65]}}]})";
+  bad = LoadStacks(path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        path + ": stacks[0]: search: field 'scheduler_steps': 65 (must be in [1, 64])");
   std::remove(path.c_str());
 }
 

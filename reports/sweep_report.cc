@@ -52,12 +52,19 @@ std::string LayoutLabel(const sim::DeploymentConfig& d) {
   layout +=
       " " + d.weights + (d.engine.mtp_depth > 0 ? " MTP" + std::to_string(d.engine.mtp_depth) : "");
   if (d.runtime == models::Runtime::kCpp) layout += " C++";  // TensorRT engines, C++ executor
+  // vLLM V0's multi-step scheduling: decode steps scheduled at once.
+  if (d.engine.scheduler_steps > 1)
+    layout += " " + std::to_string(d.engine.scheduler_steps) + " steps";
   return layout;
 }
 
-std::string LaunchMarkdown(const tuner::LaunchCommands& l) {
-  return "```sh\n" + Commands(l) + "```\n\n" + kTrtllmOptions + "\n\n```yaml\n" + l.trtllm_yaml +
-         "```\n";
+std::string LaunchMarkdown(const tuner::LaunchCommands& l, const std::string& engine) {
+  const std::string options =
+      std::string(kTrtllmOptions) + "\n\n```yaml\n" + l.trtllm_yaml + "```\n";
+  if (engine == "vLLM") return "```sh\n" + l.vllm + "\n```\n";
+  if (engine == "SGLang") return "```sh\n" + l.sglang + "\n```\n";
+  if (engine == "TensorRT-LLM") return "```sh\n" + l.trtllm + "\n```\n\n" + options;
+  return "```sh\n" + Commands(l) + "```\n\n" + options;
 }
 
 Table RankingTable(const std::vector<tuner::CandidateResult>& ranked, int top,

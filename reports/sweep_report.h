@@ -34,8 +34,10 @@ struct ReportOptions {
 std::string LayoutLabel(const sim::DeploymentConfig& d);
 
 // A deployment's launch commands (vLLM, SGLang, TensorRT-LLM) in a ```sh fence and TensorRT-LLM's
-// options file (extra.yaml) in a ```yaml fence: Markdown that reads as well on a terminal.
-std::string LaunchMarkdown(const tuner::LaunchCommands& l);
+// options file (extra.yaml) in a ```yaml fence: Markdown that reads as well on a terminal. With
+// an `engine` ("vLLM", as models::Stack names it), that engine's command alone: the one the
+// prediction is for.
+std::string LaunchMarkdown(const tuner::LaunchCommands& l, const std::string& engine = "");
 
 // The first `top` of `ranked` with their layouts, limits and metrics; costs at `usd_per_gpu_hour`
 // where it is > 0, else as stored. Offline candidates (no QPS) show "-" for QPS and TTFT p99: there

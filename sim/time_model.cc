@@ -4,7 +4,6 @@
 #include <filesystem>
 
 #include "models/roofline.h"
-#include "models/stack.h"
 
 namespace fathom::sim {
 
@@ -16,12 +15,13 @@ TimeModelFactory RooflineFactory() {
   };
 }
 
-Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& hardware) {
+Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const models::Hardware& gpu) {
   TimeModel out;
   if (f.cost_model == "roofline") {
-    if (!f.stack.empty() || !f.calibration.empty()) {
+    if (!f.stack.empty() || !f.calibration.empty() || !f.engine.empty()) {
       return Status::InvalidArgument(
-          "--stack and --calibration apply to the calibrated cost model, not the roofline");
+          "--engine, --stack and --calibration apply to the calibrated cost model, not the "
+          "roofline");
     }
     out.roofline = true;
     out.factory = RooflineFactory();
@@ -31,19 +31,32 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
     return Status::InvalidArgument("--cost-model = \"" + f.cost_model +
                                    "\": must be calibrated or roofline");
   }
+  std::string engine;
+  if (!f.engine.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(engine, models::EngineNamed(f.engine));
+  }
   std::string path = f.calibration;
   if (path.empty()) {
     FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
                             models::LoadStacks(models::DefaultStacksPath()));
-    models::Stack stack = stacks.back();
+    models::Stack stack;
     if (!f.stack.empty()) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
+      if (!engine.empty() && stack.engine != engine) {
+        return Status::InvalidArgument("--stack = " + stack.name + " is a " + stack.engine +
+                                       " stack, not --engine = " + f.engine + "'s");
+      }
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(stack, models::DefaultStack(stacks, engine, gpu.vendor));
     }
     path = stack.CalibrationPath();
     out.stack = stack.name;
+    out.engine = stack.engine;
+    out.search = stack.search;
     out.cpp_model_types = stack.cpp_model_types;
-  } else if (!f.stack.empty()) {
-    return Status::InvalidArgument("--stack and --calibration: give one");
+  } else if (!f.stack.empty() || !f.engine.empty()) {
+    return Status::InvalidArgument(std::string(f.stack.empty() ? "--engine" : "--stack") +
+                                   " and --calibration: give one");
   }
   FATHOM_ASSIGN_OR_RETURN(out.calibration, models::LoadCalibration(path));
   std::shared_ptr<const models::MeasuredGemms> measured;
@@ -53,12 +66,19 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const std::string& ha
       return Status::InvalidArgument("--perf-db = \"" + f.perf_db + "\": no such file");
     }
     FATHOM_ASSIGN_OR_RETURN(models::PerfDb db, models::PerfDb::Open(f.perf_db));
-    FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, hardware));
+    FATHOM_ASSIGN_OR_RETURN(models::MeasuredGemms gemms, models::MeasuredGemms::Load(db, gpu.name));
     measured = std::make_shared<const models::MeasuredGemms>(std::move(gemms));
   }
   out.measured = measured;
   out.factory = CalibratedFactory(out.calibration.params, measured);
   return out;
+}
+
+Result<TimeModel> MakeTimeModel(const TimeModelOptions& options,
+                                const models::HardwareCatalog& catalog,
+                                const std::string& hardware) {
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware gpu, catalog.Find(hardware));
+  return MakeTimeModel(options, gpu);
 }
 
 std::vector<models::Runtime> TimeModel::Runtimes(const std::string& model_type) const {

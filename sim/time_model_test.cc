@@ -6,7 +6,9 @@ namespace fathom::sim {
 
 TEST_CASE("MakeTimeModel: the newest stack's calibration by default; bad choices name the flags",
           "[sim]") {
-  auto calibrated = MakeTimeModel({}, "b200");
+  const auto catalog = models::HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  auto calibrated = MakeTimeModel({}, *catalog, "b200");
   INFO(calibrated.status().message());
   REQUIRE(calibrated.ok());
   CHECK_FALSE(calibrated->roofline);
@@ -20,21 +22,80 @@ TEST_CASE("MakeTimeModel: the newest stack's calibration by default; bad choices
   CHECK(calibrated->Runtimes("deepseek_v3") == std::vector<Runtime>{Runtime::kPython});
   TimeModelOptions o;
   o.cost_model = "roofline";
-  auto roofline = MakeTimeModel(o, "b200");
+  auto roofline = MakeTimeModel(o, *catalog, "b200");
   REQUIRE(roofline.ok());
   CHECK(roofline->roofline);
   CHECK(roofline->Runtimes("llama") == std::vector<Runtime>{Runtime::kPython});
   o.stack = calibrated->stack;
-  CHECK(MakeTimeModel(o, "b200").status().message() ==
-        "--stack and --calibration apply to the calibrated cost model, not the roofline");
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
+        "--engine, --stack and --calibration apply to the calibrated cost model, not the "
+        "roofline");
   o = {};
   o.cost_model = "fitted";
-  CHECK(MakeTimeModel(o, "b200").status().message() ==
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
         "--cost-model = \"fitted\": must be calibrated or roofline");
   o = {};
   o.perf_db = "/nonexistent/perf.db";
-  CHECK(MakeTimeModel(o, "b200").status().message() ==
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
         "--perf-db = \"/nonexistent/perf.db\": no such file");
+  CHECK(MakeTimeModel({}, *catalog, "h9000").status().message().find("h9000") != std::string::npos);
+}
+
+TEST_CASE(
+    "MakeTimeModel: the default stack is one whose build runs on the GPU, --engine picks an "
+    "engine's newest there, --stack wins",
+    "[sim]") {
+  const auto catalog = models::HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  auto nvidia = MakeTimeModel({}, *catalog, "b200");
+  REQUIRE(nvidia.ok());
+  CHECK(nvidia->stack == "trtllm-1.2");
+  CHECK(nvidia->engine == "TensorRT-LLM");
+  CHECK(nvidia->search.scheduler_steps == std::vector<int>{1});
+  CHECK(nvidia->search.attention_dp_balance);
+  // TensorRT-LLM runs on NVIDIA GPUs only: an AMD GPU gets vLLM on ROCm, with what its search
+  // tries (multi-step scheduling; no TensorRT-LLM attention-DP balancing).
+  auto amd = MakeTimeModel({}, *catalog, "mi300x");
+  REQUIRE(amd.ok());
+  CHECK(amd->stack == "vllm-0.9-rocm");
+  CHECK(amd->engine == "vLLM");
+  CHECK(amd->search.scheduler_steps == std::vector<int>{1, 7, 13});
+  CHECK_FALSE(amd->search.attention_dp_balance);
+  TimeModelOptions o;
+  o.engine = "trtllm";
+  CHECK(MakeTimeModel(o, *catalog, "h200")->stack == "trtllm-1.2");
+  CHECK(MakeTimeModel(o, *catalog, "mi325x").status().message() ==
+        "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs (trtllm-1.0 runs on nvidia; "
+        "trtllm-1.2 runs on nvidia): give --stack to extrapolate to them");
+  o.engine = "vllm";
+  CHECK(MakeTimeModel(o, *catalog, "mi355x")->stack == "vllm-0.9-rocm");
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
+        "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd): give "
+        "--stack to extrapolate to them");
+  o.engine = "sglang";
+  CHECK(
+      MakeTimeModel(o, *catalog, "b200")
+          .status()
+          .message()
+          .rfind("--engine = sglang: no SGLang stack is calibrated yet (trtllm-1.0, vllm-0.9-rocm, "
+                 "trtllm-1.2)",
+                 0) == 0);
+  o.engine = "tgi";
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
+        "--engine = \"tgi\": must be trtllm, vllm or sglang");
+  // A named stack wins (an extrapolation to GPUs its build does not run on), but must be of the
+  // engine asked for.
+  o = {};
+  o.stack = "vllm-0.9-rocm";
+  CHECK(MakeTimeModel(o, *catalog, "b200")->stack == "vllm-0.9-rocm");
+  o.engine = "trtllm";
+  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
+        "--stack = vllm-0.9-rocm is a vLLM stack, not --engine = trtllm's");
+  o = {};
+  o.engine = "vllm";
+  o.calibration = "models/calibration/vllm-0.9-rocm.json";
+  CHECK(MakeTimeModel(o, *catalog, "mi300x").status().message() ==
+        "--engine and --calibration: give one");
 }
 
 }  // namespace fathom::sim

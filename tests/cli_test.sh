@@ -167,6 +167,43 @@ expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/c
   --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
 expect 0 "stack trtllm-1.0 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v5.1.csv" --max-requests 1000
 expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
+# --engine: the newest stack of that engine whose build runs on the GPU; an AMD GPU's default is
+# vLLM on ROCm (TensorRT-LLM runs on NVIDIA's only), and its launch command is vLLM's.
+expect 0 ", stack vllm-0.9-rocm" -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8
+expect 2 "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd): give --stack to extrapolate to them" \
+  -- simulate --samples 100 --engine vllm
+expect 2 "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs" -- tune --hardware mi300x --engine trtllm
+expect 2 "--engine = sglang: no SGLang stack is calibrated yet" -- serve deepseek-r1 --engine sglang
+expect 2 "--stack = trtllm-1.2 is a TensorRT-LLM stack, not --engine = vllm's" -- calibrate \
+  --results "$root/models/calibration/mlperf_vllm_v5.1.csv" --engine vllm --stack trtllm-1.2
+expect 2 "--engine = \"tgi\": must be trtllm, vllm or sglang" -- tune --engine tgi
+amd_tune=(tune --model llama2-70b --hardware mi300x --gpus 8 --weights fp8 --kv fp8 --max-batch 256
+  --max-num-tokens 2048 --no-disagg --samples 2000)
+expect 0 "Engine: vLLM (stack vllm-0.9-rocm), the only one with a stack whose build runs on amd GPUs" -- "${amd_tune[@]}"
+expect 0 "Launch it on vLLM:" -- "${amd_tune[@]}"
+expect 0 " 13 steps " -- "${amd_tune[@]}" --top 20
+# Two engines on one GPU: tune runs each on its newest stack there and says which wins. A data
+# folder whose stacks add a vLLM stack for NVIDIA GPUs (TensorRT-LLM 1.0's calibration standing in).
+mkdir -p "$tmp/data/models"
+for e in "$root"/*; do [[ $(basename "$e") == models ]] || ln -s "$e" "$tmp/data/"; done
+for e in "$root"/models/*; do [[ $(basename "$e") == stacks.json ]] || ln -s "$e" "$tmp/data/models/"; done
+sed 's|"stacks": \[|"stacks": [{"name": "vllm-test", "engine": "vLLM", "vendors": ["nvidia"], "version": "test", "calibrated_on": ["v5.1"], "calibration": "models/calibration/trtllm-1.0.json", "fitted_on": {"results": "models/calibration/mlperf_v5.1.csv", "rows": 20}, "search": {"scheduler_steps": [1, 8], "attention_dp_balance": false}},|' \
+  "$root/models/stacks.json" >"$tmp/data/models/stacks.json"
+two_engines=(tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256
+  --max-num-tokens 4096 --no-disagg --samples 1000)
+out=$(FATHOM_DATA_DIR="$tmp/data" "$fathom" "${two_engines[@]}" 2>&1)
+if grep -qE "^Engines \(each its newest stack on nvidia GPUs\): TensorRT-LLM \(trtllm-1.2\) [0-9,]+ tokens/s, vLLM \(vllm-test\) [0-9,]+ tokens/s: (TensorRT-LLM|vLLM) wins by [0-9.]+%$" <<<"$out" &&
+   grep -qF "Launch it on " <<<"$out"; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: tune compares the engines that run on the GPU: $(grep -F Engine <<<"$out")"; failed=$((failed + 1))
+fi
+out=$(FATHOM_DATA_DIR="$tmp/data" "$fathom" "${two_engines[@]}" --engine vllm --json 2>&1)
+if [[ $(jq -r '.stack + " " + .best.engine + " " + (.engines | length | tostring)' <<<"$out") == "vllm-test vLLM 1" ]]; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: tune --engine vllm predicts with the engine's stack alone: $(jq -c '{stack, engines}' <<<"$out")"; failed=$((failed + 1))
+fi
 expect 2 '--free = "gemm": not a fitted parameter (gemm_efficiency, memory_efficiency' -- calibrate \
   --results "$root/models/calibration/mlperf_v5.1.csv" --fit --free gemm --max-requests 100
 

@@ -239,8 +239,8 @@ void Tunes(int repeat, const std::string& only) {
     const std::string name = StrFormat("tune_%s_%dx%s_%s", sys.model, sys.gpus, sys.hardware,
                                        std::string(sim::Name(sys.scenario)).c_str());
     if (name.find(only) == std::string::npos) continue;
-    // As `fathom tune` sets it up: the newest stack, and the runtimes it serves the model on.
-    const sim::TimeModel time_model = *sim::MakeTimeModel({}, sys.hardware);
+    // As `fathom tune` sets it up: the GPU's default stack, and what it offers the search.
+    const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, sys.hardware);
     tuner::TuneOptions o;
     o.space.model = sys.model;
     o.space.hardware = sys.hardware;
@@ -250,7 +250,7 @@ void Tunes(int repeat, const std::string& only) {
     o.benchmark = b->name;
     o.dataset = *traces::BenchmarkDataset(*b);
     o.make_time = time_model.factory;
-    o.space.runtimes = time_model.Runtimes(models::LoadModel(sys.model)->model_type);
+    tuner::FollowStack(time_model, models::LoadModel(sys.model)->model_type, &o.space);
     tuner::TuneResult r;
     const double s = Median(repeat, [&] { r = *tuner::Tune(o, *catalog); });
     const bool server = sys.scenario != sim::Scenario::kOffline;

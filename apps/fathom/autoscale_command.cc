@@ -40,7 +40,8 @@ Status Run(AutoscaleFlags f) {
   f.options.tpot_limit_ms = f.tpot_ms.value_or(mlperf ? mlperf->tpot_ms : 0);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(f.time_model, catalog, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(auto reader, OpenTraceWithFlags(f.trace, f.read));
   FATHOM_ASSIGN_OR_RETURN(std::vector<traces::Request> trace, traces::ReadAll(*reader));
   Result<tuner::AutoscaleResult> planned =

@@ -24,6 +24,7 @@ struct CalibrateFlags {
   std::string setup;
   std::string calibration;
   std::string stack;
+  std::string engine;  // trtllm, vllm, sglang; empty: the results file's
   std::vector<std::string> free_params;
   std::string out;
   std::string residuals_out;
@@ -204,12 +205,19 @@ Result<Inputs> Load(const CalibrateFlags& f) {
     FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
                             models::LoadStacks(models::DefaultStacksPath()));
     models::Stack stack;
+    std::string engine = tuner::ResultsEngine(f.results);
+    if (!f.engine.empty()) {
+      FATHOM_ASSIGN_OR_RETURN(engine, models::EngineNamed(f.engine));
+    }
     if (!f.stack.empty()) {
       FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
+      if (!f.engine.empty() && stack.engine != engine) {
+        return Status::InvalidArgument("--stack = " + stack.name + " is a " + stack.engine +
+                                       " stack, not --engine = " + f.engine + "'s");
+      }
     } else {
       if (round.empty()) return mixed_rounds("--stack or --calibration");
-      FATHOM_ASSIGN_OR_RETURN(
-          stack, models::StackForRound(stacks, round, tuner::ResultsEngine(f.results)));
+      FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round, engine));
     }
     in.calibration_path = stack.CalibrationPath();
     in.stack_name = stack.name;
@@ -217,8 +225,9 @@ Result<Inputs> Load(const CalibrateFlags& f) {
     if (fs::path(f.results).filename() == fs::path(stack.fitted_results).filename())
       in.stack_fitted_rows = static_cast<size_t>(stack.fitted_rows);
     in.stack_note = "stack " + stack.name + " (" + stack.engine + " " + stack.version + ")";
-  } else if (!f.stack.empty()) {
-    return Status::InvalidArgument("--stack and --calibration: give one");
+  } else if (!f.stack.empty() || !f.engine.empty()) {
+    return Status::InvalidArgument(std::string(f.stack.empty() ? "--engine" : "--stack") +
+                                   " and --calibration: give one");
   }
   FATHOM_ASSIGN_OR_RETURN(in.calibration, models::LoadCalibration(in.calibration_path));
   return in;
@@ -365,9 +374,12 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
       "models/calibration/published_deployments_ROUND.json for the rows' MLPerf round)");
   cmd->add_option("--calibration", f->calibration,
                   "Starting calibration file (default: --stack's)");
+  cmd->add_option("--engine", f->engine,
+                  "trtllm, vllm or sglang: the stack of that engine calibrated on the rows' MLPerf "
+                  "round (default: the engine that produced the rows, vLLM for mlperf_vllm_*.csv)");
   cmd->add_option("--stack", f->stack,
                   "Software stack whose calibration to use (fathom stack list; default: the one "
-                  "calibrated on the rows' MLPerf round)");
+                  "of --engine calibrated on the rows' MLPerf round)");
   cmd->add_option(
          "--free", f->free_params,
          "With --fit and --cross-validate: the parameters to fit, the others held (default: all)")

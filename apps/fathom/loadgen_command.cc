@@ -96,7 +96,7 @@ Status Run(LoadgenFlags f) {
     FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                             models::HardwareCatalog::Load(f.hardware_files));
     FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
-                            sim::MakeTimeModel(f.time_model, file.config.hardware));
+                            sim::MakeTimeModel(f.time_model, catalog, file.config.hardware));
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(file.config, catalog, time_model.factory));
     resolved->spec.scenario = f.sc;
     resolved->spec.benchmark = limits_model;

@@ -265,7 +265,7 @@ Status RunPlanCommand(OnlineFlags f) {
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
-                          sim::MakeTimeModel(f.time_model, plan.start.hardware));
+                          sim::MakeTimeModel(f.time_model, catalog, plan.start.hardware));
   FATHOM_ASSIGN_OR_RETURN(const sim::ResolvedPlan resolved,
                           sim::ResolvePlan(plan, catalog, time_model.factory));
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -411,7 +411,8 @@ Status RunOnlineCommand(OnlineFlags f) {
   }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(f.time_model, catalog, d.hardware));
 
   // Service levels: the flags, else the model's MLPerf Server limits.
   const auto mlperf = sim::MlperfLimits(d.model, sim::Scenario::kServer);

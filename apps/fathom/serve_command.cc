@@ -177,7 +177,8 @@ Status Run(const ServeFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(sim::DeploymentConfig d, BuildDeployment(f));
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(f.time_model, catalog, d.hardware));
   auto resolved = sim::Resolve(d, catalog, time_model.factory);
   // Without layout flags, a model that does not fit one GPU is served on the fewest GPUs of a
   // node (tensor parallel) that hold it, where vLLM would fail to start.

@@ -145,8 +145,12 @@ std::string AdoptRun(const std::optional<sim::RunRecord>& run, SimulateFlags* f)
   adopt("--trace", &f->trace, run->trace);
   adopt("--ttft-ms", &f->sc.ttft_limit_ms, run->ttft_limit_ms);
   adopt("--tpot-ms", &f->sc.tpot_limit_ms, run->tpot_limit_ms);
-  if (cmd.count("--calibration") == 0 && cmd.count("--cost-model") == 0) {
+  // --engine asks for another engine's physics: the file's stack gives way to it.
+  if (cmd.count("--calibration") == 0 && cmd.count("--cost-model") == 0 &&
+      cmd.count("--engine") == 0) {
     adopt("--stack", &f->time_model.stack, run->stack);
+  } else if (cmd.count("--engine") > 0 && cmd.count("--stack") == 0) {
+    changed += (changed.empty() ? "" : ", ") + std::string("--engine");
   }
   return changed.empty() ? "the run `fathom tune` scored, from " + f->deployment_file
                          : "the run from " + f->deployment_file + " with " + changed +
@@ -303,7 +307,8 @@ Status Run(SimulateFlags f) {
   const std::string run_from_file = AdoptRun(file.run, &f);
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.deployment.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(f.time_model, d.hardware));
+  FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
+                          sim::MakeTimeModel(f.time_model, catalog, d.hardware));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
 

@@ -24,11 +24,23 @@ struct StackFlags {
   std::vector<std::string> hardware_files;
 };
 
-std::string Rounds(const models::Stack& s) {
-  std::string out;
-  for (const auto& r : s.calibrated_on) out += (out.empty() ? "" : ", ") + r;
+// The GPU vendors on which `s` is the stack a run gets without --engine or --stack.
+std::vector<std::string> DefaultOn(const std::vector<models::Stack>& stacks,
+                                   const models::Stack& s) {
+  std::vector<std::string> out;
+  for (const auto& v : s.vendors) {
+    auto d = models::DefaultStack(stacks, "", v);
+    if (d.ok() && d->name == s.name) out.push_back(v);
+  }
   return out;
 }
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+std::string Rounds(const models::Stack& s) { return Join(s.calibrated_on); }
 
 Status List(const StackFlags& f) {
   FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
@@ -37,7 +49,7 @@ Status List(const StackFlags& f) {
     OrderedJson j = OrderedJson::array();
     for (const auto& s : stacks) {
       OrderedJson e = s.ToJson();
-      e["default"] = &s == &stacks.back();
+      e["default_on"] = DefaultOn(stacks, s);
       j.push_back(e);
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -51,7 +63,9 @@ Status List(const StackFlags& f) {
     for (const auto& h : c.fitted_hardware) gpus += (gpus.empty() ? "" : ",") + h;
     std::printf("%-15s %-13s %-7s %-15s %s%s\n", s.name.c_str(), s.engine.c_str(),
                 Rounds(s).c_str(), gpus.c_str(), s.version.c_str(),
-                &s == &stacks.back() ? "  (default)" : "");
+                DefaultOn(stacks, s).empty()
+                    ? ""
+                    : ("  (default on " + Join(DefaultOn(stacks, s)) + ")").c_str());
   }
   return Status::Ok();
 }
@@ -112,7 +126,7 @@ Status Diff(const StackFlags& f) {
   for (int i = 0; i < 2; ++i) {
     sim::TimeModelOptions tm;
     tm.stack = f.diff[i];
-    FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(tm, d.hardware));
+    FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model, sim::MakeTimeModel(tm, catalog, d.hardware));
     o.make_time = time_model.factory;
     FATHOM_ASSIGN_OR_RETURN(tuner::CandidateResult c, tuner::Evaluate(d, o, catalog));
     figure[i] = server ? c.qps : c.throughput_tokens_per_s;

@@ -24,7 +24,7 @@ struct SweepFlags {
 
 // A cell as `fathom tune` would run it, with the plan's shared settings as its flags.
 Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::SweepCell& cell,
-                                    WorkloadCache* cache) {
+                                    const models::HardwareCatalog& catalog, WorkloadCache* cache) {
   TuneInputs in;
   tuner::TuneOptions& o = in.options;
   o.space.model = cell.model;
@@ -50,7 +50,7 @@ Result<tuner::TuneOptions> CellTune(const tuner::SweepPlan& plan, const tuner::S
   in.trace = cell.trace;
   in.time_model.cost_model = plan.cost_model;
   in.time_model.stack = cell.stack;
-  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(std::move(in), cache));
+  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(std::move(in), catalog, cache));
   return std::move(setup.options);
 }
 
@@ -95,7 +95,7 @@ Status Run(const SweepFlags& f) {
   WorkloadCache workloads;
   const tuner::CellTune cell_tune = [&](const tuner::SweepPlan& plan,
                                         const tuner::SweepCell& cell) {
-    return CellTune(plan, cell, &workloads);
+    return CellTune(plan, cell, catalog, &workloads);
   };
   FATHOM_ASSIGN_OR_RETURN(auto summary, tuner::RunSweep(f.plan, options, cell_tune, catalog));
   if (!summary) return Status::Ok();  // an MPI rank that only computed

@@ -12,6 +12,7 @@
 #include "base/format.h"
 #include "base/json_fields.h"
 #include "models/hardware.h"
+#include "models/stack.h"
 #include "reports/breakdown.h"
 #include "reports/sweep_report.h"
 #include "sim/mlperf.h"
@@ -306,6 +307,64 @@ void PrintAdaptive(const tuner::AdaptiveResult& a, const std::string& plan_out) 
   }
 }
 
+// The engines a tune compares: without --engine, --stack or --calibration, each engine with a
+// stack whose build runs on the GPU (newest stack's first); else only the one asked for (empty:
+// the time model's own choice).
+Result<std::vector<std::string>> EnginesToTune(const TuneFlags& f,
+                                               const models::HardwareCatalog& catalog) {
+  const sim::TimeModelOptions& tm = f.in.time_model;
+  if (tm.cost_model != "calibrated" || !tm.engine.empty() || !tm.stack.empty() ||
+      !tm.calibration.empty() || f.capacity_qps > 0)
+    return std::vector<std::string>{""};
+  FATHOM_ASSIGN_OR_RETURN(models::Hardware gpu, catalog.Find(f.in.options.space.hardware));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                          models::LoadStacks(models::DefaultStacksPath()));
+  std::vector<std::string> engines = models::EnginesOn(stacks, gpu.vendor);
+  if (engines.empty()) engines = {""};  // no stack runs there: the time model's default
+  return engines;
+}
+
+// One engine's search, with what set it up.
+struct EngineTune {
+  std::string engine;  // as the stack names it; empty for a calibration file or the roofline
+  TuneSetup setup;
+  tuner::TuneResult res;
+  // The tune's objective at its best: Offline tokens/s, else QPS; 0 without a valid deployment.
+  double Figure(bool server) const {
+    if (res.ranked.empty()) return 0;
+    return server ? res.ranked.front().qps : res.ranked.front().throughput_tokens_per_s;
+  }
+};
+
+// "Engines: TensorRT-LLM (trtllm-1.2) 58,053 tokens/s, vLLM (...) 41,020 tokens/s: TensorRT-LLM
+// wins by 41.5%", or which single engine predicted and why no other did.
+std::string EnginesLine(const std::vector<EngineTune>& tunes, size_t winner, bool server,
+                        const std::string& vendor) {
+  const EngineTune& w = tunes[winner];
+  if (tunes.size() == 1) {
+    return "Engine: " + w.engine + " (stack " + w.setup.stack +
+           "), the only one with a stack whose build runs on " + vendor +
+           " GPUs (--engine or --stack to choose)\n";
+  }
+  std::string line = "Engines (each its newest stack on " + vendor + " GPUs):";
+  double runner_up = 0;
+  for (size_t i = 0; i < tunes.size(); ++i) {
+    const double x = tunes[i].Figure(server);
+    line += StrFormat(
+        "%s %s (%s) %s", i == 0 ? "" : ",", tunes[i].engine.c_str(), tunes[i].setup.stack.c_str(),
+        x > 0 ? (server ? StrFormat("%.2f QPS", x) : FormatCount(x) + " tokens/s").c_str()
+              : "no valid deployment");
+    if (i != winner) runner_up = std::max(runner_up, x);
+  }
+  if (runner_up > 0) {
+    line += StrFormat(": %s wins by %.1f%%", w.engine.c_str(),
+                      100.0 * (w.Figure(server) / runner_up - 1.0));
+  } else {
+    line += ": only " + w.engine + " has a valid deployment";
+  }
+  return line + "\n";
+}
+
 Status Run(TuneFlags f) {
   if (!(f.capacity_qps >= 0 && std::isfinite(f.capacity_qps))) {
     return Status::InvalidArgument(
@@ -313,17 +372,48 @@ Status Run(TuneFlags f) {
   }
   FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
                           models::HardwareCatalog::Load(f.hardware_files));
-  FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(f.in));
+  FATHOM_ASSIGN_OR_RETURN(const std::vector<std::string> engines, EnginesToTune(f, catalog));
+  std::vector<EngineTune> tunes;
+  for (const std::string& engine : engines) {
+    TuneInputs in = f.in;
+    if (!engine.empty()) in.time_model.engine = models::EngineFlag(engine);
+    FATHOM_ASSIGN_OR_RETURN(TuneSetup setup, SetUpTune(std::move(in), catalog));
+    tuner::TuneOptions& o = setup.options;
+    const bool server = o.space.scenario != sim::Scenario::kOffline;
+    if (!f.json && isatty(STDERR_FILENO)) o.progress = ProgressBar(server);
+    if (!f.json && tunes.empty()) std::fprintf(stderr, "fathom: %s\n", setup.workload_note.c_str());
+    if (f.capacity_qps > 0) {
+      f.in.options = std::move(o);
+      return Capacity(f, catalog);
+    }
+    FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
+    tunes.push_back({setup.time_model.engine, std::move(setup), std::move(res)});
+  }
+  const bool server = tunes.front().setup.options.space.scenario != sim::Scenario::kOffline;
+  size_t winner = 0;
+  for (size_t i = 1; i < tunes.size(); ++i) {
+    if (tunes[i].Figure(server) > tunes[winner].Figure(server)) winner = i;
+  }
+  std::string engines_line;
+  if (f.in.time_model.engine.empty() && f.in.time_model.stack.empty() &&
+      !tunes[winner].engine.empty()) {
+    engines_line =
+        EnginesLine(tunes, winner, server, catalog.Find(f.in.options.space.hardware)->vendor);
+  }
+  TuneSetup setup = std::move(tunes[winner].setup);
+  tuner::TuneResult res = std::move(tunes[winner].res);
+  OrderedJson engines_json = OrderedJson::array();
+  for (const EngineTune& t : tunes) {
+    if (t.engine.empty()) continue;
+    engines_json.push_back({{"engine", t.engine},
+                            {"stack", t.setup.stack},
+                            {server ? "qps" : "throughput_tokens_per_s", t.Figure(server)}});
+  }
   f.in.options = std::move(setup.options);
   tuner::TuneOptions& o = f.in.options;
-  const bool server = o.space.scenario != sim::Scenario::kOffline;
-  if (!f.json && isatty(STDERR_FILENO)) o.progress = ProgressBar(server);
   const std::string stack = setup.stack;
+  const std::string engine = setup.time_model.engine;
   const std::string workload_note = setup.workload_note;
-  if (!f.json) std::fprintf(stderr, "fathom: %s\n", workload_note.c_str());
-
-  if (f.capacity_qps > 0) return Capacity(f, catalog);
-  FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
 
   if (!f.frontier_csv.empty()) {
     reports::Table csv({{"tokens_per_s_per_gpu"},
@@ -432,6 +522,7 @@ Status Run(TuneFlags f) {
     b["run_s"] = best.run_s;
     b["error_bars"] = error_bars.json;
     if (best_json.contains("run")) b["run"] = best_json["run"];
+    b["engine"] = engine;
     b["launch"] = {{"vllm", launch.vllm},
                    {"sglang", launch.sglang},
                    {"trtllm", launch.trtllm},
@@ -439,6 +530,7 @@ Status Run(TuneFlags f) {
     j["best"] = b;
     j["workload"] = workload_note;
     j["stack"] = stack;
+    j["engines"] = engines_json;
     j["published"] = published.json;
     if (ours) {
       j["published"]["gpu_seconds_per_million_tokens"] = {
@@ -486,7 +578,8 @@ Status Run(TuneFlags f) {
       server ? StrFormat(" at %.2f QPS", best.qps).c_str() : "", best.cost_per_million_tokens,
       best.cost_per_million_tokens * best.throughput_tokens_per_s * 3600.0 / 1e6 /
           best.config.TotalGpus());
-  std::printf("%s%s%s", error_bars.text.c_str(), published.text.c_str(), no_breakdown.c_str());
+  std::printf("%s%s%s%s", engines_line.c_str(), error_bars.text.c_str(), published.text.c_str(),
+              no_breakdown.c_str());
   if (ours) {
     std::printf(
         "Where the GPU time goes, fathom's best against %s published configuration (each run "
@@ -519,7 +612,8 @@ Status Run(TuneFlags f) {
       best_json.dump().c_str());
   if (f.in.dataset_samples > 0)
     std::printf("(a data set drawn with --dataset-samples: simulate cannot repeat the run)\n");
-  std::printf("\nLaunch it:\n\n%s\n", reports::LaunchMarkdown(launch).c_str());
+  std::printf("\nLaunch it%s:\n\n%s\n", engine.empty() ? "" : (" on " + engine).c_str(),
+              reports::LaunchMarkdown(launch, engine).c_str());
   std::printf("Pareto frontier (tokens/s per GPU vs tokens/s per user): %zu points%s\n",
               res.frontier.size(),
               f.frontier_csv.empty() ? " (--frontier-csv FILE writes them)" : "");

@@ -20,7 +20,8 @@ Result<Workload> WorkloadCache::Load(const std::string& model, const std::string
   return loaded_.emplace(key, std::move(w)).first->second;
 }
 
-Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
+Result<TuneSetup> SetUpTune(TuneInputs in, const models::HardwareCatalog& catalog,
+                            WorkloadCache* cache) {
   TuneSetup out;
   tuner::TuneOptions& o = in.options;
   FATHOM_ASSIGN_OR_RETURN(o.space.scenario, sim::ParseScenario(in.scenario));
@@ -46,7 +47,7 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
   o.space.disaggregated = !in.no_disagg;
   o.prune = !in.no_prune;
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
-                          sim::MakeTimeModel(in.time_model, o.space.hardware));
+                          sim::MakeTimeModel(in.time_model, catalog, o.space.hardware));
   o.make_time = time_model.factory;
   out.stack = time_model.stack;
   out.time_model = time_model;
@@ -54,7 +55,7 @@ Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache) {
             : time_model.roofline     ? std::string("roofline")
                                       : in.time_model.calibration;
   FATHOM_ASSIGN_OR_RETURN(models::ModelArch arch, models::LoadModel(o.space.model));
-  o.space.runtimes = time_model.Runtimes(arch.model_type);
+  tuner::FollowStack(time_model, arch.model_type, &o.space);
   o.time_model_tag = in.time_model.cost_model + ":" + models::ToJson(time_model.calibration).dump();
 
   FATHOM_ASSIGN_OR_RETURN(Workload workload,

@@ -44,8 +44,9 @@ class WorkloadCache {
   std::map<std::string, Workload> loaded_;
 };
 
-// Checks the inputs and loads the workload (through `cache` where given) and time model; errors
-// name the flag and the rule.
-Result<TuneSetup> SetUpTune(TuneInputs in, WorkloadCache* cache = nullptr);
+// Checks the inputs and loads the workload (through `cache` where given) and the time model of
+// the GPU (in `catalog`); errors name the flag and the rule.
+Result<TuneSetup> SetUpTune(TuneInputs in, const models::HardwareCatalog& catalog,
+                            WorkloadCache* cache = nullptr);
 
 }  // namespace fathom::cli

@@ -60,6 +60,9 @@ std::string Vllm(const std::string& id, const sim::DeploymentConfig& d, const Po
   if (d.kv == "fp8") s += " --kv-cache-dtype fp8";
   s += StrFormat(" --gpu-memory-utilization %.2f", p.hbm_share);
   if (d.engine.prefix_caching) s += " --enable-prefix-caching";
+  if (d.engine.scheduler_steps > 1)
+    s += StrFormat(" --num-scheduler-steps %d", d.engine.scheduler_steps);
+  if (d.engine.async_scheduling) s += " --async-scheduling";
   if (d.engine.mtp_depth > 0) {
     s += StrFormat(
         " --speculative-config '{\"method\": \"deepseek_mtp\", \"num_speculative_tokens\": %d}'",

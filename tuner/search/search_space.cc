@@ -42,6 +42,13 @@ bool Fits(const models::ModelArch& m, const models::Hardware& hw, const models::
 
 }  // namespace
 
+void FollowStack(const sim::TimeModel& time_model, const std::string& model_type,
+                 SearchSpace* space) {
+  space->runtimes = time_model.Runtimes(model_type);
+  space->scheduler_steps = time_model.search.scheduler_steps;
+  space->adp_balance = time_model.search.attention_dp_balance;
+}
+
 std::string CandidateKey(const sim::DeploymentConfig& d) { return sim::ToJson(d).dump(); }
 
 Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog& catalog) {
@@ -133,6 +140,12 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
                 if (runtime == models::Runtime::kPython)
                   d.engine.max_concurrency = d.engine.MaxRunning(l.pp) * l.attn_dp;
                 out.feasible.push_back(d);
+                for (int steps : s.scheduler_steps) {
+                  if (steps == 1) continue;
+                  sim::DeploymentConfig multi = d;
+                  multi.engine.scheduler_steps = steps;
+                  out.feasible.push_back(multi);
+                }
                 if (s.adp_balance && l.attn_dp > 1) {
                   d.engine.adp_balance = true;
                   for (const AdpCounts& c : adp_counts) {

@@ -11,6 +11,7 @@
 #include "models/model_arch.h"
 #include "sim/config.h"
 #include "sim/deployment_config.h"
+#include "sim/time_model.h"
 
 namespace fathom::tuner {
 
@@ -50,7 +51,14 @@ struct SearchSpace {
   // The engine's host side: the Python runtime, and TensorRT engines under the C++ executor where
   // the stack serves the model so (sim::TimeModel::Runtimes) and the GPU is NVIDIA's.
   std::vector<models::Runtime> runtimes = {models::Runtime::kPython};
+  // vLLM V0's multi-step counts to try on aggregated layouts ({1}: none; the stack's).
+  std::vector<int> scheduler_steps = {1};
 };
+
+// What the predicting stack offers, in `space`: the runtimes it serves `model_type` on, its
+// multi-step counts, and whether it has TensorRT-LLM's attention-DP balancing.
+void FollowStack(const sim::TimeModel& time_model, const std::string& model_type,
+                 SearchSpace* space);
 
 struct Candidates {
   std::vector<sim::DeploymentConfig> feasible;

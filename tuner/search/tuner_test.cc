@@ -602,6 +602,47 @@ TEST_CASE("Enumerate: each runtime the stack offers, TensorRT engines without at
   for (const auto& d : amd->feasible) CHECK(d.runtime == models::Runtime::kPython);
 }
 
+TEST_CASE(
+    "Enumerate: a stack's multi-step counts copy each aggregated layout, disaggregated "
+    "pools untouched",
+    "[tuner]") {
+  SearchSpace space;
+  space.model = "llama2-70b";
+  space.hardware = "mi300x";
+  space.scenario = sim::Scenario::kServer;
+  auto single = Enumerate(space, Catalog());
+  REQUIRE(single.ok());
+  space.scheduler_steps = {1, 7, 13};
+  auto multi = Enumerate(space, Catalog());
+  REQUIRE(multi.ok());
+  int64_t aggregated = 0, disaggregated = 0;
+  for (const auto& d : single->feasible) (d.disaggregated ? disaggregated : aggregated) += 1;
+  REQUIRE(aggregated > 0);
+  REQUIRE(disaggregated > 0);
+  CHECK(static_cast<int64_t>(multi->feasible.size()) == 3 * aggregated + disaggregated);
+  std::map<int, int64_t> by_steps;
+  std::set<std::string> keys;
+  for (const auto& d : multi->feasible) {
+    ++by_steps[d.engine.scheduler_steps];
+    if (d.disaggregated) CHECK(d.engine.scheduler_steps == 1);
+    keys.insert(CandidateKey(d));
+  }
+  CHECK(by_steps ==
+        std::map<int, int64_t>{{1, aggregated + disaggregated}, {7, aggregated}, {13, aggregated}});
+  CHECK(keys.size() == multi->feasible.size());  // the count is part of a candidate's key
+  // The stack decides: vLLM on ROCm tries its multi-step counts and has no TensorRT-LLM
+  // attention-DP balancing; TensorRT-LLM the reverse.
+  SearchSpace followed;
+  FollowStack(*sim::MakeTimeModel({}, Catalog(), "mi300x"), "llama", &followed);
+  CHECK(followed.scheduler_steps == std::vector<int>{1, 7, 13});
+  CHECK_FALSE(followed.adp_balance);
+  FollowStack(*sim::MakeTimeModel({}, Catalog(), "b200"), "llama", &followed);
+  CHECK(followed.scheduler_steps == std::vector<int>{1});
+  CHECK(followed.adp_balance);
+  CHECK(followed.runtimes ==
+        std::vector<models::Runtime>{models::Runtime::kPython, models::Runtime::kCpp});
+}
+
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   o.space.disaggregated = false;
@@ -644,6 +685,14 @@ TEST_CASE("MakeLaunchCommands: the commands carry the chosen degrees and limits"
   CHECK(c.vllm.find("--max-num-seqs 512 --max-num-batched-tokens 4608") != std::string::npos);
   CHECK(c.vllm.find("--kv-cache-dtype fp8") != std::string::npos);
   CHECK(c.trtllm_yaml.find("attention_dp_config") == std::string::npos);
+  CHECK(c.vllm.find("--num-scheduler-steps") == std::string::npos);
+  CHECK(c.vllm.find("--async-scheduling") == std::string::npos);
+  // vLLM's multi-step and asynchronous scheduling, where the deployment uses them.
+  sim::DeploymentConfig stepped = d;
+  stepped.engine.scheduler_steps = 13;
+  stepped.engine.async_scheduling = true;
+  const LaunchCommands s = MakeLaunchCommands(stepped, Catalog());
+  CHECK(s.vllm.find(" --num-scheduler-steps 13 --async-scheduling") != std::string::npos);
   // Each engine's memory flag gives it the KV cache the memory plan holds: TensorRT-LLM a share
   // of the memory the weights leave (the deployment's when it names one), vLLM and SGLang a share
   // of HBM, rounded down to the hundredth.
