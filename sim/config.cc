@@ -183,6 +183,10 @@ Status EngineConfig::Validate() const {
   if (draft_cost < 0) return bad("draft_cost", draft_cost, "must be >= 0");
   if (scheduler_steps < 1 || scheduler_steps > 64)
     return bad("scheduler_steps", static_cast<double>(scheduler_steps), "must be in [1, 64]");
+  if (gate_steps < 0 || gate_steps > 1000)
+    return bad("gate_steps", static_cast<double>(gate_steps), "must be in [0, 1000]");
+  if (gate_min_running < 0)
+    return bad("gate_min_running", static_cast<double>(gate_min_running), "must be >= 0");
   if (fast_forward < 1)
     return bad("fast_forward", static_cast<double>(fast_forward), "must be >= 1");
   if (adp_batching_wait_iters < 0)

@@ -82,6 +82,13 @@ struct EngineConfig {
   // vLLM V1's async scheduling: the host schedules and prepares the next iteration while the GPU
   // runs this one, so an iteration takes the longer of its GPU time and its host work, not both.
   bool async_scheduling = false;
+  // AMD's admission gate (vLLM V1 as its MLPerf v6.0 harness patches the scheduler:
+  // VLLM_SUBSEQUENT_DECODE_STEPS, VLLM_MIN_REQUEST_DECODE_STEP): a step counter cycles
+  // 0..gate_steps, and while at least gate_min_running sequences run, waiting requests are admitted
+  // only on the steps where it is 0, so prompts join in bursts every gate_steps + 1 iterations.
+  // 0: no gate.
+  int gate_steps = 0;
+  int64_t gate_min_running = 0;
   // Decoding sequences that step together advance implicitly (one counter per rank; completions
   // and KV-block crossings from a heap and per-phase counts), so an iteration costs O(changes),
   // not O(running sequences). Same results as the explicit per-sequence path, which serves MTP

@@ -236,6 +236,8 @@ void DeploymentFields(Io& io, Config& d) {
   io.IntIn("mtp", e.mtp_depth, 0, 16);
   io.IntIn("scheduler_steps", e.scheduler_steps, 1, 64, WrittenIf(e.scheduler_steps != 1));
   io.Bool("async_scheduling", e.async_scheduling, WrittenIf(e.async_scheduling));
+  io.IntIn("gate_steps", e.gate_steps, 0, 1000, WrittenIf(e.gate_steps != 0));
+  io.Int("gate_min_running", e.gate_min_running, WrittenIf(e.gate_min_running != 0));
   io.Double("acceptance", e.acceptance);
   io.Double("draft_cost", e.draft_cost, WrittenIf(e.draft_cost != EngineConfig().draft_cost));
   io.Enum("router", d.router, ParseRouter);

@@ -131,6 +131,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
       {R"({"gpus": 0})", ": field 'gpus' = 0: must be in [1, 65536]"},
       {R"({"mtp": 17})", ": field 'mtp' = 17: must be in [0, 16]"},
       {R"({"scheduler_steps": 0})", ": field 'scheduler_steps' = 0: must be in [1, 64]"},
+      {R"({"gate_steps": -1})", ": field 'gate_steps' = -1: must be in [0, 1000]"},
       {R"({"runtime": "java"})", ": runtime = \"java\": unknown (one of python, cpp)"},
       {R"({"scheduler": "fifo"})",
        ": scheduler = \"fifo\": unknown (one of static, prefill-first, chunked, mixed, "
@@ -144,7 +145,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        ": field 'typo': unknown (known: acceptance, admission, adp_balance, async_scheduling, "
        "attn_dp, block_size, "
        "chunk_size, cuda_graph_batch_sizes, decode_max_batch, dense_weights, disaggregated, "
-       "draft_cost, ep, gemm_allreduce, gpus, "
+       "draft_cost, ep, gate_min_running, gate_steps, gemm_allreduce, gpus, "
        "hardware, kv, kv_free_fraction, kv_link_gb_per_s, max_batch, max_concurrency, "
        "max_num_tokens, model, mtp, "
        "pp, prediction_sigma, preemption, "

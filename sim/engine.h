@@ -216,14 +216,20 @@ class Engine {
   // Batch forming and attention-DP balance (engine_batch.cc).
   Balance DecideBalance() const;
   void AdvanceBalance(const Balance& b, int64_t steps);
+  // `hold_prefills`: decodes only; `admit_new` false: no waiting request joins (prefills already
+  // under way continue).
   void FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
-                     bool hold_prefills);
+                     bool hold_prefills, bool admit_new = true);
+  // Whether the admission gate (EngineConfig::gate_steps) keeps waiting requests out this
+  // iteration: the counter is not 0 and enough sequences run (with none running, the scheduler's
+  // empty steps pass the counter round at once).
+  bool GateClosed() const;
   // Whether a batch could form now: a request waits, or a running sequence is in no batch in
   // flight (conservative: per-sequence decoders always count). Pipelines ask at every stage-0 end.
   bool HasIdleWork() const;
   bool AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, int64_t* budget);
   void AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, int64_t* budget,
-                   bool whole_prompts, double* swap_bytes);
+                   bool whole_prompts, double* swap_bytes, bool admit_new = true);
   int stages() const { return static_cast<int>(stage_free_at_.size()); }
   int64_t MaxRunning() const { return config_.MaxRunning(stages()); }
   // Sequences the batch being formed may still take: a pipeline's microbatch holds max_batch.
@@ -257,6 +263,7 @@ class Engine {
   // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
   std::vector<std::vector<int32_t>> accept_guides_;
   int64_t multi_step_left_ = 0;  // decode steps left in the multi-step run (scheduler_steps)
+  int64_t gate_step_ = 0;        // the admission gate's counter, 0..gate_steps (0: open)
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;

@@ -81,7 +81,7 @@ int64_t Engine::Seats(const Rank& rank, const std::vector<Entry>& entries, int c
 }
 
 void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, int64_t* budget,
-                         bool whole_prompts, double* swap_bytes) {
+                         bool whole_prompts, double* swap_bytes, bool admit_new) {
   const int64_t chunk_cap = config_.chunk_size > 0 ? config_.chunk_size : config_.max_num_tokens;
   auto plan = [&](const Sequence& s) -> int64_t {
     const int64_t remaining = s.prefill_target - s.kv_len;
@@ -97,7 +97,7 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, in
     entries->push_back({slot, tokens, false});
     *budget -= tokens;
   }
-  const bool admit = config_.scheduler != SchedulerKind::kStatic;
+  const bool admit = admit_new && config_.scheduler != SchedulerKind::kStatic;
   while (admit && *budget > 0 && !rank.waiting.empty() && Seats(rank, *entries, cohort) > 0 &&
          static_cast<int64_t>(rank.running.size()) < MaxRunning()) {
     const int64_t slot = rank.waiting.front();
@@ -172,8 +172,15 @@ void Engine::AdvanceBalance(const Balance& b, int64_t steps) {
   }
 }
 
+bool Engine::GateClosed() const {
+  if (config_.gate_steps == 0 || gate_step_ == 0) return false;
+  int64_t running = 0;
+  for (const Rank& rank : ranks_) running += static_cast<int64_t>(rank.running.size());
+  return running > 0 && running >= config_.gate_min_running;
+}
+
 void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort, double* swap_bytes,
-                           bool hold_prefills) {
+                           bool hold_prefills, bool admit_new) {
   int64_t budget = config_.max_num_tokens;
   if (hold_prefills) {
     AddDecodes(rank, entries, cohort, &budget);
@@ -182,14 +189,14 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
   switch (config_.scheduler) {
     case SchedulerKind::kChunked:
       AddDecodes(rank, entries, cohort, &budget);
-      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes, admit_new);
       break;
     case SchedulerKind::kMixed:
       AddDecodes(rank, entries, cohort, &budget);
-      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes, admit_new);
       break;
     case SchedulerKind::kPrefillFirst:
-      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes, admit_new);
       if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
     case SchedulerKind::kDecodeFirst: {
@@ -198,7 +205,7 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
       if (decoding > 0 && (crowded || rank.waiting.empty())) {
         AddDecodes(rank, entries, cohort, &budget);
       } else {
-        AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes);
+        AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/true, swap_bytes, admit_new);
         if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       }
       break;
@@ -210,7 +217,7 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
                Admit(rank, rank.waiting.front(), swap_bytes)) {
         }
       }
-      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes);
+      AddPrefills(rank, entries, *cohort, &budget, /*whole_prompts=*/false, swap_bytes, admit_new);
       if (entries->empty()) AddDecodes(rank, entries, cohort, &budget);
       break;
   }
@@ -225,7 +232,7 @@ void Engine::FormRankBatch(Rank& rank, std::vector<Entry>* entries, int* cohort,
     budget = config_.max_num_tokens;
     AddDecodes(rank, entries, cohort, &budget);
     AddPrefills(rank, entries, *cohort, &budget, config_.scheduler != SchedulerKind::kChunked,
-                swap_bytes);
+                swap_bytes, admit_new);
   }
 }
 

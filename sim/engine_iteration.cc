@@ -97,11 +97,12 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   double swap_bytes = 0;
   bool any = false;
   const Balance balance = DecideBalance();
+  const bool gate_closed = GateClosed();
   // Within a multi-step run only its decodes step; a run whose decoders all finished ends.
   for (bool in_run = multi_step_left_ > 0;; in_run = false) {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       FormRankBatch(ranks_[r], &batch.ranks[r], &batch.cohort[r], &swap_bytes,
-                    balance.hold || in_run);
+                    balance.hold || in_run, !gate_closed);
       any = any || batch.cohort[r] >= 0 || !batch.ranks[r].empty();
     }
     if (any || !in_run) break;
@@ -145,6 +146,10 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
                       ? 1
                       : std::min(FastForwardSteps(batch), balance.max_steps);
   if (multi_step) steps = std::min(steps, multi_step_left_);
+  // A closed gate with requests waiting: stop at the step where it opens.
+  if (gate_closed && std::any_of(ranks_.begin(), ranks_.end(),
+                                 [](const Rank& rank) { return !rank.waiting.empty(); }))
+    steps = std::min<int64_t>(steps, config_.gate_steps + 1 - gate_step_);
   SimTime t = now;
   if (steps > 1) {
     // Stage s of step j takes first + slope * j; a step's stages run one after another (see
@@ -222,6 +227,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   }
   AdvanceBalance(balance, steps);
   if (multi_step) multi_step_left_ -= steps;
+  if (config_.gate_steps > 0) gate_step_ = (gate_step_ + steps) % (config_.gate_steps + 1);
   *done = t;
   stage0_busy_ = true;
   batch.id = next_batch_id_++;

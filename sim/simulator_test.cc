@@ -991,6 +991,48 @@ TEST_CASE(
   for (const auto& ranks : time.calls) CHECK(ranks[0].host_ahead);
 }
 
+TEST_CASE(
+    "Simulator: AMD's admission gate lets new requests join every N + 1 iterations while enough "
+    "run",
+    "[sim]") {
+  RecordingTime time;
+  SimulationSpec spec = SingleSlot(&time);
+  spec.engine.max_batch = 8;
+  const traces::Request r{
+      .id = 0, .arrival_s = {}, .input_tokens = 10, .output_tokens = 40, .prefix_blocks = {}};
+  // Two prompts at once, a third at 25 ms, while the first two decode (10 ms an iteration).
+  double third_ttft_ms = 0;  // the slowest first token: the third prompt's
+  auto third_prefill = [&](int gate_steps, int64_t min_running, int64_t fast_forward) {
+    spec.engine.gate_steps = gate_steps;
+    spec.engine.gate_min_running = min_running;
+    spec.engine.fast_forward = fast_forward;
+    time.calls.clear();
+    traces::Request late = r;
+    late.id = 2;
+    auto result = RunOk(spec, TimedSource(std::vector<std::pair<traces::Request, double>>{
+                                  {r, 0.0}, {r, 0.0}, {late, 0.025}}));
+    CHECK(result.completed_requests == 3);
+    third_ttft_ms = result.ttft_p99_ms;
+    int64_t step = 0, index = -1;
+    for (size_t i = 0; i < time.calls.size() && index < 0; ++i) {
+      if (i > 0 && time.calls[i][0].prefill_tokens > 0) index = step;
+      step += 1;
+    }
+    return index;
+  };
+  // Ungated, the third prompt joins the step from 30 ms (the fourth iteration, index 3). With a
+  // counter cycling 0..4 (opened at iterations 0, 5, 10, ...), it waits for index 5.
+  CHECK(third_prefill(0, 0, 1) == 3);
+  CHECK(third_ttft_ms == Approx(15.0));
+  CHECK(third_prefill(4, 0, 1) == 5);
+  CHECK(third_ttft_ms == Approx(35.0));
+  // Fast-forwarded decode runs stop where the gate opens: the same first token.
+  third_prefill(4, 0, 64);
+  CHECK(third_ttft_ms == Approx(35.0));
+  // Fewer running than the gate's minimum: it stays open.
+  CHECK(third_prefill(4, 3, 1) == 3);
+}
+
 TEST_CASE("CudaGraphSizes: the deployment's own, else the runtime's, then every 128 to the limit",
           "[sim]") {
   class Runtime : public RecordingTime {

@@ -627,6 +627,14 @@ void RegisterSimulate(CLI::App& app, Status* result) {
                       "vLLM V0 multi-step scheduling: decode steps run at once, each paying 1 / N "
                       "of the host's per-iteration work, new prompts waiting for the run's end")
           ->capture_default_str());
+  dep(cmd->add_option("--gate-steps", e.gate_steps,
+                      "AMD's vLLM admission gate: new requests join only every N + 1 iterations "
+                      "while --gate-min-running sequences run (VLLM_SUBSEQUENT_DECODE_STEPS)")
+          ->capture_default_str());
+  dep(cmd->add_option("--gate-min-running", e.gate_min_running,
+                      "With --gate-steps: below this many running sequences new requests always "
+                      "join (VLLM_MIN_REQUEST_DECODE_STEP)")
+          ->capture_default_str());
   dep(cmd->add_flag("--async-scheduling", e.async_scheduling,
                     "vLLM V1 async scheduling: the host prepares the next iteration while the "
                     "GPU runs this one"));
