@@ -17,6 +17,9 @@ struct StackSearch {
   // the engine has none.
   std::vector<int> scheduler_steps = {1};
   bool attention_dp_balance = true;  // TensorRT-LLM's attention-DP balancing exists
+  // vLLM V1's async scheduling on every candidate (sim::EngineConfig::async_scheduling): the
+  // host's work beside the GPU's, never slower in the model.
+  bool async_scheduling = false;
 };
 
 struct Stack {

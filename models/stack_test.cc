@@ -49,12 +49,11 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
   CHECK(StackForRound(*stacks, "v5.1")->name == "trtllm-1.0");
   CHECK(StackForRound(*stacks, "v6.0")->name == "trtllm-1.2");
   CHECK(StackForRound(*stacks, "v5.1", "vLLM")->name == "vllm-0.9-rocm");
-  CHECK_THAT(StackForRound(*stacks, "v6.0", "vLLM").status().message(),
-             Catch::Contains("no vLLM stack is calibrated on MLPerf v6.0"));
+  CHECK(StackForRound(*stacks, "v6.0", "vLLM")->name == "vllm-0.14-rocm");
   CHECK(DefaultStack(*stacks, "", "nvidia")->name == "trtllm-1.2");
-  CHECK(DefaultStack(*stacks, "", "amd")->name == "vllm-0.9-rocm");
+  CHECK(DefaultStack(*stacks, "", "amd")->name == "vllm-0.14-rocm");
   CHECK(DefaultStack(*stacks, "", "intel")->name == "trtllm-1.2");  // runs nowhere: the newest
-  CHECK(DefaultStack(*stacks, "vLLM", "amd")->name == "vllm-0.9-rocm");
+  CHECK(DefaultStack(*stacks, "vLLM", "amd")->name == "vllm-0.14-rocm");
   CHECK_FALSE(DefaultStack(*stacks, "vLLM", "nvidia").ok());
   CHECK(EnginesOn(*stacks, "nvidia") == std::vector<std::string>{"TensorRT-LLM"});
   CHECK(EnginesOn(*stacks, "amd") == std::vector<std::string>{"vLLM"});
@@ -64,8 +63,8 @@ TEST_CASE("Stacks: each shipped stack has a calibration, the newest is the defau
   CHECK_THAT(StackForRound(*stacks, "v4.0").status().message(),
              Catch::Contains("no TensorRT-LLM stack is calibrated on MLPerf v4.0"));
   CHECK_THAT(FindStack(*stacks, "vllm-9").status().message(),
-             Catch::Contains(
-                 "--stack = \"vllm-9\": not a known stack (trtllm-1.0, vllm-0.9-rocm, trtllm-1.2"));
+             Catch::Contains("--stack = \"vllm-9\": not a known stack (trtllm-1.0, vllm-0.9-rocm, "
+                             "vllm-0.14-rocm, trtllm-1.2"));
   // Each stack is its own calibration: v6.0's engine is not v5.1's.
   CHECK(LoadCalibration(stacks->front().CalibrationPath())->params.iteration_overhead_us !=
         LoadCalibration(stacks->back().CalibrationPath())->params.iteration_overhead_us);

@@ -53,32 +53,41 @@ TEST_CASE(
   CHECK(nvidia->engine == "TensorRT-LLM");
   CHECK(nvidia->search.scheduler_steps == std::vector<int>{1});
   CHECK(nvidia->search.attention_dp_balance);
-  // TensorRT-LLM runs on NVIDIA GPUs only: an AMD GPU gets vLLM on ROCm, with what its search
-  // tries (multi-step scheduling; no TensorRT-LLM attention-DP balancing).
+  CHECK_FALSE(nvidia->search.async_scheduling);
+  // TensorRT-LLM runs on NVIDIA GPUs only: an AMD GPU gets the newest vLLM on ROCm, with what its
+  // search tries (V1's async scheduling; no TensorRT-LLM attention-DP balancing), and the older
+  // build by name its multi-step counts.
   auto amd = MakeTimeModel({}, *catalog, "mi300x");
   REQUIRE(amd.ok());
-  CHECK(amd->stack == "vllm-0.9-rocm");
+  CHECK(amd->stack == "vllm-0.14-rocm");
   CHECK(amd->engine == "vLLM");
-  CHECK(amd->search.scheduler_steps == std::vector<int>{1, 7, 13});
+  CHECK(amd->search.scheduler_steps == std::vector<int>{1});
+  CHECK(amd->search.async_scheduling);
   CHECK_FALSE(amd->search.attention_dp_balance);
   TimeModelOptions o;
+  o.stack = "vllm-0.9-rocm";
+  auto v0 = MakeTimeModel(o, *catalog, "mi300x");
+  REQUIRE(v0.ok());
+  CHECK(v0->search.scheduler_steps == std::vector<int>{1, 7, 13});
+  CHECK_FALSE(v0->search.async_scheduling);
+  o = {};
   o.engine = "trtllm";
   CHECK(MakeTimeModel(o, *catalog, "h200")->stack == "trtllm-1.2");
   CHECK(MakeTimeModel(o, *catalog, "mi325x").status().message() ==
         "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs (trtllm-1.0 runs on nvidia; "
         "trtllm-1.2 runs on nvidia): give --stack to extrapolate to them");
   o.engine = "vllm";
-  CHECK(MakeTimeModel(o, *catalog, "mi355x")->stack == "vllm-0.9-rocm");
+  CHECK(MakeTimeModel(o, *catalog, "mi355x")->stack == "vllm-0.14-rocm");
   CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
-        "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd): give "
-        "--stack to extrapolate to them");
+        "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd; "
+        "vllm-0.14-rocm runs on amd): give --stack to extrapolate to them");
   o.engine = "sglang";
   CHECK(
       MakeTimeModel(o, *catalog, "b200")
           .status()
           .message()
           .rfind("--engine = sglang: no SGLang stack is calibrated yet (trtllm-1.0, vllm-0.9-rocm, "
-                 "trtllm-1.2)",
+                 "vllm-0.14-rocm, trtllm-1.2)",
                  0) == 0);
   o.engine = "tgi";
   CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==

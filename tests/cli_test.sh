@@ -158,10 +158,11 @@ expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 10
 # Software stacks: each with its calibration; calibrate picks the one of its rows' round.
 expect 0 "trtllm-1.2      TensorRT-LLM  v6.0    b200,h200" -- stack list
 expect 0 "vllm-0.9-rocm   vLLM          v5.1    mi300x,mi325x" -- stack list
+expect 0 "vllm-0.14-rocm  vLLM          v6.0    mi355x" -- stack list
 expect 0 '"calibrated_on": [' -- stack list --json
 expect 0 '"iteration_overhead_us"' -- stack show trtllm-1.0
 expect 0 "trtllm-1.2 / trtllm-1.0:" -- stack diff trtllm-1.0 trtllm-1.2
-expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, vllm-0.9-rocm, trtllm-1.2)' -- tune --stack vllm
+expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, vllm-0.9-rocm, vllm-0.14-rocm, trtllm-1.2)' -- tune --stack vllm
 expect 2 "--stack and --calibration: give one" -- simulate --samples 100 --stack trtllm-1.0 --calibration "$root/models/calibration/trtllm-1.0.json"
 expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v6.0.csv" \
   --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
@@ -169,8 +170,8 @@ expect 0 "stack trtllm-1.0 (TensorRT-LLM" -- calibrate --results "$root/models/c
 expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
 # --engine: the newest stack of that engine whose build runs on the GPU; an AMD GPU's default is
 # vLLM on ROCm (TensorRT-LLM runs on NVIDIA's only), and its launch command is vLLM's.
-expect 0 ", stack vllm-0.9-rocm" -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8
-expect 2 "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd): give --stack to extrapolate to them" \
+expect 0 ", stack vllm-0.14-rocm" -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8
+expect 2 "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd; vllm-0.14-rocm runs on amd): give --stack to extrapolate to them" \
   -- simulate --samples 100 --engine vllm
 expect 2 "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs" -- tune --hardware mi300x --engine trtllm
 expect 2 "--engine = sglang: no SGLang stack is calibrated yet" -- serve deepseek-r1 --engine sglang
@@ -179,9 +180,10 @@ expect 2 "--stack = trtllm-1.2 is a TensorRT-LLM stack, not --engine = vllm's" -
 expect 2 "--engine = \"tgi\": must be trtllm, vllm or sglang" -- tune --engine tgi
 amd_tune=(tune --model llama2-70b --hardware mi300x --gpus 8 --weights fp8 --kv fp8 --max-batch 256
   --max-num-tokens 2048 --no-disagg --samples 2000)
-expect 0 "Engine: vLLM (stack vllm-0.9-rocm), the only one with a stack whose build runs on amd GPUs" -- "${amd_tune[@]}"
-expect 0 "Launch it on vLLM:" -- "${amd_tune[@]}"
-expect 0 " 13 steps " -- "${amd_tune[@]}" --top 20
+expect 0 "Engine: vLLM (stack vllm-0.14-rocm), the only one with a stack whose build runs on amd GPUs" -- "${amd_tune[@]}"
+expect 0 "--async-scheduling" -- "${amd_tune[@]}"
+expect 0 " 13 steps " -- "${amd_tune[@]}" --top 20 --stack vllm-0.9-rocm
+expect 0 "--num-scheduler-steps" -- "${amd_tune[@]}" --top 20 --stack vllm-0.9-rocm
 # Two engines on one GPU: tune runs each on its newest stack there and says which wins. A data
 # folder whose stacks add a vLLM stack for NVIDIA GPUs (TensorRT-LLM 1.0's calibration standing in).
 mkdir -p "$tmp/data/models"

@@ -53,10 +53,11 @@ struct SearchSpace {
   std::vector<models::Runtime> runtimes = {models::Runtime::kPython};
   // vLLM V0's multi-step counts to try on aggregated layouts ({1}: none; the stack's).
   std::vector<int> scheduler_steps = {1};
+  bool async_scheduling = false;  // every candidate schedules asynchronously (vLLM V1; the stack's)
 };
 
 // What the predicting stack offers, in `space`: the runtimes it serves `model_type` on, its
-// multi-step counts, and whether it has TensorRT-LLM's attention-DP balancing.
+// multi-step counts, async scheduling, and whether it has TensorRT-LLM's attention-DP balancing.
 void FollowStack(const sim::TimeModel& time_model, const std::string& model_type,
                  SearchSpace* space);
 

@@ -630,14 +630,29 @@ TEST_CASE(
   CHECK(by_steps ==
         std::map<int, int64_t>{{1, aggregated + disaggregated}, {7, aggregated}, {13, aggregated}});
   CHECK(keys.size() == multi->feasible.size());  // the count is part of a candidate's key
-  // The stack decides: vLLM on ROCm tries its multi-step counts and has no TensorRT-LLM
-  // attention-DP balancing; TensorRT-LLM the reverse.
+  // The stack decides: vLLM 0.9 (V0) on ROCm tries its multi-step counts, 0.14 (V1) schedules
+  // asynchronously, neither has TensorRT-LLM's attention-DP balancing; TensorRT-LLM the reverse.
   SearchSpace followed;
-  FollowStack(*sim::MakeTimeModel({}, Catalog(), "mi300x"), "llama", &followed);
+  sim::TimeModelOptions v0;
+  v0.stack = "vllm-0.9-rocm";
+  FollowStack(*sim::MakeTimeModel(v0, Catalog(), "mi300x"), "llama", &followed);
   CHECK(followed.scheduler_steps == std::vector<int>{1, 7, 13});
+  CHECK_FALSE(followed.async_scheduling);
   CHECK_FALSE(followed.adp_balance);
+  FollowStack(*sim::MakeTimeModel({}, Catalog(), "mi355x"), "llama", &followed);
+  CHECK(followed.scheduler_steps == std::vector<int>{1});
+  CHECK(followed.async_scheduling);
+  CHECK_FALSE(followed.adp_balance);
+  followed.model = "llama2-70b";
+  followed.hardware = "mi355x";
+  auto async = Enumerate(followed, Catalog());
+  REQUIRE(async.ok());
+  REQUIRE_FALSE(async->feasible.empty());
+  for (const auto& d : async->feasible) CHECK(d.engine.async_scheduling);
+  followed = {};
   FollowStack(*sim::MakeTimeModel({}, Catalog(), "b200"), "llama", &followed);
   CHECK(followed.scheduler_steps == std::vector<int>{1});
+  CHECK_FALSE(followed.async_scheduling);
   CHECK(followed.adp_balance);
   CHECK(followed.runtimes ==
         std::vector<models::Runtime>{models::Runtime::kPython, models::Runtime::kCpp});
