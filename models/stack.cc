@@ -131,9 +131,15 @@ std::string Names(const std::vector<Stack>& stacks) {
 }
 }  // namespace
 
-Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name) {
+Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name,
+                        const std::string& engine) {
   for (const Stack& s : stacks) {
-    if (s.name == name) return s;
+    if (s.name != name) continue;
+    if (!engine.empty() && s.engine != engine) {
+      return Status::InvalidArgument("--stack = " + s.name + " is a " + s.engine +
+                                     " stack, not --engine = " + EngineFlag(engine) + "'s");
+    }
+    return s;
   }
   return Status::InvalidArgument("--stack = \"" + name + "\": not a known stack (" + Names(stacks) +
                                  ")");

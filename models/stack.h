@@ -48,8 +48,10 @@ struct Stack {
 // The stacks, newest last; errors name the file, the entry and the field.
 Result<std::vector<Stack>> LoadStacks(const std::string& path);
 std::string DefaultStacksPath();  // models/stacks.json
-// `name` among `stacks`; an unknown name is an error listing the known ones.
-Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name);
+// `name` among `stacks`; an unknown name is an error listing the known ones, and so is a stack
+// not of `engine` ("vLLM") where one is given.
+Result<Stack> FindStack(const std::vector<Stack>& stacks, const std::string& name,
+                        const std::string& engine = "");
 // The engine a --engine value names: trtllm, vllm, sglang -> "TensorRT-LLM", "vLLM", "SGLang"; an
 // error for any other.
 Result<std::string> EngineNamed(const std::string& flag);

@@ -41,11 +41,7 @@ Result<TimeModel> MakeTimeModel(const TimeModelOptions& f, const models::Hardwar
                             models::LoadStacks(models::DefaultStacksPath()));
     models::Stack stack;
     if (!f.stack.empty()) {
-      FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
-      if (!engine.empty() && stack.engine != engine) {
-        return Status::InvalidArgument("--stack = " + stack.name + " is a " + stack.engine +
-                                       " stack, not --engine = " + f.engine + "'s");
-      }
+      FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack, engine));
     } else {
       FATHOM_ASSIGN_OR_RETURN(stack, models::DefaultStack(stacks, engine, gpu.vendor));
     }

@@ -210,11 +210,8 @@ Result<Inputs> Load(const CalibrateFlags& f) {
       FATHOM_ASSIGN_OR_RETURN(engine, models::EngineNamed(f.engine));
     }
     if (!f.stack.empty()) {
-      FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack));
-      if (!f.engine.empty() && stack.engine != engine) {
-        return Status::InvalidArgument("--stack = " + stack.name + " is a " + stack.engine +
-                                       " stack, not --engine = " + f.engine + "'s");
-      }
+      FATHOM_ASSIGN_OR_RETURN(stack,
+                              models::FindStack(stacks, f.stack, f.engine.empty() ? "" : engine));
     } else {
       if (round.empty()) return mixed_rounds("--stack or --calibration");
       FATHOM_ASSIGN_OR_RETURN(stack, models::StackForRound(stacks, round, engine));
