@@ -153,11 +153,11 @@ claim "and Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/oss.txt") (+$(
 claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*/\\5/p" "$tmp/oss.txt") in the median"
 # The vLLM rows: AMD's own v5.1 rows fitted vllm-0.9-rocm (the stack calibrate picks for them), the
 # partners' and v6.0's held out; TensorRT-LLM 1.0's physics on the same rows for comparison.
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv) >"$tmp/vllm51.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv --residuals-out "$tmp/res_vllm51.csv") >"$tmp/vllm51.txt" 2>&1
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv --stack trtllm-1.0) >"$tmp/vllm51_trt.txt" 2>&1
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv --stack vllm-0.9-rocm) >"$tmp/vllm60.txt" 2>&1
 # The v6.0 rows' own stack (calibrate picks vllm-0.14-rocm for them): AMD's five MI355X rows fitted it.
-(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv) >"$tmp/vllm60_v1.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv --residuals-out "$tmp/res_vllm60_v1.csv") >"$tmp/vllm60_v1.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/vllm51.txt" "$tmp/vllm51_trt.txt" "$tmp/vllm60.txt" "$tmp/vllm60_v1.txt"
 claim "$(accuracy "$tmp/vllm51.txt" "vLLM v5.1 MI300X and MI325X: 41 rows, 30 never fitted" '`vllm-0.9-rocm`')"
 claim "$(accuracy "$tmp/vllm60.txt" "vLLM v6.0 (MI355X, MI300X, B200, H200): 34 held out" '`vllm-0.9-rocm`')"
@@ -187,7 +187,7 @@ claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come 
 
 # The error bars' held-out rows (models/calibration/residuals.csv) are these runs' rows, in this
 # order: a change to the cost model that moves a prediction must ship the table it makes.
-{ head -1 "$tmp/res_v51.csv"; for r in v51 v60 v60h oss v51h; do tail -n +2 "$tmp/res_$r.csv"; done; } \
+{ head -1 "$tmp/res_v51.csv"; for r in v51 v60 v60h oss v51h vllm51 vllm60_v1; do tail -n +2 "$tmp/res_$r.csv"; done; } \
   >"$tmp/residuals.csv"
 cmp -s "$tmp/residuals.csv" "$root/models/calibration/residuals.csv"
 check $? "models/calibration/residuals.csv is not what calibrate --residuals-out writes today: \
@@ -200,6 +200,8 @@ coverage() {
 }
 claim "each one's 80% interval, computed from the others, held $(coverage all) of them"
 claim "Hopper's $(coverage "GPU family Hopper")"
+claim "CDNA 3 $(coverage "GPU family CDNA 3") and CDNA 4 $(coverage "GPU family CDNA 4")"
+claim "Mixtral's $(coverage "model mixtral-8x7b") is the lowest"
 claim "rack-scale figures $(coverage "scale rack")"
 claim "Offline throughput $(coverage "metric offline_tokens_per_s")"
 claim "Server capacity $(coverage "metric capacity_qps")"
