@@ -168,6 +168,7 @@ TEST_CASE("LoadDeploymentFile: a bad field names the file, the field, the value 
        ": field 'cuda_graph_batch_sizes' = \"2\": entries must be integers"},
       {R"({"cuda_graph_batch_sizes": [4, 2]})", ": cuda_graph_batch_sizes = 2: must be ascending"},
       {R"({"max_concurrency": -1})", ": max_concurrency = -1: must be >= 0"},
+      {R"({"gate_min_running": -1})", ": gate_min_running = -1: must be >= 0"},
       {R"({"cuda_graph_batch_sizes": [0]})",
        ": cuda_graph_batch_sizes = 0: must be in [1, 1048576]"},
       {R"({"adp_balance": {"wait": 3}})",

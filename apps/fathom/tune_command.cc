@@ -326,9 +326,9 @@ Result<std::vector<std::string>> EnginesToTune(const TuneFlags& f,
 
 // One engine's search, with what set it up.
 struct EngineTune {
-  std::string engine;  // as the stack names it; empty for a calibration file or the roofline
-  TuneSetup setup;
+  TuneSetup setup;  // setup.time_model.engine: as the stack names it; empty without a stack
   tuner::TuneResult res;
+  const std::string& engine() const { return setup.time_model.engine; }
   // The tune's objective at its best: Offline tokens/s, else QPS; 0 without a valid deployment.
   double Figure(bool server) const {
     if (res.ranked.empty()) return 0;
@@ -342,7 +342,7 @@ std::string EnginesLine(const std::vector<EngineTune>& tunes, size_t winner, boo
                         const std::string& vendor) {
   const EngineTune& w = tunes[winner];
   if (tunes.size() == 1) {
-    return "Engine: " + w.engine + " (stack " + w.setup.stack +
+    return "Engine: " + w.engine() + " (stack " + w.setup.stack +
            "), the only one with a stack whose build runs on " + vendor +
            " GPUs (--engine or --stack to choose)\n";
   }
@@ -351,16 +351,16 @@ std::string EnginesLine(const std::vector<EngineTune>& tunes, size_t winner, boo
   for (size_t i = 0; i < tunes.size(); ++i) {
     const double x = tunes[i].Figure(server);
     line += StrFormat(
-        "%s %s (%s) %s", i == 0 ? "" : ",", tunes[i].engine.c_str(), tunes[i].setup.stack.c_str(),
+        "%s %s (%s) %s", i == 0 ? "" : ",", tunes[i].engine().c_str(), tunes[i].setup.stack.c_str(),
         x > 0 ? (server ? StrFormat("%.2f QPS", x) : FormatCount(x) + " tokens/s").c_str()
               : "no valid deployment");
     if (i != winner) runner_up = std::max(runner_up, x);
   }
   if (runner_up > 0) {
-    line += StrFormat(": %s wins by %.1f%%", w.engine.c_str(),
+    line += StrFormat(": %s wins by %.1f%%", w.engine().c_str(),
                       100.0 * (w.Figure(server) / runner_up - 1.0));
   } else {
-    line += ": only " + w.engine + " has a valid deployment";
+    line += ": only " + w.engine() + " has a valid deployment";
   }
   return line + "\n";
 }
@@ -387,7 +387,7 @@ Status Run(TuneFlags f) {
       return Capacity(f, catalog);
     }
     FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
-    tunes.push_back({setup.time_model.engine, std::move(setup), std::move(res)});
+    tunes.push_back({std::move(setup), std::move(res)});
   }
   const bool server = tunes.front().setup.options.space.scenario != sim::Scenario::kOffline;
   size_t winner = 0;
@@ -396,19 +396,19 @@ Status Run(TuneFlags f) {
   }
   std::string engines_line;
   if (f.in.time_model.engine.empty() && f.in.time_model.stack.empty() &&
-      !tunes[winner].engine.empty()) {
+      !tunes[winner].engine().empty()) {
     engines_line =
         EnginesLine(tunes, winner, server, catalog.Find(f.in.options.space.hardware)->vendor);
   }
-  TuneSetup setup = std::move(tunes[winner].setup);
-  tuner::TuneResult res = std::move(tunes[winner].res);
   OrderedJson engines_json = OrderedJson::array();
   for (const EngineTune& t : tunes) {
-    if (t.engine.empty()) continue;
-    engines_json.push_back({{"engine", t.engine},
+    if (t.engine().empty()) continue;
+    engines_json.push_back({{"engine", t.engine()},
                             {"stack", t.setup.stack},
                             {server ? "qps" : "throughput_tokens_per_s", t.Figure(server)}});
   }
+  TuneSetup setup = std::move(tunes[winner].setup);
+  tuner::TuneResult res = std::move(tunes[winner].res);
   f.in.options = std::move(setup.options);
   tuner::TuneOptions& o = f.in.options;
   const std::string stack = setup.stack;
