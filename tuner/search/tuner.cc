@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -194,6 +196,64 @@ std::optional<int64_t> FirstProbe(double beat, double bound) {
   return k;
 }
 
+// A server-type candidate's QPS search as a state (Evaluate): the highest grid rate whose p99s
+// meet the limits. The first probe is the rate above `beat` (only a rate above the best found
+// matters; failing it ends the search, below_qps), else the grid rate just below the bound
+// (batch-limited candidates get there); then the TPOT-limited estimate, then bisection between
+// the highest rate that passed and the lowest that failed (at first the one above the ceiling,
+// taken to). Replayed on outcomes supposed rather than known, it says which probes the search
+// may ask for next (SearchRun's probes ahead).
+class QpsSearch {
+ public:
+  QpsSearch(double bound, double estimate, double beat, int steps)
+      : estimate_(estimate), steps_(steps), hi_(GridAtOrBelow(bound) + 1) {
+    const std::optional<int64_t> first = FirstProbe(beat, bound);
+    first_pending_ = first.has_value();
+    first_ = first.value_or(0);
+    done_ = !(bound > 0);
+  }
+  // The grid index to probe next; empty once the search is decided.
+  std::optional<int64_t> Next() const {
+    if (done_) return std::nullopt;
+    if (first_pending_) return first_;
+    if (n_ >= steps_ || (passed_ && hi_ - lo_ <= 1)) return std::nullopt;
+    constexpr int64_t kHalve = 35;  // grid steps in a factor of 2 (1.02^35 = 2.0)
+    int64_t k = passed_ ? lo_ + (hi_ - lo_) / 2 : hi_ - kHalve;
+    if (n_ == 0 && !passed_) k = hi_ - 2;
+    if (n_ == 1 && !passed_ && estimate_ > 0 && GridAtOrBelow(estimate_) < hi_ - 1)
+      k = GridAtOrBelow(estimate_);
+    return k;
+  }
+  // The outcome of the probe Next() named.
+  void Record(int64_t k, bool valid) {
+    if (valid) {
+      lo_ = k;
+      passed_ = true;
+    } else {
+      hi_ = k;
+    }
+    if (first_pending_) {
+      first_pending_ = false;
+      done_ = below_ = !valid;
+      return;
+    }
+    ++n_;
+  }
+  bool passed() const { return passed_; }  // some rate passed; lo() the highest
+  int64_t lo() const { return lo_; }
+  int64_t hi() const { return hi_; }  // the lowest rate that failed (or the ceiling's)
+  // The rate above the beat failed (first()): the candidate cannot beat it.
+  bool below() const { return below_; }
+  int64_t first() const { return first_; }
+
+ private:
+  double estimate_;
+  int steps_;
+  int64_t first_ = 0, lo_ = 0, hi_;
+  bool first_pending_ = false, passed_ = false, below_ = false, done_ = false;
+  int n_ = 0;
+};
+
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
@@ -208,6 +268,23 @@ std::string Failure(const Probe& p) {
   const bool ttft = r.stopped_early ? r.ttft_violations > 0 : r.ttft_p99_ms > r.limits->ttft_ms;
   const bool tpot = r.stopped_early ? r.tpot_violations > 0 : r.tpot_p99_ms > r.limits->tpot_ms;
   return ttft && tpot ? "TTFT and TPOT" : ttft ? "TTFT" : tpot ? "TPOT" : "latency limits";
+}
+
+// What the search keeps of a probe or an Offline run.
+ProbeOutcome Outcome(const Probe& p) {
+  ProbeOutcome out;
+  out.valid = p.valid;
+  if (!p.valid) out.failure = Failure(p);
+  const sim::SimulationResult& r = p.result;
+  out.ttft_p99_ms = r.ttft_p99_ms;
+  out.tpot_p99_ms = r.tpot_p99_ms;
+  if (!p.valid) return out;  // figures of a valid run only
+  out.sustained_tokens_per_s = r.sustained_tokens_per_s;
+  out.throughput_tokens_per_s = r.throughput_tokens_per_s;
+  out.tpot_mean_ms = r.tpot_mean_ms;
+  out.completed_requests = r.completed_requests;
+  out.duration_s = r.duration_s;
+  return out;
 }
 
 const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
@@ -377,13 +454,93 @@ OrderedJson SearchFailure::ToJson() const {
   return j;
 }
 
+OrderedJson ProbeOutcome::ToJson() const {
+  OrderedJson j;
+  j["valid"] = valid;
+  if (!valid) j["failure"] = failure;
+  j["ttft_p99_ms"] = ttft_p99_ms;
+  j["tpot_p99_ms"] = tpot_p99_ms;
+  if (valid) {
+    j["sustained_tokens_per_s"] = sustained_tokens_per_s;
+    j["throughput_tokens_per_s"] = throughput_tokens_per_s;
+    j["tpot_mean_ms"] = tpot_mean_ms;
+    j["completed_requests"] = completed_requests;
+    j["duration_s"] = duration_s;
+  }
+  return j;
+}
+
+Result<ProbeOutcome> ProbeOutcome::FromJson(const Json& j, const std::string& where) {
+  JsonFields f(j, where);
+  ProbeOutcome p;
+  p.valid = f.Bool("valid", false);
+  p.failure = f.String("failure", "");
+  p.ttft_p99_ms = f.Double("ttft_p99_ms", 0.0);
+  p.tpot_p99_ms = f.Double("tpot_p99_ms", 0.0);
+  p.sustained_tokens_per_s = f.Double("sustained_tokens_per_s", 0.0);
+  p.throughput_tokens_per_s = f.Double("throughput_tokens_per_s", 0.0);
+  p.tpot_mean_ms = f.Double("tpot_mean_ms", 0.0);
+  p.completed_requests = f.Int("completed_requests", 0);
+  p.duration_s = f.Double("duration_s", 0.0);
+  FATHOM_RETURN_IF_ERROR(f.status());
+  return p;
+}
+
+std::optional<ProbeOutcome> ProbeMemo::Find(int64_t k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = probes_.find(k);
+  if (it == probes_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ProbeMemo::Put(int64_t k, const ProbeOutcome& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probes_.emplace(k, p);
+}
+
+std::map<int64_t, ProbeOutcome> ProbeMemo::Probes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probes_;
+}
+
+OrderedJson ProbeMemo::ToJson() const {
+  OrderedJson j = OrderedJson::object();
+  for (const auto& [k, p] : Probes()) j[std::to_string(k)] = p.ToJson();
+  return j;
+}
+
+Status ProbeMemo::AddJson(const Json& j, const std::string& where) {
+  if (!j.is_object()) return Status::InvalidArgument(where + ": probes: must be an object");
+  for (const auto& [key, value] : j.items()) {
+    int64_t k = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), k);
+    if (ec != std::errc() || end != key.data() + key.size()) {
+      return Status::InvalidArgument(where + ": probes: key '" + key +
+                                     "': must be a grid rate index (an integer)");
+    }
+    FATHOM_ASSIGN_OR_RETURN(ProbeOutcome p,
+                            ProbeOutcome::FromJson(value, where + ": probe " + key));
+    Put(k, p);
+  }
+  return Status::Ok();
+}
+
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& o,
-                                 const models::HardwareCatalog& catalog, double beat) {
-  return EvaluatePlan(sim::Plan{d, {}, std::nullopt}, o, catalog, beat);
+                                 const models::HardwareCatalog& catalog, double beat,
+                                 ProbeMemo* memo) {
+  return EvaluatePlan(sim::Plan{d, {}, std::nullopt}, o, catalog, beat, memo);
+}
+
+Result<ProbeOutcome> RunProbe(const sim::DeploymentConfig& d, const TuneOptions& o,
+                              const models::HardwareCatalog& catalog, int64_t k) {
+  FATHOM_ASSIGN_OR_RETURN(Probe p,
+                          Simulate(sim::Plan{d, {}, std::nullopt}, o, catalog, GridRate(k)));
+  return Outcome(p);
 }
 
 Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o,
-                                     const models::HardwareCatalog& catalog, double beat) {
+                                     const models::HardwareCatalog& catalog, double beat,
+                                     ProbeMemo* memo) {
   const sim::DeploymentConfig& d = plan.start;
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
   CandidateResult c;
@@ -399,7 +556,7 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
   c.bound = server ? QpsCeiling(tok_bound / means.output) : tok_bound;
   const double price =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
-  Probe best;
+  ProbeOutcome best;
   double scale = 1;  // Offline: the instances one simulated instance stands for
   if (!server) {
     // A plan that switches runs the whole deployment; otherwise one instance stands for all.
@@ -412,59 +569,41 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
       c.screened = true;
       return c;
     }
-    best = std::move(run.run);
+    best = Outcome(run.run);
   } else {
-    // The highest grid rate whose p99s meet the limits (GridRate). The first probe is the grid
-    // rate just below the bound (batch-limited candidates get there), the second the TPOT-limited
-    // estimate, then bisection between the highest rate that passed and the lowest that failed
-    // (at first the one above the ceiling, taken to); valid probes run to the end and cost the
-    // most.
-    if (!(c.bound > 0)) return c;
-    const double estimate = QpsEstimate(*resolved, means, o, c.bound);
-    std::optional<int64_t> lo;
-    int64_t hi = GridAtOrBelow(c.bound) + 1;
-    Probe lowest_failed;
-    bool failed = false;
-    auto probe = [&](int64_t k) -> Result<bool> {
-      FATHOM_ASSIGN_OR_RETURN(Probe p, Simulate(plan, o, catalog, GridRate(k)));
-      if (p.valid) {
-        lo = k;
-        best = p;
+    // Valid probes run to the end and cost the most.
+    QpsSearch search(c.bound, QpsEstimate(*resolved, means, o, c.bound), beat, o.qps_steps);
+    std::optional<ProbeOutcome> lowest_failed;
+    while (const std::optional<int64_t> k = search.Next()) {
+      std::optional<ProbeOutcome> p = memo != nullptr ? memo->Find(*k) : std::nullopt;
+      if (!p) {
+        FATHOM_ASSIGN_OR_RETURN(Probe run, Simulate(plan, o, catalog, GridRate(*k)));
+        p = Outcome(run);
+        if (memo != nullptr) memo->Put(*k, *p);
+      }
+      search.Record(*k, p->valid);
+      if (p->valid) {
+        best = *p;
       } else {
-        hi = k;
-        lowest_failed = p;
-        failed = true;
-      }
-      return p.valid;
-    };
-    if (const std::optional<int64_t> k = FirstProbe(beat, c.bound)) {
-      // Only a rate above the best found so far matters: probe the next one up first.
-      FATHOM_ASSIGN_OR_RETURN(bool valid, probe(*k));
-      if (!valid) {
-        c.below_qps = GridRate(*k);
-        return c;
+        lowest_failed = *p;
       }
     }
-    constexpr int64_t kHalve = 35;  // grid steps in a factor of 2 (1.02^35 = 2.0)
-    for (int n = 0; n < o.qps_steps && (!lo || hi - *lo > 1); ++n) {
-      int64_t k = lo ? *lo + (hi - *lo) / 2 : hi - kHalve;
-      if (n == 0 && !lo) k = hi - 2;
-      if (n == 1 && !lo && estimate > 0 && GridAtOrBelow(estimate) < hi - 1)
-        k = GridAtOrBelow(estimate);
-      FATHOM_RETURN_IF_ERROR(probe(k).status());
+    if (search.below()) {
+      c.below_qps = GridRate(search.first());
+      return c;
     }
-    if (lo) c.qps = GridRate(*lo);
-    if (!lo && failed) {
-      c.failure = Failure(lowest_failed);
-      c.failed_qps = GridRate(hi);
-      c.failed_ttft_p99_ms = lowest_failed.result.ttft_p99_ms;
-      c.failed_tpot_p99_ms = lowest_failed.result.tpot_p99_ms;
+    if (search.passed()) c.qps = GridRate(search.lo());
+    if (!search.passed() && lowest_failed) {
+      c.failure = lowest_failed->failure;
+      c.failed_qps = GridRate(search.hi());
+      c.failed_ttft_p99_ms = lowest_failed->ttft_p99_ms;
+      c.failed_tpot_p99_ms = lowest_failed->tpot_p99_ms;
     }
   }
   c.valid = best.valid;
-  if (!c.valid && !server) c.failure = best.error;
+  if (!c.valid && !server) c.failure = best.failure;
   if (c.valid) {
-    const sim::SimulationResult& r = best.result;
+    const ProbeOutcome& r = best;
     c.throughput_tokens_per_s = scale * r.sustained_tokens_per_s;
     c.tokens_per_s_per_gpu = c.throughput_tokens_per_s / d.TotalGpus();
     c.loadgen_tokens_per_s = scale * r.throughput_tokens_per_s;
@@ -753,7 +892,31 @@ bool SearchRun::Pruned(const Item& item) const {
   return server_ ? best_ > 0 && item.bound <= best_ : item.bound < best_;
 }
 
+// The next probe `item`'s QPS search against `beat` asks for, given the probes run on it so far;
+// empty once it has every one it needs (Evaluate then simulates nothing).
+std::optional<int64_t> SearchRun::OwnProbe(const Item& item, double beat) const {
+  QpsSearch search(item.bound, item.estimate, beat, options_->qps_steps);
+  std::optional<int64_t> k = search.Next();
+  for (std::optional<ProbeOutcome> p; k && (p = item.memo->Find(*k)); k = search.Next())
+    search.Record(*k, p->valid);
+  return k;
+}
+
 std::optional<SearchRun::Task> SearchRun::Peek() {
+  const double beat = options_->prune ? best_ : 0.0;
+  // Server-type, a candidate is searched a probe at a time: its next probe, or once it has every
+  // probe it needs, its evaluation (from them). Empty while its next probe is out.
+  auto searching = [&](size_t i, double against) -> std::optional<Task> {
+    const Item& item = items_[i];
+    const std::optional<int64_t> k = OwnProbe(item, against);
+    if (k && probing_.contains({item.candidate, *k})) return std::nullopt;
+    return Task{item.candidate, against, i - taken_, k, false};
+  };
+  std::optional<Task> own;  // the next probe (or evaluation) a search asks for, earliest first
+  for (const size_t i : searching_) {
+    if (Pruned(items_[i])) continue;
+    if ((own = searching(i, items_[i].beat))) break;
+  }
   auto ready = [&](const Item& item) {
     return item.state == Item::State::kWaiting && !item.stored && !Pruned(item);
   };
@@ -762,14 +925,78 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
   if (taken_ < items_.size() && ready(items_[taken_])) scan_ = std::min(scan_, taken_);
   scan_ = std::max(scan_, taken_);
   while (scan_ < items_.size() && !ready(items_[scan_])) ++scan_;
-  if (scan_ == items_.size()) return std::nullopt;
-  return Task{items_[scan_].candidate, options_->prune ? best_ : 0.0, scan_ - taken_};
+  for (size_t i = scan_; i < items_.size() && (!own || i - taken_ < own->ahead); ++i) {
+    if (!ready(items_[i])) continue;
+    if (!server_) return Task{items_[i].candidate, beat, i - taken_, {}, false};
+    if (std::optional<Task> task = searching(i, beat)) {
+      own = task;
+      break;
+    }
+  }
+  // A probe that a search under way may ask for later, where fewer results stand before it than
+  // before the next probe a search asks for now: the earliest search in order first.
+  for (const size_t i : searching_) {
+    const Item& item = items_[i];
+    if (own && i - taken_ >= own->ahead) break;
+    if (Pruned(item)) continue;
+    if (std::optional<std::pair<int64_t, size_t>> ahead = ProbeAhead(item)) {
+      if (!own || i - taken_ + ahead->second < own->ahead)
+        return Task{item.candidate, item.beat, i - taken_ + ahead->second, ahead->first, true};
+    }
+  }
+  return own;
+}
+
+// A probe `item`'s QPS search (as it went out) may ask for and that is neither run nor out, and
+// how many outcomes not yet known stand before it: past the probes run, each outcome of each
+// probe not yet known is supposed in turn, breadth first, so that the probes nearest the search's
+// own path come first.
+std::optional<std::pair<int64_t, size_t>> SearchRun::ProbeAhead(const Item& item) const {
+  constexpr int kMaxLooked = 15;  // unknown probes looked at: up to four outcomes deep
+  struct Supposed {
+    QpsSearch search;
+    size_t depth = 0;  // outcomes supposed
+  };
+  std::deque<Supposed> open{{QpsSearch(item.bound, item.estimate, item.beat, options_->qps_steps)}};
+  for (int looked = 0; !open.empty() && looked < kMaxLooked; ++looked) {
+    Supposed node = open.front();
+    open.pop_front();
+    std::optional<int64_t> k = node.search.Next();
+    for (std::optional<ProbeOutcome> p; k && (p = item.memo->Find(*k)); k = node.search.Next())
+      node.search.Record(*k, p->valid);
+    if (!k) continue;
+    if (!probing_.contains({item.candidate, *k})) return std::pair(*k, node.depth);
+    for (const bool valid : {false, true}) {
+      Supposed next = node;
+      next.search.Record(*k, valid);
+      ++next.depth;
+      open.push_back(next);
+    }
+  }
+  return std::nullopt;
 }
 
 void SearchRun::Take(const Task& task) {
-  Item& item = items_[item_of_[task.candidate]];
+  const size_t i = item_of_[task.candidate];
+  Item& item = items_[i];
+  if (task.probe) {
+    probing_.insert({task.candidate, *task.probe});
+    if (task.early) ++probes_ahead_;
+    if (item.state == Item::State::kWaiting) {
+      item.state = Item::State::kSearching;
+      item.beat = task.beat;
+      searching_.insert(i);
+    }
+    return;
+  }
   item.state = Item::State::kOut;
   item.beat = task.beat;
+  searching_.erase(i);
+}
+
+void SearchRun::FinishProbe(const Task& task, const ProbeOutcome& outcome) {
+  probing_.erase({task.candidate, *task.probe});
+  items_[item_of_[task.candidate]].memo->Put(*task.probe, outcome);
 }
 
 Status SearchRun::Finish(const Task& task, CandidateResult result) {
@@ -797,8 +1024,10 @@ Status SearchRun::Advance() {
       }
     } else if (Pruned(item)) {
       ++pruned_;
-      if (item.state == Item::State::kOut) item.state = Item::State::kDropped;
+      if (item.state == Item::State::kOut || item.state == Item::State::kSearching)
+        item.state = Item::State::kDropped;
       if (item.state == Item::State::kBack) ++wasted_;
+      searching_.erase(taken_);
     } else if (item.state == Item::State::kBack) {
       // Evaluate depends on the best it is given only through its first probe.
       if (server_ &&
@@ -871,11 +1100,26 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     if (task) run.Take(*task);
     return task;
   };
-  auto evaluate = [&](const SearchRun::Task& t) {
-    return Evaluate(prepared.candidates.feasible[t.candidate], o, catalog, t.beat);
+  // A candidate's result, or a probe's outcome (Task::probe).
+  struct Done {
+    CandidateResult candidate;
+    ProbeOutcome probe;
   };
-  auto done = [&](const SearchRun::Task& t, Result<CandidateResult> r) {
-    Status s = r.ok() ? run.Finish(t, std::move(*r)) : r.status();
+  auto evaluate = [&](const SearchRun::Task& t) -> Result<Done> {
+    const sim::DeploymentConfig& d = prepared.candidates.feasible[t.candidate];
+    Done out;
+    if (t.probe) {
+      FATHOM_ASSIGN_OR_RETURN(out.probe, RunProbe(d, o, catalog, *t.probe));
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(out.candidate,
+                              Evaluate(d, o, catalog, t.beat, run.Memo(t.candidate)));
+    }
+    return out;
+  };
+  auto done = [&](const SearchRun::Task& t, Result<Done> r) {
+    Status s = r.status();
+    if (r.ok() && t.probe) run.FinishProbe(t, r->probe);
+    if (r.ok() && !t.probe) s = run.Finish(t, std::move(r->candidate));
     if (!s.ok() && failure.ok()) failure = s;
   };
   ParallelTasks(o.jobs, next, evaluate, done);

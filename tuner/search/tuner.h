@@ -5,8 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/json_fields.h"
@@ -103,6 +107,41 @@ struct CandidateResult {
   bool operator==(const CandidateResult&) const = default;
 };
 
+// One QPS probe of a server-type candidate as its search uses it: whether the rate met the p99
+// limits, what broke where it did not, and the figures of a valid one.
+struct ProbeOutcome {
+  bool valid = false;
+  std::string failure;  // invalid: "TTFT", "TPOT", "TTFT and TPOT", or why no run could serve it
+  double ttft_p99_ms = 0, tpot_p99_ms = 0;
+  double sustained_tokens_per_s = 0, throughput_tokens_per_s = 0, tpot_mean_ms = 0;
+  int64_t completed_requests = 0;
+  double duration_s = 0;
+
+  OrderedJson ToJson() const;
+  // `where` names the source in errors.
+  static Result<ProbeOutcome> FromJson(const Json& j, const std::string& where);
+  bool operator==(const ProbeOutcome&) const = default;
+};
+
+// The probes run on one candidate, by grid rate index. A probe's outcome depends only on the
+// candidate, the options and the rate, never on the best it was judged against, so a candidate
+// simulated again after the best rose, or one whose probes idle workers ran ahead of its search,
+// reuses them: the search's outcome is the same with or without them. Thread-safe.
+class ProbeMemo {
+ public:
+  std::optional<ProbeOutcome> Find(int64_t k) const;
+  bool Has(int64_t k) const { return Find(k).has_value(); }
+  void Put(int64_t k, const ProbeOutcome& p);
+  std::map<int64_t, ProbeOutcome> Probes() const;
+  // {"k": outcome, ...}, and its probes added back (`where` names the source in errors).
+  OrderedJson ToJson() const;
+  Status AddJson(const Json& j, const std::string& where);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int64_t, ProbeOutcome> probes_;
+};
+
 // Why a search found nothing valid, and what to relax.
 struct SearchFailure {
   int64_t out_of_memory = 0;         // candidates that do not fit (Candidates::out_of_memory)
@@ -184,12 +223,21 @@ class SearchRun {
   static Result<SearchRun> Start(const TuneOptions& options, const models::HardwareCatalog& catalog,
                                  const PreparedTune& prepared, const SearchLog& log);
 
-  // A candidate to simulate: Evaluate(prepared.candidates.feasible[candidate], options, catalog,
-  // beat).
+  // Work for one worker. A candidate: Evaluate(prepared.candidates.feasible[candidate], options,
+  // catalog, beat, Memo(candidate)). Server-type searches go a probe at a time, each one
+  // simulation (RunProbe at grid index `probe`, its outcome to FinishProbe), so that one
+  // candidate's QPS search spreads over workers; once a candidate has every probe its search
+  // needs, its task evaluates it from them without simulating. A probe that a search under way
+  // may ask for later goes out early where fewer results stand before it than before any probe
+  // asked for now (a worker would otherwise wait, or run a later candidate's).
   struct Task {
     size_t candidate = 0;
     double beat = 0;
-    size_t ahead = 0;  // candidates before it whose results are not yet taken
+    // Results not yet taken before it: candidates before it in order, and for an early probe the
+    // outcomes it supposes.
+    size_t ahead = 0;
+    std::optional<int64_t> probe;
+    bool early = false;  // a probe ahead of its search
   };
   // The first candidate not handed out that the best taken so far does not prune; empty when
   // none is left until a result comes back.
@@ -197,6 +245,10 @@ class SearchRun {
   void Take(const Task& task);  // hands out what Peek returned
   // A task's result: takes every result that is now next in order (saving each to the log).
   Status Finish(const Task& task, CandidateResult result);
+  // A probe task's outcome (kept in the candidate's memo).
+  void FinishProbe(const Task& task, const ProbeOutcome& outcome);
+  // The probes run so far on a candidate (server-type searches; shared with its evaluations).
+  ProbeMemo* Memo(size_t candidate) { return items_[item_of_[candidate]].memo.get(); }
   bool done() const { return taken_ == items_.size(); }
   bool server() const { return server_; }
 
@@ -210,6 +262,7 @@ class SearchRun {
   // Results computed and not used: against an incumbent that changed (computed again), or for a
   // candidate pruned before its turn.
   int64_t wasted() const { return wasted_; }
+  int64_t probes_ahead() const { return probes_ahead_; }  // early probes handed out
   TuneResult Outcome() const;
 
  private:
@@ -219,15 +272,19 @@ class SearchRun {
     double bound = 0;
     double estimate = 0;  // the order
     double cost = 0;      // ExpectedCost's share
-    enum class State { kWaiting, kOut, kBack, kDropped } state = State::kWaiting;
+    // kSearching: server-type, its probes going out one at a time (Task::probe).
+    enum class State { kWaiting, kSearching, kOut, kBack, kDropped } state = State::kWaiting;
     double beat = 0;  // what it went out against
     std::optional<CandidateResult> result;
     bool stored = false;
+    std::shared_ptr<ProbeMemo> memo = std::make_shared<ProbeMemo>();
   };
   SearchRun(const TuneOptions& o, const PreparedTune& p, const SearchLog& log)
       : options_(&o), prepared_(&p), log_(&log) {}
   bool Pruned(const Item& item) const;
   Status Advance();
+  std::optional<int64_t> OwnProbe(const Item& item, double beat) const;
+  std::optional<std::pair<int64_t, size_t>> ProbeAhead(const Item& item) const;
 
   const TuneOptions* options_;
   const PreparedTune* prepared_;
@@ -239,6 +296,9 @@ class SearchRun {
   double best_ = 0;                    // the best objective taken (or stored)
   std::vector<CandidateResult> kept_;  // taken results that count as simulated or reused
   int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, screened_ = 0, wasted_ = 0;
+  std::set<std::pair<size_t, int64_t>> probing_;  // probe tasks out: (candidate, grid index)
+  std::set<size_t> searching_;                    // items kSearching
+  int64_t probes_ahead_ = 0;
 };
 
 // The valid results, best first (ties in key order).
@@ -275,13 +335,19 @@ inline constexpr double kScreenMargin = 1.15;
 // with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)
 // when the candidate breaks the limits, since it cannot then beat `beat`. Offline: with `beat` >
 // 0 the run-length search stops (screened) once its shorter runs predict less than `beat` /
-// kScreenMargin.
+// kScreenMargin. A server-type search takes the probes it needs from `memo` where they are and
+// adds those it runs.
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
-                                 const models::HardwareCatalog& catalog, double beat = 0);
+                                 const models::HardwareCatalog& catalog, double beat = 0,
+                                 ProbeMemo* memo = nullptr);
+// One probe of a server-type candidate at grid rate index `k`, as its search runs it.
+Result<ProbeOutcome> RunProbe(const sim::DeploymentConfig& d, const TuneOptions& options,
+                              const models::HardwareCatalog& catalog, int64_t k);
 // The same for a plan: its start switched as its triggers fire in every run (Offline runs the
 // whole deployment when it switches); the figures are the plan's, `config` its start.
 Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& options,
-                                     const models::HardwareCatalog& catalog, double beat = 0);
+                                     const models::HardwareCatalog& catalog, double beat = 0,
+                                     ProbeMemo* memo = nullptr);
 
 // A run of `d` as the tuner scores it (Server-type at `qps`, its probe's length; Offline,
 // `samples` over the whole deployment), to its end, each iteration's time broken down

@@ -185,7 +185,14 @@ TEST_CASE("SearchRun: results handed back in the worst order give the one-thread
       REQUIRE_FALSE(out.empty());
       const SearchRun::Task t = out.back();
       out.pop_back();
-      auto r = Evaluate(prepared->candidates.feasible[t.candidate], o, Catalog(), t.beat);
+      const sim::DeploymentConfig& d = prepared->candidates.feasible[t.candidate];
+      if (t.probe) {
+        auto p = RunProbe(d, o, Catalog(), *t.probe);
+        REQUIRE(p.ok());
+        run->FinishProbe(t, *p);
+        continue;
+      }
+      auto r = Evaluate(d, o, Catalog(), t.beat, run->Memo(t.candidate));
       REQUIRE(r.ok());
       REQUIRE(run->Finish(t, *r).ok());
     }
@@ -196,6 +203,8 @@ TEST_CASE("SearchRun: results handed back in the worst order give the one-thread
     // Some results were computed against a best that then changed, or for a candidate pruned
     // before its turn, and were not used.
     CHECK(run->wasted() > 0);
+    // Server: searches went out a probe at a time, and workers ran probes ahead of them.
+    if (scenario == sim::Scenario::kServer) CHECK(run->probes_ahead() > 0);
   }
 }
 
@@ -328,6 +337,44 @@ sim::DeploymentConfig Llama2Tp2Instances(int instances) {
   d.engine.max_num_tokens = 4096;
   d.gpus = 2 * instances;
   return d;
+}
+
+TEST_CASE("Evaluate: a QPS search takes its probes from the memo and adds those it runs",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.probe_duration_s = 300;
+  const sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  const auto plain = Evaluate(d, o, Catalog());
+  REQUIRE(plain.ok());
+  REQUIRE(plain->valid);
+  ProbeMemo memo;
+  const auto first = Evaluate(d, o, Catalog(), 0, &memo);
+  REQUIRE(first.ok());
+  CHECK(*first == *plain);
+  const std::map<int64_t, ProbeOutcome> probes = memo.Probes();
+  CHECK(probes.size() >= 2);  // a bisection: at least one rate failed and one passed
+  // A memo whose outcomes were altered answers with them: nothing was simulated again.
+  ProbeMemo altered;
+  for (auto [k, p] : probes) {
+    p.duration_s = 12345;
+    altered.Put(k, p);
+  }
+  const auto again = Evaluate(d, o, Catalog(), 0, &altered);
+  REQUIRE(again.ok());
+  CHECK(again->qps == plain->qps);
+  CHECK(again->run_s == 12345);
+  // Against a best, the search reads the probe above it from the memo too.
+  const auto above = Evaluate(d, o, Catalog(), plain->qps / 1.03, &altered);
+  REQUIRE(above.ok());
+  CHECK(altered.Probes().size() >= probes.size());
+  // The memo goes over the wire (a sweep's workers) and back unchanged.
+  ProbeMemo read;
+  REQUIRE(read.AddJson(Json::parse(memo.ToJson().dump()), "memo").ok());
+  CHECK(read.Probes() == probes);
+  ProbeMemo bad;
+  const Status s = bad.AddJson(Json::parse(R"({"x1": {"valid": true}})"), "unit 7");
+  CHECK(s.message().find("unit 7: probes: key 'x1': must be a grid rate index") !=
+        std::string::npos);
 }
 
 }  // namespace

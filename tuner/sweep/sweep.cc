@@ -84,6 +84,7 @@ OrderedJson SweepSummary::ToJson() const {
   j["reused"] = reused;
   j["pruned"] = pruned;
   j["wasted"] = wasted;
+  j["probes_ahead"] = probes_ahead;
   j["workers"] = workers;
   j["mpi"] = mpi;
   j["wall_s"] = wall_s;
@@ -139,9 +140,21 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
       return Status::InvalidArgument(plan_path + ": cell " + cells[item].Label() +
                                      " has no candidate " + std::to_string(candidate));
     }
-    auto r = Evaluate(feasible[candidate], c->options, catalog, a.at("beat").get<double>());
-    if (!r.ok()) return r.status().WithContext(plan_path + ": cell " + cells[item].Label());
-    return ToStoredRow(*r).metrics_json;
+    const std::string where = plan_path + ": cell " + cells[item].Label();
+    if (a.contains("probe")) {  // a probe ahead of the candidate's search (SearchRun::Task::probe)
+      auto p = RunProbe(feasible[candidate], c->options, catalog, a.at("probe").get<int64_t>());
+      if (!p.ok()) return p.status().WithContext(where);
+      return OrderedJson{{"probe", p->ToJson()}}.dump();
+    }
+    // The candidate, with the probes run on it so far (its search takes them from there); back go
+    // its result and every probe it holds now.
+    ProbeMemo memo;
+    FATHOM_RETURN_IF_ERROR(memo.AddJson(a.value("probes", Json::object()), where));
+    auto r = Evaluate(feasible[candidate], c->options, catalog, a.at("beat").get<double>(), &memo);
+    if (!r.ok()) return r.status().WithContext(where);
+    return OrderedJson{{"metrics", OrderedJson::parse(ToStoredRow(*r).metrics_json)},
+                       {"probes", memo.ToJson()}}
+        .dump();
   };
   if (!pool->coordinator()) {
     FATHOM_RETURN_IF_ERROR(pool->Run(h));
@@ -234,6 +247,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     summary.reused += r.reused;
     summary.pruned += r.pruned;
     summary.wasted += run.run->wasted();
+    summary.probes_ahead += run.run->probes_ahead();
     ++summary.run;
     if (options.progress) {
       CellProgress p;
@@ -281,8 +295,14 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     chosen->run->Take(*chosen_task);
     const int64_t id = next_id++;
     out[id] = {chosen_item, *chosen_task};
-    const Json a = {
+    Json a = {
         {"cell", chosen_item}, {"candidate", chosen_task->candidate}, {"beat", chosen_task->beat}};
+    if (chosen_task->probe) {
+      a["probe"] = *chosen_task->probe;
+    } else if (const OrderedJson probes = chosen->run->Memo(chosen_task->candidate)->ToJson();
+               !probes.empty()) {
+      a["probes"] = Json::parse(probes.dump());
+    }
     return std::optional<WorkUnit>(WorkUnit{id, a.dump()});
   };
   h.finish = [&](const WorkUnit& unit, const std::string& result) -> Status {
@@ -294,10 +314,19 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
       ++summary.wasted;
       return Status::Ok();
     }
+    const std::string where = "a worker's result for cell " + run.cell.Label();
+    FATHOM_ASSIGN_OR_RETURN(const Json back, ParseJson(result, where));
+    if (u.task.probe) {
+      FATHOM_ASSIGN_OR_RETURN(ProbeOutcome p,
+                              ProbeOutcome::FromJson(back.value("probe", Json()), where));
+      run.run->FinishProbe(u.task, p);
+      return Status::Ok();
+    }
+    FATHOM_RETURN_IF_ERROR(
+        run.run->Memo(u.task.candidate)->AddJson(back.value("probes", Json::object()), where));
     const auto& config = run.search->prepared.candidates.feasible[u.task.candidate];
     FATHOM_ASSIGN_OR_RETURN(CandidateResult r,
-                            CandidateFromJson(config, Json::parse(result),
-                                              "a worker's result for cell " + run.cell.Label()));
+                            CandidateFromJson(config, back.value("metrics", Json()), where));
     const int64_t before = run.run->taken();
     FATHOM_RETURN_IF_ERROR(run.run->Finish(u.task, std::move(r)));
     taken += run.run->taken() - before;

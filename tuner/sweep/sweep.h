@@ -54,8 +54,9 @@ struct SweepSummary {
   int64_t complete = 0;                           // already complete in the store, skipped
   int64_t run = 0;                                // cells searched now
   int64_t simulated = 0, reused = 0, pruned = 0;  // candidates, over the cells run
-  int64_t wasted = 0;  // results computed and not used (SearchRun::wasted)
-  int workers = 0;     // threads or compute ranks
+  int64_t wasted = 0;        // results computed and not used (SearchRun::wasted)
+  int64_t probes_ahead = 0;  // probes run ahead of a search under way (SearchRun::Task::probe)
+  int workers = 0;           // threads or compute ranks
   bool mpi = false;
   double wall_s = 0;  // from the start (MPI's included) to the last cell stored
   // The coordinator's own work: reading the plan and building, checking and recording every cell
