@@ -254,6 +254,14 @@ class QpsSearch {
   int n_ = 0;
 };
 
+// Takes `search` past the probes `memo` holds; returns the first it lacks (empty: decided).
+std::optional<int64_t> FollowKnown(const ProbeMemo& memo, QpsSearch* search) {
+  std::optional<int64_t> k = search->Next();
+  for (std::optional<ProbeOutcome> p; k && (p = memo.Find(*k)); k = search->Next())
+    search->Record(*k, p->valid);
+  return k;
+}
+
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
@@ -896,10 +904,7 @@ bool SearchRun::Pruned(const Item& item) const {
 // empty once it has every one it needs (Evaluate then simulates nothing).
 std::optional<int64_t> SearchRun::OwnProbe(const Item& item, double beat) const {
   QpsSearch search(item.bound, item.estimate, beat, options_->qps_steps);
-  std::optional<int64_t> k = search.Next();
-  for (std::optional<ProbeOutcome> p; k && (p = item.memo->Find(*k)); k = search.Next())
-    search.Record(*k, p->valid);
-  return k;
+  return FollowKnown(*item.memo, &search);
 }
 
 std::optional<SearchRun::Task> SearchRun::Peek() {
@@ -961,9 +966,7 @@ std::optional<std::pair<int64_t, size_t>> SearchRun::ProbeAhead(const Item& item
   for (int looked = 0; !open.empty() && looked < kMaxLooked; ++looked) {
     Supposed node = open.front();
     open.pop_front();
-    std::optional<int64_t> k = node.search.Next();
-    for (std::optional<ProbeOutcome> p; k && (p = item.memo->Find(*k)); k = node.search.Next())
-      node.search.Record(*k, p->valid);
+    const std::optional<int64_t> k = FollowKnown(*item.memo, &node.search);
     if (!k) continue;
     if (!probing_.contains({item.candidate, *k})) return std::pair(*k, node.depth);
     for (const bool valid : {false, true}) {
