@@ -957,7 +957,7 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
 // probe not yet known is supposed in turn, breadth first, so that the probes nearest the search's
 // own path come first.
 std::optional<std::pair<int64_t, size_t>> SearchRun::ProbeAhead(const Item& item) const {
-  constexpr int kMaxLooked = 15;  // unknown probes looked at: up to four outcomes deep
+  constexpr int kMaxLooked = 15;  // unknown probes looked at: four levels, three outcomes supposed
   struct Supposed {
     QpsSearch search;
     size_t depth = 0;  // outcomes supposed
