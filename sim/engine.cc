@@ -140,15 +140,22 @@ double Engine::MeanStepTokens() const {
 }
 
 // One uniform draw against the CDF of `steps` steps' total: the first total whose CDF exceeds it
-// (the last if none), found from its guide-table bucket.
+// (the last if none). A short CDF (one step's) counts the entries at or below the draw, without
+// branches the draw would make unpredictable; a longer one looks from its guide-table bucket.
 int64_t Engine::AcceptedDrafts(int64_t steps) {
   if (config_.mtp_depth == 0) return 0;
   const std::vector<double>& cdf = accept_cdfs_[steps - 1];
-  const std::vector<int32_t>& guide = accept_guides_[steps - 1];
   const double u = rng_->Uniform();
+  const auto last = static_cast<int64_t>(cdf.size()) - 1;
+  constexpr int64_t kCounted = 8;
+  if (last <= kCounted) {
+    int64_t a = 0;
+    for (int64_t i = 0; i < last; ++i) a += cdf[i] <= u ? 1 : 0;
+    return a;
+  }
+  const std::vector<int32_t>& guide = accept_guides_[steps - 1];
   const size_t bucket = std::min(guide.size() - 1, static_cast<size_t>(u * guide.size()));
   int64_t a = guide[bucket];
-  const auto last = static_cast<int64_t>(cdf.size()) - 1;
   while (a < last && cdf[a] <= u) ++a;
   while (a > 0 && cdf[a - 1] > u) --a;  // u * size rounded up into the next bucket
   return a;

@@ -108,8 +108,10 @@ class Engine {
  private:
   struct Entry {
     int64_t slot;
-    int64_t tokens;  // per step
+    int64_t tokens;   // per step
+    int64_t context;  // the sequence's kv_len when the batch formed
     bool decode;
+    bool samples;  // a decode step or the last prefill chunk: it produces logits
   };
   // A rank's decoding sequences while they all step together. Members' own counters stand still;
   // the cohort counts its steps (`clock`) and knows, without visiting members, their summed

@@ -64,7 +64,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
       Preempt(rank, rank.running[victim]);
     }
     if (preempted_self) continue;  // running[i] is now the next sequence
-    entries->push_back({slot, step, true});
+    entries->push_back({slot, step, s.kv_len, true, true});
     *budget -= step;
     any = true;
     ++i;
@@ -94,7 +94,7 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, in
     if (s.in_flight) continue;
     const int64_t tokens = plan(s);
     if (tokens <= 0 || !Grow(rank, s, s.kv_len + tokens)) return;
-    entries->push_back({slot, tokens, false});
+    entries->push_back({slot, tokens, s.kv_len, false, s.kv_len + tokens == s.prefill_target});
     *budget -= tokens;
   }
   const bool admit = admit_new && config_.scheduler != SchedulerKind::kStatic;
@@ -109,7 +109,8 @@ void Engine::AddPrefills(Rank& rank, std::vector<Entry>* entries, int cohort, in
     if (tokens <= 0 || tokens > *budget || !Grow(rank, s, s.kv_len + tokens))
       continue;                                             // admitted, runs next time
     if (decode && implicit_decode_) rank.loose.pop_back();  // runs now, explicitly
-    entries->push_back({slot, tokens, decode});
+    entries->push_back(
+        {slot, tokens, s.kv_len, decode, decode || s.kv_len + tokens == s.prefill_target});
     *budget -= tokens;
   }
 }

@@ -70,9 +70,7 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step, double host_share) {
           static_cast<double>(window > 0 ? c.WindowKv(step, window) : context + c.size()));
     }
     for (const Entry& e : batch.ranks[r]) {
-      const Sequence& s = (*slots_)[e.slot];
-      const bool samples = e.decode || s.kv_len + e.tokens == s.prefill_target;
-      shapes_[r].Add({e.tokens, s.kv_len + (e.decode ? decode_grown : step), e.decode, samples},
+      shapes_[r].Add({e.tokens, e.context + (e.decode ? decode_grown : step), e.decode, e.samples},
                      pool_.sliding_window);
     }
   }
@@ -142,7 +140,12 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   if (multi_step && multi_step_left_ == 0) multi_step_left_ = config_.scheduler_steps;
   const double host_share = multi_step ? 1.0 / config_.scheduler_steps : 1.0;
   ShapeBatch(batch, 0, host_share);
-  int64_t steps = swap_bytes > 0 || config_.cost_breakdown
+  // Without a pipeline, a first step that already passes the horizon is the whole batch: no run
+  // of steps to look for (the run below would stop after it too).
+  const bool one_stage = stage_free_at_.size() == 1;
+  const SimTime first = one_stage ? stage_time(0) : SimTime(0);
+  const bool past_horizon = one_stage && now + std::max(first, SimTime(1)) >= horizon;
+  int64_t steps = swap_bytes > 0 || config_.cost_breakdown || past_horizon
                       ? 1
                       : std::min(FastForwardSteps(batch), balance.max_steps);
   if (multi_step) steps = std::min(steps, multi_step_left_);
@@ -159,8 +162,8 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     ff_slope_.resize(stages);
     ff_end_.resize(stages);
     for (size_t st = 0; st < stages; ++st) {
-      ff_first_[st] =
-          static_cast<double>(std::max(stage_time(static_cast<int>(st)), SimTime(1)).count());
+      const SimTime d = one_stage ? first : stage_time(static_cast<int>(st));
+      ff_first_[st] = static_cast<double>(std::max(d, SimTime(1)).count());
     }
     ShapeBatch(batch, steps - 1, host_share);
     for (size_t st = 0; st < stages; ++st) {
@@ -191,7 +194,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
     *stage_free = stage_free_at_[0];
   } else {
     for (size_t st = 0; st < stage_free_at_.size(); ++st) {
-      SimTime dur = stage_time(static_cast<int>(st));
+      SimTime dur = one_stage ? first : stage_time(static_cast<int>(st));
       if (st == 0) dur += swap;
       dur = std::max(dur, SimTime(1));
       if (config_.cost_breakdown) {
