@@ -917,10 +917,12 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
     if (k && probing_.contains({item.candidate, *k})) return std::nullopt;
     return Task{item.candidate, against, i - taken_, k, false};
   };
+  // A search under way goes on against the best found since it went out: it depends on the best
+  // only through its first probe, and is searched again at its turn if that differs.
   std::optional<Task> own;  // the next probe (or evaluation) a search asks for, earliest first
   for (const size_t i : searching_) {
     if (Pruned(items_[i])) continue;
-    if ((own = searching(i, items_[i].beat))) break;
+    if ((own = searching(i, beat))) break;
   }
   auto ready = [&](const Item& item) {
     return item.state == Item::State::kWaiting && !item.stored && !Pruned(item);
@@ -939,40 +941,45 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
     }
   }
   // A probe that a search under way may ask for later, where fewer results stand before it than
-  // before the next probe a search asks for now: the earliest search in order first.
+  // before the next probe a search asks for now: the earliest search in order first. One that
+  // supposes a candidate beats the best at its first probe goes out only where nothing else
+  // would (most candidates lose there, so it is seldom needed).
   for (const size_t i : searching_) {
     const Item& item = items_[i];
     if (own && i - taken_ >= own->ahead) break;
     if (Pruned(item)) continue;
-    if (std::optional<std::pair<int64_t, size_t>> ahead = ProbeAhead(item)) {
-      if (!own || i - taken_ + ahead->second < own->ahead)
-        return Task{item.candidate, item.beat, i - taken_ + ahead->second, ahead->first, true};
+    if (std::optional<Ahead> ahead = ProbeAhead(item, beat)) {
+      if (!own || (!ahead->long_shot && i - taken_ + ahead->depth < own->ahead))
+        return Task{item.candidate, beat, i - taken_ + ahead->depth, ahead->probe, true};
     }
   }
   return own;
 }
 
-// A probe `item`'s QPS search (as it went out) may ask for and that is neither run nor out, and
+// A probe `item`'s QPS search against `beat` may ask for and that is neither run nor out, and
 // how many outcomes not yet known stand before it: past the probes run, each outcome of each
 // probe not yet known is supposed in turn, breadth first, so that the probes nearest the search's
 // own path come first.
-std::optional<std::pair<int64_t, size_t>> SearchRun::ProbeAhead(const Item& item) const {
+std::optional<SearchRun::Ahead> SearchRun::ProbeAhead(const Item& item, double beat) const {
   constexpr int kMaxLooked = 15;  // unknown probes looked at: four levels, three outcomes supposed
   struct Supposed {
     QpsSearch search;
     size_t depth = 0;  // outcomes supposed
+    bool long_shot = false;
   };
-  std::deque<Supposed> open{{QpsSearch(item.bound, item.estimate, item.beat, options_->qps_steps)}};
+  const std::optional<int64_t> first = FirstProbe(beat, item.bound);
+  std::deque<Supposed> open{{QpsSearch(item.bound, item.estimate, beat, options_->qps_steps)}};
   for (int looked = 0; !open.empty() && looked < kMaxLooked; ++looked) {
     Supposed node = open.front();
     open.pop_front();
     const std::optional<int64_t> k = FollowKnown(*item.memo, &node.search);
     if (!k) continue;
-    if (!probing_.contains({item.candidate, *k})) return std::pair(*k, node.depth);
+    if (!probing_.contains({item.candidate, *k})) return Ahead{*k, node.depth, node.long_shot};
     for (const bool valid : {false, true}) {
       Supposed next = node;
       next.search.Record(*k, valid);
       ++next.depth;
+      next.long_shot = node.long_shot || (valid && k == first);
       open.push_back(next);
     }
   }
@@ -987,9 +994,9 @@ void SearchRun::Take(const Task& task) {
     if (task.early) ++probes_ahead_;
     if (item.state == Item::State::kWaiting) {
       item.state = Item::State::kSearching;
-      item.beat = task.beat;
       searching_.insert(i);
     }
+    item.beat = task.beat;
     return;
   }
   item.state = Item::State::kOut;

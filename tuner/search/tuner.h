@@ -284,7 +284,13 @@ class SearchRun {
   bool Pruned(const Item& item) const;
   Status Advance();
   std::optional<int64_t> OwnProbe(const Item& item, double beat) const;
-  std::optional<std::pair<int64_t, size_t>> ProbeAhead(const Item& item) const;
+  // A probe a search under way may ask for later (SearchRun::Peek).
+  struct Ahead {
+    int64_t probe = 0;
+    size_t depth = 0;        // outcomes not yet known that stand before it
+    bool long_shot = false;  // it supposes a first probe, the rate above the best, valid
+  };
+  std::optional<Ahead> ProbeAhead(const Item& item, double beat) const;
 
   const TuneOptions* options_;
   const PreparedTune* prepared_;
