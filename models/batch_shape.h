@@ -16,6 +16,20 @@ struct SequenceStep {
   bool samples = false;        // produces logits (last prefill chunk or a decode step)
 };
 
+// Decode steps without a sliding window, summed one by one: each of `tokens` query tokens after
+// `context` cached ones (BatchShape::AddDecodes adds them as their Add calls would).
+struct DecodeSums {
+  int64_t sequences = 0, tokens = 0;
+  int64_t pairs = 0;  // query-key pairs: tokens x context + tokens (tokens + 1) / 2 each
+  int64_t kv = 0;     // KV tokens read: context + tokens each
+  void Add(int64_t step_tokens, int64_t context) {
+    ++sequences;
+    tokens += step_tokens;
+    pairs += step_tokens * context + step_tokens * (step_tokens + 1) / 2;
+    kv += context + step_tokens;
+  }
+};
+
 struct BatchShape {
   int64_t tokens = 0;
   int64_t sequences = 0;
@@ -62,6 +76,18 @@ struct BatchShape {
     decode_pairs_window += window_kv;
     decode_kv += kv;
     decode_kv_window += window_kv;
+  }
+  // Decode steps summed by DecodeSums (no sliding window): the same as an Add call for each.
+  void AddDecodes(const DecodeSums& d) {
+    tokens += d.tokens;
+    sequences += d.sequences;
+    sampled_tokens += d.tokens;
+    decode_tokens += d.tokens;
+    decode_sequences += d.sequences;
+    decode_pairs += static_cast<double>(d.pairs);
+    decode_pairs_window += static_cast<double>(d.pairs);
+    decode_kv += static_cast<double>(d.kv);
+    decode_kv_window += static_cast<double>(d.kv);
   }
   // `n` dummy decode sequences of `tokens_each` query tokens and no context, as an engine pads a
   // batch to a captured CUDA graph's size: the same as n Add calls of {tokens_each, 0, decode,

@@ -88,6 +88,29 @@ TEST_CASE("Operators: sliding-window layers attend to at most the window", "[mod
   CHECK(window->flops == Approx(4.0 * 64 * 64 * 128));
 }
 
+TEST_CASE("BatchShape: decodes summed by DecodeSums equal an Add call each, exactly", "[models]") {
+  BatchShape each, summed;
+  DecodeSums sums;
+  each.Add({2048, 100, false, true}, 0);  // a prefill chunk beside them
+  summed.Add({2048, 100, false, true}, 0);
+  for (int64_t i = 0; i < 1000; ++i) {
+    const int64_t tokens = 1 + i % 4, context = 17 + 7919 * i % 20000;
+    each.Add({tokens, context, true, true}, 0);
+    sums.Add(tokens, context);
+  }
+  summed.AddDecodes(sums);
+  CHECK(summed.tokens == each.tokens);
+  CHECK(summed.sequences == each.sequences);
+  CHECK(summed.sampled_tokens == each.sampled_tokens);
+  CHECK(summed.decode_tokens == each.decode_tokens);
+  CHECK(summed.decode_sequences == each.decode_sequences);
+  CHECK(summed.decode_pairs == each.decode_pairs);  // integers: the same doubles, not just close
+  CHECK(summed.decode_pairs_window == each.decode_pairs_window);
+  CHECK(summed.decode_kv == each.decode_kv);
+  CHECK(summed.decode_kv_window == each.decode_kv_window);
+  CHECK(summed.prefill_pairs == each.prefill_pairs);
+}
+
 TEST_CASE("Operators: DeepSeek-R1 with TP8/EP8 and attention DP", "[models]") {
   const ModelArch m = Arch("deepseek-r1");
   OperatorBuilder builder(m, Layout(8, 8, 8, 8),

@@ -69,10 +69,19 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step, double host_share) {
           c.size(), static_cast<double>(context),
           static_cast<double>(window > 0 ? c.WindowKv(step, window) : context + c.size()));
     }
+    // Without a sliding window a decode's terms are integers, so the decodes are summed here and
+    // added at once (the same doubles as an Add each, in any order).
+    const bool sum_decodes = pool_.sliding_window == 0;
+    models::DecodeSums decodes;
     for (const Entry& e : batch.ranks[r]) {
+      if (sum_decodes && e.decode) {
+        decodes.Add(e.tokens, e.context + decode_grown);
+        continue;
+      }
       shapes_[r].Add({e.tokens, e.context + (e.decode ? decode_grown : step), e.decode, e.samples},
                      pool_.sliding_window);
     }
+    shapes_[r].AddDecodes(decodes);
   }
   models::PadToCudaGraph(shapes_, graph_sizes_, 1 + config_.mtp_depth);
   for (models::BatchShape& shape : shapes_) {
