@@ -17,6 +17,7 @@ void ResponsePath::Batch(SimTime start, SimTime end, int64_t steps, int64_t sequ
       static_cast<double>(sequences) * responses_per_token_ * seconds_per_response_;
   const SimTime last = FromSeconds(step_work);
   const SimTime all = FromSeconds(step_work * static_cast<double>(steps));
+  busy_s_ += step_work * static_cast<double>(steps);
   // Queued behind what came before, and never served before its last iteration produced it.
   free_at_ = std::max(std::max(free_at_, start) + all, end + last);
   batches_.emplace_back(end, free_at_ - last / 2);

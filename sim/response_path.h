@@ -28,11 +28,18 @@ class ResponsePath {
   // When the client sees what the batch ending at `end` produced (its responses are in the middle
   // of that batch's last iteration's).
   SimTime Delivered(SimTime end);
+  // Host time spent serving responses so far, and the output tokens a second the front can
+  // stream at most (0 when disabled).
+  double busy_s() const { return busy_s_; }
+  double max_tokens_per_s() const {
+    return enabled_ ? 1.0 / (responses_per_token_ * seconds_per_response_) : 0.0;
+  }
 
  private:
   bool enabled_;
   double seconds_per_response_ = 0;
   double responses_per_token_ = 0;
+  double busy_s_ = 0;
   SimTime free_at_{0};                               // the front has served everything queued
   std::deque<std::pair<SimTime, SimTime>> batches_;  // (end, delivered), oldest first
 };

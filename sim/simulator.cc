@@ -70,6 +70,10 @@ OrderedJson SimulationResult::ToJson() const {
     j["overloaded"] = overloaded;
   }
   j["preemptions"] = preemptions;
+  if (front_max_tokens_per_s > 0) {
+    j["serving_front"] = {{"busy_share", front_busy_share},
+                          {"max_tokens_per_s_per_instance", front_max_tokens_per_s}};
+  }
   j["kv_peak_utilization"] = kv_peak_utilization;
   j["prefix_hit_rate"] = prefix_hit_rate;
   j["iterations"] = iterations;
@@ -131,6 +135,7 @@ void Simulator::AddEngines(const PoolSpec& pool, const EngineConfig& config, Eng
     const int64_t interval =
         config.stream_interval > 0 ? config.stream_interval : pool.time->StreamInterval();
     responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? interval : 0);
+    if (responses_.back().enabled()) front_busy_at_last_issue_.resize(responses_.size(), 0.0);
     last_stage_.push_back(pool.time->num_stages() - 1);
     kick_pending_.push_back(false);
     in_flight_.push_back(0);
@@ -241,6 +246,8 @@ void Simulator::Issue(const traces::Request& r) {
   score_.Issued(ToSeconds(now));
   peak_in_system_ = std::max(peak_in_system_, in_system_);
   waiting_at_last_issue_ = ++awaiting_first_token_;
+  for (size_t i = 0; i < front_busy_at_last_issue_.size(); ++i)
+    front_busy_at_last_issue_[i] = responses_[i].busy_s();
   if (Watching())
     deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   if (!TryDispatch(slot, "arrival")) {
@@ -835,6 +842,17 @@ Result<SimulationResult> Simulator::Run() {
     res.kv_peak_utilization = std::max(res.kv_peak_utilization, engine->PeakKvUtilization());
     lookups += engine->prefix_lookups();
     hits += engine->prefix_hits();
+  }
+  // The front's load while requests arrive (the drain after the last one would dilute it): the
+  // work handed to it by then over that time.
+  const double last_issue_s = score_.last_issue_s();
+  for (size_t i = 0; i < front_busy_at_last_issue_.size(); ++i) {
+    if (!responses_[i].enabled()) continue;
+    res.front_max_tokens_per_s = responses_[i].max_tokens_per_s();
+    if (last_issue_s > 0) {
+      res.front_busy_share = std::max(res.front_busy_share,
+                                      std::min(1.0, front_busy_at_last_issue_[i] / last_issue_s));
+    }
   }
   res.preemptions = res.counters.preemptions;
   res.iterations = res.counters.iterations;

@@ -89,6 +89,10 @@ struct SwitchRecord {
   int64_t generated_before = 0;  // tokens generated before the trigger held
 };
 
+// A front busy this share of a run or more bounds it (SimulationResult::front_busy_share): its
+// queue, not the GPUs, sets what the client sees.
+inline constexpr double kFrontBoundShare = 0.9;
+
 struct SimulationResult {
   int64_t completed_requests = 0;
   int64_t output_tokens = 0;
@@ -128,6 +132,12 @@ struct SimulationResult {
   int64_t waiting_at_last_arrival = 0;
   bool overloaded = false;
   int64_t preemptions = 0;
+  // The serving front's response path (ResponsePath), where one is modelled: the share of the
+  // time requests arrived (to the last arrival) that the busiest instance's front was given
+  // responses to serve, and the output tokens a second one instance's front can stream at most.
+  // Near 1, what the client sees waits on the front, not the GPUs.
+  double front_busy_share = 0;
+  double front_max_tokens_per_s = 0;
   double kv_peak_utilization = 0;
   double prefix_hit_rate = 0;
   int64_t iterations = 0;
@@ -262,7 +272,9 @@ class Simulator : public EngineListener {
   std::vector<bool> kick_pending_;
   std::vector<SimTime> link_free_;       // per decode engine: its KV ingress link
   std::vector<ResponsePath> responses_;  // per engine
-  std::vector<int> last_stage_;          // per engine
+  // Each engine's front busy time handed to it by the latest arrival (empty: no front modelled).
+  std::vector<double> front_busy_at_last_issue_;
+  std::vector<int> last_stage_;     // per engine
   std::vector<int64_t> in_flight_;  // per main engine: requests sent to it, not yet seen complete
   std::deque<int64_t> held_;        // slots the client holds back (every instance at its limit)
   std::vector<int> open_engines_;   // TryDispatch's: main engines below max_concurrency

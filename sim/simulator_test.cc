@@ -332,6 +332,12 @@ TEST_CASE("ResponsePath: a fluid queue that falls behind only past its service r
   ResponsePath steps(150e-6, 1);
   steps.Batch(ms(0), ms(40), 4, 100);
   CHECK(steps.Delivered(ms(40)) == ms(60 - 7.5));  // 60 ms of work from t = 0
+  // Its busy time is the work it was given, its rate one response's tokens over its cost.
+  CHECK(over.busy_s() == Approx(20 * 0.015));
+  CHECK(steps.busy_s() == Approx(0.06));
+  CHECK(over.max_tokens_per_s() == Approx(1 / 150e-6));
+  CHECK(sparse.max_tokens_per_s() == Approx(4 / 150e-6));
+  CHECK(ResponsePath(0, 1).max_tokens_per_s() == 0);
   CHECK(!ResponsePath(0, 1).enabled());
   CHECK(!ResponsePath(1e-4, 0).enabled());
   CHECK(ResponsePath(1e-4, 0).Delivered(ms(5)) == ms(5));
@@ -355,11 +361,37 @@ TEST_CASE("Simulator: the response path delays what clients see, not the engine"
   CHECK(seen.ttft_mean_ms == Approx(base.ttft_mean_ms + 0.5).epsilon(1e-9));
   CHECK(seen.e2e_mean_ms == Approx(base.e2e_mean_ms + 0.5).epsilon(1e-9));
   CHECK(seen.tpot_mean_ms == Approx(base.tpot_mean_ms).epsilon(1e-9));
+  // The front served one response a token, 1 ms each: by the last arrival (49 s), the 49 requests
+  // before it, a small share of that time.
+  CHECK(seen.front_max_tokens_per_s == Approx(1000));
+  CHECK(seen.last_arrival_s == Approx(49));
+  CHECK(seen.front_busy_share ==
+        Approx(static_cast<double>(seen.output_tokens) * 49 / 50 * 1e-3 / 49));
+  CHECK(seen.front_busy_share < sim::kFrontBoundShare);
+  CHECK(base.front_busy_share == 0);
+  CHECK(base.front_max_tokens_per_s == 0);
   spec.scenario.scenario = Scenario::kOffline;
   spec.pool.time = &plain;
   const SimulationResult offline = RunOk(spec, TimedSource(items));
   spec.pool.time = &front;
-  CHECK(RunOk(spec, TimedSource(items)).e2e_mean_ms == offline.e2e_mean_ms);
+  const SimulationResult unstreamed = RunOk(spec, TimedSource(items));
+  CHECK(unstreamed.e2e_mean_ms == offline.e2e_mean_ms);
+  CHECK(unstreamed.front_max_tokens_per_s == 0);
+}
+
+TEST_CASE("Simulator: a front slower than the engine's tokens is busy the whole run", "[sim]") {
+  // A 10 ms iteration makes a token; at 20 ms a response the front is given twice the work it
+  // can do while requests arrive.
+  FakeTime slow(0.01, false, 1, 20e-3);
+  std::vector<std::pair<traces::Request, double>> items;
+  for (int i = 0; i < 20; ++i) items.push_back({Dataset(1, 10, 8)[0], i * 0.05});
+  for (size_t i = 0; i < items.size(); ++i) items[i].first.id = static_cast<int64_t>(i);
+  SimulationSpec spec = SingleSlot(&slow);
+  spec.engine.stream_interval = 1;
+  const SimulationResult r = RunOk(spec, TimedSource(items));
+  CHECK(r.front_busy_share > sim::kFrontBoundShare);
+  CHECK(r.front_busy_share <= 1);
+  CHECK(r.front_max_tokens_per_s == Approx(50));
 }
 
 TEST_CASE("Simulator: exponential service gives M/M/1 waiting times", "[sim]") {

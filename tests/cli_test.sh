@@ -118,6 +118,13 @@ fi
 # Simulation.
 expect 0 "MLPerf valid      yes" -- simulate --scenario server --qps 5
 expect 0 '"mlperf_valid": true' -- simulate --deployment "$data/deployment_dsr1_b200.json" --scenario server --qps 4 --json
+# Every token a response at 14 QPS: the serving front is busy the whole run and bounds the figures,
+# which the same run with a front that costs nothing bounds from the other side.
+expect 0 "serving front     busy" -- simulate --scenario server --qps 5 --samples 300 --min-duration 0
+expect 0 "FRONT-BOUND" -- simulate --stream-interval 1 --scenario server --qps 14 --samples 3000 \
+  --min-duration 0
+expect 0 '"front_free"' -- simulate --stream-interval 1 --scenario server --qps 14 --samples 3000 \
+  --min-duration 0 --json
 expect 0 '"completed_requests": 500' -- simulate --scenario interactive --qps 2 --samples 500 --json \
   --requests-out "$tmp/req.csv" --timeline "$tmp/timeline.json"
 head -1 "$tmp/req.csv" | grep -qx "request_id,scheduled_s,first_token_s,completion_s,input_tokens,output_tokens,preemptions" \

@@ -65,6 +65,11 @@ OrderedJson RowJson(const tuner::RowPrediction& p) {
       j["capacity_at_use_qps_pred"] = p.capacity_at_use_qps;
       j["capacity_at_use_error_pct"] = p.CapacityAtUseErrorPct();
     }
+    j["front_busy_share"] = p.front_busy_share;
+    if (p.has_front_free_capacity) {
+      j["front_free_capacity_qps_pred"] = p.front_free_capacity_qps;
+      j["published_within_front_bound"] = p.PublishedWithinFrontBound();
+    }
   }
   // The first metric's fields at the top level too, for a flat view of each row.
   j["published"] = p.row.tokens_per_s;
@@ -79,6 +84,32 @@ OrderedJson SummaryJson(const tuner::ErrorSummary& s) {
           {"p99_latency", s.latency_median_abs_pct},
           {"capacity_qps", s.capacity_median_abs_pct},
           {"capacity_at_use_qps", s.capacity_at_use_median_abs_pct}};
+}
+
+// Rows whose serving front is busy nearly all the time at the published QPS: their capacity is
+// bounded between the stack's fitted cost a response and a front that costs nothing.
+void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds) {
+  int bound = 0, within = 0;
+  for (const auto& p : preds) {
+    if (!p.has_front_free_capacity) continue;
+    if (bound++ == 0) {
+      std::printf(
+          "bounded by the serving front (busy >= %.0f%% of the arrivals' time at the published "
+          "QPS; the "
+          "stack's cost a response was fitted on other hosts' rows, and only a measurement of "
+          "this front says where in the bound the capacity lies):\n",
+          100 * sim::kFrontBoundShare);
+    }
+    within += p.PublishedWithinFrontBound() ? 1 : 0;
+    const double fitted = p.has_capacity_at_use ? p.capacity_at_use_qps : p.capacity_qps;
+    std::printf(
+        "  line %d %s %s %s: front busy %.0f%%; capacity %.2f QPS at the fitted front, %.2f with a "
+        "front that costs nothing; published %.2f, %s\n",
+        p.row.line, p.row.submitter.c_str(), p.row.accelerator.c_str(), p.row.scenario.c_str(),
+        100 * p.front_busy_share, fitted, p.front_free_capacity_qps, p.row.target_qps,
+        p.PublishedWithinFrontBound() ? "inside" : "outside");
+  }
+  if (bound > 0) std::printf("  %d of %d published capacities inside their bound\n", within, bound);
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
@@ -117,6 +148,7 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
       pct(s.latency_median_abs_pct, s.latency_rows).c_str(),
       pct(s.capacity_median_abs_pct, s.capacity_rows).c_str(),
       pct(s.capacity_at_use_median_abs_pct, s.capacity_at_use_rows).c_str(), s.rows);
+  PrintFrontBound(preds);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {

@@ -252,6 +252,26 @@ void PrintSummary(const sim::DeploymentConfig& d, const sim::ResolvedDeployment&
   }
 }
 
+// The serving front's load, where one is modelled, and for a run it bounds, the same run with a
+// front that costs nothing.
+void PrintFront(const sim::SimulationResult& res, const sim::TimeModel& time_model,
+                const sim::SimulationResult* front_free) {
+  if (!(res.front_max_tokens_per_s > 0)) return;
+  std::printf(
+      "  serving front     busy %.0f%% of the arrivals' time on its busiest instance (streams at "
+      "most %s "
+      "tokens/s an instance at %g us a response)\n",
+      100 * res.front_busy_share, FormatCount(res.front_max_tokens_per_s).c_str(),
+      time_model.calibration.params.response_us);
+  if (front_free == nullptr) return;
+  std::printf(
+      "  FRONT-BOUND       the client's latencies wait on the front's response queue, not the "
+      "GPUs; its cost a response is the stack's constant, fitted on the hosts of its rows, and "
+      "other hosts or releases serve responses at other rates. With a front that costs nothing: "
+      "p99 TTFT %.0f ms, TPOT %.1f ms, MLPerf valid %s: the figures lie between the two\n",
+      front_free->ttft_p99_ms, front_free->tpot_p99_ms, front_free->mlperf_valid ? "yes" : "no");
+}
+
 // Each switch of the plan: its trigger, the configuration it goes to, its cost and when it ran.
 void PrintPlan(const sim::Plan& plan, const sim::ResolvedPlan& resolved,
                const sim::SimulationResult& res) {
@@ -342,7 +362,10 @@ Status Run(SimulateFlags f) {
   } else {
     FATHOM_ASSIGN_OR_RETURN(benchmark, ChooseBenchmark(d.model, f.benchmark));
   }
-  if (benchmark != nullptr) resolved->spec.benchmark = benchmark->name;
+  // The limits' benchmark, for this run and those below (after resolved->spec has gone to it).
+  const std::string benchmark_name =
+      benchmark != nullptr ? benchmark->name : resolved->spec.benchmark;
+  resolved->spec.benchmark = benchmark_name;
   resolved->spec.scenario = sc;
 
   // The run's length, as `fathom tune` sizes it: given, the file's, or as long as a submitter's
@@ -371,7 +394,7 @@ Status Run(SimulateFlags f) {
     FATHOM_ASSIGN_OR_RETURN(auto r, sim::Resolve(d, catalog, factory));
     r->spec.scenario = sc;
     r->spec.engine.cost_breakdown = r->spec.decode_engine.cost_breakdown = breakdown;
-    r->spec.benchmark = resolved->spec.benchmark;
+    r->spec.benchmark = benchmark_name;
     FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::RequestSource> src, make_source(count));
     sim::Simulator s(std::move(r->spec), std::move(src));
     sim::ResolvedPlan switched;
@@ -485,6 +508,18 @@ Status Run(SimulateFlags f) {
     if (plan_gain) plan_gain->second = std::sqrt(gain_var);
   }
 
+  // A run whose serving front is busy nearly all the time is bounded by it: what the client sees
+  // waits on the front's response queue, whose cost per response is a stack constant (fitted on
+  // the hosts of the rows its stack was calibrated on). The same run with a front that costs
+  // nothing bounds the figures from the other side.
+  std::optional<sim::SimulationResult> front_free;
+  if (res.front_busy_share >= sim::kFrontBoundShare && !time_model.roofline) {
+    models::CostParams free = time_model.calibration.params;
+    free.response_us = 0;
+    FATHOM_ASSIGN_OR_RETURN(
+        front_free, simulate(sim::CalibratedFactory(free, time_model.measured), samples, true));
+  }
+
   // Where the GPU time went: the same run again, each iteration priced in full.
   std::optional<sim::SimulationResult> broken_down;
   if (f.breakdown) {
@@ -526,12 +561,18 @@ Status Run(SimulateFlags f) {
       j["plan_gain"] = plan_gain->first;
       if (sigma) j["plan_gain_1sigma"] = plan_gain->second;
     }
+    if (front_free) {
+      j["serving_front"]["front_free"] = {{"ttft_p99_ms", front_free->ttft_p99_ms},
+                                          {"tpot_p99_ms", front_free->tpot_p99_ms},
+                                          {"mlperf_valid", front_free->mlperf_valid}};
+    }
     j["error_bars"] = intervals.json;
     if (broken_down) j["gpu_seconds_per_million_tokens"] = reports::BreakdownJson(breakdown_run);
     j["published"] = published.json;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintSummary(d, *resolved, sc, res, wall, time_model, run_note);
+    PrintFront(res, time_model, front_free ? &*front_free : nullptr);
     if (f.plan) PrintPlan(*f.plan, plan, res);
     if (plan_gain) {
       std::printf("  tokens/s against holding the start: %+.1f%%%s\n", 100 * plan_gain->first,

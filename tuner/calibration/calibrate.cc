@@ -339,6 +339,7 @@ Result<std::vector<RowPrediction>> Calibrator::PredictRows(
     p.tokens_per_s = FromExact(result.at("tokens_per_s"));
     p.ttft_p99_ms = FromExact(result.at("ttft_p99_ms"));
     p.tpot_p99_ms = FromExact(result.at("tpot_p99_ms"));
+    p.front_busy_share = FromExact(result.at("front_busy_share"));
     p.extrapolated =
         std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
                   rows[r].accelerator) == calibration.fitted_hardware.end();
@@ -353,19 +354,34 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
   for (size_t i = 0; i < predictions->size(); ++i) {
     if (!(*predictions)[i].row.offline()) server.push_back(i);
   }
-  const Json params = CalibrationJson(calibration);
+  // Rows the serving front bounds are searched again with a front that costs nothing.
+  std::vector<size_t> bound;
+  for (const size_t i : server) {
+    if (at_limits && (*predictions)[i].FrontBound()) bound.push_back(i);
+  }
+  models::Calibration front_free = calibration;
+  front_free.params.response_us = 0;
+  const Json params = CalibrationJson(calibration), free_params = CalibrationJson(front_free);
   return Spread(
-      server.size(),
+      server.size() + bound.size(),
       [&](size_t k) {
+        const bool free = k >= server.size();
         return Json{{"task", "capacity"},
-                    {"row", (*predictions)[server[k]].row},
-                    {"calibration", params},
-                    {"at_limits", at_limits}}
+                    {"row", (*predictions)[free ? bound[k - server.size()] : server[k]].row},
+                    {"calibration", free ? free_params : params},
+                    {"at_limits", at_limits && !free}}
             .dump();
       },
       [&](size_t k, const std::string& result) {
-        RowPrediction& p = (*predictions)[server[k]];
         const Json j = Json::parse(result);
+        if (k >= server.size()) {
+          RowPrediction& p = (*predictions)[bound[k - server.size()]];
+          const char* key = j.contains("qps_at_use") ? "qps_at_use" : "qps";
+          p.has_front_free_capacity = j.contains(key);
+          if (p.has_front_free_capacity) p.front_free_capacity_qps = FromExact(j.at(key));
+          return Status::Ok();
+        }
+        RowPrediction& p = (*predictions)[server[k]];
         p.has_capacity = j.contains("qps");
         if (p.has_capacity) p.capacity_qps = FromExact(j.at("qps"));
         p.limit_use = FromExact(j.at("limit_use"));
@@ -373,6 +389,12 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
         if (p.has_capacity_at_use) p.capacity_at_use_qps = FromExact(j.at("qps_at_use"));
         return Status::Ok();
       });
+}
+
+bool RowPrediction::PublishedWithinFrontBound() const {
+  const double at_fitted_front = has_capacity_at_use ? capacity_at_use_qps : capacity_qps;
+  return has_front_free_capacity && (has_capacity_at_use || has_capacity) &&
+         at_fitted_front <= row.target_qps && row.target_qps <= front_free_capacity_qps;
 }
 
 namespace {
@@ -405,7 +427,8 @@ Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& 
   return Json{{"layout", layout},
               {"tokens_per_s", Exact(result->throughput_tokens_per_s)},
               {"ttft_p99_ms", Exact(result->ttft_p99_ms)},
-              {"tpot_p99_ms", Exact(result->tpot_p99_ms)}};
+              {"tpot_p99_ms", Exact(result->tpot_p99_ms)},
+              {"front_busy_share", Exact(result->front_busy_share)}};
 }
 
 // One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits

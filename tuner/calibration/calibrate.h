@@ -13,6 +13,7 @@
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "sim/deployment_config.h"
+#include "sim/simulator.h"
 #include "traces/request.h"
 #include "tuner/sweep/work_pool.h"
 
@@ -91,6 +92,17 @@ struct RowPrediction {
   double CapacityAtUseErrorPct() const {
     return 100.0 * (capacity_at_use_qps - row.target_qps) / row.target_qps;
   }
+  // The share of the run at the published QPS the busiest instance's serving front spent serving
+  // responses (sim::SimulationResult::front_busy_share). A row it bounds (sim::kFrontBoundShare)
+  // also gets the capacity with a front that costs nothing, at the published run's use of its
+  // limits: the stack's cost a response was fitted on other hosts' rows, so the capacity lies
+  // between the two, and only a measurement of this front tells where.
+  double front_busy_share = 0;
+  bool FrontBound() const { return front_busy_share >= sim::kFrontBoundShare; }
+  bool has_front_free_capacity = false;
+  double front_free_capacity_qps = 0;
+  // Whether the published QPS lies within [capacity, front-free capacity] (at the run's use).
+  bool PublishedWithinFrontBound() const;
   double TokensErrorPct() const {
     return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s;
   }
@@ -155,7 +167,8 @@ class Calibrator {
   // Fills each Server/Interactive row's capacity_qps and capacity_at_use_qps: the tuner's QPS
   // search (to within 1%) on the row's deployment and benchmark, each probe as long as the row's
   // run. `at_limits` false: capacity_qps only where capacity_at_use_qps is not computed or is the
-  // same search (a fit needs no more).
+  // same search (a fit needs no more); true: the rows the serving front bounds also get
+  // front_free_capacity_qps.
   Status PredictCapacity(std::vector<RowPrediction>* predictions,
                          const models::Calibration& calibration, bool at_limits = true) const;
 

@@ -181,6 +181,51 @@ TEST_CASE(
   CHECK_FALSE((*edge)[1].has_capacity_at_use);
 }
 
+TEST_CASE(
+    "PredictCapacity: a row its serving front bounds gets the capacity with a front that costs "
+    "nothing too",
+    "[tuner]") {
+  // NVIDIA's GB200 NVL72 Server (v6.0) streams every token: at its published 110 QPS the fitted
+  // front (57 us a response) is busy the whole run.
+  auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v6.0_holdout.csv");
+  auto setup = LoadCalibrationSetup(DefaultSetupPath("v6.0"), 500, 1);
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  auto calibration = models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.2.json");
+  REQUIRE(rows.ok());
+  REQUIRE(setup.ok());
+  REQUIRE(calibration.ok());
+  std::vector<PublishedResult> some;
+  for (const PublishedResult& r : *rows) {
+    if (r.submitter == "NVIDIA" && r.scenario == "Server" &&
+        (r.accelerator == "gb200" || r.accelerator == "b300"))
+      some.push_back(r);
+  }
+  REQUIRE(some.size() == 2);
+  auto pool = MakeThreadWorkPool(0);
+  // Runs long enough for the requests in flight to build up (each lasts minutes).
+  const Calibrator calibrator(*setup, *catalog, 30000, pool.get());
+  auto preds = calibrator.PredictRows(some, *calibration);
+  REQUIRE(preds.ok());
+  auto fit_only = *preds;
+  REQUIRE(calibrator.PredictCapacity(&*preds, *calibration).ok());
+  const RowPrediction& rack = (*preds)[some[0].accelerator == "gb200" ? 0 : 1];
+  const RowPrediction& eight = (*preds)[some[0].accelerator == "gb200" ? 1 : 0];
+  INFO(rack.front_busy_share);
+  CHECK(rack.FrontBound());
+  REQUIRE(rack.has_front_free_capacity);
+  // A faster front serves at least as much.
+  CHECK(rack.front_free_capacity_qps >= 0.98 * rack.capacity_at_use_qps);
+  CHECK(rack.PublishedWithinFrontBound() == (rack.capacity_at_use_qps <= rack.row.target_qps &&
+                                             rack.row.target_qps <= rack.front_free_capacity_qps));
+  // 8 B300s stream every 20 tokens: their front keeps up, and no second search runs.
+  CHECK_FALSE(eight.FrontBound());
+  CHECK_FALSE(eight.has_front_free_capacity);
+  CHECK_FALSE(eight.PublishedWithinFrontBound());
+  // A fit's searches (at_limits false) skip it.
+  REQUIRE(calibrator.PredictCapacity(&fit_only, *calibration, /*at_limits=*/false).ok());
+  for (const RowPrediction& p : fit_only) CHECK_FALSE(p.has_front_free_capacity);
+}
+
 TEST_CASE("FindDeployment: each row runs its submitter's published configuration", "[tuner]") {
   auto rows = LoadPublishedResults(DataDir() + "/models/calibration/mlperf_v5.1.csv");
   auto setup = LoadCalibrationSetup(DefaultSetupPath("v5.1"), 10, 1);
