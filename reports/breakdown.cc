@@ -71,6 +71,13 @@ Table BreakdownTable(const std::vector<BreakdownRun>& runs) {
       [](const BreakdownRun& r) { return r.run->ttft_mean_ms; }, 0);
   add(
       "mean TPOT ms", [](const BreakdownRun& r) { return r.run->tpot_mean_ms; }, 1);
+  bool streamed = false;
+  for (const BreakdownRun& r : runs) streamed = streamed || r.run->front_max_tokens_per_s > 0;
+  if (streamed) {
+    add(
+        "serving front busy, % of arrivals' time",
+        [](const BreakdownRun& r) { return 100 * r.run->front_busy_share; }, 0);
+  }
   return t;
 }
 
@@ -97,6 +104,18 @@ std::string CreditLines(const BreakdownRun& ours, const BreakdownRun& theirs) {
                      d.saved > 0 ? "fewer" : "more");
     if (gain > 0 && d.saved > 0) out += StrFormat(" (%.0f%% of the gain)", 100 * d.saved / gain);
     out += "\n";
+  }
+  // A run its serving front bounds spends its GPUs' time waiting on the front's queue (the drain
+  // after the last arrival, first tokens behind responses): that part of the gain rests on the
+  // front's cost a response, a stack constant fitted on other hosts (sim::kFrontBoundShare).
+  for (const BreakdownRun* r : {&theirs, &ours}) {
+    if (r->run->front_busy_share < sim::kFrontBoundShare) continue;
+    out += StrFormat(
+        "  %s serving front is busy %.0f%% of the arrivals' time: its queue, not its GPUs, sets "
+        "that run's latencies and much of its idle time, at the stack's cost a response (fitted on "
+        "other hosts); the gain that part makes is only as sure as that cost (`fathom simulate "
+        "--deployment` on it prints the run with a front that costs nothing)\n",
+        r->label.c_str(), 100 * r->run->front_busy_share);
   }
   return out;
 }

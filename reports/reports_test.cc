@@ -484,6 +484,20 @@ TEST_CASE("Breakdown: the parts add up to the GPUs' time and the gain is credite
         std::string::npos);
   CHECK(credit.find("  idle (no batch: bubbles, the drain): 25.0 more\n") != std::string::npos);
   CHECK(credit.find("attention") < credit.find("host"));
+  // Neither run streamed: no front row, no front note.
+  CHECK(table.find("serving front busy") == std::string::npos);
+  CHECK(credit.find("serving front") == std::string::npos);
+  // Theirs streamed every token through a front busy the whole time: the table shows both fronts'
+  // load and the credit says which part of the gain rests on the front's cost.
+  a.front_max_tokens_per_s = b.front_max_tokens_per_s = 17'500;
+  a.front_busy_share = 0.12;
+  b.front_busy_share = 1.0;
+  const std::string streamed = BreakdownTable({ours, theirs}).Text();
+  CHECK(streamed.find("serving front busy, % of arrivals' time") != std::string::npos);
+  const std::string front = CreditLines(ours, theirs);
+  CHECK(front.find("  theirs serving front is busy 100% of the arrivals' time") !=
+        std::string::npos);
+  CHECK(front.find("ours serving front") == std::string::npos);
 }
 
 }  // namespace fathom::reports

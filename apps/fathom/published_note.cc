@@ -8,11 +8,18 @@
 namespace fathom::cli {
 namespace {
 
-// A deployment as the published ones are compared: layout, precision, batch limits, MTP.
-std::string Shape(const sim::DeploymentConfig& d) {
+// A deployment as the published ones are compared: layout, precision, batch limits, MTP, and for
+// a streamed scenario the tokens a response (the deployment's, else `stack_interval`; 0: not
+// known, as for a published deployment that names none: its own release's default).
+std::string Shape(const sim::DeploymentConfig& d, bool streamed, int64_t stack_interval = 0) {
   std::string s = reports::LayoutLabel(d) + ", batch " + std::to_string(d.engine.max_batch) + ", " +
                   std::to_string(d.engine.max_num_tokens) + " tokens a step, " + d.kv + " KV";
   if (d.engine.mtp_depth > 0) s += ", MTP " + std::to_string(d.engine.mtp_depth);
+  const int64_t interval = !streamed                      ? 0
+                           : d.engine.stream_interval > 0 ? d.engine.stream_interval
+                                                          : stack_interval;
+  if (interval == 1) s += ", streams every token";
+  if (interval > 1) s += ", streams every " + std::to_string(interval) + " tokens";
   return s;
 }
 
@@ -23,7 +30,8 @@ constexpr double kCheckAbovePct = 15;
 }  // namespace
 
 Result<PublishedNote> DescribePublished(const sim::DeploymentConfig& config, sim::Scenario scenario,
-                                        double figure) {
+                                        double figure, int64_t stack_interval) {
+  const bool streamed = scenario != sim::Scenario::kOffline;
   PublishedNote note;
   FATHOM_ASSIGN_OR_RETURN(
       std::vector<tuner::PublishedReference> refs,
@@ -52,7 +60,7 @@ Result<PublishedNote> DescribePublished(const sim::DeploymentConfig& config, sim
                              reports::FormatFixed(r.row.ttft_p99_ms, 0).c_str(),
                              reports::FormatFixed(r.row.tpot_p99_ms, 1).c_str());
     }
-    if (r.deployment) note.text += "; " + Shape(*r.deployment);
+    if (r.deployment) note.text += "; " + Shape(*r.deployment, streamed);
     note.text += "\n";
   }
   note.json["nearest"] = nearest;
@@ -68,9 +76,9 @@ Result<PublishedNote> DescribePublished(const sim::DeploymentConfig& config, sim
     note.text += StrFormat(
         "That is more than %.0f%% above the best published result on this system: check it on "
         "hardware before relying on it.\n  fathom's:  %s\n",
-        kCheckAbovePct, Shape(config).c_str());
+        kCheckAbovePct, Shape(config, streamed, stack_interval).c_str());
     if (best.deployment) {
-      note.text += "  published: " + Shape(*best.deployment) + "\n";
+      note.text += "  published: " + Shape(*best.deployment, streamed) + "\n";
       note.check_against = best;
     }
     note.json["check_on_hardware"] = true;

@@ -23,7 +23,9 @@ struct PublishedNote {
 
 // `figure` is fathom's answer in MLPerf's unit for `scenario` (QPS for Server and Interactive,
 // tokens/s for Offline) on `config`; 0 lists the published results without a comparison.
+// `stack_interval`: the tokens a streamed response of the stack answering, for deployments that
+// name none (0: unknown, not shown).
 Result<PublishedNote> DescribePublished(const sim::DeploymentConfig& config, sim::Scenario scenario,
-                                        double figure);
+                                        double figure, int64_t stack_interval);
 
 }  // namespace fathom::cli

@@ -532,7 +532,8 @@ Status Run(SimulateFlags f) {
   FATHOM_ASSIGN_OR_RETURN(
       PublishedNote published,
       DescribePublished(d, sc.scenario,
-                        sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0));
+                        sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0,
+                        time_model.calibration.params.stream_interval));
   const Answer answer{sc.scenario,     false,           res.throughput_tokens_per_s,
                       sc.qps,          res.ttft_p99_ms, res.tpot_p99_ms,
                       !f.trace.empty()};

@@ -477,7 +477,8 @@ Status Run(TuneFlags f) {
 
   FATHOM_ASSIGN_OR_RETURN(PublishedNote published,
                           DescribePublished(best.config, o.space.scenario,
-                                            server ? best.qps : best.throughput_tokens_per_s));
+                                            server ? best.qps : best.throughput_tokens_per_s,
+                                            setup.time_model.calibration.params.stream_interval));
   const Answer answer{o.space.scenario, server,           best.throughput_tokens_per_s, best.qps,
                       best.ttft_p99_ms, best.tpot_p99_ms, !f.in.trace.empty()};
   FATHOM_ASSIGN_OR_RETURN(IntervalNote error_bars, DescribeIntervals(stack, best.config, answer));
