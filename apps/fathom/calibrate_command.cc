@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "apps/fathom/commands.h"
 #include "base/files.h"
@@ -88,11 +89,11 @@ OrderedJson SummaryJson(const tuner::ErrorSummary& s) {
 
 // Rows whose serving front is busy nearly all the time at the published QPS: their capacity is
 // bounded between the stack's fitted cost a response and a front that costs nothing.
-void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds) {
-  int bound = 0, within = 0;
+void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds, const tuner::ErrorSummary& s) {
+  bool first = true;
   for (const auto& p : preds) {
     if (!p.has_front_free_capacity) continue;
-    if (bound++ == 0) {
+    if (std::exchange(first, false)) {
       std::printf(
           "bounded by the serving front (busy >= %.0f%% of the arrivals' time at the published "
           "QPS; the "
@@ -100,7 +101,6 @@ void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds) {
           "this front says where in the bound the capacity lies):\n",
           100 * sim::kFrontBoundShare);
     }
-    within += p.PublishedWithinFrontBound() ? 1 : 0;
     const double fitted = p.has_capacity_at_use ? p.capacity_at_use_qps : p.capacity_qps;
     std::printf(
         "  line %d %s %s %s: front busy %.0f%%; capacity %.2f QPS at the fitted front, %.2f with a "
@@ -109,7 +109,10 @@ void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds) {
         100 * p.front_busy_share, fitted, p.front_free_capacity_qps, p.row.target_qps,
         p.PublishedWithinFrontBound() ? "inside" : "outside");
   }
-  if (bound > 0) std::printf("  %d of %d published capacities inside their bound\n", within, bound);
+  if (s.front_bound_rows > 0) {
+    std::printf("  %d of %d published capacities inside their bound\n", s.front_bound_within,
+                s.front_bound_rows);
+  }
 }
 
 void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
@@ -148,7 +151,7 @@ void PrintTable(const std::vector<tuner::RowPrediction>& preds) {
       pct(s.latency_median_abs_pct, s.latency_rows).c_str(),
       pct(s.capacity_median_abs_pct, s.capacity_rows).c_str(),
       pct(s.capacity_at_use_median_abs_pct, s.capacity_at_use_rows).c_str(), s.rows);
-  PrintFrontBound(preds);
+  PrintFrontBound(preds, s);
 }
 
 void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
@@ -306,7 +309,10 @@ Status Run(const CalibrateFlags& f) {
   OrderedJson jrows = OrderedJson::array();
   for (const auto& p : preds) jrows.push_back(RowJson(p));
   out["rows"] = jrows;
-  out["median_abs_error_pct"] = SummaryJson(tuner::Summarize(preds));
+  const tuner::ErrorSummary summary = tuner::Summarize(preds);
+  out["median_abs_error_pct"] = SummaryJson(summary);
+  out["front_bound"] = {{"rows", summary.front_bound_rows},
+                        {"published_within", summary.front_bound_within}};
   if (!f.residuals_out.empty()) {
     // Each row's figures against fathom's, marked fitted where this calibration's fit used it.
     const size_t fitted = f.fit ? fitted_count : loaded->stack_fitted_rows;

@@ -988,6 +988,10 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
     }
   }
   ErrorSummary s;
+  for (const auto& p : predictions) {
+    s.front_bound_rows += p.has_front_free_capacity ? 1 : 0;
+    s.front_bound_within += p.PublishedWithinFrontBound() ? 1 : 0;
+  }
   s.rows = static_cast<int>(predictions.size());
   s.tokens_median_abs_pct = Median(tokens);
   s.latency_median_abs_pct = Median(latency);

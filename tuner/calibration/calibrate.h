@@ -230,6 +230,9 @@ struct ErrorSummary {
   int rows = 0;
   // The rows behind each median (a median over none reads 0).
   int offline_rows = 0, latency_rows = 0, capacity_rows = 0, capacity_at_use_rows = 0;
+  // Rows the serving front bounds (with a front-free capacity), and those whose published QPS
+  // lies within their bound.
+  int front_bound_rows = 0, front_bound_within = 0;
 };
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions);
 

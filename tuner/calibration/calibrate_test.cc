@@ -221,6 +221,9 @@ TEST_CASE(
   CHECK_FALSE(eight.FrontBound());
   CHECK_FALSE(eight.has_front_free_capacity);
   CHECK_FALSE(eight.PublishedWithinFrontBound());
+  const ErrorSummary summary = Summarize(*preds);
+  CHECK(summary.front_bound_rows == 1);
+  CHECK(summary.front_bound_within == (rack.PublishedWithinFrontBound() ? 1 : 0));
   // A fit's searches (at_limits false) skip it.
   REQUIRE(calibrator.PredictCapacity(&fit_only, *calibration, /*at_limits=*/false).ok());
   for (const RowPrediction& p : fit_only) CHECK_FALSE(p.has_front_free_capacity);
