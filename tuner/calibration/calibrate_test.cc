@@ -459,7 +459,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
 static auto Figures(const RowPrediction& p) {
   return std::make_tuple(p.row.line, p.deployment, p.requests, p.tokens_per_s, p.ttft_p99_ms,
                          p.tpot_p99_ms, p.extrapolated, p.has_capacity, p.capacity_qps, p.limit_use,
-                         p.capacity_at_use_qps);
+                         p.capacity_at_use_qps, p.front_busy_share, p.has_front_free_capacity,
+                         p.front_free_capacity_qps);
 }
 
 TEST_CASE(
