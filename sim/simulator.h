@@ -89,8 +89,8 @@ struct SwitchRecord {
   int64_t generated_before = 0;  // tokens generated before the trigger held
 };
 
-// A front busy this share of a run or more bounds it (SimulationResult::front_busy_share): its
-// queue, not the GPUs, sets what the client sees.
+// A front given work for this share of the arrivals' time or more bounds the run
+// (SimulationResult::front_busy_share): its queue, not the GPUs, sets what the client sees.
 inline constexpr double kFrontBoundShare = 0.9;
 
 struct SimulationResult {

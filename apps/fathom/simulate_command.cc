@@ -259,8 +259,7 @@ void PrintFront(const sim::SimulationResult& res, const sim::TimeModel& time_mod
   if (!(res.front_max_tokens_per_s > 0)) return;
   std::printf(
       "  serving front     busy %.0f%% of the arrivals' time on its busiest instance (streams at "
-      "most %s "
-      "tokens/s an instance at %g us a response)\n",
+      "most %s tokens/s an instance at %g us a response)\n",
       100 * res.front_busy_share, FormatCount(res.front_max_tokens_per_s).c_str(),
       time_model.calibration.params.response_us);
   if (front_free == nullptr) return;
