@@ -343,14 +343,22 @@ TEST_CASE("ResponsePath: a fluid queue that falls behind only past its service r
   CHECK(ResponsePath(1e-4, 0).Delivered(ms(5)) == ms(5));
 }
 
+// `n` requests of 10 input and 8 output tokens, one every `every_s` seconds from t = 0.
+std::vector<std::pair<traces::Request, double>> EvenlySpaced(int n, double every_s) {
+  std::vector<std::pair<traces::Request, double>> items;
+  for (int i = 0; i < n; ++i) {
+    items.push_back({Dataset(1, 10, 8)[0], i * every_s});
+    items.back().first.id = i;
+  }
+  return items;
+}
+
 TEST_CASE("Simulator: the response path delays what clients see, not the engine", "[sim]") {
   // One sequence at a time, 10 ms iterations, a 1 ms response per token: each token reaches the
   // client 0.5 ms after its iteration (the middle of its one response), so TTFT and end-to-end
   // grow by 0.5 ms and TPOT is unchanged; Offline is not streamed.
   FakeTime plain(0.01, false), front(0.01, false, 1, 1e-3);
-  std::vector<std::pair<traces::Request, double>> items;
-  for (int i = 0; i < 50; ++i) items.push_back({Dataset(1, 10, 8)[0], i * 1.0});
-  for (size_t i = 0; i < items.size(); ++i) items[i].first.id = static_cast<int64_t>(i);
+  const auto items = EvenlySpaced(50, 1.0);
   SimulationSpec spec = SingleSlot(&plain);
   spec.engine.stream_interval = 1;
   const SimulationResult base = RunOk(spec, TimedSource(items));
@@ -383,12 +391,9 @@ TEST_CASE("Simulator: a front slower than the engine's tokens is busy the whole 
   // A 10 ms iteration makes a token; at 20 ms a response the front is given twice the work it
   // can do while requests arrive.
   FakeTime slow(0.01, false, 1, 20e-3);
-  std::vector<std::pair<traces::Request, double>> items;
-  for (int i = 0; i < 20; ++i) items.push_back({Dataset(1, 10, 8)[0], i * 0.05});
-  for (size_t i = 0; i < items.size(); ++i) items[i].first.id = static_cast<int64_t>(i);
   SimulationSpec spec = SingleSlot(&slow);
   spec.engine.stream_interval = 1;
-  const SimulationResult r = RunOk(spec, TimedSource(items));
+  const SimulationResult r = RunOk(spec, TimedSource(EvenlySpaced(20, 0.05)));
   CHECK(r.front_busy_share > sim::kFrontBoundShare);
   CHECK(r.front_busy_share <= 1);
   CHECK(r.front_max_tokens_per_s == Approx(50));

@@ -96,18 +96,16 @@ void PrintFrontBound(const std::vector<tuner::RowPrediction>& preds, const tuner
     if (std::exchange(first, false)) {
       std::printf(
           "bounded by the serving front (busy >= %.0f%% of the arrivals' time at the published "
-          "QPS; the "
-          "stack's cost a response was fitted on other hosts' rows, and only a measurement of "
-          "this front says where in the bound the capacity lies):\n",
+          "QPS; the stack's cost a response was fitted on other hosts' rows, and only a "
+          "measurement of this front says where in the bound the capacity lies):\n",
           100 * sim::kFrontBoundShare);
     }
-    const double fitted = p.has_capacity_at_use ? p.capacity_at_use_qps : p.capacity_qps;
     std::printf(
         "  line %d %s %s %s: front busy %.0f%%; capacity %.2f QPS at the fitted front, %.2f with a "
         "front that costs nothing; published %.2f, %s\n",
         p.row.line, p.row.submitter.c_str(), p.row.accelerator.c_str(), p.row.scenario.c_str(),
-        100 * p.front_busy_share, fitted, p.front_free_capacity_qps, p.row.target_qps,
-        p.PublishedWithinFrontBound() ? "inside" : "outside");
+        100 * p.front_busy_share, p.CapacityAtFittedFront(), p.front_free_capacity_qps,
+        p.row.target_qps, p.PublishedWithinFrontBound() ? "inside" : "outside");
   }
   if (s.front_bound_rows > 0) {
     std::printf("  %d of %d published capacities inside their bound\n", s.front_bound_within,

@@ -354,34 +354,38 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
   for (size_t i = 0; i < predictions->size(); ++i) {
     if (!(*predictions)[i].row.offline()) server.push_back(i);
   }
-  // Rows the serving front bounds are searched again with a front that costs nothing.
-  std::vector<size_t> bound;
+  // Each row's search, then those the serving front bounds again with a front that costs nothing.
+  struct Search {
+    size_t row;
+    bool front_free;
+  };
+  std::vector<Search> searches;
+  for (const size_t i : server) searches.push_back({i, false});
   for (const size_t i : server) {
-    if (at_limits && (*predictions)[i].FrontBound()) bound.push_back(i);
+    if (at_limits && (*predictions)[i].FrontBound()) searches.push_back({i, true});
   }
   models::Calibration front_free = calibration;
   front_free.params.response_us = 0;
   const Json params = CalibrationJson(calibration), free_params = CalibrationJson(front_free);
   return Spread(
-      server.size() + bound.size(),
+      searches.size(),
       [&](size_t k) {
-        const bool free = k >= server.size();
+        const Search& s = searches[k];
         return Json{{"task", "capacity"},
-                    {"row", (*predictions)[free ? bound[k - server.size()] : server[k]].row},
-                    {"calibration", free ? free_params : params},
-                    {"at_limits", at_limits && !free}}
+                    {"row", (*predictions)[s.row].row},
+                    {"calibration", s.front_free ? free_params : params},
+                    {"at_limits", at_limits && !s.front_free}}
             .dump();
       },
       [&](size_t k, const std::string& result) {
+        RowPrediction& p = (*predictions)[searches[k].row];
         const Json j = Json::parse(result);
-        if (k >= server.size()) {
-          RowPrediction& p = (*predictions)[bound[k - server.size()]];
+        if (searches[k].front_free) {  // what CapacityAtFittedFront() is set against
           const char* key = j.contains("qps_at_use") ? "qps_at_use" : "qps";
           p.has_front_free_capacity = j.contains(key);
           if (p.has_front_free_capacity) p.front_free_capacity_qps = FromExact(j.at(key));
           return Status::Ok();
         }
-        RowPrediction& p = (*predictions)[server[k]];
         p.has_capacity = j.contains("qps");
         if (p.has_capacity) p.capacity_qps = FromExact(j.at("qps"));
         p.limit_use = FromExact(j.at("limit_use"));
@@ -392,9 +396,8 @@ Status Calibrator::PredictCapacity(std::vector<RowPrediction>* predictions,
 }
 
 bool RowPrediction::PublishedWithinFrontBound() const {
-  const double at_fitted_front = has_capacity_at_use ? capacity_at_use_qps : capacity_qps;
   return has_front_free_capacity && (has_capacity_at_use || has_capacity) &&
-         at_fitted_front <= row.target_qps && row.target_qps <= front_free_capacity_qps;
+         CapacityAtFittedFront() <= row.target_qps && row.target_qps <= front_free_capacity_qps;
 }
 
 namespace {
@@ -975,6 +978,7 @@ Result<std::string> Calibrator::Compute(const std::string& assignment) const {
 
 ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   std::vector<double> tokens, latency, capacity, at_use, offline;
+  int front_bound = 0, front_within = 0;
   for (const auto& p : predictions) {
     tokens.push_back(std::abs(p.TokensErrorPct()));
     if (p.row.offline()) offline.push_back(std::abs(p.TokensErrorPct()));
@@ -986,12 +990,10 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
       if (p.has_capacity_at_use && p.row.target_qps > 0)
         at_use.push_back(std::abs(p.CapacityAtUseErrorPct()));
     }
+    front_bound += p.has_front_free_capacity ? 1 : 0;
+    front_within += p.PublishedWithinFrontBound() ? 1 : 0;
   }
   ErrorSummary s;
-  for (const auto& p : predictions) {
-    s.front_bound_rows += p.has_front_free_capacity ? 1 : 0;
-    s.front_bound_within += p.PublishedWithinFrontBound() ? 1 : 0;
-  }
   s.rows = static_cast<int>(predictions.size());
   s.tokens_median_abs_pct = Median(tokens);
   s.latency_median_abs_pct = Median(latency);
@@ -1002,6 +1004,8 @@ ErrorSummary Summarize(const std::vector<RowPrediction>& predictions) {
   s.latency_rows = static_cast<int>(latency.size() / 2);
   s.capacity_rows = static_cast<int>(capacity.size());
   s.capacity_at_use_rows = static_cast<int>(at_use.size());
+  s.front_bound_rows = front_bound;
+  s.front_bound_within = front_within;
   return s;
 }
 

@@ -101,7 +101,12 @@ struct RowPrediction {
   bool FrontBound() const { return front_busy_share >= sim::kFrontBoundShare; }
   bool has_front_free_capacity = false;
   double front_free_capacity_qps = 0;
-  // Whether the published QPS lies within [capacity, front-free capacity] (at the run's use).
+  // The capacity the front-free one is set against: at the run's use of its limits where
+  // computed, else at the limits.
+  double CapacityAtFittedFront() const {
+    return has_capacity_at_use ? capacity_at_use_qps : capacity_qps;
+  }
+  // Whether the published QPS lies within [CapacityAtFittedFront(), front_free_capacity_qps].
   bool PublishedWithinFrontBound() const;
   double TokensErrorPct() const {
     return 100.0 * (tokens_per_s - row.tokens_per_s) / row.tokens_per_s;
