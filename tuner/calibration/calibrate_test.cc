@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "base/csv.h"
 #include "base/fault_injection_env.h"
@@ -380,6 +381,48 @@ TEST_CASE("FindDeployment: every vLLM row runs its harness's eight TP1 engines",
     ++summaries;
   }
   CHECK(summaries == checked);
+}
+
+TEST_CASE("FindDeployment: every v6.1 row of each engine finds its harness's deployment",
+          "[tuner]") {
+  // The v6.1 rows are held out from every fit: TensorRT-LLM's, vLLM's and SGLang's, each file with
+  // the deployments of its engine's harnesses (DefaultSetupPath) and a line in sources_v6.1.csv.
+  const std::string dir = DataDir() + "/models/calibration/";
+  std::map<std::string, int> rows_of;  // engine -> rows
+  for (const char* file :
+       {"mlperf_v6.1_holdout.csv", "mlperf_vllm_v6.1.csv", "mlperf_sglang_v6.1.csv"}) {
+    INFO(file);
+    auto rows = LoadPublishedResults(dir + file);
+    REQUIRE(rows.ok());
+    auto setup = LoadCalibrationSetup(DefaultSetupPath("v6.1", file), 10, 1);
+    INFO(setup.status().message());
+    REQUIRE(setup.ok());
+    for (const PublishedResult& row : *rows) {
+      INFO("line " << row.line << ": " << row.submitter << " " << row.accelerator << " "
+                   << row.model << " " << row.scenario);
+      CHECK(row.round == "v6.1");
+      CHECK(FindDeployment(*setup, row) != nullptr);
+      ++rows_of[ResultsEngine(file)];
+    }
+  }
+  CHECK(rows_of["TensorRT-LLM"] == 183);
+  CHECK(rows_of["vLLM"] == 38);
+  CHECK(rows_of["SGLang"] == 2);
+  // One source line a row, each naming its LoadGen summary and its engine.
+  std::ifstream sources(dir + "sources_v6.1.csv");
+  std::string line;
+  std::vector<std::string_view> fields;
+  std::map<std::string, int> sources_of;
+  std::getline(sources, line);  // the header
+  while (std::getline(sources, line)) {
+    SplitCsv(line, &fields);
+    REQUIRE(fields.size() >= 9);
+    // LoadGen's summary, or where a run's folder holds none, its detail log or harness copy.
+    CHECK((fields[8].ends_with("/mlperf_log_summary.txt") ||
+           fields[8].ends_with("/mlperf_log_detail.txt")));
+    ++sources_of[std::string(fields[5])];
+  }
+  CHECK(sources_of == rows_of);
 }
 
 TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tuner]") {
