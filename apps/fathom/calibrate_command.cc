@@ -407,9 +407,11 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
       "models/calibration/published_deployments_ROUND.json for the rows' MLPerf round)");
   cmd->add_option("--calibration", f->calibration,
                   "Starting calibration file (default: --stack's)");
-  cmd->add_option("--engine", f->engine,
-                  "trtllm, vllm or sglang: the stack of that engine calibrated on the rows' MLPerf "
-                  "round (default: the engine that produced the rows, vLLM for mlperf_vllm_*.csv)");
+  cmd->add_option(
+      "--engine", f->engine,
+      "trtllm, vllm or sglang: the stack of that engine calibrated on the rows' MLPerf "
+      "round (default: the engine that produced the rows, vLLM for mlperf_vllm_*.csv, SGLang for "
+      "mlperf_sglang_*.csv)");
   cmd->add_option("--stack", f->stack,
                   "Software stack whose calibration to use (fathom stack list; default: the one "
                   "of --engine calibrated on the rows' MLPerf round)");

@@ -56,12 +56,14 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
 
 std::string ResultsEngine(const std::string& results) {
   const std::string name = std::filesystem::path(results).filename().string();
-  return name.rfind("mlperf_vllm_", 0) == 0 ? "vLLM" : "TensorRT-LLM";
+  if (name.rfind("mlperf_vllm_", 0) == 0) return "vLLM";
+  return name.rfind("mlperf_sglang_", 0) == 0 ? "SGLang" : "TensorRT-LLM";
 }
 
 std::string DefaultSetupPath(const std::string& round, const std::string& results) {
-  const std::string engine = ResultsEngine(results) == "vLLM" ? "vllm_" : "";
-  return DataDir() + "/models/calibration/published_deployments_" + engine + round + ".json";
+  const std::string engine = ResultsEngine(results);
+  const std::string prefix = engine == "vLLM" ? "vllm_" : engine == "SGLang" ? "sglang_" : "";
+  return DataDir() + "/models/calibration/published_deployments_" + prefix + round + ".json";
 }
 
 Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path, Env* env) {

@@ -56,10 +56,11 @@ struct CalibrationSetup {
 Result<CalibrationSetup> LoadCalibrationSetup(const std::string& path, int64_t samples,
                                               uint64_t seed);
 // The published deployments of an MLPerf round's rows ("v5.1", "v6.0") shipped with fathom; for
-// a results file of vLLM rows (named mlperf_vllm_*.csv), those of that engine's harnesses.
+// a results file of vLLM or SGLang rows (mlperf_vllm_*.csv, mlperf_sglang_*.csv), those of that
+// engine's harnesses.
 std::string DefaultSetupPath(const std::string& round, const std::string& results = "");
-// The engine whose harnesses produced a results file's rows: "vLLM" for mlperf_vllm_*.csv, else
-// "TensorRT-LLM" (every other shipped row).
+// The engine whose harnesses produced a results file's rows: "vLLM" for mlperf_vllm_*.csv,
+// "SGLang" for mlperf_sglang_*.csv, else "TensorRT-LLM" (every other shipped row).
 std::string ResultsEngine(const std::string& results);
 // The row's deployment: the first entry of its model, GPU, scenario and submitter whose GPU count
 // is the row's; null if none.

@@ -305,20 +305,31 @@ std::optional<Interval> ResidualTable::IntervalFor(
 }
 
 std::vector<CoverageRow> ResidualTable::Coverage(double level) const {
-  struct Tally {
+  return Tally(rows_, level, /*leave_own_system_out=*/true);
+}
+
+std::vector<CoverageRow> ResidualTable::CoverageOf(const std::vector<Residual>& rows,
+                                                   double level) const {
+  return Tally(rows, level, /*leave_own_system_out=*/false);
+}
+
+std::vector<CoverageRow> ResidualTable::Tally(const std::vector<Residual>& rows, double level,
+                                              bool leave_own_system_out) const {
+  struct Count {
     int rows = 0, covered = 0;
     std::vector<double> widths;
   };
-  std::map<std::string, Tally> tally;
+  std::map<std::string, Count> tally;
   // Families by kind (all, metric, what the row extrapolates to, GPU family, model, scale), each
   // kind's in the order first met.
   constexpr size_t kKinds = 6;
   std::vector<std::vector<std::string>> kinds(kKinds);
-  for (const Residual& r : rows_) {
+  for (const Residual& r : rows) {
     if (r.fitted) continue;
     const Question q{r.stack, r.model, r.gpu, r.metric, r.gpus};
     const auto in = IntervalFor(q, r.predicted, level, [&](const Residual& o) {
-      return o.submitter == r.submitter && o.system == r.system && o.gpus == r.gpus;
+      return leave_own_system_out && o.submitter == r.submitter && o.system == r.system &&
+             o.gpus == r.gpus;
     });
     if (!in) continue;
     const std::string families[kKinds] = {
@@ -339,7 +350,7 @@ std::vector<CoverageRow> ResidualTable::Coverage(double level) const {
   std::vector<CoverageRow> out;
   for (const std::vector<std::string>& families : kinds) {
     for (const std::string& family : families) {
-      const Tally& t = tally[family];
+      const Count& t = tally[family];
       out.push_back({family, t.rows, t.covered, Median(t.widths)});
     }
   }

@@ -99,8 +99,16 @@ class ResidualTable {
   // of rows whose published figure it holds: over all rows, by metric, by what the row
   // extrapolates to, by GPU family, by model and by scale.
   std::vector<CoverageRow> Coverage(double level = 0.8) const;
+  // The same for held-out rows this table does not hold (published after it was written): each
+  // one's interval from the whole table, as a new question's is.
+  std::vector<CoverageRow> CoverageOf(const std::vector<Residual>& rows, double level = 0.8) const;
 
  private:
+  // Coverage of the held-out `rows`, each interval from this table (less the row's own system's
+  // rows where asked).
+  std::vector<CoverageRow> Tally(const std::vector<Residual>& rows, double level,
+                                 bool leave_own_system_out) const;
+
   std::vector<Residual> rows_;
   std::vector<unsigned> unseen_;  // UnseenOf each row
 };

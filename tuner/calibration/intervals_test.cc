@@ -121,6 +121,30 @@ TEST_CASE("Intervals: on exchangeable errors the intervals hold at their level",
   CHECK(Family(coverage, "scale node") != nullptr);
 }
 
+TEST_CASE("Intervals: rows the table does not hold are covered by intervals from all of it",
+          "[intervals]") {
+  // The table: 19 held-out rows 0.91 ... 1.09 of the seen system: an 80% interval of +-8%.
+  std::vector<Residual> rows = {Row("b200", 8, "deepseek-r1", 1.0, true)};
+  for (int i = 0; i < 19; ++i) rows.push_back(Row("b200", 8, "deepseek-r1", 0.91 + 0.01 * i));
+  const ResidualTable table(rows);
+  // New rows: three inside +-8%, two outside, one fitted (never a comparison).
+  const std::vector<Residual> fresh = {
+      Row("b200", 8, "deepseek-r1", 1.05),  Row("b200", 8, "deepseek-r1", 0.95),
+      Row("b200", 8, "deepseek-r1", 1.079), Row("b200", 8, "deepseek-r1", 1.2),
+      Row("b200", 8, "deepseek-r1", 0.8),   Row("b200", 8, "deepseek-r1", 2.0, true)};
+  const std::vector<CoverageRow> coverage = table.CoverageOf(fresh, 0.8);
+  const CoverageRow* all = Family(coverage, "all");
+  REQUIRE(all != nullptr);
+  CHECK(all->rows == 5);
+  CHECK(all->covered == 3);
+  CHECK(all->median_width_pct == Approx(100 * (1.08 - 1 / 1.08)));
+  // Leaving each row's own system out, as Coverage does, would change nothing here: every new row
+  // names its own system. The table's own coverage is of its 19 rows alone.
+  const CoverageRow* own = Family(table.Coverage(0.8), "all");
+  REQUIRE(own != nullptr);
+  CHECK(own->rows == 19);
+}
+
 TEST_CASE("Intervals: the shipped held-out rows cover near their level, wider where extrapolating",
           "[intervals]") {
   auto table = ResidualTable::LoadDefault();
