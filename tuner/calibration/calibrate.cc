@@ -54,16 +54,36 @@ const CalibrationSetup::Entry* FindDeployment(const CalibrationSetup& setup,
   return nullptr;
 }
 
-std::string ResultsEngine(const std::string& results) {
+namespace {
+
+// Results files of rows other engines' harnesses produced: the file's prefix, the engine, and the
+// prefix of its deployments file (published_deployments_<prefix><round>.json).
+struct EngineFiles {
+  const char* results_prefix;
+  const char* engine;
+  const char* setup_prefix;
+};
+constexpr EngineFiles kEngineFiles[] = {{"mlperf_vllm_", "vLLM", "vllm_"},
+                                        {"mlperf_sglang_", "SGLang", "sglang_"}};
+
+const EngineFiles* EngineFilesOf(const std::string& results) {
   const std::string name = std::filesystem::path(results).filename().string();
-  if (name.rfind("mlperf_vllm_", 0) == 0) return "vLLM";
-  return name.rfind("mlperf_sglang_", 0) == 0 ? "SGLang" : "TensorRT-LLM";
+  for (const EngineFiles& e : kEngineFiles)
+    if (name.rfind(e.results_prefix, 0) == 0) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ResultsEngine(const std::string& results) {
+  const EngineFiles* e = EngineFilesOf(results);
+  return e != nullptr ? e->engine : "TensorRT-LLM";
 }
 
 std::string DefaultSetupPath(const std::string& round, const std::string& results) {
-  const std::string engine = ResultsEngine(results);
-  const std::string prefix = engine == "vLLM" ? "vllm_" : engine == "SGLang" ? "sglang_" : "";
-  return DataDir() + "/models/calibration/published_deployments_" + prefix + round + ".json";
+  const EngineFiles* e = EngineFilesOf(results);
+  return DataDir() + "/models/calibration/published_deployments_" +
+         (e != nullptr ? e->setup_prefix : "") + round + ".json";
 }
 
 Result<std::vector<PublishedResult>> LoadPublishedResults(const std::string& path, Env* env) {
