@@ -305,6 +305,8 @@ else
 fi
 expect 2 "--level = 1.5: must be in (0, 1)" -- intervals --level 1.5
 expect 2 "no_such.csv" -- intervals --check no_such.csv
+expect 2 "is already in models/calibration/residuals.csv: --check takes rows the table does not hold" \
+  -- intervals --check "$root/models/calibration/residuals.csv"
 # Where the GPU time went: the parts add up to the GPUs' whole run.
 if "$fathom" simulate --deployment "$data/deployment_dsr1_b200.json" --samples 200 --breakdown --json 2>/dev/null |
    jq -e '.gpu_seconds_per_million_tokens as $b | ($b.total > 0) and ($b.attention > 0)

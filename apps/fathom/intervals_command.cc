@@ -34,6 +34,17 @@ Status Run(const IntervalsFlags& f) {
     coverage = table.Coverage(f.level);
   } else {
     FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::Residual> checked, tuner::LoadResiduals(f.check));
+    for (const tuner::Residual& c : checked) {
+      for (const tuner::Residual& r : table.rows()) {
+        if (c.stack == r.stack && c.results == r.results && c.line == r.line &&
+            c.metric == r.metric)
+          return Status::InvalidArgument(StrFormat(
+              "%s: %s's %s line %d (%s) is already in %s: --check takes rows the table does "
+              "not hold",
+              f.check.c_str(), c.stack.c_str(), c.results.c_str(), c.line, c.metric.c_str(),
+              shown.c_str()));
+      }
+    }
     held_out = HeldOut(checked);
     coverage = table.CoverageOf(checked, f.level);
   }
