@@ -140,7 +140,8 @@ TEST_CASE("Intervals: rows the table does not hold are covered by intervals from
   CHECK(all->median_width_pct == Approx(100 * (1.08 - 1 / 1.08)));
   // Leaving each row's own system out, as Coverage does, would change nothing here: every new row
   // names its own system. The table's own coverage is of its 19 rows alone.
-  const CoverageRow* own = Family(table.Coverage(0.8), "all");
+  const std::vector<CoverageRow> own_coverage = table.Coverage(0.8);
+  const CoverageRow* own = Family(own_coverage, "all");
   REQUIRE(own != nullptr);
   CHECK(own->rows == 19);
 }
