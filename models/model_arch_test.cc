@@ -36,6 +36,8 @@ TEST_CASE("CountParams: matches the published totals and active counts", "[model
       {"gemma3-27b", 27.4e9, 27.4e9, 0.02, 0.03},
       {"deepseek-r1", 671e9, 37e9, 0.005, 0.03},
       {"llama3.1-405b", 405e9, 405e9, 0.005, 0.005},
+      {"llama3.1-70b", 70.6e9, 70.6e9, 0.002, 0.002, true},  // published to 0.1B
+      {"llama3.1-8b", 8.03e9, 8.03e9, 0.002, 0.002, true},
       {"llama2-70b", 68.98e9, 68.98e9, 0.001, 0.01},
       {"gpt-oss-120b", 116.83e9, 5.13e9, 0.002, 0.01},
       {"qwen3-235b-a22b", 235e9, 22e9, 0.005, 0.03},
