@@ -122,6 +122,11 @@ struct CostParams {
                                                                   "eager_launch_us",
                                                                   "fp4_gemm_efficiency",
                                                                   "fp8_gemm_efficiency"};
+  // Where fits search each of them: efficiencies a share of peak, host times in microseconds.
+  static constexpr std::array<double, kNumFitted> kFittedLower = {0.05, 0.05, 0, 0,    0,
+                                                                  0,    0,    0, 0.05, 0.05};
+  static constexpr std::array<double, kNumFitted> kFittedUpper = {
+      1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;

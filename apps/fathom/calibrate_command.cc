@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <utility>
@@ -10,11 +11,13 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/json_fields.h"
+#include "base/parallel.h"
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/stack.h"
 #include "tuner/calibration/calibrate.h"
 #include "tuner/calibration/intervals.h"
+#include "tuner/calibration/serving_benchmark.h"
 #include "tuner/sweep/work_pool.h"
 
 namespace fathom::cli {
@@ -22,6 +25,9 @@ namespace {
 
 struct CalibrateFlags {
   std::string results;
+  std::string benchmarks;        // serving benchmarks instead of MLPerf rows
+  std::string benchmark_engine;  // trtllm, vllm, sglang: only that engine's points
+  std::string points_out;        // each point's predicted means beside the measured (CSV)
   std::string setup;
   std::string calibration;
   std::string stack;
@@ -162,6 +168,20 @@ void PrintFit(const std::string& what, const tuner::FitOutcome& fit) {
   }
 }
 
+// A cross-validation fold's fit, printed (or why it failed) and added to `folds`; false where it
+// failed.
+bool AddFold(const std::string& held_out, const Result<tuner::FitOutcome>& fit, bool json,
+             OrderedJson* folds) {
+  if (!fit.ok()) {
+    if (!json) std::printf("without %s: %s\n", held_out.c_str(), fit.status().message().c_str());
+    folds->push_back({{"held_out", held_out}, {"error", fit.status().message()}});
+    return false;
+  }
+  if (!json) PrintFit("without " + held_out, *fit);
+  folds->push_back({{"held_out", held_out}, {"calibration", models::ToJson(fit->calibration)}});
+  return true;
+}
+
 // A line on stderr per solver iteration: fits take minutes.
 tuner::FitProgress Progress(const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
@@ -263,7 +283,279 @@ Result<Inputs> Load(const CalibrateFlags& f) {
   return in;
 }
 
+// Measured serving points beside their predictions, in groups of engine, predicting stack (or
+// calibration), model and GPU, then by engine; returns the same as JSON.
+OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
+                         const std::vector<std::string>& stack_of,
+                         const std::vector<Result<tuner::ServingPrediction>>& predicted, bool json,
+                         std::string* csv) {
+  struct Group {
+    std::vector<tuner::ServingBenchmark> points;
+    std::vector<tuner::ServingPrediction> predictions;
+    int failed = 0;
+  };
+  std::vector<std::array<std::string, 4>> order;
+  std::map<std::array<std::string, 4>, Group> groups;
+  std::vector<std::array<std::string, 4>> engine_order;
+  std::map<std::array<std::string, 4>, Group> by_engine;
+  *csv =
+      "source,engine,stack,hardware,model,layout,isl,osl,concurrency,ttft_ms,ttft_ms_sim,tpot_ms,"
+      "tpot_ms_sim,tokens_per_s_per_gpu,tokens_per_s_per_gpu_sim,error\n";
+  for (size_t i = 0; i < points.size(); ++i) {
+    const tuner::ServingBenchmark& b = points[i];
+    const std::array<std::string, 4> key = {b.engine, stack_of[i], b.model, b.hardware},
+                                     ekey = {b.engine, stack_of[i], "all", "all"};
+    if (!groups.count(key)) order.push_back(key);
+    if (!by_engine.count(ekey)) engine_order.push_back(ekey);
+    const double measured = tuner::ClosedLoopTokensPerSPerGpu(b, b.ttft_ms, b.tpot_ms);
+    const bool ok = predicted[i].ok();
+    *csv +=
+        StrFormat("%s,%s,%s,%s,%s,%s,%lld,%lld,%lld,%.4f,", b.source.c_str(), b.engine.c_str(),
+                  stack_of[i].c_str(), b.hardware.c_str(), b.model.c_str(),
+                  ok ? predicted[i]->layout.c_str() : "", static_cast<long long>(b.isl),
+                  static_cast<long long>(b.osl), static_cast<long long>(b.concurrency), b.ttft_ms);
+    if (!ok) {
+      ++groups[key].failed;
+      ++by_engine[ekey].failed;
+      *csv += StrFormat(",%.4f,,%.2f,,\"%s\"\n", b.tpot_ms, measured,
+                        predicted[i].status().message().c_str());
+      continue;
+    }
+    const tuner::ServingPrediction& p = *predicted[i];
+    for (Group* g : {&groups[key], &by_engine[ekey]}) {
+      g->points.push_back(b);
+      g->predictions.push_back(p);
+    }
+    *csv += StrFormat("%.4f,%.4f,%.4f,%.2f,%.2f,\n", p.ttft_ms, b.tpot_ms, p.tpot_ms, measured,
+                      p.tokens_per_s_per_gpu);
+  }
+  auto summary = [](const std::array<std::string, 4>& k, const Group& g) {
+    const tuner::ServingError e = tuner::SummarizeServing(g.points, g.predictions);
+    return OrderedJson{{"engine", k[0]},
+                       {"stack", k[1]},
+                       {"model", k[2]},
+                       {"hardware", k[3]},
+                       {"points", e.points},
+                       {"not_simulated", g.failed},
+                       {"ttft_median_abs_pct", e.ttft_median_abs_pct},
+                       {"tpot_median_abs_pct", e.tpot_median_abs_pct},
+                       {"tpot_median_pct", e.tpot_median_pct},
+                       {"tokens_per_s_per_gpu_median_abs_pct", e.tokens_median_abs_pct}};
+  };
+  auto print = [](const OrderedJson& j) {
+    std::printf("%-13s %-15s %-16s %-9s %6d %7.1f%% %7.1f%% %9.1f%% %+10.1f%%",
+                j["engine"].get<std::string>().c_str(), j["stack"].get<std::string>().c_str(),
+                j["model"].get<std::string>().c_str(), j["hardware"].get<std::string>().c_str(),
+                j["points"].get<int>(), j["ttft_median_abs_pct"].get<double>(),
+                j["tpot_median_abs_pct"].get<double>(),
+                j["tokens_per_s_per_gpu_median_abs_pct"].get<double>(),
+                j["tpot_median_pct"].get<double>());
+    if (j["not_simulated"].get<int>() > 0)
+      std::printf("  (%d not simulated)", j["not_simulated"].get<int>());
+    std::printf("\n");
+  };
+  OrderedJson out{{"groups", OrderedJson::array()}, {"engines", OrderedJson::array()}};
+  if (!json) {
+    std::printf("median |error| of the means, by engine, predicting stack, model and GPU:\n");
+    std::printf("%-13s %-15s %-16s %-9s %6s %8s %8s %10s %11s\n", "engine", "stack", "model", "gpu",
+                "points", "TTFT", "TPOT", "tok/s/GPU", "TPOT signed");
+  }
+  for (const auto& k : order) {
+    out["groups"].push_back(summary(k, groups[k]));
+    if (!json) print(out["groups"].back());
+  }
+  if (!json) std::printf("by engine:\n");
+  for (const auto& k : engine_order) {
+    out["engines"].push_back(summary(k, by_engine[k]));
+    if (!json) print(out["engines"].back());
+  }
+  return out;
+}
+
+// --benchmarks: each measured point predicted by its own engine's newest stack on its GPU (where
+// the engine has none, the GPU's default stack, which the output names), or by --stack, --engine
+// or --calibration; --fit and --cross-validate fit one starting calibration to the points.
+Status RunBenchmarks(const CalibrateFlags& f) {
+  if (!f.results.empty() || !f.setup.empty()) {
+    return Status::InvalidArgument("--benchmarks: not with --results or --setup");
+  }
+  if (!f.calibration.empty() && (!f.stack.empty() || !f.engine.empty())) {
+    return Status::InvalidArgument(std::string(f.stack.empty() ? "--engine" : "--stack") +
+                                   " and --calibration: give one");
+  }
+  const bool fitting = f.fit || f.cross_validate;
+  if (fitting && f.calibration.empty() && f.stack.empty()) {
+    return Status::InvalidArgument(
+        "--benchmarks with --fit or --cross-validate: give the starting point, --stack or "
+        "--calibration");
+  }
+  if (f.jobs < 0)
+    return Status::InvalidArgument("--jobs = " + std::to_string(f.jobs) + ": must be >= 0");
+  FATHOM_ASSIGN_OR_RETURN(std::vector<tuner::ServingBenchmark> all,
+                          tuner::LoadServingBenchmarks(f.benchmarks));
+  std::string only, engine;
+  if (!f.benchmark_engine.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(only, models::EngineNamed(f.benchmark_engine));
+  }
+  if (!f.engine.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(engine, models::EngineNamed(f.engine));
+  }
+  std::vector<tuner::ServingBenchmark> points;
+  for (auto& b : all) {
+    if (only.empty() || b.engine == only) points.push_back(std::move(b));
+  }
+  FATHOM_ASSIGN_OR_RETURN(models::HardwareCatalog catalog,
+                          models::HardwareCatalog::Load(f.hardware_files));
+  FATHOM_ASSIGN_OR_RETURN(std::vector<models::Stack> stacks,
+                          models::LoadStacks(models::DefaultStacksPath()));
+  // Each point's stack (or the calibration file), and its calibration.
+  std::vector<std::string> stack_of(points.size());
+  std::map<std::string, models::Calibration> calibrations;
+  std::map<std::string, models::StackSearch> engine_of;  // how each stack's engine schedules
+  for (size_t i = 0; i < points.size(); ++i) {
+    const tuner::ServingBenchmark& b = points[i];
+    auto gpu = catalog.Find(b.hardware);
+    if (!gpu.ok()) {
+      return gpu.status().WithContext(f.benchmarks + ":" + std::to_string(b.line) +
+                                      ": column hardware");
+    }
+    std::string path = f.calibration;
+    stack_of[i] = f.calibration;
+    if (path.empty()) {
+      models::Stack stack;
+      if (!f.stack.empty()) {
+        FATHOM_ASSIGN_OR_RETURN(stack, models::FindStack(stacks, f.stack, engine));
+      } else {
+        auto own = models::DefaultStack(stacks, engine.empty() ? b.engine : engine, gpu->vendor);
+        if (!own.ok() && engine.empty()) own = models::DefaultStack(stacks, "", gpu->vendor);
+        FATHOM_RETURN_IF_ERROR(own.status());
+        stack = *own;
+      }
+      stack_of[i] = stack.name;
+      path = stack.CalibrationPath();
+      engine_of[stack.name] = stack.search;
+    }
+    if (!calibrations.count(stack_of[i])) {
+      FATHOM_ASSIGN_OR_RETURN(calibrations[stack_of[i]], models::LoadCalibration(path));
+    }
+    engine_of.emplace(stack_of[i], models::StackSearch{});  // a calibration file: no stack's
+  }
+  auto predict_all = [&](const std::function<const models::Calibration&(size_t)>& calibration) {
+    std::vector<Result<tuner::ServingPrediction>> out(points.size(),
+                                                      Status::Unavailable("not run"));
+    ParallelFor(points.size(), f.jobs, [&](size_t i) {
+      out[i] = tuner::PredictServingBenchmark(
+          points[i], sim::CalibratedFactory(calibration(i).params, nullptr), catalog,
+          engine_of.at(stack_of[i]));
+    });
+    return out;
+  };
+  std::vector<Result<tuner::ServingPrediction>> predicted = predict_all(
+      [&](size_t i) -> const models::Calibration& { return calibrations[stack_of[i]]; });
+  OrderedJson out;
+  out["benchmarks"] = f.benchmarks;
+  if (!f.json) {
+    std::printf(
+        "%s: %zu measured points (fixed lengths, a closed loop of clients; mean TTFT and "
+        "TPOT), each simulated as a warmup round and %d measured rounds of its clients\n",
+        f.benchmarks.c_str(), points.size(), tuner::kClosedLoopRounds);
+  }
+  // The points a fit can use: those that simulate under the starting calibration.
+  std::vector<tuner::ServingBenchmark> fit_on;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (predicted[i].ok()) fit_on.push_back(points[i]);
+  }
+  if (fitting && !f.json) {
+    std::printf("fitting on the %zu points that simulate under %s (%zu do not)\n", fit_on.size(),
+                stack_of.empty() ? "nothing" : stack_of[0].c_str(), points.size() - fit_on.size());
+  }
+  // With --fit or --cross-validate every point has the one starting calibration.
+  const std::string start_name = stack_of.empty() ? std::string() : stack_of[0];
+  const models::Calibration start =
+      start_name.empty() ? models::Calibration{} : calibrations.at(start_name);
+  const models::StackSearch engine_start =
+      start_name.empty() ? models::StackSearch{} : engine_of.at(start_name);
+  if (f.fit) {
+    FATHOM_ASSIGN_OR_RETURN(tuner::FitOutcome fit,
+                            tuner::FitServingBenchmarks(fit_on, start, f.free_params, catalog,
+                                                        engine_start, f.jobs, Progress("fit")));
+    fit.calibration.note = "Fitted by `fathom calibrate --benchmarks " + f.benchmarks +
+                           (only.empty() ? "" : " --benchmark-engine " + f.benchmark_engine) +
+                           " --fit` on " + std::to_string(fit_on.size()) +
+                           " points' mean TPOT and tokens/s a GPU from " + start_name +
+                           "; stddev from Ceres's covariance.";
+    if (!f.json) PrintFit("fit", fit);
+    out["calibration"] = models::ToJson(fit.calibration);
+    if (!f.out.empty()) {
+      FATHOM_RETURN_IF_ERROR(
+          WriteFileAtomic(f.out, models::ToJson(fit.calibration).dump(2) + "\n"));
+      if (!f.json) std::printf("wrote %s\n", f.out.c_str());
+    }
+    const std::string name = f.out.empty() ? std::string("fit") : f.out;
+    calibrations[name] = fit.calibration;
+    engine_of[name] = engine_start;
+    for (std::string& s : stack_of) s = name;
+    predicted =
+        predict_all([&](size_t) -> const models::Calibration& { return calibrations[name]; });
+  }
+  std::string csv;
+  out.update(PrintServing(points, stack_of, predicted, f.json, &csv));
+  if (!f.points_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.points_out, csv));
+  if (f.cross_validate) {
+    auto fold_done = [](const std::string& kind, const std::string& held_out) {
+      std::fprintf(stderr, "cross-validation: without %s %s fitted\n", kind.c_str(),
+                   held_out.c_str());
+    };
+    for (const tuner::ServingCrossValidation& cv : tuner::CrossValidateServing(
+             fit_on, start, f.free_params, catalog, engine_start, f.jobs, fold_done)) {
+      std::vector<tuner::ServingBenchmark> held;
+      std::vector<Result<tuner::ServingPrediction>> held_predicted;
+      std::vector<std::string> held_label;
+      if (cv.folds.empty()) {
+        if (!f.json) {
+          std::printf("\nleave-one-%s-out: the points have one %s, none to leave out\n",
+                      cv.kind.c_str(), cv.kind == "hardware" ? "GPU" : cv.kind.c_str());
+        }
+        out["leave_one_" + cv.kind + "_out"] = {{"folds", OrderedJson::array()}};
+        continue;
+      }
+      OrderedJson folds = OrderedJson::array();
+      if (!f.json) std::printf("\nleave-one-%s-out:\n", cv.kind.c_str());
+      for (const tuner::ServingFold& fold : cv.folds) {
+        if (!AddFold(fold.held_out, fold.fit, f.json, &folds)) continue;
+        for (size_t i = 0; i < fold.points.size(); ++i) {
+          held.push_back(fold.points[i]);
+          held_predicted.push_back(fold.predictions[i]);
+          held_label.push_back("without " + fold.held_out);
+        }
+      }
+      std::string unused;
+      OrderedJson j = PrintServing(held, held_label, held_predicted, f.json, &unused);
+      j["folds"] = folds;
+      std::vector<tuner::ServingPrediction> all_predicted;
+      for (const auto& p : held_predicted) all_predicted.push_back(*p);
+      const tuner::ServingError e = tuner::SummarizeServing(held, all_predicted);
+      j["all"] = {{"points", e.points},
+                  {"ttft_median_abs_pct", e.ttft_median_abs_pct},
+                  {"tpot_median_abs_pct", e.tpot_median_abs_pct},
+                  {"tokens_per_s_per_gpu_median_abs_pct", e.tokens_median_abs_pct}};
+      if (!f.json) {
+        std::printf(
+            "leave-one-%s-out, over all %d held-out points: TTFT %.1f%%, TPOT %.1f%%, tok/s/GPU "
+            "%.1f%%\n",
+            cv.kind.c_str(), e.points, e.ttft_median_abs_pct, e.tpot_median_abs_pct,
+            e.tokens_median_abs_pct);
+      }
+      out["leave_one_" + cv.kind + "_out"] = j;
+    }
+  }
+  if (f.json) std::printf("%s\n", out.dump(2).c_str());
+  return Status::Ok();
+}
+
 Status Run(const CalibrateFlags& f) {
+  if (!f.benchmarks.empty()) return RunBenchmarks(f);
+  if (f.results.empty()) return Status::InvalidArgument("give --results or --benchmarks");
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<tuner::WorkPool> pool, tuner::MakeWorkPool(f.jobs));
   Result<Inputs> loaded = Load(f);
   if (!pool->coordinator()) {
@@ -345,16 +637,7 @@ Status Run(const CalibrateFlags& f) {
       OrderedJson folds = OrderedJson::array();
       if (!f.json) std::printf("\n%s fits:\n", label.c_str());
       for (const tuner::Fold& fold : cv.folds) {
-        if (!fold.fit.ok()) {
-          if (!f.json)
-            std::printf("without %s: %s\n", fold.held_out.c_str(),
-                        fold.fit.status().message().c_str());
-          folds.push_back({{"held_out", fold.held_out}, {"error", fold.fit.status().message()}});
-          continue;
-        }
-        if (!f.json) PrintFit("without " + fold.held_out, *fold.fit);
-        folds.push_back(
-            {{"held_out", fold.held_out}, {"calibration", models::ToJson(fold.fit->calibration)}});
+        if (!AddFold(fold.held_out, fold.fit, f.json, &folds)) continue;
         for (const auto& p : fold.predictions) {
           held_out.push_back(p);
           if (fitted_lines.count(p.row.line)) held_out_fitted.push_back(p);
@@ -399,8 +682,17 @@ void RegisterCalibrate(CLI::App& app, Status* result) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Compare the cost model with published MLPerf results, and fit it (--fit)");
   cmd->add_option("--results", f->results,
-                  "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)")
-      ->required();
+                  "Published results CSV (e.g. models/calibration/mlperf_v5.1.csv)");
+  cmd->add_option("--benchmarks", f->benchmarks,
+                  "Instead of MLPerf rows, score measured serving points: fixed lengths, a closed "
+                  "loop of clients, mean TTFT and TPOT (models/calibration/"
+                  "serving_benchmarks_aic.csv); each predicted by its engine's newest stack on its "
+                  "GPU, the GPU's default where the engine has none (--stack, --engine: one for "
+                  "all)");
+  cmd->add_option("--benchmark-engine", f->benchmark_engine,
+                  "With --benchmarks: only the points of this engine (trtllm, vllm or sglang)");
+  cmd->add_option("--points-out", f->points_out,
+                  "With --benchmarks: write each point's measured and predicted means (CSV)");
   cmd->add_option(
       "--setup", f->setup,
       "Deployments and run lengths of the rows (default: "

@@ -23,6 +23,7 @@
 #include "traces/benchmark.h"
 #include "traces/reader.h"
 #include "traces/transforms.h"
+#include "tuner/calibration/ceres_fit.h"
 #include "tuner/search/tuner.h"
 
 namespace fathom::tuner {
@@ -279,18 +280,26 @@ double FromExact(const Json& text) { return std::strtod(text.get<std::string>().
 
 Json CalibrationJson(const models::Calibration& c) { return Json::parse(models::ToJson(c).dump()); }
 
-// The fitted parameters that `free_params` names (all when empty).
-std::array<bool, models::CostParams::kNumFitted> FreeParams(
+}  // namespace
+
+Result<std::array<bool, models::CostParams::kNumFitted>> FreeParams(
     const std::vector<std::string>& free_params) {
+  const auto& names = models::CostParams::kFitted;
+  for (const std::string& name : free_params) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string known;
+      for (const char* n : names) known += (known.empty() ? "" : ", ") + std::string(n);
+      return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + known +
+                                     ")");
+    }
+  }
   std::array<bool, models::CostParams::kNumFitted> free{};
   for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
-    free[k] = free_params.empty() || std::find(free_params.begin(), free_params.end(),
-                                               models::CostParams::kFitted[k]) != free_params.end();
+    free[k] = free_params.empty() ||
+              std::find(free_params.begin(), free_params.end(), names[k]) != free_params.end();
   }
   return free;
 }
-
-}  // namespace
 
 Calibrator::Calibrator(const CalibrationSetup& setup, const models::HardwareCatalog& catalog,
                        int64_t max_requests, WorkPool* pool)
@@ -699,18 +708,6 @@ Starts BestStarts(const RowsResidual& f,
   return out;
 }
 
-class ProgressCallback : public ceres::IterationCallback {
- public:
-  explicit ProgressCallback(const FitProgress& progress) : progress_(progress) {}
-  ceres::CallbackReturnType operator()(const ceres::IterationSummary& s) override {
-    progress_(s.iteration, s.cost);
-    return ceres::SOLVER_CONTINUE;
-  }
-
- private:
-  const FitProgress& progress_;
-};
-
 }  // namespace
 
 Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>& rows,
@@ -719,17 +716,7 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
                                               const std::vector<std::string>& free_params) const {
   std::array<bool, models::CostParams::kNumFitted> held{};
   std::vector<int> held_indices;
-  for (const std::string& name : free_params) {
-    if (std::find(models::CostParams::kFitted.begin(), models::CostParams::kFitted.end(), name) ==
-        models::CostParams::kFitted.end()) {
-      std::string names;
-      for (const char* n : models::CostParams::kFitted)
-        names += (names.empty() ? "" : ", ") + std::string(n);
-      return Status::InvalidArgument("--free = \"" + name + "\": not a fitted parameter (" + names +
-                                     ")");
-    }
-  }
-  const auto free = FreeParams(free_params);
+  FATHOM_ASSIGN_OR_RETURN(const auto free, FreeParams(free_params));
   for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
     held[k] = !free[k];
     if (held[k]) held_indices.push_back(k);
@@ -768,26 +755,11 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
       return full(&all, residuals);
     }
   };
-  constexpr double lower[models::CostParams::kNumFitted] = {0.05, 0.05, 0, 0,    0,
-                                                            0,    0,    0, 0.05, 0.05},
-                   upper[models::CostParams::kNumFitted] = {1.0,   1.0,   50000.0, 500.0, 50000.0,
-                                                            500.0, 100.0, 500.0,   1.0,   1.0};
   auto problem_at = [&](const Params& x, std::vector<double>* z) {
     z->clear();
     for (int k : free_indices) z->push_back(x[k]);
-    ceres::NumericDiffOptions diff;
-    diff.relative_step_size = 0.03;  // simulated metrics are piecewise constant at tiny steps
-    auto* cost = new ceres::DynamicNumericDiffCostFunction<FreeResidual, ceres::CENTRAL>(
-        new FreeResidual{rows_residual, x, free_indices}, ceres::TAKE_OWNERSHIP, diff);
-    cost->AddParameterBlock(free_count);
-    cost->SetNumResiduals(residuals);
-    auto problem = std::make_unique<ceres::Problem>();
-    problem->AddResidualBlock(cost, nullptr, z->data());  // the residuals are robust already
-    for (int i = 0; i < free_count; ++i) {
-      problem->SetParameterLowerBound(z->data(), i, lower[free_indices[i]]);
-      problem->SetParameterUpperBound(z->data(), i, upper[free_indices[i]]);
-    }
-    return problem;
+    return BoundedProblem(new FreeResidual{rows_residual, x, free_indices}, residuals, free_indices,
+                          z);
   };
   // Ceres from `x`, in place.
   auto solve = [&](Params* x, ceres::Solver::Summary* summary) {
@@ -828,23 +800,11 @@ Result<FitOutcome> Calibrator::FitToPublished(const std::vector<PublishedResult>
   out.final_cost = summary.final_cost;
   // Parameter uncertainty: Ceres's covariance at the result, scaled by the residual variance;
   // where it cannot be computed the start's stands.
-  ceres::Covariance::Options cov_options;
-  cov_options.algorithm_type = ceres::DENSE_SVD;
-  cov_options.null_space_rank = -1;
-  ceres::Covariance covariance(cov_options);
   std::vector<double> z;
   const auto problem = problem_at(x, &z);
-  const std::vector<std::pair<const double*, const double*>> blocks = {{z.data(), z.data()}};
-  if (covariance.Compute(blocks, problem.get())) {
-    std::vector<double> cov(static_cast<size_t>(free_count) * free_count);
-    covariance.GetCovarianceBlock(z.data(), z.data(), cov.data());
-    const double dof = std::max(1, residuals - models::CostParams::kNumFitted);
-    const double s2 = 2.0 * summary.final_cost / dof;
-    for (int i = 0; i < free_count; ++i) {
-      out.calibration.stddev[free_indices[i]] =
-          std::sqrt(std::max(0.0, cov[i * free_count + i] * s2));
-    }
-  }
+  const std::vector<double> spreads = FreeSpreads(problem.get(), &z, summary.final_cost,
+                                                  residuals - models::CostParams::kNumFitted);
+  for (size_t i = 0; i < spreads.size(); ++i) out.calibration.stddev[free_indices[i]] = spreads[i];
   // Host costs of a runtime no row runs on: the fitted runtime's.
   const bool cpp = std::find(cpp_row.begin(), cpp_row.end(), true) != cpp_row.end(),
              python = std::find(cpp_row.begin(), cpp_row.end(), false) != cpp_row.end();
@@ -876,7 +836,7 @@ Result<std::vector<CrossValidation>> Calibrator::CrossValidate(
   {
     auto x = neutral.params.Fitted();
     const auto defaults = models::CostParams{}.Fitted();
-    const auto free = FreeParams(free_params);
+    FATHOM_ASSIGN_OR_RETURN(const auto free, FreeParams(free_params));
     for (int k = 0; k < models::CostParams::kNumFitted; ++k) {
       if (free[k]) x[k] = defaults[k];
     }

@@ -3,6 +3,7 @@
 // simulated throughput and p99 latencies match.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -132,6 +133,11 @@ int64_t RunLength(const PublishedResult& row, const CalibrationSetup::Entry& ent
 // one row far off (an overloaded run) cannot outweigh the rest. Its square is the Cauchy loss
 // a^2 log(1 + e^2 / a^2): near zero it is the log error itself, far off it grows like sqrt(log).
 double RobustLogError(double predicted, double published);
+
+// Which of CostParams::kFitted a fit frees: those `free_params` names (all when empty); an unknown
+// name is an error listing the known ones.
+Result<std::array<bool, models::CostParams::kNumFitted>> FreeParams(
+    const std::vector<std::string>& free_params);
 
 struct FitOutcome {
   models::Calibration calibration;
