@@ -25,7 +25,8 @@ OrderedJson Stack::ToJson() const {
   j["cpp_runtime_model_types"] = cpp_model_types;
   j["search"] = {{"scheduler_steps", search.scheduler_steps},
                  {"attention_dp_balance", search.attention_dp_balance},
-                 {"async_scheduling", search.async_scheduling}};
+                 {"async_scheduling", search.async_scheduling},
+                 {"prefill_first", search.prefill_first}};
   j["features"] = features;
   j["sources"] = sources;
   return j;
@@ -85,6 +86,7 @@ Result<std::vector<Stack>> LoadStacks(const std::string& path) {
       JsonFields search(e["search"], where + ": search");
       s.search.attention_dp_balance = search.Bool("attention_dp_balance", true);
       s.search.async_scheduling = search.Bool("async_scheduling", false);
+      s.search.prefill_first = search.Bool("prefill_first", false);
       const std::vector<int64_t> steps = search.IntList("scheduler_steps", {1});
       FATHOM_RETURN_IF_ERROR(search.status());
       s.search.scheduler_steps.clear();

@@ -20,6 +20,9 @@ struct StackSearch {
   // vLLM V1's async scheduling on every candidate (sim::EngineConfig::async_scheduling): the
   // host's work beside the GPU's, never slower in the model.
   bool async_scheduling = false;
+  // Waiting prompts run in prefill-only batches ahead of the decodes (SGLang's default: no mixed
+  // chunks), not as chunks beside them (sim::SchedulerKind::kPrefillFirst).
+  bool prefill_first = false;
 };
 
 struct Stack {

@@ -78,17 +78,13 @@ TEST_CASE(
         "trtllm-1.2 runs on nvidia): give --stack to extrapolate to them");
   o.engine = "vllm";
   CHECK(MakeTimeModel(o, *catalog, "mi355x")->stack == "vllm-0.14-rocm");
-  CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
-        "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd; "
-        "vllm-0.14-rocm runs on amd): give --stack to extrapolate to them");
+  CHECK(MakeTimeModel(o, *catalog, "b200")->stack == "vllm-0.18-cuda");
   o.engine = "sglang";
-  CHECK(
-      MakeTimeModel(o, *catalog, "b200")
-          .status()
-          .message()
-          .rfind("--engine = sglang: no SGLang stack is calibrated yet (trtllm-1.0, vllm-0.9-rocm, "
-                 "vllm-0.14-rocm, trtllm-1.2)",
-                 0) == 0);
+  CHECK(MakeTimeModel(o, *catalog, "h100-sxm")->stack == "sglang-0.5");
+  CHECK(MakeTimeModel(o, *catalog, "h100-sxm")->search.prefill_first);
+  CHECK(MakeTimeModel(o, *catalog, "mi355x").status().message() ==
+        "--engine = sglang: no SGLang stack runs on amd GPUs (sglang-0.5 runs on nvidia): give "
+        "--stack to extrapolate to them");
   o.engine = "tgi";
   CHECK(MakeTimeModel(o, *catalog, "b200").status().message() ==
         "--engine = \"tgi\": must be trtllm, vllm or sglang");

@@ -163,13 +163,15 @@ expect 2 "--perf-db = \"$tmp/none.db\": no such file" -- simulate --samples 100 
 expect 2 "--error-bars needs the calibrated cost model" -- simulate --samples 100 --cost-model roofline --error-bars
 
 # Software stacks: each with its calibration; calibrate picks the one of its rows' round.
-expect 0 "trtllm-1.2      TensorRT-LLM  v6.0    b200,h200" -- stack list
-expect 0 "vllm-0.9-rocm   vLLM          v5.1    mi300x,mi325x" -- stack list
-expect 0 "vllm-0.14-rocm  vLLM          v6.0    mi355x" -- stack list
+expect 0 "trtllm-1.2      TensorRT-LLM  MLPerf v6.0             b200,h200 " -- stack list
+expect 0 "vllm-0.9-rocm   vLLM          MLPerf v5.1             mi300x,mi325x " -- stack list
+expect 0 "vllm-0.14-rocm  vLLM          MLPerf v6.0             mi355x " -- stack list
+expect 0 "sglang-0.5      SGLang        serving_benchmarks_aic  " -- stack list
+expect 0 "vllm-0.18-cuda  vLLM          serving_benchmarks_aic  b200,h100-sxm,h200 " -- stack list
 expect 0 '"calibrated_on": [' -- stack list --json
 expect 0 '"iteration_overhead_us"' -- stack show trtllm-1.0
 expect 0 "trtllm-1.2 / trtllm-1.0:" -- stack diff trtllm-1.0 trtllm-1.2
-expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, vllm-0.9-rocm, vllm-0.14-rocm, trtllm-1.2)' -- tune --stack vllm
+expect 2 '--stack = "vllm": not a known stack (trtllm-1.0, vllm-0.9-rocm, vllm-0.14-rocm, vllm-0.18-cuda, sglang-0.5, trtllm-1.2)' -- tune --stack vllm
 expect 2 "--stack and --calibration: give one" -- simulate --samples 100 --stack trtllm-1.0 --calibration "$root/models/calibration/trtllm-1.0.json"
 expect 0 "stack trtllm-1.2 (TensorRT-LLM" -- calibrate --results "$root/models/calibration/mlperf_v6.0.csv" \
   --setup "$root/models/calibration/published_deployments_v6.0.json" --max-requests 2000
@@ -178,10 +180,12 @@ expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
 # --engine: the newest stack of that engine whose build runs on the GPU; an AMD GPU's default is
 # vLLM on ROCm (TensorRT-LLM runs on NVIDIA's only), and its launch command is vLLM's.
 expect 0 ", stack vllm-0.14-rocm" -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8
-expect 2 "--engine = vllm: no vLLM stack runs on nvidia GPUs (vllm-0.9-rocm runs on amd; vllm-0.14-rocm runs on amd): give --stack to extrapolate to them" \
-  -- simulate --samples 100 --engine vllm
+expect 0 ", stack vllm-0.18-cuda" -- simulate --samples 100 --engine vllm
+expect 0 ", stack sglang-0.5" -- simulate --samples 100 --engine sglang --model qwen3-32b --hardware h100-sxm --tp 4
+expect 2 "--engine = sglang: no SGLang stack runs on amd GPUs (sglang-0.5 runs on nvidia): give --stack to extrapolate to them" \
+  -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8 --engine sglang
 expect 2 "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs" -- tune --hardware mi300x --engine trtllm
-expect 2 "--engine = sglang: no SGLang stack is calibrated yet" -- serve deepseek-r1 --engine sglang
+expect 2 "--engine = sglang: no SGLang stack runs on amd GPUs" -- serve deepseek-r1 --engine sglang --hardware mi355x
 expect 2 "--stack = trtllm-1.2 is a TensorRT-LLM stack, not --engine = vllm's" -- calibrate \
   --results "$root/models/calibration/mlperf_vllm_v5.1.csv" --engine vllm --stack trtllm-1.2
 expect 2 "--engine = \"tgi\": must be trtllm, vllm or sglang" -- tune --engine tgi
@@ -191,28 +195,51 @@ expect 0 "Engine: vLLM (stack vllm-0.14-rocm), the only one with a stack whose b
 expect 0 "--async-scheduling" -- "${amd_tune[@]}"
 expect 0 " 13 steps " -- "${amd_tune[@]}" --top 20 --stack vllm-0.9-rocm
 expect 0 "--num-scheduler-steps" -- "${amd_tune[@]}" --top 20 --stack vllm-0.9-rocm
-# Two engines on one GPU: tune runs each on its newest stack there and says which wins. A data
-# folder whose stacks add a vLLM stack for NVIDIA GPUs (TensorRT-LLM 1.0's calibration standing in).
-mkdir -p "$tmp/data/models"
-for e in "$root"/*; do [[ $(basename "$e") == models ]] || ln -s "$e" "$tmp/data/"; done
-for e in "$root"/models/*; do [[ $(basename "$e") == stacks.json ]] || ln -s "$e" "$tmp/data/models/"; done
-sed 's|"stacks": \[|"stacks": [{"name": "vllm-test", "engine": "vLLM", "vendors": ["nvidia"], "version": "test", "calibrated_on": ["v5.1"], "calibration": "models/calibration/trtllm-1.0.json", "fitted_on": {"results": "models/calibration/mlperf_v5.1.csv", "rows": 20}, "search": {"scheduler_steps": [1, 8], "attention_dp_balance": false}},|' \
-  "$root/models/stacks.json" >"$tmp/data/models/stacks.json"
-two_engines=(tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256
+# Three engines on one GPU: tune runs each on its newest stack there and says which wins.
+three_engines=(tune --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256
   --max-num-tokens 4096 --no-disagg --samples 1000)
-out=$(FATHOM_DATA_DIR="$tmp/data" "$fathom" "${two_engines[@]}" 2>&1)
-if grep -qE "^Engines \(each its newest stack on nvidia GPUs\): TensorRT-LLM \(trtllm-1.2\) [0-9,]+ tokens/s, vLLM \(vllm-test\) [0-9,]+ tokens/s: (TensorRT-LLM|vLLM) wins by [0-9.]+%$" <<<"$out" &&
+out=$("$fathom" "${three_engines[@]}" 2>&1)
+if grep -qE "^Engines \(each its newest stack on nvidia GPUs\): TensorRT-LLM \(trtllm-1.2\) [0-9,]+ tokens/s, SGLang \(sglang-0.5\) [0-9,]+ tokens/s, vLLM \(vllm-0.18-cuda\) [0-9,]+ tokens/s: (TensorRT-LLM|SGLang|vLLM) wins by [0-9.]+%$" <<<"$out" &&
    grep -qF "Launch it on " <<<"$out"; then
   passed=$((passed + 1))
 else
   echo "FAIL: tune compares the engines that run on the GPU: $(grep -F Engine <<<"$out")"; failed=$((failed + 1))
 fi
-out=$(FATHOM_DATA_DIR="$tmp/data" "$fathom" "${two_engines[@]}" --engine vllm --json 2>&1)
-if [[ $(jq -r '.stack + " " + .best.engine + " " + (.engines | length | tostring)' <<<"$out") == "vllm-test vLLM 1" ]]; then
+out=$("$fathom" "${three_engines[@]}" --engine vllm --json 2>&1)
+if [[ $(jq -r '.stack + " " + .best.engine + " " + (.engines | length | tostring)' <<<"$out") == "vllm-0.18-cuda vLLM 1" ]]; then
   passed=$((passed + 1))
 else
   echo "FAIL: tune --engine vllm predicts with the engine's stack alone: $(jq -c '{stack, engines}' <<<"$out")"; failed=$((failed + 1))
 fi
+# Measured serving points: each engine's points under its own stack, bad input named.
+cat >"$tmp/points.csv" <<'CSV'
+source,engine,version,hardware,model,weights,dense_weights,isl,osl,concurrency,tp,pp,attn_dp,ep,ttft_ms,tpot_ms
+a,SGLang,0.5.1,h100-sxm,qwen3-32b,bf16,,1024,128,16,4,1,1,1,492.76,10.55
+b,vLLM,0.12.0,h100-sxm,qwen3-32b,bf16,,1024,128,16,4,1,1,1,149.36,14.35
+c,vLLM,0.12.0,h100-sxm,qwen3-32b,bf16,,1024,128,16,3,1,1,1,149.36,14.35
+CSV
+expect 0 "SGLang        sglang-0.5      qwen3-32b        h100-sxm       1" -- calibrate --benchmarks "$tmp/points.csv"
+expect 0 "(1 not simulated)" -- calibrate --benchmarks "$tmp/points.csv" --benchmark-engine vllm
+expect 0 "trtllm-1.2      all              all" -- calibrate --benchmarks "$tmp/points.csv" --stack trtllm-1.2
+expect 0 '"tokens_per_s_per_gpu_median_abs_pct"' -- calibrate --benchmarks "$tmp/points.csv" --json
+expect 0 "" -- calibrate --benchmarks "$tmp/points.csv" --points-out "$tmp/points_out.csv"
+if grep -q '^c,vLLM,vllm-0.18-cuda,h100-sxm,qwen3-32b,,.*must divide' "$tmp/points_out.csv"; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: --points-out names why a point did not simulate: $(tail -1 "$tmp/points_out.csv")"; failed=$((failed + 1))
+fi
+sed 's/,16,4,1,1,1,492.76/,sixteen,4,1,1,1,492.76/' "$tmp/points.csv" >"$tmp/points_bad.csv"
+expect 2 "points_bad.csv:2: column concurrency: \"sixteen\" is not a whole number from 1 to 2^30" \
+  -- calibrate --benchmarks "$tmp/points_bad.csv"
+expect 2 "--benchmarks: not with --results or --setup" -- calibrate --benchmarks "$tmp/points.csv" \
+  --results "$root/models/calibration/mlperf_v6.0.csv"
+expect 2 "give the starting point, --stack or --calibration" -- calibrate --benchmarks "$tmp/points.csv" --fit
+expect 0 "wrote $tmp/serving_fit.json" -- calibrate --benchmarks "$tmp/points.csv" --benchmark-engine vllm \
+  --stack vllm-0.18-cuda --fit --free iteration_overhead_us --out "$tmp/serving_fit.json"
+expect 0 "leave-one-model-out: the points have one model, none to leave out" -- calibrate \
+  --benchmarks "$tmp/points.csv" --benchmark-engine vllm --stack vllm-0.18-cuda --cross-validate \
+  --free iteration_overhead_us
+expect 2 "give --results or --benchmarks" -- calibrate
 expect 2 '--free = "gemm": not a fitted parameter (gemm_efficiency, memory_efficiency' -- calibrate \
   --results "$root/models/calibration/mlperf_v5.1.csv" --fit --free gemm --max-requests 100
 
@@ -255,7 +282,7 @@ expect 0 '"evaluated": 0' -- tune --model llama2-70b --hardware h200 --gpus 2 --
 expect 0 '"completed_requests": 4388' -- simulate --deployment "$tmp/best.json" --trace "$data/../../traces/data/mlperf_deepseek_r1/deepseek-r1.csv" --samples 300 --max-output 2000 --json
 expect 2 '--scenario = "replay": tune supports offline, server and interactive' -- tune --scenario replay
 # One notion of a run: simulate of the tuner's best (its file carries the run) prints the tuner's figures.
-small_tune=(--model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256 --max-num-tokens 4096
+small_tune=(--engine trtllm --model llama2-70b --hardware h200 --gpus 2 --weights fp8 --kv fp8 --max-batch 256 --max-num-tokens 4096
             --no-disagg)
 "$fathom" tune "${small_tune[@]}" --json --scenario server --best-out "$tmp/best_server.json" >"$tmp/tune_server.json" 2>/dev/null
 "$fathom" simulate --deployment "$tmp/best_server.json" --json >"$tmp/sim_server.json" 2>/dev/null
@@ -459,7 +486,7 @@ expect 0 "Best:" -- tune --model llama2-70b --hardware b200 --gpus 2 --weights f
 expect 0 "llama2-70b  2xb200  server" -- report --db "$tmp/tune.db" --list
 expect 0 "llama2-70b 2xh200 offline" -- report --db "$tmp/tune.db" --top 2
 expect 0 "(what-if; swept at \$3.80)" -- report --db "$tmp/tune.db" --price h200=7.6
-expect 0 "wrote $tmp/report.html (2 sweeps)" -- report --db "$tmp/tune.db" --out "$tmp/report.html"
+expect 0 "wrote $tmp/report.html (6 sweeps)" -- report --db "$tmp/tune.db" --out "$tmp/report.html"
 expect 0 "wrote" -- report --db "$tmp/tune.db" --out "$tmp/cost.svg" --plot cost
 expect 0 "wrote" -- report --db "$tmp/tune.db" --out "$tmp/candidates.csv"
 report_files_ok() {

@@ -185,6 +185,22 @@ claim "the GB200 rack comes out $gb200_offline% high Offline and $gb200_capacity
 claim "so both come out at $(awk '$5 == "Server" && $6 > 43880 { printf "%.1f\n", $(NF-4) }' "$tmp/v51h.txt" | sort -u) QPS"
 claim "CoreWeave's 8 GB300s (batch 1,536, the Server's graphs only to 512) come out $(awk '$2 == "CoreWeave" && $5 == "Offline" { v = $9; sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low Offline and $(awk '$2 == "CoreWeave" && $5 == "Server" { v = $(NF-3); sub(/^[+-]/, "", v); print v }' "$tmp/v51h.txt")% low on capacity"
 
+# Measured serving points (AIConfigurator's): each engine's points under its own stack, then under
+# TensorRT-LLM's. serving FILE ENGINE: "N points under `STACK`: TPOT a%, tokens/s a GPU b%, mean
+# TTFT c%" from its "by engine" line (columns: engine stack all all points TTFT TPOT tok/s signed).
+(cd "$root" && "$fathom" calibrate --benchmarks models/calibration/serving_benchmarks_aic.csv --jobs 2) >"$tmp/serving.txt" 2>&1
+(cd "$root" && "$fathom" calibrate --benchmarks models/calibration/serving_benchmarks_aic.csv --jobs 2 --stack trtllm-1.2) >"$tmp/serving_trt.txt" 2>&1
+serving() {
+  awk -v e="$2" '/^by engine:/ { on = 1; next } on && $1 == e {
+      n = $5 >= 1000 ? sprintf("%d,%03d", int($5 / 1000), $5 % 1000) : $5
+      printf "%s points under `%s`: TPOT %s, tokens/s a GPU %s, mean TTFT %s", n, $2, $7, $8, $6 }' "$1"
+}
+claim "$(serving "$tmp/serving.txt" vLLM)"
+claim "$(serving "$tmp/serving.txt" SGLang)"
+claim "$(serving "$tmp/serving_trt.txt" vLLM)"
+claim "$(serving "$tmp/serving_trt.txt" SGLang)"
+claim "$(serving "$tmp/serving_trt.txt" TensorRT-LLM)"
+
 # The error bars' held-out rows (models/calibration/residuals.csv) are these runs' rows, in this
 # order: a change to the cost model that moves a prediction must ship the table it makes.
 { head -1 "$tmp/res_v51.csv"; for r in v51 v60 v60h oss v51h vllm51 vllm60_v1; do tail -n +2 "$tmp/res_$r.csv"; done; } \

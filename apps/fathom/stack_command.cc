@@ -1,6 +1,8 @@
 // fathom stack: the software stacks fathom is calibrated for, and what a stack is worth on a
 // deployment (the same deployment simulated under two stacks).
+#include <array>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "apps/fathom/commands.h"
@@ -35,9 +37,9 @@ std::vector<std::string> DefaultOn(const std::vector<models::Stack>& stacks,
   return out;
 }
 
-std::string Join(const std::vector<std::string>& parts) {
+std::string Join(const std::vector<std::string>& parts, const std::string& separator = ", ") {
   std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
   return out;
 }
 std::string Rounds(const models::Stack& s) { return Join(s.calibrated_on); }
@@ -55,17 +57,29 @@ Status List(const StackFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
-  // The GPUs each stack's fit saw (its calibration's fitted hardware); others extrapolate.
-  std::printf("%-15s %-13s %-7s %-15s %s\n", "name", "engine", "MLPerf", "fitted on", "version");
+  // What each stack was calibrated on (its MLPerf rounds, else the measured points' file) and the
+  // GPUs its fit saw (its calibration's fitted hardware); others extrapolate.
+  std::vector<std::array<std::string, 5>> rows = {
+      {"name", "engine", "calibrated on", "fitted on", "version"}};
   for (const auto& s : stacks) {
     FATHOM_ASSIGN_OR_RETURN(models::Calibration c, models::LoadCalibration(s.CalibrationPath()));
-    std::string gpus;
-    for (const auto& h : c.fitted_hardware) gpus += (gpus.empty() ? "" : ",") + h;
-    std::printf("%-15s %-13s %-7s %-15s %s%s\n", s.name.c_str(), s.engine.c_str(),
-                Rounds(s).c_str(), gpus.c_str(), s.version.c_str(),
-                DefaultOn(stacks, s).empty()
-                    ? ""
-                    : ("  (default on " + Join(DefaultOn(stacks, s)) + ")").c_str());
+    const std::string on = s.calibrated_on.empty()
+                               ? std::filesystem::path(s.fitted_results).stem().string()
+                               : "MLPerf " + Rounds(s);
+    const std::string version =
+        s.version +
+        (DefaultOn(stacks, s).empty() ? "" : "  (default on " + Join(DefaultOn(stacks, s)) + ")");
+    rows.push_back({s.name, s.engine, on, Join(c.fitted_hardware, ","), version});
+  }
+  std::array<size_t, 4> width{};
+  for (const auto& r : rows) {
+    for (size_t k = 0; k < width.size(); ++k) width[k] = std::max(width[k], r[k].size());
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t k = 0; k < width.size(); ++k)
+      line += r[k] + std::string(width[k] - r[k].size() + 2, ' ');
+    std::printf("%s%s\n", line.c_str(), r[4].c_str());
   }
   return Status::Ok();
 }

@@ -48,6 +48,7 @@ void FollowStack(const sim::TimeModel& time_model, const std::string& model_type
   space->scheduler_steps = time_model.search.scheduler_steps;
   space->adp_balance = time_model.search.attention_dp_balance;
   space->async_scheduling = time_model.search.async_scheduling;
+  space->prefill_first = time_model.search.prefill_first;
 }
 
 std::string CandidateKey(const sim::DeploymentConfig& d) { return sim::ToJson(d).dump(); }
@@ -121,6 +122,7 @@ Result<Candidates> Enumerate(const SearchSpace& s, const models::HardwareCatalog
               base.engine.max_num_tokens = tokens;
               base.engine.mtp_depth = depth;
               base.engine.async_scheduling = s.async_scheduling;
+              if (s.prefill_first) base.engine.scheduler = sim::SchedulerKind::kPrefillFirst;
               base.engine.acceptance = depth > 0 ? s.mtp_acceptance : 0.0;
               base.runtime = runtime;
               for (const models::ParallelLayout& l : layouts(s.gpus)) {

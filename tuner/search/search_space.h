@@ -54,6 +54,7 @@ struct SearchSpace {
   // vLLM V0's multi-step counts to try on aggregated layouts ({1}: none; the stack's).
   std::vector<int> scheduler_steps = {1};
   bool async_scheduling = false;  // every candidate schedules asynchronously (vLLM V1; the stack's)
+  bool prefill_first = false;     // every candidate runs prompts in prefill-only batches (SGLang)
 };
 
 // What the predicting stack offers, in `space`: the runtimes it serves `model_type` on, its
