@@ -15,6 +15,7 @@
 #include "models/cost_model.h"
 #include "models/hardware.h"
 #include "models/stack.h"
+#include "sim/time_model.h"
 #include "tuner/calibration/calibrate.h"
 #include "tuner/calibration/intervals.h"
 #include "tuner/calibration/serving_benchmark.h"
