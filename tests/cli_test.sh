@@ -347,11 +347,11 @@ fi
 # The GB200 rack's published results: the best is v6.1's (every 100 tokens a response), and v6.0's
 # NVIDIA run, listed too, streamed every token; the configurations side by side say how each streams.
 expect 0 "  v6.0 NVIDIA, GB200-NVL72_GB200-186GB_aarch64x72_TRT: 110.00 QPS (336106 tokens/s, p99 TTFT 1159 ms, TPOT 79.3 ms); TP8 PP1 EP8 attnDP8 x9 fp4, batch 512, 3456 tokens a step, fp8 KV, streams every token" \
-  -- tune --model deepseek-r1 --hardware gb200 --gpus 72 --scenario server --max-batch 1024 \
-  --max-num-tokens 2048 --no-disagg
+  -- tune --engine trtllm --model deepseek-r1 --hardware gb200 --gpus 72 --scenario server \
+  --max-batch 1024 --max-num-tokens 2048 --no-disagg
 expect 0 "  published: TP8 PP1 EP8 attnDP8 x9 fp4, batch 512, 3456 tokens a step, fp8 KV, streams every 100 tokens" \
-  -- tune --model deepseek-r1 --hardware gb200 --gpus 72 --scenario server --max-batch 1024 \
-  --max-num-tokens 2048 --no-disagg
+  -- tune --engine trtllm --model deepseek-r1 --hardware gb200 --gpus 72 --scenario server \
+  --max-batch 1024 --max-num-tokens 2048 --no-disagg
 expect 0 "Published (MLPerf, deepseek-r1 on 8 x b200):" -- simulate --deployment "$data/deployment_dsr1_b200.json" \
   --scenario offline --samples 200
 expect 0 "with --seed changed (not the tuner's figures)" -- simulate --deployment "$tmp/best_server.json" --seed 3
