@@ -452,7 +452,7 @@ Status RunBenchmarks(const CalibrateFlags& f) {
     return out;
   };
   std::vector<Result<tuner::ServingPrediction>> predicted = predict_all(
-      [&](size_t i) -> const models::Calibration& { return calibrations[stack_of[i]]; });
+      [&](size_t i) -> const models::Calibration& { return calibrations.at(stack_of[i]); });
   OrderedJson out;
   out["benchmarks"] = f.benchmarks;
   if (!f.json) {
@@ -497,7 +497,7 @@ Status RunBenchmarks(const CalibrateFlags& f) {
     engine_of[name] = engine_start;
     for (std::string& s : stack_of) s = name;
     predicted =
-        predict_all([&](size_t) -> const models::Calibration& { return calibrations[name]; });
+        predict_all([&](size_t) -> const models::Calibration& { return calibrations.at(name); });
   }
   std::string csv;
   out.update(PrintServing(points, stack_of, predicted, f.json, &csv));
