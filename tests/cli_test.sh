@@ -181,7 +181,10 @@ expect 0 ", stack trtllm-1.0" -- simulate --samples 100 --stack trtllm-1.0
 # vLLM on ROCm (TensorRT-LLM runs on NVIDIA's only), and its launch command is vLLM's.
 expect 0 ", stack vllm-0.14-rocm" -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8
 expect 0 ", stack vllm-0.18-cuda" -- simulate --samples 100 --engine vllm
-expect 0 ", stack sglang-0.5" -- simulate --samples 100 --engine sglang --model qwen3-32b --hardware h100-sxm --tp 4
+expect 0 "prefill-first scheduler, batch 512, max tokens 4608, stack sglang-0.5" -- simulate --samples 100 \
+  --engine sglang --model qwen3-32b --hardware h100-sxm --tp 4
+expect 0 "chunked scheduler, batch 512, max tokens 4608, stack sglang-0.5" -- simulate --samples 100 \
+  --engine sglang --model qwen3-32b --hardware h100-sxm --tp 4 --scheduler chunked
 expect 2 "--engine = sglang: no SGLang stack runs on amd GPUs (sglang-0.5 runs on nvidia): give --stack to extrapolate to them" \
   -- simulate --samples 100 --model llama2-70b --hardware mi300x --tp 1 --kv fp8 --engine sglang
 expect 2 "--engine = trtllm: no TensorRT-LLM stack runs on amd GPUs" -- tune --hardware mi300x --engine trtllm

@@ -328,6 +328,15 @@ Status Run(SimulateFlags f) {
                           models::HardwareCatalog::Load(f.deployment.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(sim::TimeModel time_model,
                           sim::MakeTimeModel(f.time_model, catalog, d.hardware));
+  // A deployment given by flags schedules as its stack's engine does (what `tune` tries on it:
+  // SGLang's prefill-only batches, its overlap scheduler, vLLM V1's async scheduling) unless the
+  // flags say otherwise; a deployment file says it itself.
+  if (f.deployment_file.empty() && f.cmd != nullptr) {
+    if (time_model.search.prefill_first && f.cmd->get_option("--scheduler")->count() == 0)
+      file.config.engine.scheduler = sim::SchedulerKind::kPrefillFirst;
+    if (time_model.search.async_scheduling && f.cmd->get_option("--async-scheduling")->count() == 0)
+      file.config.engine.async_scheduling = true;
+  }
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<sim::ResolvedDeployment> resolved,
                           sim::Resolve(d, catalog, time_model.factory));
 
