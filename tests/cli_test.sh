@@ -234,6 +234,9 @@ fi
 sed 's/,16,4,1,1,1,492.76/,sixteen,4,1,1,1,492.76/' "$tmp/points.csv" >"$tmp/points_bad.csv"
 expect 2 "points_bad.csv:2: column concurrency: \"sixteen\" is not a whole number from 1 to 2^30" \
   -- calibrate --benchmarks "$tmp/points_bad.csv"
+sed 's/,h100-sxm,qwen3-32b,bf16,,1024,128,16,4,1,1,1,492.76/,tpu-v5,qwen3-32b,bf16,,1024,128,16,4,1,1,1,492.76/' \
+  "$tmp/points.csv" >"$tmp/points_gpu.csv"
+expect 2 "points_gpu.csv:2: column hardware" -- calibrate --benchmarks "$tmp/points_gpu.csv"
 expect 2 "--benchmarks: not with --results or --setup" -- calibrate --benchmarks "$tmp/points.csv" \
   --results "$root/models/calibration/mlperf_v6.0.csv"
 expect 2 "give the starting point, --stack or --calibration" -- calibrate --benchmarks "$tmp/points.csv" --fit

@@ -581,14 +581,9 @@ struct RowsResidual {
 
   // The calibration at `params`; an error where they are not valid.
   Result<models::Calibration> At(const double* params) const {
-    models::Calibration c = base;
     std::array<double, models::CostParams::kNumFitted> x;
     std::copy(params, params + x.size(), x.begin());
-    // Central differences probe just outside the bounds; overheads are clamped at zero there.
-    for (size_t k = kPythonHost; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
-    c.params.SetFitted(x);
-    FATHOM_RETURN_IF_ERROR(c.params.Validate());
-    return c;
+    return CalibrationAt(base, x);
   }
 
   bool operator()(double const* const* params, double* residuals) const {

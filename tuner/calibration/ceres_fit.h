@@ -5,9 +5,11 @@
 
 #include <ceres/ceres.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
+#include "base/status.h"
 #include "models/cost_model.h"
 #include "tuner/calibration/calibrate.h"
 
@@ -35,6 +37,12 @@ std::unique_ptr<ceres::Problem> BoundedProblem(Residual* residual, int residuals
   }
   return problem;
 }
+
+// `base` with its fitted parameters set to `x` (CostParams::kFitted order), the host times (from
+// iteration_overhead_us on) clamped at zero, as central differences probe just outside the bounds;
+// an error where the result is not valid.
+Result<models::Calibration> CalibrationAt(const models::Calibration& base,
+                                          std::array<double, models::CostParams::kNumFitted> x);
 
 // Calls `progress` after each solver iteration with its number and cost.
 class ProgressCallback : public ceres::IterationCallback {

@@ -191,12 +191,7 @@ struct ServingResidual {
   Result<models::Calibration> At(const double* z) const {
     Params at = x;
     for (size_t i = 0; i < free.size(); ++i) at[free[i]] = z[i];
-    // Central differences probe just outside the bounds; host times are clamped at zero there.
-    for (size_t k = 2; k < at.size(); ++k) at[k] = std::max(0.0, at[k]);
-    models::Calibration c = base;
-    c.params.SetFitted(at);
-    FATHOM_RETURN_IF_ERROR(c.params.Validate());
-    return c;
+    return CalibrationAt(base, at);
   }
   bool operator()(double const* const* z, double* residuals) const {
     auto c = At(z[0]);

@@ -703,6 +703,24 @@ TEST_CASE(
   CHECK(followed.adp_balance);
   CHECK(followed.runtimes ==
         std::vector<models::Runtime>{models::Runtime::kPython, models::Runtime::kCpp});
+  CHECK_FALSE(followed.prefill_first);
+  // SGLang runs prompts in prefill-only batches with its overlap scheduler: every candidate too.
+  followed = {};
+  sim::TimeModelOptions sglang;
+  sglang.engine = "sglang";
+  FollowStack(*sim::MakeTimeModel(sglang, Catalog(), "h100-sxm"), "qwen3", &followed);
+  CHECK(followed.prefill_first);
+  CHECK(followed.async_scheduling);
+  CHECK_FALSE(followed.adp_balance);
+  followed.model = "qwen3-32b";
+  followed.hardware = "h100-sxm";
+  auto prefill_first = Enumerate(followed, Catalog());
+  REQUIRE(prefill_first.ok());
+  REQUIRE_FALSE(prefill_first->feasible.empty());
+  for (const auto& d : prefill_first->feasible) {
+    CHECK(d.engine.scheduler == sim::SchedulerKind::kPrefillFirst);
+    CHECK(d.engine.async_scheduling);
+  }
 }
 
 TEST_CASE("PlanCapacity: the fewest GPUs that sustain the target load", "[tuner]") {
