@@ -265,7 +265,8 @@ std::optional<int64_t> FollowKnown(const ProbeMemo& memo, QpsSearch* search) {
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
-  std::string error;  // why no run could serve the requests
+  std::string error;     // why no run could serve the requests
+  bool gave_up = false;  // still going at its give-up time: no result
 };
 
 // What broke in an invalid probe (a probe stopped early counts the requests over each limit).
@@ -311,10 +312,11 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
 }
 
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
-// or an Offline run of `samples`, of a plan's start and switches.
+// or an Offline run of `samples`, of a plan's start and switches. With `give_up_s` > 0, a run still
+// going at that simulated time stops there (Probe::gave_up).
 Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
                        const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
-                       bool to_the_end = false, bool breakdown = false) {
+                       bool to_the_end = false, bool breakdown = false, double give_up_s = 0) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(plan.start, catalog, o.make_time));
   resolved->spec.engine.cost_breakdown = resolved->spec.decode_engine.cost_breakdown = breakdown;
   FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan switches, sim::ResolvePlan(plan, catalog, o.make_time));
@@ -344,8 +346,15 @@ Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
   resolved->spec.scenario = sc;
   sim::Simulator simulator(std::move(resolved->spec), std::move(source));
   FATHOM_RETURN_IF_ERROR(switches.ScheduleOn(&simulator));
-  auto res = simulator.Run();
   Probe p;
+  if (give_up_s > 0) {
+    FATHOM_RETURN_IF_ERROR(simulator.Advance(FromSeconds(give_up_s)));
+    if (simulator.NextEventTime()) {
+      p.gave_up = true;
+      return p;
+    }
+  }
+  auto res = simulator.Run();
   if (!res.ok()) {  // could not serve every request: not valid
     p.error = res.status().message();
     return p;
@@ -395,13 +404,18 @@ bool ScreenedOut(double predicted_tokens_per_s, double best) {
 struct OfflineOutcome {
   Probe run;
   double predicted_tokens_per_s = 0;  // from its first two runs, when both were short (else 0)
-  bool screened = false;              // stopped short: predicted x kScreenMargin below the beat
+  // Stopped short: predicted, or its full-length run's clock proves, x kScreenMargin below the
+  // beat.
+  bool screened = false;
 };
 
 // An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
 // drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
 // 13.7k tokens/s on one pass, 32.6k over 4,714 s). With `beat` > 0 (tokens/s of one instance),
-// the length search stops once its first two runs, both short, predict too little to beat it.
+// the length search stops once its first two runs, both short, predict too little to beat it,
+// and a run stops once its clock is past the target (so it is the full-length one) and past the
+// time its tokens would take at the beat / kScreenMargin: it ends later still, so its tokens/s
+// x kScreenMargin is below the beat, exactly, with nothing predicted.
 Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
                                   const models::HardwareCatalog& catalog, int instances,
                                   double beat) {
@@ -414,16 +428,26 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
   }
   const auto dataset = static_cast<int64_t>(o.dataset.size());
   const double target_s = sim::OfflineRunTargetS(BenchmarkOf(o));
+  double tokens_per_pass = 0;  // every sample once a pass
+  for (const traces::Request& r : o.dataset)
+    tokens_per_pass += static_cast<double>(r.output_tokens);
   int64_t last_passes = 0;
   double last_s = 0;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
-    FATHOM_ASSIGN_OR_RETURN(out.run, Simulate(plan, o, catalog, 0, samples));
-    if (!out.run.valid) return std::optional<double>();
     const int64_t passes = samples / dataset;
+    const double give_up_s = beat > 0
+                                 ? std::max(target_s, static_cast<double>(passes) *
+                                                          tokens_per_pass * kScreenMargin / beat)
+                                 : 0.0;
+    FATHOM_ASSIGN_OR_RETURN(out.run,
+                            Simulate(plan, o, catalog, 0, samples, false, false, give_up_s));
+    if (out.run.gave_up) {
+      out.screened = true;
+      return std::optional<double>();
+    }
+    if (!out.run.valid) return std::optional<double>();
     const double s = out.run.result.duration_s;
     if (s < target_s && last_passes == 1) {  // the second run, short of the target: the screen
-      const double tokens_per_pass =
-          static_cast<double>(out.run.result.output_tokens) / static_cast<double>(passes);
       out.predicted_tokens_per_s =
           PredictedTokensPerS(last_passes, last_s, passes, s, tokens_per_pass, target_s);
       if (ScreenedOut(out.predicted_tokens_per_s, beat)) {
@@ -878,10 +902,13 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
 
 namespace {
 
-// The Offline screen (kScreenMargin): a candidate whose predicted full-length tokens/s cannot
-// beat `best` keeps its bound and prediction and loses its figures.
+// The Offline screen (kScreenMargin): a candidate whose predicted or full-length tokens/s cannot
+// beat `best` (its run, had it known that best, would have stopped) keeps its bound and
+// prediction and loses its figures.
 void Screen(double best, CandidateResult* r) {
-  if (r->screened || !ScreenedOut(r->predicted_tokens_per_s, best)) return;
+  if (r->screened || !(ScreenedOut(r->predicted_tokens_per_s, best) ||
+                       (r->valid && ScreenedOut(r->throughput_tokens_per_s, best))))
+    return;
   CandidateResult screened;
   screened.config = r->config;
   screened.bound = r->bound;

@@ -97,6 +97,8 @@ struct CandidateResult {
   // predict it (durations linear in the passes; 0 when fewer than two ran short). A candidate
   // whose prediction, raised by kScreenMargin, falls below the best found is pruned there
   // (screened, without figures): the screen that spares Offline searches most full-length runs.
+  // So is one whose full-length run cannot come within kScreenMargin of the best: the run stops
+  // once its clock proves that (its tokens over the time run so far, x the margin, below the best).
   double predicted_tokens_per_s = 0;
   bool screened = false;
 
@@ -334,7 +336,9 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
 
 // How far an Offline candidate's full-length tokens/s may exceed the prediction from its shorter
 // runs (CandidateResult::predicted_tokens_per_s) before the screen would wrongly prune it: the
-// screen prunes a candidate whose prediction x kScreenMargin is below the best found.
+// screen prunes a candidate whose prediction x kScreenMargin is below the best found. Ranked
+// results come within it of the best: a full-length run whose tokens/s x kScreenMargin is below
+// the best stops on its clock.
 inline constexpr double kScreenMargin = 1.15;
 
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:

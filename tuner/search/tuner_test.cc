@@ -1,6 +1,7 @@
 #include "tuner/search/tuner.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -87,6 +88,14 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
         CHECK(found == best);
         CHECK(CandidateKey(pruned->ranked.front().config) ==
               CandidateKey(exhaustive->ranked.front().config));
+        // What it ranks, the exhaustive search ranks with the same figures.
+        for (const auto& c : pruned->ranked) {
+          const auto same = std::find_if(
+              exhaustive->ranked.begin(), exhaustive->ranked.end(),
+              [&](const auto& e) { return CandidateKey(e.config) == CandidateKey(c.config); });
+          REQUIRE(same != exhaustive->ranked.end());
+          CHECK(c == *same);
+        }
       }
       // Every candidate's bound is above what it achieved.
       for (const auto& c : exhaustive->ranked) {
@@ -435,11 +444,49 @@ TEST_CASE(
     CHECK(screened->run_samples == 0);
     CHECK(screened->predicted_tokens_per_s == full->predicted_tokens_per_s);
     CHECK(screened->bound == full->bound);
-    // Just within reach: the whole run, as without a best.
-    auto within = Evaluate(d, o, Catalog(), reach * 0.999);
+    // A best the full-length run's own tokens/s, raised by the margin, falls just short of: the
+    // run stops once its clock passes the time its tokens would take at best / kScreenMargin.
+    const double clock_reach = full->throughput_tokens_per_s * kScreenMargin;
+    auto stopped = Evaluate(d, o, Catalog(), clock_reach * 1.001);
+    REQUIRE(stopped.ok());
+    CHECK(stopped->screened);
+    CHECK_FALSE(stopped->valid);
+    CHECK(stopped->run_samples == 0);
+    CHECK(stopped->predicted_tokens_per_s == full->predicted_tokens_per_s);
+    // Just within reach of both: the whole run, as without a best.
+    auto within = Evaluate(d, o, Catalog(), std::min(reach, clock_reach) * 0.999);
     REQUIRE(within.ok());
     CHECK(*within == *full);
   }
+}
+
+TEST_CASE(
+    "Evaluate: an Offline run that cannot come within kScreenMargin of the best stops on its clock",
+    "[tuner]") {
+  // A data set whose one pass already lasts the target: no shorter runs, so nothing predicted.
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  const std::vector<traces::Request> pass = o.dataset;
+  for (int copy = 1; copy < 40; ++copy) {
+    for (traces::Request r : pass) {
+      r.id += copy * static_cast<int64_t>(pass.size());
+      o.dataset.push_back(r);
+    }
+  }
+  const sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  auto full = Evaluate(d, o, Catalog());
+  REQUIRE(full.ok());
+  REQUIRE(full->valid);
+  REQUIRE(full->predicted_tokens_per_s == 0);
+  CHECK(full->run_samples == static_cast<int64_t>(o.dataset.size()));
+  const double reach = full->throughput_tokens_per_s * kScreenMargin;
+  auto stopped = Evaluate(d, o, Catalog(), reach * 1.001);
+  REQUIRE(stopped.ok());
+  CHECK(stopped->screened);
+  CHECK_FALSE(stopped->valid);
+  CHECK(stopped->run_samples == 0);
+  auto within = Evaluate(d, o, Catalog(), reach * 0.999);
+  REQUIRE(within.ok());
+  CHECK(*within == *full);
 }
 
 // Server capacity adds up too, and a little more: behind a router each replica sees smoother
