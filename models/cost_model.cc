@@ -48,6 +48,10 @@ Status CostParams::Validate() const {
   FATHOM_RETURN_IF_ERROR(fraction("fp8_gemm_efficiency", fp8_gemm_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("memory_efficiency", memory_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("grouped_memory_efficiency", grouped_memory_efficiency));
+  if (fp8_grouped_memory_efficiency != 0) {
+    FATHOM_RETURN_IF_ERROR(fraction("fp8_grouped_memory_efficiency (0: grouped_memory_efficiency)",
+                                    fp8_grouped_memory_efficiency));
+  }
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
   if (comm_overlap < 0 || comm_overlap > 1)
@@ -90,6 +94,7 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"gemm_stream_share", &CostParams::gemm_stream_share},
     {"memory_efficiency", &CostParams::memory_efficiency},
     {"grouped_memory_efficiency", &CostParams::grouped_memory_efficiency},
+    {"fp8_grouped_memory_efficiency", &CostParams::fp8_grouped_memory_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
     {"kernel_floor_us", &CostParams::kernel_floor_us},
     {"link_efficiency", &CostParams::link_efficiency},
@@ -368,8 +373,10 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double weights =
           std::max(1.0, op.active_groups) * op.n * op.k * BytesPerElement(op.dtype);
-      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes,
-                         p.grouped_memory_efficiency);
+      const double streaming = op.dtype == DType::kFp8 && p.fp8_grouped_memory_efficiency > 0
+                                   ? p.fp8_grouped_memory_efficiency
+                                   : p.grouped_memory_efficiency;
+      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes, streaming);
     }
     case OpKind::kAttention: {
       const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);

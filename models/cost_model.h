@@ -68,6 +68,10 @@ struct CostParams {
   // expert's tile at a time, below a dense GEMM's rate (fitted to measured MoE layers by
   // `profile compare --fit`).
   double grouped_memory_efficiency = 0.80;
+  // The same for experts with FP8 weights, where an engine's FP8 grouped kernels stream slower
+  // than its BF16 and FP4 ones; 0: grouped_memory_efficiency (measured with `profile compare
+  // --fit` on FP8 layers).
+  double fp8_grouped_memory_efficiency = 0;
   double attention_efficiency = 0.45;      // fraction of peak prefill attention reaches
   double kernel_floor_us = 2.0;            // shortest kernel (launch and tail, CUDA graphs on)
   double link_efficiency = 0.82;           // fraction of link bandwidth collectives reach (NCCL's

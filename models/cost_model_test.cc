@@ -379,6 +379,16 @@ TEST_CASE("OperatorSeconds: the small-M loss is weight streaming, carried by ban
   const Operator dense = Gemm("d", 1, 16, 4096, 7168, DType::kFp8);
   CHECK(OperatorSeconds(dense, h200, p, 1) ==
         Approx(dense.bytes / (h200.hbm_bytes_per_s * p.memory_efficiency)));
+  // An engine whose FP8 expert kernels stream slower (fp8_grouped_memory_efficiency) prices FP8
+  // experts at that rate, and only those.
+  p.fp8_grouped_memory_efficiency = 0.4;
+  CHECK(OperatorSeconds(thin, h200, p, 1) ==
+        Approx(thin.bytes / (h200.hbm_bytes_per_s * 0.4) + p.kernel_floor_us * 1e-6));
+  const Operator thin_bf16 = GroupedGemm("e", 1, 16, 4096, 7168, 256, 16, DType::kBf16);
+  CHECK(OperatorSeconds(thin_bf16, h200, p, 1) ==
+        Approx(thin_bf16.bytes / (h200.hbm_bytes_per_s * 0.6) + p.kernel_floor_us * 1e-6));
+  CHECK(OperatorSeconds(dense, h200, p, 1) ==
+        Approx(dense.bytes / (h200.hbm_bytes_per_s * p.memory_efficiency)));
 }
 
 TEST_CASE("PerfDb: measurements round-trip through SQLite", "[models]") {
@@ -741,6 +751,11 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   p = CostParams{};
   p.grouped_memory_efficiency = 0;
   CHECK(p.Validate().message() == "grouped_memory_efficiency = 0.000000: must be in (0, 1]");
+  p = CostParams{};
+  p.fp8_grouped_memory_efficiency = 1.2;
+  CHECK(p.Validate().message() ==
+        "fp8_grouped_memory_efficiency (0: grouped_memory_efficiency) = 1.200000: must be in (0, "
+        "1]");
   // The CUDA-graph sizes and stream interval: the file, the field, the value and the rule.
   const std::pair<const char*, const char*> bad[] = {
       {R"({"cuda_graph_batch_sizes": 8})",
@@ -857,8 +872,8 @@ TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the for
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.41, 2.5,  0.81,         9,  0.3, 0.2, 260,
-              0.6,  170,  0.4,  6.5, 0.15, 57,   33,   true, {1, 64, 512}, 20, {}};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.52, 0.41, 2.5,  0.81,         9,  0.3, 0.2,
+              260,  0.6,  170,  0.4, 6.5,  0.15, 57,   33,   true, {1, 64, 512}, 20, {}};
   c.params.all_reduce.Add("h200", 8, 1 << 20, 19.6);
   c.params.all_reduce.Add("h200", 8, 256, 3.5);
   c.params.all_reduce.Add("b200", 4, 1 << 20, 9.8);
