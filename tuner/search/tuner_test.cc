@@ -1,7 +1,7 @@
 #include "tuner/search/tuner.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <map>
