@@ -144,6 +144,29 @@ double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w)
   return FullBatchRate(r, w, BatchCap(r, w.decode_context)).tokens_per_s;
 }
 
+// The rate the serving fronts can stream (sim::ResponsePath): each decode instance's front spends
+// ResponseSeconds on a response every stream_interval tokens of a sequence's step, a step gives a
+// sequence at most 1 + its MTP drafts tokens, and a request's tokens after its first pass through
+// them. Above it the fronts' backlog, and every first token with it, grows without end. Infinite
+// where nothing is streamed or a response costs nothing.
+double FrontQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
+  const DecodeSide d = Decoding(r);
+  const double response_s = d.pool.time->ResponseSeconds();
+  const int64_t interval =
+      d.engine.stream_interval > 0 ? d.engine.stream_interval : d.pool.time->StreamInterval();
+  if (!(response_s > 0) || interval <= 0 || !(w.output > 1))
+    return std::numeric_limits<double>::infinity();
+  return static_cast<double>(d.pool.instances) * (1.0 + d.engine.mtp_depth) *
+         static_cast<double>(interval) / response_s / (w.output - 1);
+}
+
+// Upper bound on the objective before the grid: Offline tokens/s; server-type, the lesser of the
+// rate whose output the GPUs can generate and the one the fronts can stream.
+double ObjectiveBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w, bool server) {
+  const double tokens_per_s = ThroughputBound(r, w);
+  return server ? std::min(tokens_per_s / w.output, FrontQpsBound(r, w)) : tokens_per_s;
+}
+
 // Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
 // (per token generated) stays within the TPOT limit. An estimate, not a bound: queueing and the
 // spread of contexts and prompts move the real figure either way.
@@ -580,12 +603,12 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
   const bool server = ServerLike(o.space.scenario);
   const WorkloadMeans means = Means(o.dataset);
   // A plan can reach what any of its configurations can.
-  double tok_bound = ThroughputBound(*resolved, means);
+  double bound = ObjectiveBound(*resolved, means, server);
   for (const sim::PlanStep& step : plan.steps) {
     FATHOM_ASSIGN_OR_RETURN(auto to, sim::Resolve(step.to, catalog, o.make_time));
-    tok_bound = std::max(tok_bound, ThroughputBound(*to, means));
+    bound = std::max(bound, ObjectiveBound(*to, means, server));
   }
-  c.bound = server ? QpsCeiling(tok_bound / means.output) : tok_bound;
+  c.bound = server ? QpsCeiling(bound) : bound;
   const double price =
       o.price_per_gpu_hour > 0 ? o.price_per_gpu_hour : resolved->hardware.price_per_gpu_hour_usd;
   ProbeOutcome best;
@@ -857,8 +880,8 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
   for (size_t i = 0; i < feasible.size(); ++i) {
     const sim::DeploymentConfig& d = feasible[i];
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
-    const double b = ThroughputBound(*resolved, means);
-    const double bound = server ? QpsCeiling(b / means.output) : b;
+    const double b = ObjectiveBound(*resolved, means, server);
+    const double bound = server ? QpsCeiling(b) : b;
     const double estimate =
         std::min(server ? QpsEstimate(*resolved, means, o, bound) : bound, bound);
     // Requests its run issues: a probe at the estimate, or an Offline run of one instance's share

@@ -482,6 +482,33 @@ TEST_CASE(
   CHECK(*within == *full);
 }
 
+TEST_CASE("Evaluate: a server-type bound counts what the serving fronts can stream", "[tuner]") {
+  // Every token a response, 2 ms of the front's time each: 500 tokens a second an instance.
+  models::CostParams params = ShippedParams();
+  params.stream_interval = 1;
+  params.response_us = 2000;
+  TuneOptions o = SmallOptions(sim::Scenario::kServer, params);
+  double output = 0;
+  for (const traces::Request& r : o.dataset) output += static_cast<double>(r.output_tokens);
+  output /= static_cast<double>(o.dataset.size());
+  for (const int instances : {1, 2}) {
+    INFO(instances << " instances");
+    // Each request's tokens after its first pass through the fronts: the grid rate above that.
+    const double fronts = instances * 500.0 / (output - 1);
+    auto c = Evaluate(Llama2Tp2Instances(instances), o, Catalog());
+    REQUIRE(c.ok());
+    CHECK(c->bound >= fronts);
+    CHECK(c->bound <= fronts * 1.02 * (1 + 1e-9));
+    CHECK(c->qps <= c->bound);
+    CHECK(c->qps > 0);
+    // A front that costs nothing bounds nothing: the GPUs' bound, far above.
+    TuneOptions free_front = SmallOptions(sim::Scenario::kServer, ShippedParams());
+    auto gpus = Evaluate(Llama2Tp2Instances(instances), free_front, Catalog());
+    REQUIRE(gpus.ok());
+    CHECK(gpus->bound > 2 * c->bound);
+  }
+}
+
 // Server capacity adds up too, and a little more: behind a router each replica sees smoother
 // arrivals than one replica alone does (round robin deals every k-th Poisson arrival, Erlang-k
 // gaps; least-outstanding also steers around busy replicas), so p99 TTFT holds at a higher rate
