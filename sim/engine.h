@@ -47,6 +47,11 @@ struct PoolSpec {
   int64_t sliding_window = 0;
   double kv_bytes_per_token = 0;  // KV of one token on one GPU (transfers, swaps)
   int stage_gpus = 1;             // GPUs one pipeline stage of an instance runs on
+
+  // Tokens of a sequence a streamed response carries: the engine's own setting, else the stack's.
+  int64_t StreamInterval(const EngineConfig& engine) const {
+    return engine.stream_interval > 0 ? engine.stream_interval : time->StreamInterval();
+  }
 };
 
 struct EngineCounters {

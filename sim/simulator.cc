@@ -132,9 +132,8 @@ void Simulator::AddEngines(const PoolSpec& pool, const EngineConfig& config, Eng
     ids->push_back(id);
     // LoadGen's Offline scenario takes each sample whole: nothing is streamed.
     const bool streamed = spec_.scenario.scenario != Scenario::kOffline;
-    const int64_t interval =
-        config.stream_interval > 0 ? config.stream_interval : pool.time->StreamInterval();
-    responses_.emplace_back(pool.time->ResponseSeconds(), streamed ? interval : 0);
+    responses_.emplace_back(pool.time->ResponseSeconds(),
+                            streamed ? pool.StreamInterval(config) : 0);
     if (responses_.back().enabled()) front_busy_at_last_issue_.resize(responses_.size(), 0.0);
     last_stage_.push_back(pool.time->num_stages() - 1);
     kick_pending_.push_back(false);

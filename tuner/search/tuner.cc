@@ -14,6 +14,7 @@
 #include "base/format.h"
 #include "base/parallel.h"
 #include "sim/mlperf.h"
+#include "sim/response_path.h"
 #include "sim/simulator.h"
 #include "traces/benchmark.h"
 #include "tuner/search/results.h"
@@ -151,13 +152,10 @@ double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w)
 // where nothing is streamed or a response costs nothing.
 double FrontQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
   const DecodeSide d = Decoding(r);
-  const double response_s = d.pool.time->ResponseSeconds();
-  const int64_t interval =
-      d.engine.stream_interval > 0 ? d.engine.stream_interval : d.pool.time->StreamInterval();
-  if (!(response_s > 0) || interval <= 0 || !(w.output > 1))
-    return std::numeric_limits<double>::infinity();
+  const sim::ResponsePath front(d.pool.time->ResponseSeconds(), d.pool.StreamInterval(d.engine));
+  if (!front.enabled() || !(w.output > 1)) return std::numeric_limits<double>::infinity();
   return static_cast<double>(d.pool.instances) * (1.0 + d.engine.mtp_depth) *
-         static_cast<double>(interval) / response_s / (w.output - 1);
+         front.max_tokens_per_s() / (w.output - 1);
 }
 
 // Upper bound on the objective before the grid: Offline tokens/s; server-type, the lesser of the
