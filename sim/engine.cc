@@ -92,6 +92,12 @@ int64_t Engine::PrefixHits(int rank, const std::vector<uint64_t>& prefix) const 
   return ranks_[rank].kv->Peek(prefix);
 }
 
+LimitSlack Engine::Slack() const {
+  LimitSlack s{peak_running_, INT64_MAX};
+  for (const Rank& r : ranks_) s.kv_free_slack = std::min(s.kv_free_slack, r.kv->free_slack());
+  return s;
+}
+
 int64_t Engine::prefix_lookups() const {
   int64_t n = 0;
   for (const Rank& r : ranks_) n += r.kv->lookups();

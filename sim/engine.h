@@ -69,6 +69,19 @@ struct EngineCounters {
   models::StageCost cost;
 };
 
+// How near a run came to the limits a pool's max_batch sets, over its engines: the most sequences
+// one rank ran at once, and the least KvCacheManager::free_slack. A run of a pool whose max_batch
+// (and the KV cache and CUDA graphs it sizes) none of these reached stands for that pool at
+// another max_batch that they also stay clear of (tuner/search shares probes so).
+struct LimitSlack {
+  int64_t peak_running = 0;
+  int64_t kv_free_slack = INT64_MAX;
+  void Add(const LimitSlack& o) {
+    peak_running = std::max(peak_running, o.peak_running);
+    kv_free_slack = std::min(kv_free_slack, o.kv_free_slack);
+  }
+};
+
 class Engine {
  public:
   Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig& config,
@@ -81,6 +94,8 @@ class Engine {
   int64_t PrefixHits(int rank, const std::vector<uint64_t>& prefix) const;
   double PeakKvUtilization() const { return peak_kv_utilization_; }
   const EngineCounters& counters() const { return counters_; }
+  EngineRole role() const { return role_; }
+  LimitSlack Slack() const;
   int64_t prefix_lookups() const;
   int64_t prefix_hits() const;
 
@@ -276,6 +291,7 @@ class Engine {
   int64_t admissions_ = 0;
   int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters
   double peak_kv_utilization_ = 0;
+  int64_t peak_running_ = 0;  // most sequences running on one rank
   EngineCounters counters_;
 };
 

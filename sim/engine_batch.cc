@@ -18,7 +18,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
     if (c.size() > 0) {
       if (c.size() <= room) ShedForCohort(rank, idle);
       const int64_t blocks = c.Crossings(0, 1);
-      if (c.size() > 0 && c.size() <= room && blocks <= rank.kv->Available()) {
+      if (c.size() > 0 && c.size() <= room && rank.kv->Fits(blocks)) {
         FATHOM_CHECK(rank.kv->Allocate(blocks));
         c.in_flight = true;
         *cohort = idle;

@@ -272,7 +272,7 @@ void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
 void Engine::ShedForCohort(Rank& rank, int cohort) {
   Cohort& c = rank.cohorts[cohort];
   size_t end = rank.running.size();
-  while (c.Crossings(0, 1) > rank.kv->Available()) {
+  while (!rank.kv->Fits(c.Crossings(0, 1))) {
     while (end > 0 && Busy(rank, (*slots_)[rank.running[end - 1]])) --end;
     if (end == 0) break;
     const int64_t slot = rank.running[--end];

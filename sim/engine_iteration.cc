@@ -51,7 +51,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
       const Sequence& s = (*slots_)[e.slot];
       blocks += BlocksToGrow(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s));
     }
-    if (blocks > ranks_[r].kv->Available()) return 1;
+    if (!ranks_[r].kv->Fits(blocks)) return 1;
   }
   return steps;
 }

@@ -66,7 +66,7 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   const int64_t tokens =
       config_.admission == AdmissionPolicy::kReserve ? s.input + s.output : kv_after + first_step;
   const int64_t need = kv.BlocksFor(tokens - match * block);
-  if (need + match * kv.prefix_block_kv_blocks() > kv.Available()) return false;
+  if (!kv.Fits(need + match * kv.prefix_block_kv_blocks())) return false;
 
   if (match > 0) {
     const int64_t pinned = kv.MatchAndPin(s.prefix);
@@ -88,6 +88,7 @@ bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
   s.admitted_order = admissions_++;
   rank.waiting.pop_front();
   rank.running.push_back(slot);
+  peak_running_ = std::max(peak_running_, static_cast<int64_t>(rank.running.size()));
   if (s.prefilling()) {
     rank.prefilling.push_back(slot);
   } else if (implicit_decode_) {

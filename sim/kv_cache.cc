@@ -1,5 +1,7 @@
 #include "sim/kv_cache.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "traces/request.h"
 
@@ -22,8 +24,13 @@ bool KvCacheManager::EvictOne() {
   return true;
 }
 
+bool KvCacheManager::Fits(int64_t n) const {
+  free_slack_ = std::min(free_slack_, free_ - n);
+  return n <= Available();
+}
+
 bool KvCacheManager::Allocate(int64_t n) {
-  if (n > Available()) return false;
+  if (!Fits(n)) return false;
   while (free_ < n) FATHOM_CHECK(EvictOne());
   free_ -= n;
   return true;

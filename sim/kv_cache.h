@@ -27,6 +27,12 @@ class KvCacheManager {
   void Release(int64_t n);
   // Blocks Allocate(n) could get right now (free plus evictable).
   int64_t Available() const { return free_ + evictable_blocks_; }
+  // Whether Allocate(n) would succeed now; like Allocate, it counts toward free_slack.
+  bool Fits(int64_t n) const;
+  // The least free blocks, less those asked for, that any Fits or Allocate saw: negative once one
+  // failed or had to evict. A cache with capacity_blocks - free_slack() blocks or more would have
+  // answered every one the same (tuner/search's runs shared between batch limits).
+  int64_t free_slack() const { return free_slack_; }
 
   // Prefix cache. `hashes` are a prompt's prefix-block ids. Returns how many leading blocks are
   // cached and pins them (the caller releases them with Unpin when the request ends).
@@ -60,6 +66,7 @@ class KvCacheManager {
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;  // unpinned entries, least recently used first
   int64_t lookups_ = 0, hits_ = 0;
+  mutable int64_t free_slack_ = INT64_MAX;
 };
 
 }  // namespace fathom::sim

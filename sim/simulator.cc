@@ -836,6 +836,8 @@ Result<SimulationResult> Simulator::Run() {
   }
 
   res.counters = Counters();
+  for (const auto& engine : engines_)
+    (engine->role() == EngineRole::kDecode ? res.decode_slack : res.slack).Add(engine->Slack());
   int64_t lookups = 0, hits = 0;
   for (const auto& engine : engines_) {
     res.kv_peak_utilization = std::max(res.kv_peak_utilization, engine->PeakKvUtilization());

@@ -138,6 +138,9 @@ struct SimulationResult {
   // Near 1, what the client sees waits on the front, not the GPUs.
   double front_busy_share = 0;
   double front_max_tokens_per_s = 0;
+  // How near the run came to its batch limits (LimitSlack): the aggregated or prefill pool's,
+  // and a disaggregated deployment's decode pool's.
+  LimitSlack slack, decode_slack;
   double kv_peak_utilization = 0;
   double prefix_hit_rate = 0;
   int64_t iterations = 0;

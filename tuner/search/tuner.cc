@@ -317,6 +317,16 @@ ProbeOutcome Outcome(const Probe& p) {
   return out;
 }
 
+// A probe into its candidate's memo: shared with the batch siblings where it ran (a run that
+// could not serve every request says nothing of how near it came to its limits).
+void Keep(ProbeMemo* memo, int64_t k, const Probe& p, const ProbeOutcome& out) {
+  if (p.error.empty()) {
+    memo->Share(k, out, p.result.slack, p.result.decode_slack);
+  } else {
+    memo->Put(k, out);
+  }
+}
+
 const traces::Benchmark* BenchmarkOf(const TuneOptions& o) {
   return traces::FindBenchmark(traces::MlperfBenchmarks(), o.benchmark);
 }
@@ -539,16 +549,111 @@ Result<ProbeOutcome> ProbeOutcome::FromJson(const Json& j, const std::string& wh
   return p;
 }
 
-std::optional<ProbeOutcome> ProbeMemo::Find(int64_t k) const {
+namespace {
+
+// Whether CUDA graphs `a` and `b` pad every batch of up to `peak` sequences to the same size (or
+// leave it eager in both): their sizes agree up to the first that holds `peak`.
+bool GraphsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b, int64_t peak) {
+  auto upto = [peak](const std::vector<int64_t>& sizes) {
+    const auto holds = std::lower_bound(sizes.begin(), sizes.end(), peak);
+    return holds == sizes.end() ? sizes.end() : holds + 1;
+  };
+  return std::equal(a.begin(), upto(a), b.begin(), upto(b));
+}
+
+// One pool of RunLimits::SameRun. Every rule that reads max_batch: admission while fewer than
+// max_batch x stages run (a pipeline's microbatches also hold max_batch each, so only one stage
+// is shared), the decode-first scheduler's "crowded" past half of that, the graphs captured up to
+// it, and the KV blocks its logits buffer leaves.
+bool PoolRunsSame(const RunLimits::Pool& a, const sim::LimitSlack& s, const RunLimits::Pool& b) {
+  if (a == b) return true;
+  if (a.stages != 1 || b.stages != 1 || a.decode_first != b.decode_first) return false;
+  const int64_t least = std::min(a.max_batch, b.max_batch);
+  if (a.decode_first ? 2 * s.peak_running > least : s.peak_running >= least) return false;
+  if (s.kv_free_slack < std::max<int64_t>(0, a.kv_blocks_per_rank - b.kv_blocks_per_rank))
+    return false;
+  return GraphsAgree(a.graph_sizes, b.graph_sizes, s.peak_running);
+}
+
+RunLimits::Pool PoolLimits(const sim::PoolSpec& pool, const sim::EngineConfig& engine) {
+  return {engine.max_batch, pool.time->num_stages(),
+          engine.scheduler == sim::SchedulerKind::kDecodeFirst, pool.kv_blocks_per_rank,
+          sim::CudaGraphSizes(engine, *pool.time)};
+}
+
+// A candidate with its batch limits taken out: what its batch siblings share.
+std::string SiblingKey(sim::DeploymentConfig d) {
+  d.engine.max_batch = 0;
+  d.decode_max_batch = 0;
+  return CandidateKey(d);
+}
+
+}  // namespace
+
+RunLimits RunLimits::Of(const sim::ResolvedDeployment& r) {
+  RunLimits l;
+  l.pool = PoolLimits(r.spec.pool, r.spec.engine);
+  if (r.spec.decode_pool) l.decode = PoolLimits(*r.spec.decode_pool, r.spec.decode_engine);
+  return l;
+}
+
+bool RunLimits::SameRun(const sim::LimitSlack& slack, const sim::LimitSlack& decode_slack,
+                        const RunLimits& other) const {
+  if (decode.has_value() != other.decode.has_value()) return false;
+  return PoolRunsSame(pool, slack, other.pool) &&
+         (!decode || PoolRunsSame(*decode, decode_slack, *other.decode));
+}
+
+std::optional<ProbeOutcome> BatchSiblings::Find(int64_t k, const RunLimits& limits) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = probes_.find(k);
-  if (it == probes_.end()) return std::nullopt;
-  return it->second;
+  auto it = runs_.find(k);
+  if (it == runs_.end()) return std::nullopt;
+  for (const Run& run : it->second) {
+    if (run.limits.SameRun(run.slack, run.decode_slack, limits)) return run.outcome;
+  }
+  return std::nullopt;
+}
+
+void BatchSiblings::Add(int64_t k, const ProbeOutcome& p, const RunLimits& limits,
+                        const sim::LimitSlack& slack, const sim::LimitSlack& decode_slack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  runs_[k].push_back({p, limits, slack, decode_slack});
+}
+
+std::optional<ProbeOutcome> ProbeMemo::Find(int64_t k) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = probes_.find(k);
+    if (it != probes_.end()) return it->second;
+  }
+  if (!siblings_) return std::nullopt;
+  std::optional<ProbeOutcome> p = siblings_->Find(k, limits_);
+  if (p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    probes_.emplace(k, *p);
+  }
+  return p;
 }
 
 void ProbeMemo::Put(int64_t k, const ProbeOutcome& p) {
   std::lock_guard<std::mutex> lock(mu_);
   probes_.emplace(k, p);
+}
+
+void ProbeMemo::Share(int64_t k, const ProbeOutcome& p, const sim::LimitSlack& slack,
+                      const sim::LimitSlack& decode_slack) {
+  Put(k, p);
+  bool fresh = false;  // a sweep's workers send back the probes they were given, too
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh = slack_.emplace(k, std::make_pair(slack, decode_slack)).second;
+  }
+  if (fresh && siblings_) siblings_->Add(k, p, limits_, slack, decode_slack);
+}
+
+void ProbeMemo::JoinSiblings(std::shared_ptr<BatchSiblings> siblings, RunLimits limits) {
+  siblings_ = std::move(siblings);
+  limits_ = std::move(limits);
 }
 
 std::map<int64_t, ProbeOutcome> ProbeMemo::Probes() const {
@@ -557,8 +662,22 @@ std::map<int64_t, ProbeOutcome> ProbeMemo::Probes() const {
 }
 
 OrderedJson ProbeMemo::ToJson() const {
+  std::map<int64_t, std::pair<sim::LimitSlack, sim::LimitSlack>> slack;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slack = slack_;
+  }
+  auto limit_slack = [](const sim::LimitSlack& s) {
+    return OrderedJson{{"peak_running", s.peak_running}, {"kv_free_slack", s.kv_free_slack}};
+  };
   OrderedJson j = OrderedJson::object();
-  for (const auto& [k, p] : Probes()) j[std::to_string(k)] = p.ToJson();
+  for (const auto& [k, p] : Probes()) {
+    OrderedJson& probe = j[std::to_string(k)] = p.ToJson();
+    if (auto it = slack.find(k); it != slack.end()) {
+      probe["slack"] = limit_slack(it->second.first);
+      probe["decode_slack"] = limit_slack(it->second.second);
+    }
+  }
   return j;
 }
 
@@ -573,7 +692,19 @@ Status ProbeMemo::AddJson(const Json& j, const std::string& where) {
     }
     FATHOM_ASSIGN_OR_RETURN(ProbeOutcome p,
                             ProbeOutcome::FromJson(value, where + ": probe " + key));
-    Put(k, p);
+    if (!value.contains("slack")) {
+      Put(k, p);
+      continue;
+    }
+    sim::LimitSlack slack[2];
+    for (int i = 0; i < 2; ++i) {
+      const char* name = i == 0 ? "slack" : "decode_slack";
+      const Json fields = value.value(name, Json::object());
+      JsonFields f(fields, where + ": probe " + key + ": " + name);
+      slack[i] = {f.Int("peak_running", 0), f.Int("kv_free_slack", -1)};
+      FATHOM_RETURN_IF_ERROR(f.status());
+    }
+    Share(k, p, slack[0], slack[1]);
   }
   return Status::Ok();
 }
@@ -585,10 +716,12 @@ Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptio
 }
 
 Result<ProbeOutcome> RunProbe(const sim::DeploymentConfig& d, const TuneOptions& o,
-                              const models::HardwareCatalog& catalog, int64_t k) {
+                              const models::HardwareCatalog& catalog, int64_t k, ProbeMemo* memo) {
   FATHOM_ASSIGN_OR_RETURN(Probe p,
                           Simulate(sim::Plan{d, {}, std::nullopt}, o, catalog, GridRate(k)));
-  return Outcome(p);
+  const ProbeOutcome out = Outcome(p);
+  if (memo != nullptr) Keep(memo, k, p, out);
+  return out;
 }
 
 Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o,
@@ -632,7 +765,7 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
       if (!p) {
         FATHOM_ASSIGN_OR_RETURN(Probe run, Simulate(plan, o, catalog, GridRate(*k)));
         p = Outcome(run);
-        if (memo != nullptr) memo->Put(*k, *p);
+        if (memo != nullptr) Keep(memo, *k, run, *p);
       }
       search.Record(*k, p->valid);
       if (p->valid) {
@@ -875,6 +1008,7 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
   // short probe, where the search to its own capacity costs several full-length ones).
   const WorkloadMeans means = Means(o.dataset);
   const double offline_s = sim::OfflineRunTargetS(BenchmarkOf(o));
+  std::map<std::string, std::shared_ptr<BatchSiblings>> sibling_groups;
   for (size_t i = 0; i < feasible.size(); ++i) {
     const sim::DeploymentConfig& d = feasible[i];
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
@@ -893,6 +1027,11 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
     Item item;
     item.candidate = i;
     item.key = CandidateKey(d);
+    if (server) {
+      std::shared_ptr<BatchSiblings>& siblings = sibling_groups[SiblingKey(d)];
+      if (!siblings) siblings = std::make_shared<BatchSiblings>();
+      item.memo->JoinSiblings(siblings, RunLimits::Of(*resolved));
+    }
     item.bound = bound;
     item.estimate = estimate;
     item.cost = requests;
@@ -1167,7 +1306,7 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     const sim::DeploymentConfig& d = prepared.candidates.feasible[t.candidate];
     Done out;
     if (t.probe) {
-      FATHOM_ASSIGN_OR_RETURN(out.probe, RunProbe(d, o, catalog, *t.probe));
+      FATHOM_ASSIGN_OR_RETURN(out.probe, RunProbe(d, o, catalog, *t.probe, run.Memo(t.candidate)));
     } else {
       FATHOM_ASSIGN_OR_RETURN(out.candidate,
                               Evaluate(d, o, catalog, t.beat, run.Memo(t.candidate)));

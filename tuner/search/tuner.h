@@ -125,23 +125,74 @@ struct ProbeOutcome {
   bool operator==(const ProbeOutcome&) const = default;
 };
 
+// What a candidate's max_batch sets in each pool of its resolved deployment: the running limit,
+// the KV cache (its logits buffer takes memory) and the CUDA graphs captured.
+struct RunLimits {
+  struct Pool {
+    int64_t max_batch = 0;
+    int stages = 1;
+    bool decode_first = false;  // SchedulerKind::kDecodeFirst, which also reads max_batch
+    int64_t kv_blocks_per_rank = 0;
+    std::vector<int64_t> graph_sizes;
+    bool operator==(const Pool&) const = default;
+  };
+  Pool pool;                   // the aggregated or prefill pool
+  std::optional<Pool> decode;  // a disaggregated deployment's decode pool
+  static RunLimits Of(const sim::ResolvedDeployment& r);
+  // Whether a run under these limits that stayed `slack` (`decode_slack`) clear of them would have
+  // run the same under `other`'s: every admission and KV request answered alike, every batch
+  // padded to the same graph.
+  bool SameRun(const sim::LimitSlack& slack, const sim::LimitSlack& decode_slack,
+               const RunLimits& other) const;
+};
+
+// Probes shared by candidates that differ only in max_batch (decode_max_batch): a probe run on
+// one stands for another at the same rate where it stayed clear of both's batch limits
+// (RunLimits::SameRun), as the runs of a lightly loaded Interactive search do. Thread-safe.
+class BatchSiblings {
+ public:
+  std::optional<ProbeOutcome> Find(int64_t k, const RunLimits& limits) const;
+  void Add(int64_t k, const ProbeOutcome& p, const RunLimits& limits, const sim::LimitSlack& slack,
+           const sim::LimitSlack& decode_slack);
+
+ private:
+  struct Run {
+    ProbeOutcome outcome;
+    RunLimits limits;
+    sim::LimitSlack slack, decode_slack;
+  };
+  mutable std::mutex mu_;
+  std::map<int64_t, std::vector<Run>> runs_;
+};
+
 // The probes run on one candidate, by grid rate index. A probe's outcome depends only on the
 // candidate, the options and the rate, never on the best it was judged against, so a candidate
 // simulated again after the best rose, or one whose probes idle workers ran ahead of its search,
-// reuses them: the search's outcome is the same with or without them. Thread-safe.
+// reuses them: the search's outcome is the same with or without them. With siblings joined, a
+// probe one of them ran that stands for this candidate is taken as its own. Thread-safe.
 class ProbeMemo {
  public:
   std::optional<ProbeOutcome> Find(int64_t k) const;
   bool Has(int64_t k) const { return Find(k).has_value(); }
   void Put(int64_t k, const ProbeOutcome& p);
+  // Put, and offered to the siblings with how near the run came to its batch limits.
+  void Share(int64_t k, const ProbeOutcome& p, const sim::LimitSlack& slack,
+             const sim::LimitSlack& decode_slack);
+  void JoinSiblings(std::shared_ptr<BatchSiblings> siblings, RunLimits limits);
   std::map<int64_t, ProbeOutcome> Probes() const;
-  // {"k": outcome, ...}, and its probes added back (`where` names the source in errors).
+  // {"k": outcome, ...} (with "slack" and "decode_slack" where known), and its probes added back,
+  // shared with the siblings where the slack came with them (`where` names the source in errors).
   OrderedJson ToJson() const;
   Status AddJson(const Json& j, const std::string& where);
 
  private:
   mutable std::mutex mu_;
-  std::map<int64_t, ProbeOutcome> probes_;
+  mutable std::map<int64_t, ProbeOutcome> probes_;  // a sibling's found joins them
+  // Of the probes run here (Share): how near they came to the batch limits (in ToJson, so that a
+  // sweep's coordinator shares what its workers ran).
+  std::map<int64_t, std::pair<sim::LimitSlack, sim::LimitSlack>> slack_;
+  std::shared_ptr<BatchSiblings> siblings_;
+  RunLimits limits_;
 };
 
 // Why a search found nothing valid, and what to relax.
@@ -350,9 +401,11 @@ inline constexpr double kScreenMargin = 1.15;
 Result<CandidateResult> Evaluate(const sim::DeploymentConfig& d, const TuneOptions& options,
                                  const models::HardwareCatalog& catalog, double beat = 0,
                                  ProbeMemo* memo = nullptr);
-// One probe of a server-type candidate at grid rate index `k`, as its search runs it.
+// One probe of a server-type candidate at grid rate index `k`, as its search runs it (shared
+// through `memo`, when given, with its batch siblings).
 Result<ProbeOutcome> RunProbe(const sim::DeploymentConfig& d, const TuneOptions& options,
-                              const models::HardwareCatalog& catalog, int64_t k);
+                              const models::HardwareCatalog& catalog, int64_t k,
+                              ProbeMemo* memo = nullptr);
 // The same for a plan: its start switched as its triggers fire in every run (Offline runs the
 // whole deployment when it switches); the figures are the plan's, `config` its start.
 Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& options,

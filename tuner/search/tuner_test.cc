@@ -388,6 +388,91 @@ TEST_CASE("Evaluate: a QPS search takes its probes from the memo and adds those 
 
 }  // namespace
 
+TEST_CASE(
+    "RunProbe: a probe stands for a batch sibling's only where it stayed clear of both's limits",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  auto with_batch = [](int64_t max_batch) {
+    sim::DeploymentConfig d = Llama2Tp2Instances(1);
+    d.engine.max_batch = max_batch;
+    return d;
+  };
+  auto limits = [&](const sim::DeploymentConfig& d) {
+    return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
+  };
+  auto siblings = std::make_shared<BatchSiblings>();
+  ProbeMemo ran, wider, narrow;
+  ran.JoinSiblings(siblings, limits(with_batch(256)));
+  wider.JoinSiblings(siblings, limits(with_batch(384)));
+  narrow.JoinSiblings(siblings, limits(with_batch(2)));
+  constexpr int64_t k = 0;  // 1 QPS: a few sequences at a time, more than 2
+  const auto probe = RunProbe(with_batch(256), o, Catalog(), k, &ran);
+  REQUIRE(probe.ok());
+  // A sibling with room for more sequences, a smaller KV cache (a larger logits buffer) and one
+  // more CUDA graph (384, beyond the batches run) gets the probe, equal to its own run.
+  const std::optional<ProbeOutcome> shared = wider.Find(k);
+  REQUIRE(shared.has_value());
+  const auto own = RunProbe(with_batch(384), o, Catalog(), k);
+  REQUIRE(own.ok());
+  CHECK(*shared == *own);
+  CHECK(wider.Probes().count(k) == 1);  // taken as its own (it goes over the wire with it)
+  // A sweep's worker sends the run's slack with the probe, and the memo that reads it shares it.
+  auto coordinator = std::make_shared<BatchSiblings>();
+  ProbeMemo read, sibling;
+  read.JoinSiblings(coordinator, limits(with_batch(256)));
+  sibling.JoinSiblings(coordinator, limits(with_batch(384)));
+  REQUIRE(read.AddJson(Json::parse(ran.ToJson().dump()), "a worker").ok());
+  CHECK(sibling.Find(k) == shared);
+  // One whose limit the run passed does not, and its own run differs.
+  CHECK_FALSE(narrow.Find(k).has_value());
+  const auto capped = RunProbe(with_batch(2), o, Catalog(), k);
+  REQUIRE(capped.ok());
+  CHECK_FALSE(*capped == *probe);
+}
+
+TEST_CASE("RunLimits: a run stands for other limits only where every rule reading them agrees",
+          "[tuner]") {
+  RunLimits a;
+  a.pool = {256, 1, false, 1000, {1, 2, 4, 8, 16}};
+  const sim::LimitSlack slack{5, 100};  // 5 sequences at most, 100 blocks to spare
+  auto other = [&](auto change) {
+    RunLimits b = a;
+    b.pool.max_batch = 512;
+    change(b.pool);
+    return a.SameRun(slack, {}, b);
+  };
+  CHECK(other([](RunLimits::Pool&) {}));
+  CHECK(other([](RunLimits::Pool& p) { p.kv_blocks_per_rank = 900; }));  // 100 fewer blocks
+  CHECK_FALSE(other([](RunLimits::Pool& p) { p.kv_blocks_per_rank = 899; }));
+  CHECK_FALSE(other([](RunLimits::Pool& p) { p.max_batch = 5; }));  // the run reached it
+  CHECK(other([](RunLimits::Pool& p) { p.max_batch = 6; }));
+  CHECK_FALSE(other([](RunLimits::Pool& p) { p.stages = 2; }));
+  // Batches of up to 5 sequences replay the graph of 8 under a, of 6 under these.
+  CHECK_FALSE(other([](RunLimits::Pool& p) { p.graph_sizes = {1, 2, 4, 6}; }));
+  CHECK(other([](RunLimits::Pool& p) { p.graph_sizes = {1, 2, 4, 8}; }));
+  // Decode-first counts the batch crowded past half the limit.
+  a.pool.decode_first = true;
+  CHECK(other([](RunLimits::Pool& p) { p.decode_first = true; }));
+  CHECK_FALSE(other([](RunLimits::Pool& p) {
+    p.decode_first = true;
+    p.max_batch = 9;
+  }));
+  a.pool.decode_first = false;
+  // A run that waited for blocks, or evicted cached ones, stands only for its own limits.
+  CHECK_FALSE(a.SameRun({5, -1}, {}, [&] {
+    RunLimits b = a;
+    b.pool.max_batch = 512;
+    return b;
+  }()));
+  CHECK(a.SameRun({5, -1}, {}, a));
+  // A disaggregated deployment's decode pool is held to the same rules with its own slack.
+  a.decode = a.pool;
+  RunLimits b = a;
+  b.decode->max_batch = 4;
+  CHECK_FALSE(a.SameRun(slack, slack, b));
+  CHECK(a.SameRun(slack, {3, 100}, b));
+}
+
 // Identical replicas must add up: an Offline run of k instances is k times one instance's, and
 // the tuner's one-instance shortcut agrees with simulating all of them.
 TEST_CASE("Evaluate: n identical replicas give n x Offline throughput", "[tuner]") {

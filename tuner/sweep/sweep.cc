@@ -142,9 +142,11 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     }
     const std::string where = plan_path + ": cell " + cells[item].Label();
     if (a.contains("probe")) {  // a probe ahead of the candidate's search (SearchRun::Task::probe)
-      auto p = RunProbe(feasible[candidate], c->options, catalog, a.at("probe").get<int64_t>());
+      ProbeMemo ran;            // with how near the run came to its batch limits, for its siblings
+      auto p =
+          RunProbe(feasible[candidate], c->options, catalog, a.at("probe").get<int64_t>(), &ran);
       if (!p.ok()) return p.status().WithContext(where);
-      return OrderedJson{{"probe", p->ToJson()}}.dump();
+      return OrderedJson{{"probe", p->ToJson()}, {"probes", ran.ToJson()}}.dump();
     }
     // The candidate, with the probes run on it so far (its search takes them from there); back go
     // its result and every probe it holds now.
@@ -319,6 +321,8 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     if (u.task.probe) {
       FATHOM_ASSIGN_OR_RETURN(ProbeOutcome p,
                               ProbeOutcome::FromJson(back.value("probe", Json()), where));
+      FATHOM_RETURN_IF_ERROR(
+          run.run->Memo(u.task.candidate)->AddJson(back.value("probes", Json::object()), where));
       run.run->FinishProbe(u.task, p);
       return Status::Ok();
     }
