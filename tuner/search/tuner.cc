@@ -609,9 +609,17 @@ std::optional<ProbeOutcome> BatchSiblings::Find(int64_t k, const RunLimits& limi
   auto it = runs_.find(k);
   if (it == runs_.end()) return std::nullopt;
   for (const Run& run : it->second) {
-    if (run.limits.SameRun(run.slack, run.decode_slack, limits)) return run.outcome;
+    if (run.limits.SameRun(run.slack, run.decode_slack, limits)) {
+      ++found_;
+      return run.outcome;
+    }
   }
   return std::nullopt;
+}
+
+int64_t BatchSiblings::found() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return found_;
 }
 
 void BatchSiblings::Add(int64_t k, const ProbeOutcome& p, const RunLimits& limits,
@@ -1029,7 +1037,10 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
     item.key = CandidateKey(d);
     if (server) {
       std::shared_ptr<BatchSiblings>& siblings = sibling_groups[SiblingKey(d)];
-      if (!siblings) siblings = std::make_shared<BatchSiblings>();
+      if (!siblings) {
+        siblings = std::make_shared<BatchSiblings>();
+        run.sibling_groups_.push_back(siblings);
+      }
       item.memo->JoinSiblings(siblings, RunLimits::Of(*resolved));
     }
     item.bound = bound;
@@ -1283,6 +1294,7 @@ TuneResult SearchRun::Outcome() const {
   out.reused = reused_;
   out.pruned = pruned_;
   out.screened = screened_;
+  for (const auto& siblings : sibling_groups_) out.shared_probes += siblings->found();
   return out;
 }
 

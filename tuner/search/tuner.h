@@ -154,6 +154,7 @@ class BatchSiblings {
   std::optional<ProbeOutcome> Find(int64_t k, const RunLimits& limits) const;
   void Add(int64_t k, const ProbeOutcome& p, const RunLimits& limits, const sim::LimitSlack& slack,
            const sim::LimitSlack& decode_slack);
+  int64_t found() const;  // probes Find gave a sibling
 
  private:
   struct Run {
@@ -163,6 +164,7 @@ class BatchSiblings {
   };
   mutable std::mutex mu_;
   std::map<int64_t, std::vector<Run>> runs_;
+  mutable int64_t found_ = 0;
 };
 
 // The probes run on one candidate, by grid rate index. A probe's outcome depends only on the
@@ -239,6 +241,9 @@ struct TuneResult {
   int64_t pruned = 0;                      // bound below the best found
   int64_t screened = 0;                    // of pruned: by the Offline screen (kScreenMargin)
   int64_t infeasible = 0;                  // invalid layouts or out of memory
+  // Server-type: probes a candidate took from a batch sibling's run instead of simulating them
+  // (BatchSiblings; how many depends on which runs finished first, never what they answer).
+  int64_t shared_probes = 0;
   double wall_s = 0;
   std::optional<SearchFailure> failure;  // set when no candidate is valid
 };
@@ -355,6 +360,7 @@ class SearchRun {
   double best_ = 0;                    // the best objective taken (or stored)
   std::vector<CandidateResult> kept_;  // taken results that count as simulated or reused
   int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, screened_ = 0, wasted_ = 0;
+  std::vector<std::shared_ptr<BatchSiblings>> sibling_groups_;  // server-type: one a sibling key
   std::set<std::pair<size_t, int64_t>> probing_;  // probe tasks out: (candidate, grid index)
   std::set<size_t> searching_;                    // items kSearching
   int64_t probes_ahead_ = 0;

@@ -430,6 +430,24 @@ TEST_CASE(
   CHECK_FALSE(*capped == *probe);
 }
 
+TEST_CASE("Tune: batch siblings' shared probes answer as each candidate's own search would",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kInteractive);
+  o.prune = false;  // every candidate searched from nothing, as Evaluate searches it alone
+  // Limits past the stack's smallest CUDA graph (128), so that light loads pad alike under each.
+  o.space.max_batch = {256, 512, 1024};
+  const auto res = Tune(o, Catalog());
+  REQUIRE(res.ok());
+  CHECK(res->shared_probes > 0);
+  REQUIRE_FALSE(res->simulated.empty());
+  for (const CandidateResult& c : res->simulated) {
+    INFO(CandidateKey(c.config));
+    const auto alone = Evaluate(c.config, o, Catalog());
+    REQUIRE(alone.ok());
+    CHECK(c == *alone);
+  }
+}
+
 TEST_CASE("RunLimits: a run stands for other limits only where every rule reading them agrees",
           "[tuner]") {
   RunLimits a;
