@@ -836,10 +836,9 @@ Result<SimulationResult> Simulator::Run() {
   }
 
   res.counters = Counters();
-  for (const auto& engine : engines_)
-    (engine->role() == EngineRole::kDecode ? res.decode_slack : res.slack).Add(engine->Slack());
   int64_t lookups = 0, hits = 0;
   for (const auto& engine : engines_) {
+    (engine->role() == EngineRole::kDecode ? res.decode_slack : res.slack).Add(engine->Slack());
     res.kv_peak_utilization = std::max(res.kv_peak_utilization, engine->PeakKvUtilization());
     lookups += engine->prefix_lookups();
     hits += engine->prefix_hits();
