@@ -423,6 +423,10 @@ TEST_CASE(
   sibling.JoinSiblings(coordinator, limits(with_batch(384)));
   REQUIRE(read.AddJson(Json::parse(ran.ToJson().dump()), "a worker").ok());
   CHECK(sibling.Find(k) == shared);
+  const Status bad = ProbeMemo().AddJson(
+      Json::parse(R"({"3": {"valid": true, "slack": {"peak_running": "x"}}})"), "a worker");
+  CHECK(bad.message().find("a worker: probe 3: slack") != std::string::npos);
+  CHECK(bad.message().find("peak_running") != std::string::npos);
   // One whose limit the run passed does not, and its own run differs.
   CHECK_FALSE(narrow.Find(k).has_value());
   const auto capped = RunProbe(with_batch(2), o, Catalog(), k);
