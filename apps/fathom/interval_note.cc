@@ -19,6 +19,7 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
   std::string lines;
   double level = 0;
   unsigned unseen = 0;
+  bool unseen_family = false;
   auto add = [&](const std::string& key, const tuner::Interval& in, double low, double high,
                  const char* unit, int decimals) {
     OrderedJson j = in.ToJson();
@@ -31,6 +32,7 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
         in.widened ? (", too few like it: also " + tuner::DescribeUnseen(in.basis)).c_str() : "");
     level = in.level;
     unseen = in.unseen;
+    unseen_family = in.unseen_family;
   };
   if (answer.scenario == sim::Scenario::kOffline) {
     if (auto in = interval(tuner::kOfflineTokens, answer.tokens_per_s))
@@ -54,6 +56,9 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
                   "(%s):",
                   100 * level, tuner::DescribeUnseen(unseen).c_str()) +
               lines +
+              (unseen_family ? "\n  (no held-out result is on this GPU's family: as wide as the "
+                               "widest family's)"
+                             : "") +
               "\n  (split conformal; `fathom intervals` shows how often such intervals held)\n";
   if (answer.own_trace) {
     note.text +=

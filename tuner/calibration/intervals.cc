@@ -206,6 +206,7 @@ std::string Interval::Describe() const {
   std::string s = StrFormat("%.0f%% interval from %d held-out rows", 100 * level, rows);
   s += " (" + DescribeUnseen(unseen);
   if (same_family) s += ", on " + family + " GPUs";
+  if (unseen_family) s += "; no held-out row on its GPU family: as wide as the widest family's";
   if (widened) s += "; too few such rows, so rows with " + DescribeUnseen(basis) + " too";
   if (clamped) s += "; too few for the level: their extremes";
   return s + ")";
@@ -219,6 +220,7 @@ OrderedJson Interval::ToJson() const {
   j["rows"] = rows;
   j["extrapolates"] = DescribeUnseen(unseen);
   j["gpu_family_only"] = same_family;
+  j["gpu_family_unseen"] = unseen_family;
   j["widened"] = widened;
   j["clamped"] = clamped;
   return j;
@@ -258,47 +260,65 @@ std::optional<Interval> ResidualTable::IntervalFor(
   // Log errors of the held-out rows of the metric, with what each extrapolates to.
   struct Comparison {
     unsigned unseen;
-    bool same_family;  // the question's GPU family
+    std::string family;
     double log_error;
   };
   std::vector<Comparison> held_out;
   for (size_t i = 0; i < rows_.size(); ++i) {
     const Residual& r = rows_[i];
     if (r.fitted || r.metric != q.metric || (skip && skip(r))) continue;
-    held_out.push_back(
-        {unseen_[i], GpuFamily(r.gpu) == in.family, std::log(r.predicted / r.published)});
+    held_out.push_back({unseen_[i], GpuFamily(r.gpu), std::log(r.predicted / r.published)});
   }
   if (held_out.empty()) return std::nullopt;
+  in.unseen_family = std::none_of(held_out.begin(), held_out.end(),
+                                  [&](const Comparison& c) { return c.family == in.family; });
   // The question's own kind of row on its GPU family, else on any, else every kind that
   // extrapolates at least as far, else all.
-  std::vector<double> errors;
+  std::vector<const Comparison*> kept;
   auto gather = [&](auto keep) {
-    errors.clear();
+    kept.clear();
     in.basis = 0;
     for (const Comparison& c : held_out) {
       if (!keep(c)) continue;
-      errors.push_back(c.log_error);
+      kept.push_back(&c);
       in.basis |= c.unseen;
     }
-    return static_cast<int>(errors.size()) >= MinRows(level);
+    return static_cast<int>(kept.size()) >= MinRows(level);
   };
   in.same_family =
-      gather([&](const Comparison& c) { return c.unseen == in.unseen && c.same_family; });
+      gather([&](const Comparison& c) { return c.unseen == in.unseen && c.family == in.family; });
   if (!in.same_family && !gather([&](const Comparison& c) { return c.unseen == in.unseen; })) {
     in.widened = true;
     if (!gather([&](const Comparison& c) { return (c.unseen & in.unseen) == in.unseen; }))
       gather([](const Comparison&) { return true; });
   }
   // The score is the size of the log error, so the interval is symmetric in log terms: rows of
-  // another stack carry its misses' size, not the side they fell on.
-  for (double& e : errors) e = std::abs(e);
-  std::sort(errors.begin(), errors.end());
-  const double n = static_cast<double>(errors.size());
-  constexpr double kRound = 1e-9;  // 0.8 x 20 may come out a hair above 16 in doubles
-  const double k = std::ceil(level * (n + 1) - kRound);
-  in.clamped = k > n;
+  // another stack carry its misses' size, not the side they fell on. Its split-conformal order
+  // statistic of `errors`, and whether the level needs more of them than there are.
+  auto score_of = [&](std::vector<double> errors, bool* clamped) {
+    for (double& e : errors) e = std::abs(e);
+    std::sort(errors.begin(), errors.end());
+    const double n = static_cast<double>(errors.size());
+    constexpr double kRound = 1e-9;  // 0.8 x 20 may come out a hair above 16 in doubles
+    const double k = std::ceil(level * (n + 1) - kRound);
+    if (clamped != nullptr) *clamped = k > n;
+    return OrderStat(errors, k);
+  };
+  std::vector<double> errors;
+  for (const Comparison* c : kept) errors.push_back(c->log_error);
   in.rows = static_cast<int>(errors.size());
-  const double score = OrderStat(errors, k);
+  double score = score_of(errors, &in.clamped);
+  // A GPU of a family no held-out row is on may miss as any family's GPUs did: the widest of the
+  // families' own intervals (their rows of the metric, whatever each extrapolates to) with rows
+  // enough for the level.
+  if (in.unseen_family) {
+    std::map<std::string, std::vector<double>> by_family;
+    for (const Comparison& c : held_out) by_family[c.family].push_back(c.log_error);
+    for (const auto& [family, family_errors] : by_family) {
+      if (static_cast<int>(family_errors.size()) >= MinRows(level))
+        score = std::max(score, score_of(family_errors, nullptr));
+    }
+  }
   in.low = predicted * std::exp(-score);
   in.high = predicted * std::exp(score);
   return in;

@@ -10,7 +10,8 @@
 // unseen GPU, model or scale), on the question's GPU family where there are enough. For n such
 // scores and level L, predicted x exp(-+ s_(ceil(L (n+1)))) holds the published figure with
 // probability at least L for exchangeable rows. A question that extrapolates further takes rows
-// that extrapolate as far, so its interval is as wide as the misses there were.
+// that extrapolate as far, so its interval is as wide as the misses there were; one on a GPU
+// family no held-out row is on (other memory, other links), as wide as the widest family's.
 #pragma once
 
 #include <functional>
@@ -68,8 +69,11 @@ struct Interval {
   unsigned basis = 0;        // what those rows extrapolate to (at least the question's)
   std::string family;        // the question's GPU family
   bool same_family = false;  // the rows are all on it (where enough are)
-  bool widened = false;      // too few rows like the question: rows that extrapolate further
-  bool clamped = false;      // too few rows for the level: the extremes of those there are
+  // No held-out row of the metric is on the question's GPU family: the interval is at least as
+  // wide as each family's with rows enough.
+  bool unseen_family = false;
+  bool widened = false;  // too few rows like the question: rows that extrapolate further
+  bool clamped = false;  // too few rows for the level: the extremes of those there are
   // [low, high] scaled as `predicted` to `figure` (a QPS's tokens/s).
   std::pair<double, double> Scaled(double figure) const;
   std::string Describe() const;  // "80% interval from 24 held-out rows (seen GPU, model and scale)"

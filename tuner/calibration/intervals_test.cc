@@ -98,6 +98,33 @@ TEST_CASE("Intervals: too few rows like the question take rows that extrapolate 
   CHECK(none->widened);
 }
 
+TEST_CASE("Intervals: a GPU of a family no held-out row is on takes the widest family's width",
+          "[intervals]") {
+  // Fitted on a B200 and an MI355X: B300 rows (an unseen GPU) within 5%, MI355X rows (seen) off
+  // by up to 1.6x.
+  std::vector<Residual> rows = {Row("b200", 8, "deepseek-r1", 1.0, true),
+                                Row("mi355x", 8, "deepseek-r1", 1.0, true)};
+  for (int i = 0; i < 12; ++i) rows.push_back(Row("b300", 8, "deepseek-r1", 0.95 + 0.01 * i));
+  for (int i = 0; i < 12; ++i) rows.push_back(Row("mi355x", 8, "deepseek-r1", 1.05 + 0.05 * i));
+  const ResidualTable table(rows);
+  // An unseen GPU of a family with rows: that family's unseen-GPU rows, the 11th of 12
+  // (ceil(0.8 x 13)), 0.95.
+  const auto b300 = table.IntervalFor({"s", "deepseek-r1", "b300", kOfflineTokens, 8}, 100);
+  REQUIRE(b300);
+  CHECK_FALSE(b300->unseen_family);
+  CHECK(b300->high == Approx(100 / 0.95));
+  // An unseen GPU of a family no row is on: its kind of row is the same narrow B300 rows, but
+  // it may miss as the CDNA 4 GPUs did (their 11th of 12, 1.55).
+  const auto rtx = table.IntervalFor({"s", "deepseek-r1", "rtx-pro-6000", kOfflineTokens, 8}, 100);
+  REQUIRE(rtx);
+  CHECK(rtx->unseen_family);
+  CHECK(rtx->rows == 12);
+  CHECK(rtx->high == Approx(155));
+  CHECK(rtx->low == Approx(100 / 1.55));
+  CHECK_THAT(rtx->Describe(), Catch::Contains("no held-out row on its GPU family"));
+  CHECK(rtx->ToJson()["gpu_family_unseen"] == true);
+}
+
 TEST_CASE("Intervals: on exchangeable errors the intervals hold at their level", "[intervals]") {
   // 400 systems, two figures each, log errors N(0, 0.15): leave-one-system-out coverage near 80%.
   std::mt19937_64 rng(7);
