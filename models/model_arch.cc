@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <string_view>
 
 #include "base/files.h"
 
@@ -124,6 +126,30 @@ ParamCounts CountParams(const ModelArch& m) {
   return c;
 }
 
+namespace {
+
+// The model_types whose operators fathom lists: config.json's, or a multimodal checkpoint's as
+// "<its model_type>_text" (its text_config).
+constexpr std::string_view kModelTypes[] = {
+    "llama",     "mistral",     "qwen2",       "qwen3",       "gemma3_text", "mixtral", "qwen3_moe",
+    "qwen2_moe", "llama4_text", "deepseek_v3", "deepseek_v2", "kimi_k2",     "gpt_oss"};
+
+// An architecture fathom does not model, named before any field it would read: a config of
+// another kind need not have those.
+Status CheckModelType(const std::string& type, const std::string& source) {
+  if (std::find(std::begin(kModelTypes), std::end(kModelTypes), type) != std::end(kModelTypes))
+    return Status::Ok();
+  std::string supported;
+  for (std::string_view t : kModelTypes) {
+    if (t.ends_with("_text")) t.remove_suffix(std::string_view("_text").size());
+    supported += (supported.empty() ? "" : ", ") + std::string(t);
+  }
+  return Status::InvalidArgument(source + ": field 'model_type' = \"" + type +
+                                 "\": unsupported architecture (supported: " + supported + ")");
+}
+
+}  // namespace
+
 Result<ModelArch> ParseModelConfig(const Json& document, const std::string& source) {
   // A multimodal checkpoint (Llama 4, Gemma 3) nests its language model in text_config: that is
   // the model served here (a vision tower's parameters are not counted); its precision is the
@@ -153,6 +179,8 @@ Result<ModelArch> ParseModelConfig(const Json& document, const std::string& sour
   JsonFields f(config, source);
   ModelArch m;
   m.model_type = f.String("model_type");
+  FATHOM_RETURN_IF_ERROR(f.status());
+  FATHOM_RETURN_IF_ERROR(CheckModelType(m.model_type, source));
   m.vocab = f.Int("vocab_size");
   m.hidden = f.Int("hidden_size");
   m.layers = f.Int("num_hidden_layers");
@@ -252,15 +280,9 @@ Result<ModelArch> ParseModelConfig(const Json& document, const std::string& sour
         m.moe_layer[idx.get<int64_t>()] = true;
       }
     }
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-             type == "gemma3_text") {
+  } else {  // dense: llama, mistral, qwen2, qwen3, gemma3_text (CheckModelType)
     m.moe_layer.assign(m.layers, false);
     m.qk_norm = type == "qwen3" || type == "gemma3_text";
-  } else {
-    return Status::InvalidArgument(source + ": field 'model_type' = \"" + type +
-                                   "\": unsupported architecture (supported: llama, mistral, "
-                                   "qwen2, qwen3, gemma3, mixtral, qwen3_moe, qwen2_moe, llama4, "
-                                   "deepseek_v3, deepseek_v2, kimi_k2, gpt_oss)");
   }
   require_in("head_dim", m.head_dim, 1, kMaxCount);
   if (m.attention == AttentionKind::kMla) {

@@ -151,6 +151,12 @@ TEST_CASE("ParseModelConfig: an unsupported model_type and bad values name the r
   auto r = ParseModelConfig(cfg, "c.json");
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().rfind("c.json: field 'model_type' = \"mamba\": unsupported", 0) == 0);
+  // Named before the fields it would read, which another architecture's config need not have.
+  r = ParseModelConfig(Json::parse(R"({"model_type": "mamba2"})"), "m.json");
+  CHECK(r.status().message() ==
+        "m.json: field 'model_type' = \"mamba2\": unsupported architecture (supported: llama, "
+        "mistral, qwen2, qwen3, gemma3, mixtral, qwen3_moe, qwen2_moe, llama4, deepseek_v3, "
+        "deepseek_v2, kimi_k2, gpt_oss)");
 
   cfg = Json::parse(R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
        "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 5,
