@@ -238,6 +238,7 @@ claim "$(coverage all) did; TensorRT-LLM's DeepSeek-R1 figures $(coverage "model
 claim "rack-scale $(coverage "scale rack" | cut -d' ' -f1-3)"
 claim "RTX PRO 6000's $(coverage "GPU family rtx-pro-6000")"
 claim "CDNA 4 $(coverage "GPU family CDNA 4")"
+claim "TensorRT-LLM 1.2's $(coverage "stack trtllm-1.2") and vLLM 0.14's $(coverage "stack vllm-0.14-rocm")"
 # Recompute ASUSTeK's 8xB300 rows (DeepSeek-R1, gpt-oss-120b, Llama 2 70B): the table's figures.
 { head -1 "$root/models/calibration/mlperf_v6.1_holdout.csv"
   grep '^v6.1,closed,ASUSTeK,XA_NB3I-E12_B300x8_TRT,' "$root/models/calibration/mlperf_v6.1_holdout.csv"; } >"$tmp/v61_some.csv"

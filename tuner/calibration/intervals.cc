@@ -340,9 +340,9 @@ std::vector<CoverageRow> ResidualTable::Tally(const std::vector<Residual>& rows,
     std::vector<double> widths;
   };
   std::map<std::string, Count> tally;
-  // Families by kind (all, metric, what the row extrapolates to, GPU family, model, scale), each
-  // kind's in the order first met.
-  constexpr size_t kKinds = 6;
+  // Families by kind (all, metric, what the row extrapolates to, GPU family, model, scale, the
+  // stack that predicted it), each kind's in the order first met.
+  constexpr size_t kKinds = 7;
   std::vector<std::vector<std::string>> kinds(kKinds);
   for (const Residual& r : rows) {
     if (r.fitted) continue;
@@ -358,7 +358,8 @@ std::vector<CoverageRow> ResidualTable::Tally(const std::vector<Residual>& rows,
         DescribeUnseen(in->unseen),
         "GPU family " + GpuFamily(r.gpu),
         "model " + BenchmarkOf(r.model),
-        std::string("scale ") + (RackScale(r.gpus) ? "rack" : "node")};
+        std::string("scale ") + (RackScale(r.gpus) ? "rack" : "node"),
+        "stack " + r.stack};
     for (size_t k = 0; k < kKinds; ++k) {
       auto [it, fresh] = tally.try_emplace(families[k]);
       if (fresh) kinds[k].push_back(families[k]);

@@ -101,7 +101,7 @@ class ResidualTable {
                                       const std::function<bool(const Residual&)>& skip = {}) const;
   // Each held-out row's interval from the others (its own system's rows left out), and the share
   // of rows whose published figure it holds: over all rows, by metric, by what the row
-  // extrapolates to, by GPU family, by model and by scale.
+  // extrapolates to, by GPU family, by model, by scale and by the stack that predicted it.
   std::vector<CoverageRow> Coverage(double level = 0.8) const;
   // The same for held-out rows this table does not hold (published after it was written): each
   // one's interval from the whole table, as a new question's is.

@@ -140,6 +140,9 @@ TEST_CASE("Intervals: on exchangeable errors the intervals hold at their level",
   const std::vector<CoverageRow> coverage = ResidualTable(rows).Coverage(0.8);
   const CoverageRow* all = Family(coverage, "all");
   REQUIRE(all != nullptr);
+  const CoverageRow* stack = Family(coverage, "stack s");  // by the stack that predicted them
+  REQUIRE(stack != nullptr);
+  CHECK(stack->rows == all->rows);
   CHECK(all->rows == 800);
   CHECK(static_cast<double>(all->covered) / all->rows == Approx(0.8).margin(0.04));
   // About 2 x 1.2816 x 0.15 in log terms.
@@ -162,6 +165,9 @@ TEST_CASE("Intervals: rows the table does not hold are covered by intervals from
   const std::vector<CoverageRow> coverage = table.CoverageOf(fresh, 0.8);
   const CoverageRow* all = Family(coverage, "all");
   REQUIRE(all != nullptr);
+  const CoverageRow* stack = Family(coverage, "stack s");
+  REQUIRE(stack != nullptr);
+  CHECK(stack->rows == all->rows);
   CHECK(all->rows == 5);
   CHECK(all->covered == 3);
   CHECK(all->median_width_pct == Approx(100 * (1.08 - 1 / 1.08)));
@@ -186,6 +192,14 @@ TEST_CASE("Intervals: the shipped held-out rows cover near their level, wider wh
   const std::vector<CoverageRow> coverage = table->Coverage(0.8);
   const CoverageRow* all = Family(coverage, "all");
   REQUIRE(all != nullptr);
+  // By the stack that predicted them too, every held-out row under one of them.
+  int by_stack = 0;
+  for (const char* stack : {"trtllm-1.0", "trtllm-1.2", "vllm-0.9-rocm", "vllm-0.14-rocm"}) {
+    const CoverageRow* row = Family(coverage, std::string("stack ") + stack);
+    REQUIRE(row != nullptr);
+    by_stack += row->rows;
+  }
+  CHECK(by_stack == all->rows);
   const double share = static_cast<double>(all->covered) / all->rows;
   CHECK(share >= 0.7);
   CHECK(share <= 0.9);
