@@ -274,16 +274,16 @@ std::optional<Interval> ResidualTable::IntervalFor(
                                   [&](const Comparison& c) { return c.family == in.family; });
   // The question's own kind of row on its GPU family, else on any, else every kind that
   // extrapolates at least as far, else all.
-  std::vector<const Comparison*> kept;
+  std::vector<double> errors;
   auto gather = [&](auto keep) {
-    kept.clear();
+    errors.clear();
     in.basis = 0;
     for (const Comparison& c : held_out) {
       if (!keep(c)) continue;
-      kept.push_back(&c);
+      errors.push_back(c.log_error);
       in.basis |= c.unseen;
     }
-    return static_cast<int>(kept.size()) >= MinRows(level);
+    return static_cast<int>(errors.size()) >= MinRows(level);
   };
   in.same_family =
       gather([&](const Comparison& c) { return c.unseen == in.unseen && c.family == in.family; });
@@ -294,18 +294,16 @@ std::optional<Interval> ResidualTable::IntervalFor(
   }
   // The score is the size of the log error, so the interval is symmetric in log terms: rows of
   // another stack carry its misses' size, not the side they fell on. Its split-conformal order
-  // statistic of `errors`, and whether the level needs more of them than there are.
-  auto score_of = [&](std::vector<double> errors, bool* clamped) {
-    for (double& e : errors) e = std::abs(e);
-    std::sort(errors.begin(), errors.end());
-    const double n = static_cast<double>(errors.size());
+  // statistic of some log errors, and whether the level needs more of them than there are.
+  auto score_of = [&](std::vector<double> scores, bool* clamped) {
+    for (double& e : scores) e = std::abs(e);
+    std::sort(scores.begin(), scores.end());
+    const double n = static_cast<double>(scores.size());
     constexpr double kRound = 1e-9;  // 0.8 x 20 may come out a hair above 16 in doubles
     const double k = std::ceil(level * (n + 1) - kRound);
     if (clamped != nullptr) *clamped = k > n;
-    return OrderStat(errors, k);
+    return OrderStat(scores, k);
   };
-  std::vector<double> errors;
-  for (const Comparison* c : kept) errors.push_back(c->log_error);
   in.rows = static_cast<int>(errors.size());
   double score = score_of(errors, &in.clamped);
   // A GPU of a family no held-out row is on may miss as any family's GPUs did: the widest of the
