@@ -320,6 +320,11 @@ fi
 # On a workload of the user's own, the intervals say they come from MLPerf runs.
 expect 0 '"mlperf_workloads_only": true' -- simulate --deployment "$data/deployment_dsr1_b200.json" \
   --trace "$root/traces/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --samples 300 --json
+# A GPU of a family no held-out row is on (L40S) gets the widest family's width, and says so.
+expect 0 "no held-out result is on this GPU's family: as wide as the widest family's" -- simulate \
+  --model llama3.1-8b --hardware l40s --tp 1 --scenario server --qps 1 --samples 200
+expect 0 '"gpu_family_unseen": true' -- simulate --model llama3.1-8b --hardware l40s --tp 1 \
+  --scenario server --qps 1 --samples 200 --json
 # How often the intervals held on the held-out rows: near their 80% level overall.
 if "$fathom" intervals --json | jq -e '.coverage[] | select(.family == "all") |
      .coverage >= 0.7 and .coverage <= 0.9 and .figures > 200' >/dev/null; then
