@@ -21,7 +21,8 @@ std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
           cpp_launch_us,
           eager_launch_us,
           fp4_gemm_efficiency,
-          fp8_gemm_efficiency};
+          fp8_gemm_efficiency,
+          kernel_floor_us};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -35,6 +36,7 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   eager_launch_us = v[7];
   fp4_gemm_efficiency = v[8];
   fp8_gemm_efficiency = v[9];
+  kernel_floor_us = v[10];
 }
 
 Status CostParams::Validate() const {
@@ -51,6 +53,12 @@ Status CostParams::Validate() const {
   if (fp8_grouped_memory_efficiency != 0) {
     FATHOM_RETURN_IF_ERROR(fraction("fp8_grouped_memory_efficiency (0: grouped_memory_efficiency)",
                                     fp8_grouped_memory_efficiency));
+  }
+  for (auto [name, v] :
+       {std::pair{"dequant_grouped_memory_efficiency (0: as native kernels)",
+                  dequant_grouped_memory_efficiency},
+        std::pair{"dequant_gemm_efficiency (0: as native kernels)", dequant_gemm_efficiency}}) {
+    if (v != 0) FATHOM_RETURN_IF_ERROR(fraction(name, v));
   }
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
@@ -95,6 +103,8 @@ constexpr std::pair<const char*, double CostParams::*> kParamFields[] = {
     {"memory_efficiency", &CostParams::memory_efficiency},
     {"grouped_memory_efficiency", &CostParams::grouped_memory_efficiency},
     {"fp8_grouped_memory_efficiency", &CostParams::fp8_grouped_memory_efficiency},
+    {"dequant_grouped_memory_efficiency", &CostParams::dequant_grouped_memory_efficiency},
+    {"dequant_gemm_efficiency", &CostParams::dequant_gemm_efficiency},
     {"attention_efficiency", &CostParams::attention_efficiency},
     {"kernel_floor_us", &CostParams::kernel_floor_us},
     {"link_efficiency", &CostParams::link_efficiency},
@@ -319,8 +329,9 @@ namespace {
 // the small-M loss (a share of the weights' streaming time), or the whole traffic where that is
 // longer; then the kernel floor.
 double GemmSeconds(const CostParams& p, const Hardware& hw, DType t, double flops,
-                   double weight_bytes, double bytes, double memory_efficiency) {
-  const double peak = hw.PeakFlops(t) * (p.*GemmEfficiencyField(hw, t));
+                   double weight_bytes, double bytes, double memory_efficiency,
+                   double gemm_efficiency) {
+  const double peak = hw.PeakFlops(t) * gemm_efficiency;
   const double bw = hw.hbm_bytes_per_s * memory_efficiency;
   return std::max(flops / peak + p.gemm_stream_share * weight_bytes / bw, bytes / bw) +
          p.kernel_floor_us * 1e-6;
@@ -338,6 +349,10 @@ double CollectiveOpSeconds(const Operator& op, const Hardware& hw, const CostPar
 
 }  // namespace
 
+bool DequantisesExperts(const Operator& op, const Hardware& hw) {
+  return op.kind == OpKind::kGroupedGemm && op.dtype == DType::kMxfp4 && !hw.HasFp4Cores();
+}
+
 double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams& p, int ep,
                        const MeasuredGemms* measured) {
   const double floor = p.kernel_floor_us * 1e-6;
@@ -349,7 +364,8 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       if (measured) gemm = measured->Seconds(op.dtype, op.m, op.n, op.k);
       if (!gemm) {
         const double weights = static_cast<double>(op.n) * op.k * BytesPerElement(op.dtype);
-        gemm = GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes, p.memory_efficiency);
+        gemm = GemmSeconds(p, hw, op.dtype, op.flops, weights, op.bytes, p.memory_efficiency,
+                           p.*GemmEfficiencyField(hw, op.dtype));
       }
       if (op.comm != CommKind::kAllReduce) return *gemm;
       // Fused with its all-reduce (Fusions::gemm_allreduce): within one NVLink domain each wave
@@ -373,10 +389,16 @@ double OperatorSeconds(const Operator& op, const Hardware& hw, const CostParams&
       const double rows = mean + spread * (1.0 + p.moe_skew);
       const double weights =
           std::max(1.0, op.active_groups) * op.n * op.k * BytesPerElement(op.dtype);
+      if (DequantisesExperts(op, hw) && p.dequant_grouped_memory_efficiency > 0 &&
+          p.dequant_gemm_efficiency > 0) {
+        return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes,
+                           p.dequant_grouped_memory_efficiency, p.dequant_gemm_efficiency);
+      }
       const double streaming = op.dtype == DType::kFp8 && p.fp8_grouped_memory_efficiency > 0
                                    ? p.fp8_grouped_memory_efficiency
                                    : p.grouped_memory_efficiency;
-      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes, streaming);
+      return GemmSeconds(p, hw, op.dtype, op.flops * rows / mean, weights, op.bytes, streaming,
+                         p.*GemmEfficiencyField(hw, op.dtype));
     }
     case OpKind::kAttention: {
       const double peak = hw.PeakFlops(op.dtype == DType::kFp8 ? DType::kFp8 : DType::kBf16);

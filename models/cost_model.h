@@ -72,6 +72,13 @@ struct CostParams {
   // than its BF16 and FP4 ones; 0: grouped_memory_efficiency (measured with `profile compare
   // --fit` on FP8 layers).
   double fp8_grouped_memory_efficiency = 0;
+  // Experts with MXFP4 weights on a GPU without FP4 tensor cores (TensorRT-LLM's w4a16 MoE on
+  // Hopper): the kernel dequantises each weight tile to BF16 in registers, for every tile of
+  // tokens, so it streams the weights and runs its BF16 math slower than a native grouped GEMM.
+  // Its streaming rate and its share of the BF16 peak (0: as native kernels; measured with
+  // `profile compare --fit` on such layers).
+  double dequant_grouped_memory_efficiency = 0;
+  double dequant_gemm_efficiency = 0;
   double attention_efficiency = 0.45;      // fraction of peak prefill attention reaches
   double kernel_floor_us = 2.0;            // shortest kernel (launch and tail, CUDA graphs on)
   double link_efficiency = 0.82;           // fraction of link bandwidth collectives reach (NCCL's
@@ -115,7 +122,7 @@ struct CostParams {
   // collective formula prices every one.
   AllReduceTables all_reduce;
 
-  static constexpr int kNumFitted = 10;
+  static constexpr int kNumFitted = 11;
   static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency",
                                                                   "memory_efficiency",
                                                                   "iteration_overhead_us",
@@ -125,12 +132,13 @@ struct CostParams {
                                                                   "cpp_launch_us",
                                                                   "eager_launch_us",
                                                                   "fp4_gemm_efficiency",
-                                                                  "fp8_gemm_efficiency"};
-  // Where fits search each of them: efficiencies a share of peak, host times in microseconds.
-  static constexpr std::array<double, kNumFitted> kFittedLower = {0.05, 0.05, 0, 0,    0,
-                                                                  0,    0,    0, 0.05, 0.05};
+                                                                  "fp8_gemm_efficiency",
+                                                                  "kernel_floor_us"};
+  // Where fits search each of them: efficiencies a share of peak, times in microseconds.
+  static constexpr std::array<double, kNumFitted> kFittedLower = {0.05, 0.05, 0,    0,    0, 0,
+                                                                  0,    0,    0.05, 0.05, 0};
   static constexpr std::array<double, kNumFitted> kFittedUpper = {
-      1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0};
+      1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0, 50.0};
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;
@@ -184,6 +192,10 @@ class MeasuredGemms {
   std::map<std::tuple<int, int64_t, int64_t>, std::vector<std::pair<double, double>>> tables_;
   std::unique_ptr<Counters> counters_ = std::make_unique<Counters>();
 };
+
+// Whether `op` is a grouped GEMM whose MXFP4 weights `hw` dequantises (no FP4 tensor cores): the
+// path CostParams::dequant_* price.
+bool DequantisesExperts(const Operator& op, const Hardware& hw);
 
 // Seconds for one instance of `op` on one GPU of `hw` (an expert-parallel group of `ep` GPUs for
 // grouped GEMMs: the busiest sets the pace); measured GEMM latencies answer where they cover it.

@@ -584,9 +584,9 @@ TEST_CASE("FitExpertStreaming: recovers the experts' streaming rate from single-
   INFO(fit.status().message());
   REQUIRE(fit.ok());
   CHECK(fit->measurements == 16);
-  CHECK(fit->grouped_memory_efficiency == Approx(0.62).epsilon(0.05));
-  CHECK(fit->stddev > 0);
-  CHECK(fit->Applied(start).grouped_memory_efficiency == fit->grouped_memory_efficiency);
+  CHECK(fit->memory_efficiency == Approx(0.62).epsilon(0.05));
+  CHECK(fit->memory_stddev > 0);
+  CHECK(fit->Applied(start).grouped_memory_efficiency == fit->memory_efficiency);
   CHECK(fit->Applied(start).memory_efficiency == start.memory_efficiency);
   // FitOperators fits it where the rows hold three such layers.
   auto all = FitOperators(rows, s.hw, start);
@@ -597,6 +597,79 @@ TEST_CASE("FitExpertStreaming: recovers the experts' streaming rate from single-
   CHECK(FitExpertStreaming(rows, s.hw, start).status().message() ==
         "expert streaming fit needs at least 3 MoE layers at ep 1");
   CHECK(FitOperators(rows, s.hw, start).status().message().find("nothing to fit") == 0);
+}
+
+TEST_CASE(
+    "MXFP4 experts on a GPU without FP4 cores: priced at their dequantising kernel's rates, which "
+    "a fit recovers from whole layers",
+    "[models]") {
+  const Hardware h200 = *(*HardwareCatalog::LoadBuiltin()).Find("h200");
+  const Hardware b200 = *(*HardwareCatalog::LoadBuiltin()).Find("b200");
+  OpMeasurement r;  // gpt-oss-120b's layer: 128 experts of 2,880 x 2,880, 4 a token
+  r.op = "moe";
+  r.dtype = "mxfp4";
+  r.n = 2880;
+  r.k = 2880;
+  r.extra = 128;
+  r.dims = "topk=4 tp=1 ep=1";
+  auto layer = [&](int64_t tokens, const Hardware& hw, const CostParams& p) {
+    r.m = tokens;
+    double t = 0;
+    const auto ops = MeasuredOperators(r);
+    REQUIRE(ops.ok());
+    for (const Operator& op : *ops) t += OperatorSeconds(op, hw, p, 1);
+    return t;
+  };
+  CostParams native;
+  CostParams dequant = native;
+  dequant.dequant_grouped_memory_efficiency = native.grouped_memory_efficiency / 2;
+  dequant.dequant_gemm_efficiency = native.gemm_efficiency / 2;
+  // Hopper dequantises: streaming-bound and math-bound layers both take longer, up to twice.
+  for (int64_t tokens : {4, 16384}) {
+    CHECK(layer(tokens, h200, dequant) > 1.5 * layer(tokens, h200, native));
+    CHECK(layer(tokens, h200, dequant) < 2.0 * layer(tokens, h200, native));
+  }
+  // Blackwell has FP4 cores: its layer is the native one whatever the dequantising rates.
+  CHECK(layer(64, b200, dequant) == layer(64, b200, native));
+  // BF16 experts on Hopper are native too.
+  r.dtype = "bf16";
+  CHECK(layer(64, h200, dequant) == layer(64, h200, native));
+
+  // A fit over such layers (and native BF16 ones beside them) recovers both rates, each kind
+  // apart.
+  CostParams truth = native;
+  truth.grouped_memory_efficiency = 0.8;
+  truth.dequant_grouped_memory_efficiency = 0.52;
+  truth.dequant_gemm_efficiency = 0.4;
+  Rng rng(7);
+  std::vector<OpMeasurement> rows;
+  for (const char* dtype : {"mxfp4", "bf16"}) {
+    r.dtype = dtype;
+    for (int64_t tokens : {1, 4, 16, 64, 256, 1024, 4096, 16384}) {
+      r.median_us = layer(tokens, h200, truth) * 1e6 * std::exp(0.03 * rng.Normal());
+      rows.push_back(r);
+    }
+  }
+  auto fits = FitOperators(rows, h200, native);
+  INFO(fits.status().message());
+  REQUIRE(fits.ok());
+  REQUIRE(fits->experts.has_value());
+  REQUIRE(fits->dequantised_experts.has_value());
+  CHECK(fits->experts->measurements == 8);
+  CHECK(fits->experts->memory_efficiency == Approx(0.8).epsilon(0.05));
+  const ExpertFit& d = *fits->dequantised_experts;
+  CHECK(d.measurements == 8);
+  CHECK(d.memory_efficiency == Approx(0.52).epsilon(0.05));
+  CHECK(d.math_efficiency == Approx(0.4).epsilon(0.05));
+  CHECK(d.math_stddev > 0);
+  const CostParams applied = fits->Applied(native);
+  CHECK(applied.grouped_memory_efficiency == fits->experts->memory_efficiency);
+  CHECK(applied.dequant_grouped_memory_efficiency == d.memory_efficiency);
+  CHECK(applied.dequant_gemm_efficiency == d.math_efficiency);
+  // On B200 the same MXFP4 layers are native ones: nothing dequantises.
+  rows.resize(8);
+  CHECK(FitExpertStreaming(rows, b200, native, /*dequantised=*/true).status().message() ==
+        "expert streaming fit needs at least 3 MoE layers that dequantise their weights at ep 1");
 }
 
 TEST_CASE("MeasuredOperator: attention and collective rows become the operators the model prices",
@@ -872,12 +945,12 @@ TEST_CASE("AllReduceTables: measured all-reduces price those they cover, the for
 
 TEST_CASE("Calibration: written and read back, every field is equal", "[models]") {
   Calibration c;
-  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.52, 0.41, 2.5,  0.81,         9,  0.3, 0.2,
-              260,  0.6,  170,  0.4, 6.5,  0.15, 57,   33,   true, {1, 64, 512}, 20, {}};
+  c.params = {0.61, 0.47, 0.63, 0.7, 0.79, 0.74, 0.52, 0.5, 0.38, 0.41, 2.5,          0.81, 9, 0.3,
+              0.2,  260,  0.6,  170, 0.4,  6.5,  0.15, 57,  33,   true, {1, 64, 512}, 20,   {}};
   c.params.all_reduce.Add("h200", 8, 1 << 20, 19.6);
   c.params.all_reduce.Add("h200", 8, 256, 3.5);
   c.params.all_reduce.Add("b200", 4, 1 << 20, 9.8);
-  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03, 0.04};
+  c.stddev = {0.01, 0.02, 3, 0.05, 4, 0.06, 0.8, 7, 0.03, 0.04, 0.3};
   c.fitted_hardware = {"h200", "b200"};
   c.note = "fitted on MLPerf v5.1";
   const std::string path =

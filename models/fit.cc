@@ -2,6 +2,7 @@
 
 #include <ceres/ceres.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -65,15 +66,20 @@ std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_co
 }
 
 // log(model) - log(measured) for one MoE layer (its operators summed) at grouped_memory_efficiency
-// p[0].
+// p[0], or for a dequantising layer at dequant_grouped_memory_efficiency p[0] and
+// dequant_gemm_efficiency p[1].
 struct ExpertResidual {
   std::vector<Operator> ops;
   const Hardware* hw;
   CostParams base;
   double log_measured;
+  bool dequantised;
   bool operator()(const double* p, double* residual) const {
-    CostParams params = base;
-    params.grouped_memory_efficiency = p[0];
+    ExpertFit fit;
+    fit.dequantised = dequantised;
+    fit.memory_efficiency = p[0];
+    fit.math_efficiency = dequantised ? p[1] : 0;
+    const CostParams params = fit.Applied(base);
     double seconds = 0;
     for (const Operator& op : ops) seconds += OperatorSeconds(op, *hw, params, /*ep=*/1);
     residual[0] = std::log(seconds) - log_measured;
@@ -257,52 +263,98 @@ CostParams OperatorFits::Applied(const CostParams& base) const {
   if (gemm) p = gemm->Applied(p);
   if (links) p = links->Applied(p);
   if (experts) p = experts->Applied(p);
+  if (dequantised_experts) p = dequantised_experts->Applied(p);
   return p;
 }
 
 CostParams ExpertFit::Applied(const CostParams& base) const {
   CostParams p = base;
-  p.grouped_memory_efficiency = grouped_memory_efficiency;
+  if (dequantised) {
+    p.dequant_grouped_memory_efficiency = memory_efficiency;
+    p.dequant_gemm_efficiency = math_efficiency;
+  } else {
+    p.grouped_memory_efficiency = memory_efficiency;
+  }
   return p;
 }
 
+namespace {
+
+// Whether a whole MoE layer's experts dequantise their weights on `hw`.
+Result<bool> Dequantised(const OpMeasurement& row, const Hardware& hw) {
+  FATHOM_ASSIGN_OR_RETURN(std::vector<Operator> ops, MeasuredOperators(row));
+  return std::any_of(ops.begin(), ops.end(),
+                     [&](const Operator& op) { return DequantisesExperts(op, hw); });
+}
+
+}  // namespace
+
 Result<ExpertFit> FitExpertStreaming(const std::vector<OpMeasurement>& rows, const Hardware& hw,
-                                     const CostParams& start) {
-  double p[1] = {start.grouped_memory_efficiency};
+                                     const CostParams& start, bool dequantised) {
+  // A dequantising fit starts from the native rate and the BF16 GEMM efficiency.
+  double p[2] = {start.grouped_memory_efficiency, start.gemm_efficiency};
+  if (dequantised && start.dequant_grouped_memory_efficiency > 0 &&
+      start.dequant_gemm_efficiency > 0) {
+    p[0] = start.dequant_grouped_memory_efficiency;
+    p[1] = start.dequant_gemm_efficiency;
+  }
+  const int n = dequantised ? 2 : 1;
   ceres::Problem problem;
   ExpertFit fit;
+  fit.dequantised = dequantised;
   for (const OpMeasurement& row : rows) {
     if (!IsWholeExpertLayer(row) || !(row.median_us > 0)) continue;
+    FATHOM_ASSIGN_OR_RETURN(const bool dequantises, Dequantised(row, hw));
+    if (dequantises != dequantised) continue;
     FATHOM_ASSIGN_OR_RETURN(std::vector<Operator> ops, MeasuredOperators(row));
-    problem.AddResidualBlock(
-        new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 1>(
-            new ExpertResidual{std::move(ops), &hw, start, std::log(row.median_us * 1e-6)}),
-        new ceres::SoftLOneLoss(0.1), p);
+    auto* residual =
+        new ExpertResidual{std::move(ops), &hw, start, std::log(row.median_us * 1e-6), dequantised};
+    ceres::CostFunction* cost =
+        dequantised
+            ? static_cast<ceres::CostFunction*>(
+                  new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 2>(
+                      residual))
+            : new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 1>(residual);
+    problem.AddResidualBlock(cost, new ceres::SoftLOneLoss(0.1), p);
     ++fit.measurements;
   }
-  if (fit.measurements < 3)
-    return Status::InvalidArgument("expert streaming fit needs at least 3 MoE layers at ep 1");
-  problem.SetParameterLowerBound(p, 0, 0.05);
-  problem.SetParameterUpperBound(p, 0, 1.0);
+  if (fit.measurements < 3) {
+    return Status::InvalidArgument(std::string("expert streaming fit needs at least 3 MoE layers") +
+                                   (dequantised ? " that dequantise their weights" : "") +
+                                   " at ep 1");
+  }
+  for (int i = 0; i < n; ++i) {
+    problem.SetParameterLowerBound(p, i, 0.05);
+    problem.SetParameterUpperBound(p, i, 1.0);
+  }
   ceres::Solver::Options options;
   options.max_num_iterations = 100;
   ceres::Solver::Summary summary;
   ceres::Solve(options, &problem, &summary);
   if (!summary.IsSolutionUsable())
     return Status::InvalidArgument("expert streaming fit failed: " + summary.message);
-  fit.grouped_memory_efficiency = p[0];
+  fit.memory_efficiency = p[0];
   fit.rms_log_error = std::sqrt(2.0 * summary.final_cost / fit.measurements);
-  fit.stddev = Stddev<1>(problem, p, summary.final_cost, fit.measurements)[0];
+  if (dequantised) {
+    const auto sd = Stddev<2>(problem, p, summary.final_cost, fit.measurements);
+    fit.memory_stddev = sd[0];
+    fit.math_efficiency = p[1];
+    fit.math_stddev = sd[1];
+  } else {
+    fit.memory_stddev = Stddev<1>(problem, p, summary.final_cost, fit.measurements)[0];
+  }
   return fit;
 }
 
 Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,
                                   const CostParams& start) {
-  int gemms = 0, collectives = 0, expert_layers = 0;
+  int gemms = 0, collectives = 0, expert_layers[2] = {0, 0};  // native, dequantising
   for (const OpMeasurement& row : rows) {
     gemms += row.op == "gemm" || row.op == "grouped_gemm";
     collectives += IsCollective(row.op);
-    expert_layers += IsWholeExpertLayer(row);
+    if (!IsWholeExpertLayer(row)) continue;
+    FATHOM_ASSIGN_OR_RETURN(const bool dequantises, Dequantised(row, hw));
+    ++expert_layers[dequantises];
   }
   OperatorFits out;
   if (gemms >= 5) {
@@ -311,12 +363,16 @@ Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const 
   if (collectives >= 3) {
     FATHOM_ASSIGN_OR_RETURN(out.links, FitCollectives(rows, hw, start));
   }
-  if (expert_layers >= 3) {
-    // On the GEMM curve just fitted, where there is one.
-    FATHOM_ASSIGN_OR_RETURN(
-        out.experts, FitExpertStreaming(rows, hw, out.gemm ? out.gemm->Applied(start) : start));
+  // On the GEMM curve just fitted, where there is one.
+  const CostParams on_curve = out.gemm ? out.gemm->Applied(start) : start;
+  if (expert_layers[0] >= 3) {
+    FATHOM_ASSIGN_OR_RETURN(out.experts, FitExpertStreaming(rows, hw, on_curve));
   }
-  if (!out.gemm && !out.links && !out.experts) {
+  if (expert_layers[1] >= 3) {
+    FATHOM_ASSIGN_OR_RETURN(out.dequantised_experts,
+                            FitExpertStreaming(rows, hw, on_curve, /*dequantised=*/true));
+  }
+  if (!out.gemm && !out.links && !out.experts && !out.dequantised_experts) {
     return Status::InvalidArgument(
         "nothing to fit: needs at least 5 GEMM, 3 collective or 3 single-GPU MoE layer "
         "measurements");

@@ -62,26 +62,32 @@ Result<CollectiveFit> FitCollectives(const std::vector<OpMeasurement>& rows, con
                                      const CostParams& start);
 
 struct ExpertFit {
-  double grouped_memory_efficiency = 0, stddev = 0;
+  // Native kernels fit grouped_memory_efficiency; kernels that dequantise MXFP4 weights on a GPU
+  // without FP4 tensor cores (`dequantised`) fit dequant_grouped_memory_efficiency and
+  // dequant_gemm_efficiency (math_efficiency).
+  bool dequantised = false;
+  double memory_efficiency = 0, memory_stddev = 0;
+  double math_efficiency = 0, math_stddev = 0;
   int measurements = 0;
   double rms_log_error = 0;
-  CostParams Applied(const CostParams& base) const;  // `base` with the fitted value
+  CostParams Applied(const CostParams& base) const;  // `base` with the fitted values
 };
 
-// Fits the rate grouped GEMMs stream experts' weights at (grouped_memory_efficiency) to whole MoE
-// layers measured on a GPU that holds every expert ("moe" rows at ep 1, where the layer is the
-// builder's grouped GEMMs and activation, with no tokens dispatched to other GPUs), robust loss
-// on log time; the other parameters stay at `start`.
+// Fits the rate grouped GEMMs stream experts' weights at to whole MoE layers measured on a GPU
+// that holds every expert ("moe" rows at ep 1, where the layer is the builder's grouped GEMMs and
+// activation, with no tokens dispatched to other GPUs), robust loss on log time; the other
+// parameters stay at `start`. With `dequantised`, the layers whose MXFP4 weights the GPU
+// dequantises, and their BF16 math's share of peak too; without, the others.
 Result<ExpertFit> FitExpertStreaming(const std::vector<OpMeasurement>& rows, const Hardware& hw,
-                                     const CostParams& start);
+                                     const CostParams& start, bool dequantised = false);
 
 // The operator-level fits a set of measurements supports: the GEMM curve where it has at least 5
 // GEMM rows, the collective price where it has at least 3 collective rows, the experts' streaming
-// rate where it has at least 3 MoE layers at ep 1.
+// rate where it has at least 3 MoE layers at ep 1 (native and dequantising kernels each).
 struct OperatorFits {
   std::optional<GemmFit> gemm;
   std::optional<CollectiveFit> links;
-  std::optional<ExpertFit> experts;
+  std::optional<ExpertFit> experts, dequantised_experts;
   CostParams Applied(const CostParams& base) const;
 };
 Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const Hardware& hw,

@@ -147,7 +147,7 @@ std::vector<models::OpMeasurement> MoeLayers(const std::string& path) {
 double ExpertStreaming(const std::vector<models::OpMeasurement>& rows) {
   auto fit = models::FitExpertStreaming(rows, Gpu("h200"), models::CostParams{});
   REQUIRE(fit.ok());
-  return fit->grouped_memory_efficiency;
+  return fit->memory_efficiency;
 }
 
 TEST_CASE(

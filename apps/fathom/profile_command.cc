@@ -228,8 +228,16 @@ Status Compare(const ProfileFlags& f) {
     if (fit->experts) {
       const models::ExpertFit& e = *fit->experts;
       j["grouped_memory_efficiency"] =
-          value(e.grouped_memory_efficiency, e.stddev, p.grouped_memory_efficiency);
+          value(e.memory_efficiency, e.memory_stddev, p.grouped_memory_efficiency);
       j["expert_layer_measurements"] = e.measurements;
+    }
+    if (fit->dequantised_experts) {
+      const models::ExpertFit& e = *fit->dequantised_experts;
+      j["dequant_grouped_memory_efficiency"] =
+          value(e.memory_efficiency, e.memory_stddev, p.dequant_grouped_memory_efficiency);
+      j["dequant_gemm_efficiency"] =
+          value(e.math_efficiency, e.math_stddev, p.dequant_gemm_efficiency);
+      j["dequantised_expert_layer_measurements"] = e.measurements;
     }
     j["after"] = after->ToJson(f.rows);
     return j;
@@ -292,8 +300,17 @@ Status Compare(const ProfileFlags& f) {
     if (fit->experts) {
       const models::ExpertFit& e = *fit->experts;
       std::printf("  MoE layers on one GPU holding every expert, %d rows:\n", e.measurements);
-      std::printf("  grouped_memory_efficiency %5.3f +- %.3f  (%.3f)\n",
-                  e.grouped_memory_efficiency, e.stddev, p.grouped_memory_efficiency);
+      std::printf("  grouped_memory_efficiency %5.3f +- %.3f  (%.3f)\n", e.memory_efficiency,
+                  e.memory_stddev, p.grouped_memory_efficiency);
+    }
+    if (fit->dequantised_experts) {
+      const models::ExpertFit& e = *fit->dequantised_experts;
+      std::printf("  MoE layers whose MXFP4 weights the GPU dequantises (no FP4 cores), %d rows:\n",
+                  e.measurements);
+      std::printf("  dequant_grouped_memory_efficiency %5.3f +- %.3f  (%.3f)\n",
+                  e.memory_efficiency, e.memory_stddev, p.dequant_grouped_memory_efficiency);
+      std::printf("  dequant_gemm_efficiency %5.3f +- %.3f  (%.3f)\n", e.math_efficiency,
+                  e.math_stddev, p.dequant_gemm_efficiency);
     }
     std::printf("\n");
     PrintGroups(after->by_kind);
