@@ -440,7 +440,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   constexpr int64_t kRequests = 1000;
   // Published figures made by known parameters: DeepSeek-R1 (python runtime) and Llama rows (cpp).
   models::Calibration truth = *start;
-  truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0, 2.0, 20.0, 0.5, 0.55});
+  truth.params.SetFitted(
+      {0.6, 0.7, 30000, 1.0, 8000, 5.0, 2.0, 20.0, 0.5, 0.55, start->params.kernel_floor_us});
   std::vector<PublishedResult> rows;
   for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
   auto pool = MakeThreadWorkPool(0);
@@ -494,7 +495,7 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   // A fit needs a residual a free parameter: one Offline row is one residual.
   auto few = calibrator.FitToPublished({rows[0]}, *start);
   REQUIRE_FALSE(few.ok());
-  CHECK(few.status().message() == "calibration needs at least 10 residuals (one a free parameter)");
+  CHECK(few.status().message() == "calibration needs at least 11 residuals (one a free parameter)");
   CHECK(calibrator.FitToPublished({rows[0]}, *start, {}, {"iteration_overhead_us"}).ok());
 }
 
