@@ -7,8 +7,16 @@ TensorRT-LLM, vLLM and SGLang each served at fixed input and output lengths by a
 `silicon_concurrency` clients, mean TTFT and TPOT measured. Kept: aggregated (one-pool) runs of the
 models and GPUs fathom ships, in formats with native kernels (NVFP4 on Hopper is left out), whose
 clients are the batch of one worker (batch_size x attention DP; runs over several workers do not
-say how many), exact duplicates once. Layouts in fathom's counting (models/deployment.h): tp = the instance's GPUs
+say how many), a measurement recorded twice (the same engine release, layout, lengths, clients
+and figures) once. Layouts in fathom's counting (models/deployment.h): tp = the instance's GPUs
 (attention TP x attention DP), attn_dp, ep = MoE EP.
+
+Rows from 2026-04 record their degrees multiplied by the run's TP: tp_size 64, or attention DP 64,
+with moe_tp 8 x moe_ep 8, for a TP8 EP8 run on one 8-GPU node (`..._tp8_ep8_940`; the same SGLang
+measurement, to the last digit, is recorded from 2026-03-25 as tp_size 8, moe_tp 1, moe_ep 8). So
+a run named for its layout takes its GPUs and EP from its name, and another whose GPUs exceed its
+8-GPU node, moe_tp x moe_ep making them up, takes them divided by moe_tp; attention DP then spans
+the run's GPUs where the row has any.
 
     python3 models/calibration/aiconfigurator_silicon.py silicon_sample.csv > \
         models/calibration/serving_benchmarks_aic.csv
@@ -26,6 +34,7 @@ MODELS = {"deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "
           "meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama3.1-8b"}
 HOPPER = {"h100_sxm", "h200_sxm"}
+NODE_OF_8 = {"h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm"}
 
 
 def fmt(row, q):
@@ -60,14 +69,23 @@ def main(path):
         adp = deg("attention_dp_size")
         if int(m.group(1)) != int(row["batch_size"]) * adp:
             continue  # clients spread over several workers: the layout does not say how many
-        key = tuple(row[f] for f in row if f not in ("id", "silicon_data_source"))
+        gpus, ep, moe_tp = deg("tp_size") * adp, deg("moe_ep_size"), deg("moe_tp_size")
+        named = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_\d+$", row["id"])
+        labelled = gpus
+        if named:
+            gpus, ep = int(named.group(1)), int(named.group(2))
+        elif row["system"] in NODE_OF_8 and gpus > 8 and moe_tp > 1 and moe_tp * ep == gpus:
+            gpus //= moe_tp
+        if gpus != labelled and adp > 1:
+            adp = gpus
+        point = [GPUS[row["system"]], MODELS[row["model_path"]], *w, row["isl"], row["osl"],
+                 m.group(1), gpus, deg("pp_size"), adp, ep,
+                 "%.4f" % float(row["silicon_ttft_ms"]), "%.4f" % float(row["silicon_tpot_ms"])]
+        key = (row["backend"], row["backend_version"], *point)
         if key in seen:
             continue
         seen.add(key)
-        out.writerow([row["id"], ENGINES[row["backend"]], row["backend_version"],
-                      GPUS[row["system"]], MODELS[row["model_path"]], *w, row["isl"], row["osl"],
-                      m.group(1), deg("tp_size") * adp, deg("pp_size"), adp, deg("moe_ep_size"),
-                      "%.4f" % float(row["silicon_ttft_ms"]), "%.4f" % float(row["silicon_tpot_ms"])])
+        out.writerow([row["id"], ENGINES[row["backend"]], row["backend_version"], *point])
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <set>
+#include <string>
 
 #include "base/files.h"
 #include "sim/time_model.h"
@@ -49,13 +51,23 @@ TEST_CASE("LoadServingBenchmarks: reads the shipped points, each engine named as
   REQUIRE(points.ok());
   REQUIRE(points->size() > 2000);
   int sglang = 0, vllm = 0, trtllm = 0;
+  std::set<std::string> seen;
   for (const ServingBenchmark& b : *points) {
     sglang += b.engine == "SGLang";
     vllm += b.engine == "vLLM";
     trtllm += b.engine == "TensorRT-LLM";
     CHECK(b.Gpus() >= 1);
+    // Every run on a node of eight (the 2026-04-06 rows' degrees, as labelled, made TP8 runs 64
+    // GPUs), and each measurement once.
+    if (b.hardware != "gb200" && b.hardware != "gb300") CHECK(b.Gpus() <= 8);
+    const std::string point = b.engine + b.version + b.hardware + b.model + b.weights +
+                              std::to_string(b.isl) + "x" + std::to_string(b.osl) + "c" +
+                              std::to_string(b.concurrency) + "tp" + std::to_string(b.tp) + "dp" +
+                              std::to_string(b.attn_dp) + "ep" + std::to_string(b.ep) + "ttft" +
+                              std::to_string(b.ttft_ms) + "tpot" + std::to_string(b.tpot_ms);
+    CHECK(seen.insert(point).second);
   }
-  CHECK(sglang > 400);
+  CHECK(sglang > 300);
   CHECK(vllm > 500);
   CHECK(sglang + vllm + trtllm == static_cast<int>(points->size()));
 }
