@@ -569,9 +569,8 @@ TEST_CASE("FitExpertStreaming: recovers the experts' streaming rate from single-
     r.dims = dims;
     const auto ops = MeasuredOperators(r);
     REQUIRE(ops.ok());
-    double t = 0;
-    for (const Operator& op : *ops) t += OperatorSeconds(op, s.hw, truth, 1);
-    r.median_us = t * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
+    r.median_us =
+        MeasuredSeconds(*ops, s.hw, truth) * 1e6 * std::exp(0.03 * rng.Normal());  // 3% noise
     rows.push_back(r);
   };
   for (int64_t tokens : {1, 4, 16, 64, 256, 1024, 4096, 16384}) {
@@ -614,11 +613,9 @@ TEST_CASE(
   r.dims = "topk=4 tp=1 ep=1";
   auto layer = [&](int64_t tokens, const Hardware& hw, const CostParams& p) {
     r.m = tokens;
-    double t = 0;
     const auto ops = MeasuredOperators(r);
     REQUIRE(ops.ok());
-    for (const Operator& op : *ops) t += OperatorSeconds(op, hw, p, 1);
-    return t;
+    return MeasuredSeconds(*ops, hw, p);
   };
   CostParams native;
   CostParams dequant = native;

@@ -66,23 +66,22 @@ std::array<double, N> Stddev(ceres::Problem& problem, double* p, double final_co
 }
 
 // log(model) - log(measured) for one MoE layer (its operators summed) at grouped_memory_efficiency
-// p[0], or for a dequantising layer at dequant_grouped_memory_efficiency p[0] and
-// dequant_gemm_efficiency p[1].
+// p[0] (kParams 1), or for a dequantising layer at dequant_grouped_memory_efficiency p[0] and
+// dequant_gemm_efficiency p[1] (kParams 2).
+template <int kParams>
 struct ExpertResidual {
   std::vector<Operator> ops;
   const Hardware* hw;
   CostParams base;
   double log_measured;
-  bool dequantised;
   bool operator()(const double* p, double* residual) const {
     ExpertFit fit;
-    fit.dequantised = dequantised;
     fit.memory_efficiency = p[0];
-    fit.math_efficiency = dequantised ? p[1] : 0;
-    const CostParams params = fit.Applied(base);
-    double seconds = 0;
-    for (const Operator& op : ops) seconds += OperatorSeconds(op, *hw, params, /*ep=*/1);
-    residual[0] = std::log(seconds) - log_measured;
+    if constexpr (kParams == 2) {
+      fit.dequantised = true;
+      fit.math_efficiency = p[1];
+    }
+    residual[0] = std::log(MeasuredSeconds(ops, *hw, fit.Applied(base))) - log_measured;
     return true;
   }
 };
@@ -154,6 +153,12 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row) {
                 nodes > 1 ? 1 << 30 : ranks);
   }
   return Status::NotFound("op '" + row.op + "': not priced from its shape alone");
+}
+
+double MeasuredSeconds(const std::vector<Operator>& ops, const Hardware& hw, const CostParams& p) {
+  double seconds = 0;
+  for (const Operator& op : ops) seconds += OperatorSeconds(op, hw, p, /*ep=*/1);
+  return seconds;
 }
 
 Result<std::vector<Operator>> MeasuredOperators(const OpMeasurement& row) {
@@ -280,9 +285,8 @@ CostParams ExpertFit::Applied(const CostParams& base) const {
 
 namespace {
 
-// Whether a whole MoE layer's experts dequantise their weights on `hw`.
-Result<bool> Dequantised(const OpMeasurement& row, const Hardware& hw) {
-  FATHOM_ASSIGN_OR_RETURN(std::vector<Operator> ops, MeasuredOperators(row));
+// Whether a whole MoE layer's experts (its operators) dequantise their weights on `hw`.
+bool Dequantised(const std::vector<Operator>& ops, const Hardware& hw) {
   return std::any_of(ops.begin(), ops.end(),
                      [&](const Operator& op) { return DequantisesExperts(op, hw); });
 }
@@ -304,17 +308,16 @@ Result<ExpertFit> FitExpertStreaming(const std::vector<OpMeasurement>& rows, con
   fit.dequantised = dequantised;
   for (const OpMeasurement& row : rows) {
     if (!IsWholeExpertLayer(row) || !(row.median_us > 0)) continue;
-    FATHOM_ASSIGN_OR_RETURN(const bool dequantises, Dequantised(row, hw));
-    if (dequantises != dequantised) continue;
     FATHOM_ASSIGN_OR_RETURN(std::vector<Operator> ops, MeasuredOperators(row));
-    auto* residual =
-        new ExpertResidual{std::move(ops), &hw, start, std::log(row.median_us * 1e-6), dequantised};
+    if (Dequantised(ops, hw) != dequantised) continue;
+    const double log_measured = std::log(row.median_us * 1e-6);
     ceres::CostFunction* cost =
         dequantised
             ? static_cast<ceres::CostFunction*>(
-                  new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 2>(
-                      residual))
-            : new ceres::NumericDiffCostFunction<ExpertResidual, ceres::CENTRAL, 1, 1>(residual);
+                  new ceres::NumericDiffCostFunction<ExpertResidual<2>, ceres::CENTRAL, 1, 2>(
+                      new ExpertResidual<2>{std::move(ops), &hw, start, log_measured}))
+            : new ceres::NumericDiffCostFunction<ExpertResidual<1>, ceres::CENTRAL, 1, 1>(
+                  new ExpertResidual<1>{std::move(ops), &hw, start, log_measured});
     problem.AddResidualBlock(cost, new ceres::SoftLOneLoss(0.1), p);
     ++fit.measurements;
   }
@@ -353,8 +356,8 @@ Result<OperatorFits> FitOperators(const std::vector<OpMeasurement>& rows, const 
     gemms += row.op == "gemm" || row.op == "grouped_gemm";
     collectives += IsCollective(row.op);
     if (!IsWholeExpertLayer(row)) continue;
-    FATHOM_ASSIGN_OR_RETURN(const bool dequantises, Dequantised(row, hw));
-    ++expert_layers[dequantises];
+    FATHOM_ASSIGN_OR_RETURN(const std::vector<Operator> ops, MeasuredOperators(row));
+    ++expert_layers[Dequantised(ops, hw)];
   }
   OperatorFits out;
   if (gemms >= 5) {

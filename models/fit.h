@@ -22,6 +22,9 @@ Result<Operator> MeasuredOperator(const OpMeasurement& row);
 // reaching it, n the experts' intermediate, k hidden, extra experts; dims topk, tp and ep, the
 // routing balanced) the routed experts of one of its GPUs.
 Result<std::vector<Operator>> MeasuredOperators(const OpMeasurement& row);
+// Seconds the cost model gives those operators on one GPU of `hw`, the routing balanced (no rank
+// waits for a busier one: ep 1).
+double MeasuredSeconds(const std::vector<Operator>& ops, const Hardware& hw, const CostParams& p);
 
 struct GemmFit {
   // The curve's parameters: the efficiency of each kind of tensor core (BF16, FP8, FP4; see

@@ -104,11 +104,7 @@ Result<ModelComparison> CompareWithModel(const std::vector<models::OpMeasurement
                                      std::to_string(row.n) + "x" + std::to_string(row.k) +
                                      ": median_us must be positive");
     }
-    // One GPU's kernels, the routing balanced: no rank waits for a busier one (ep 1).
-    double seconds = 0;
-    for (const models::Operator& op : *ops)
-      seconds += models::OperatorSeconds(op, hw, kernel_params, /*ep=*/1);
-    out.rows.push_back({row, seconds * 1e6});
+    out.rows.push_back({row, models::MeasuredSeconds(*ops, hw, kernel_params) * 1e6});
   }
   out.by_kind = Groups(out.rows, false);
   out.by_size = Groups(out.rows, true);
