@@ -60,6 +60,11 @@ Status CostParams::Validate() const {
         std::pair{"dequant_gemm_efficiency (0: as native kernels)", dequant_gemm_efficiency}}) {
     if (v != 0) FATHOM_RETURN_IF_ERROR(fraction(name, v));
   }
+  if ((dequant_grouped_memory_efficiency == 0) != (dequant_gemm_efficiency == 0)) {
+    return Status::InvalidArgument(
+        "dequant_grouped_memory_efficiency and dequant_gemm_efficiency: set both (the path of "
+        "experts a GPU dequantises) or neither");
+  }
   FATHOM_RETURN_IF_ERROR(fraction("attention_efficiency", attention_efficiency));
   FATHOM_RETURN_IF_ERROR(fraction("link_efficiency", link_efficiency));
   if (comm_overlap < 0 || comm_overlap > 1)

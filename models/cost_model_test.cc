@@ -826,6 +826,22 @@ TEST_CASE("LoadCalibration: the shipped calibration loads; bad values name the f
   CHECK(p.Validate().message() ==
         "fp8_grouped_memory_efficiency (0: grouped_memory_efficiency) = 1.200000: must be in (0, "
         "1]");
+  // The dequantising experts' rates: fractions, and both or neither.
+  p = CostParams{};
+  p.dequant_grouped_memory_efficiency = 0.55;
+  p.dequant_gemm_efficiency = 1.5;
+  CHECK(p.Validate().message() ==
+        "dequant_gemm_efficiency (0: as native kernels) = 1.500000: must be in (0, 1]");
+  p.dequant_gemm_efficiency = 0;
+  CHECK(p.Validate().message() ==
+        "dequant_grouped_memory_efficiency and dequant_gemm_efficiency: set both (the path of "
+        "experts a GPU dequantises) or neither");
+  p.dequant_gemm_efficiency = 0.39;
+  CHECK(p.Validate().ok());
+  auto half = CalibrationFromJson(
+      Json::parse(R"({"params": {"dequant_grouped_memory_efficiency": 0.55}})"), "cal.json");
+  REQUIRE_FALSE(half.ok());
+  CHECK(half.status().message().rfind("cal.json: dequant_grouped_memory_efficiency and", 0) == 0);
   // The CUDA-graph sizes and stream interval: the file, the field, the value and the rule.
   const std::pair<const char*, const char*> bad[] = {
       {R"({"cuda_graph_batch_sizes": 8})",
