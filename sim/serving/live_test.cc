@@ -141,12 +141,15 @@ TEST_CASE("fathom loadgen against fathom serve reproduces the simulator's latenc
   auto predicted = simulator.Run();
   REQUIRE(predicted.ok());
   // The HTTP path and the engine thread's wake-ups add a little to each token; within 10% (and
-  // a few milliseconds of wall time, scaled to the endpoint's). The p99 TTFT of 60 requests is
-  // their slowest but one: a single late wake-up on a loaded 2-core machine sets it (20 ms of wall
-  // time, 81 ms at 4x, once in a full test run), so it gets room for one; the mean is the tight
-  // statement.
+  // a few milliseconds of wall time, scaled to the endpoint's). A late wake-up only ever adds: the
+  // p99 TTFT of 60 requests is their slowest but one, and on a loaded 2-core machine one or two
+  // late wake-ups set it (20 ms of wall time once in a full test run, 33 ms once in CI's, with the
+  // test running alone). So the median and the mean are the tight statements both ways, and the
+  // p99 is tight from below (the endpoint is never faster than the model) with room above for
+  // wake-ups of up to 60 ms of wall time.
   const auto& m = report->result;
-  INFO("ttft p99 " << m.ttft_p99_ms << " vs " << predicted->ttft_p99_ms << ", ttft mean "
+  INFO("ttft p50 " << m.ttft_p50_ms << " vs " << predicted->ttft_p50_ms << ", ttft p99 "
+                   << m.ttft_p99_ms << " vs " << predicted->ttft_p99_ms << ", ttft mean "
                    << m.ttft_mean_ms << " vs " << predicted->ttft_mean_ms << ", tpot p99 "
                    << m.tpot_p99_ms << " vs " << predicted->tpot_p99_ms << ", tpot mean "
                    << m.tpot_mean_ms << " vs " << predicted->tpot_mean_ms);
@@ -154,8 +157,10 @@ TEST_CASE("fathom loadgen against fathom serve reproduces the simulator's latenc
     return std::abs(measured - simulated) <= 0.10 * simulated + slack_ms;
   };
   if (FATHOM_TIMED) {
+    CHECK(close(m.ttft_p50_ms, predicted->ttft_p50_ms, 5 * scale));
     CHECK(close(m.ttft_mean_ms, predicted->ttft_mean_ms, 5 * scale));
-    CHECK(close(m.ttft_p99_ms, predicted->ttft_p99_ms, 30 * scale));
+    CHECK(m.ttft_p99_ms >= 0.90 * predicted->ttft_p99_ms - 5 * scale);
+    CHECK(m.ttft_p99_ms <= 1.10 * predicted->ttft_p99_ms + 60 * scale);
     CHECK(close(m.tpot_p99_ms, predicted->tpot_p99_ms, 0.5 * scale));
     CHECK(close(m.tpot_mean_ms, predicted->tpot_mean_ms, 0.5 * scale));
   }
