@@ -302,10 +302,9 @@ TEST_CASE("CandidateResult: a stored row reads back equal, whether valid, failed
   CandidateResult predicted = valid;  // Offline, run to its full length after the screen
   predicted.qps = 0;
   predicted.predicted_tokens_per_s = 60125.5;
-  CandidateResult screened;  // Offline, stopped by the screen: its bound and prediction only
+  CandidateResult screened;  // Offline, stopped by the screen: its bound only
   screened.config = valid.config;
   screened.bound = 66000;
-  screened.predicted_tokens_per_s = 41000.25;
   screened.screened = true;
   for (CandidateResult r : {valid, failed, pruned, predicted, screened}) {
     const StoredRow row = ToStoredRow(r);

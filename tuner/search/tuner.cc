@@ -20,6 +20,40 @@
 #include "tuner/search/results.h"
 
 namespace fathom::tuner {
+
+double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s2,
+                           double tokens_per_pass, double target_s) {
+  const double per_pass = (s2 - s1) / static_cast<double>(passes2 - passes1);
+  if (!(per_pass > 0)) return 0;
+  const double fixed = s2 - per_pass * static_cast<double>(passes2);
+  const double passes =
+      std::max(static_cast<double>(passes2 + 1), std::ceil((target_s - fixed) / per_pass));
+  return passes * tokens_per_pass / (fixed + per_pass * passes);
+}
+
+// With n = passes2 + k whole passes (k = 1, 2, ...), the line's prediction holds for durations
+// from b_k = (target_s d + k s1) / (d + k), d = passes2 - passes1, up to b_(k-1) (b_0 = target_s),
+// falling over them from its value at b_k; it equals `floor` at y_k. From k = 1 (the piece ending
+// at the target) towards s1: the first piece that starts at or above the floor ends the screen at
+// min(y_k, b_(k-1)). The pieces near s1 predict without bound (n grows while the line's full
+// length stays near the target), so one does.
+double ScreenedPastS(int64_t passes1, double s1, int64_t passes2, double tokens_per_pass,
+                     double target_s, double floor) {
+  const double d = static_cast<double>(passes2 - passes1);
+  double right = target_s;  // b_(k-1)
+  for (int64_t k = 1;; ++k) {
+    const double kd = static_cast<double>(k);
+    const double left = (target_s * d + kd * s1) / (d + kd);  // b_k
+    const double n = static_cast<double>(passes2 + k);
+    const double per_pass = (left - s1) / d;
+    if (n * tokens_per_pass / (left + per_pass * kd) >= floor) {
+      const double y = (n * tokens_per_pass / floor + kd * s1 / d) / (1 + kd / d);
+      return std::min(y, right);
+    }
+    right = left;
+  }
+}
+
 namespace {
 
 // The p99 limits a server-type tune holds to: the options', else the MLPerf benchmark's.
@@ -413,19 +447,6 @@ OfflineShare OneInstance(const sim::DeploymentConfig& d) {
   return s;
 }
 
-// The full-length run's tokens/s as two shorter runs of the length search predict it: durations
-// linear in the passes (the ramp and drain once, then a steady time per pass), the full run the
-// first whole pass count whose line reaches `target_s`. 0 where the line does not rise.
-double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s2,
-                           double tokens_per_pass, double target_s) {
-  const double per_pass = (s2 - s1) / static_cast<double>(passes2 - passes1);
-  if (!(per_pass > 0)) return 0;
-  const double fixed = s2 - per_pass * static_cast<double>(passes2);
-  const double passes =
-      std::max(static_cast<double>(passes2 + 1), std::ceil((target_s - fixed) / per_pass));
-  return passes * tokens_per_pass / (fixed + per_pass * passes);
-}
-
 // The screen's rule, one place for the run that stops and the search that judges it in order:
 // a prediction that, raised by kScreenMargin, stays below `best` cannot beat it.
 bool ScreenedOut(double predicted_tokens_per_s, double best) {
@@ -443,10 +464,11 @@ struct OfflineOutcome {
 // An Offline run as long as a submitter's (sim::OfflineRunSamples): shorter runs end mostly in the
 // drain of the longest outputs and understate tokens/s (DeepSeek-R1 on 8xB200 under trtllm-1.0:
 // 13.7k tokens/s on one pass, 32.6k over 4,714 s). With `beat` > 0 (tokens/s of one instance),
-// the length search stops once its first two runs, both short, predict too little to beat it,
-// and a run stops once its clock is past the target (so it is the full-length one) and past the
-// time its tokens would take at the beat / kScreenMargin: it ends later still, so its tokens/s
-// x kScreenMargin is below the beat, exactly, with nothing predicted.
+// the length search stops once its first two runs, both short, predict too little to beat it
+// (the second stops as soon as its clock, ScreenedPastS, says it will), and a run stops once its
+// clock is past the target (so it is the full-length one) and past the time its tokens would
+// take at the beat / kScreenMargin: it ends later still, so its tokens/s x kScreenMargin is below
+// the beat, exactly, with nothing predicted.
 Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
                                   const models::HardwareCatalog& catalog, int instances,
                                   double beat) {
@@ -466,10 +488,18 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
   double last_s = 0;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
     const int64_t passes = samples / dataset;
-    const double give_up_s = beat > 0
-                                 ? std::max(target_s, static_cast<double>(passes) *
-                                                          tokens_per_pass * kScreenMargin / beat)
-                                 : 0.0;
+    double give_up_s = 0;
+    if (beat > 0) {
+      const double full_s = static_cast<double>(passes) * tokens_per_pass * kScreenMargin / beat;
+      give_up_s = std::max(target_s, full_s);
+      // The second run: past ScreenedPastS it is screened by its prediction if it ends short of
+      // the target, and by its clock if it ends past it (the target is then past full_s).
+      if (last_passes == 1 && full_s <= target_s) {
+        const double screened_s = ScreenedPastS(last_passes, last_s, passes, tokens_per_pass,
+                                                target_s, beat / kScreenMargin);
+        if (screened_s < target_s) give_up_s = screened_s * (1 + 1e-9);
+      }
+    }
     FATHOM_ASSIGN_OR_RETURN(out.run,
                             Simulate(plan, o, catalog, 0, samples, false, false, give_up_s));
     if (out.run.gave_up) {
@@ -758,11 +788,11 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
     FATHOM_ASSIGN_OR_RETURN(OfflineOutcome run, OfflineRun(share.one, o, catalog, share.instances,
                                                            beat / share.instances));
     scale = share.instances;
-    c.predicted_tokens_per_s = scale * run.predicted_tokens_per_s;
     if (run.screened) {
       c.screened = true;
       return c;
     }
+    c.predicted_tokens_per_s = scale * run.predicted_tokens_per_s;
     best = Outcome(run.run);
   } else {
     // Valid probes run to the end and cost the most.
@@ -1074,8 +1104,8 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
 namespace {
 
 // The Offline screen (kScreenMargin): a candidate whose predicted or full-length tokens/s cannot
-// beat `best` (its run, had it known that best, would have stopped) keeps its bound and
-// prediction and loses its figures.
+// beat `best` (its run, had it known that best, would have stopped) keeps its bound and loses its
+// figures, its prediction too (a run stopped against that best may not have got one).
 void Screen(double best, CandidateResult* r) {
   if (r->screened || !(ScreenedOut(r->predicted_tokens_per_s, best) ||
                        (r->valid && ScreenedOut(r->throughput_tokens_per_s, best))))
@@ -1083,7 +1113,6 @@ void Screen(double best, CandidateResult* r) {
   CandidateResult screened;
   screened.config = r->config;
   screened.bound = r->bound;
-  screened.predicted_tokens_per_s = r->predicted_tokens_per_s;
   screened.screened = true;
   *r = std::move(screened);
 }

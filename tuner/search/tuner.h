@@ -398,6 +398,20 @@ Result<CapacityPlan> PlanCapacity(const TuneOptions& options, double target_qps,
 // the best stops on its clock.
 inline constexpr double kScreenMargin = 1.15;
 
+// The screen's arithmetic. The full-length run's tokens/s as two shorter runs of the length search
+// predict it: durations linear in the passes (the ramp and drain once, then a steady time per
+// pass), the full run the first whole pass count whose line reaches `target_s`; 0 where the line
+// does not rise.
+double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s2,
+                           double tokens_per_pass, double target_s);
+// The simulated time past which the second of those runs (`passes2`, after `passes1` that lasted
+// `s1`) predicts less than `floor` however long it lasts short of `target_s`, so that a run still
+// going there is screened as surely as had it run to its end; `target_s` where no such time comes
+// before it. The prediction falls as the run lengthens but for a jump up where the line's pass
+// count drops by one, so the time is not simply where it crosses the floor.
+double ScreenedPastS(int64_t passes1, double s1, int64_t passes2, double tokens_per_pass,
+                     double target_s, double floor);
+
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
 // with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)
 // when the candidate breaks the limits, since it cannot then beat `beat`. Offline: with `beat` >

@@ -549,7 +549,7 @@ TEST_CASE(
     CHECK(screened->PrunedByRun());
     CHECK_FALSE(screened->valid);
     CHECK(screened->run_samples == 0);
-    CHECK(screened->predicted_tokens_per_s == full->predicted_tokens_per_s);
+    CHECK(screened->predicted_tokens_per_s == 0);  // its second run stopped on its clock
     CHECK(screened->bound == full->bound);
     // Just within reach, of the prediction and of the full run's own tokens/s (the clock's
     // screen, next test): the whole run, as without a best.
@@ -557,6 +557,45 @@ TEST_CASE(
     auto within = Evaluate(d, o, Catalog(), std::min(reach, clock_reach) * 0.999);
     REQUIRE(within.ok());
     CHECK(*within == *full);
+  }
+}
+
+TEST_CASE(
+    "ScreenedPastS: past it the second run's prediction stays below the floor, and just before it "
+    "does not",
+    "[tuner]") {
+  // DeepSeek-R1-like runs (one pass ~600-900 s, a 4,520 s target) and short ones whose line's pass
+  // count jumps often; floors from far below to far above what the runs predict.
+  struct Runs {
+    int64_t passes2;
+    double s1, tokens_per_pass, target_s;
+  };
+  for (const Runs& r : {Runs{7, 729, 16.4e6, 4520}, Runs{5, 983, 16.4e6, 4520},
+                        Runs{2, 300, 1e5, 700}, Runs{12, 120, 3e5, 2000}}) {
+    // Predictions over every duration of the second run between the first's and the target.
+    std::vector<std::pair<double, double>> line;
+    const double step = (r.target_s - r.s1) / 200000;
+    for (double s2 = r.s1 + step; s2 < r.target_s; s2 += step) {
+      line.emplace_back(s2,
+                        PredictedTokensPerS(1, r.s1, r.passes2, s2, r.tokens_per_pass, r.target_s));
+    }
+    const double highest = line.front().second, lowest = line.back().second;
+    for (const double f : {0.5, 0.9, 0.99, 1.0, 1.01, 1.1, 2.0, 10.0}) {
+      for (const double floor : {lowest * f, highest * f}) {
+        INFO("passes2 " << r.passes2 << ", floor " << floor);
+        const double past = ScreenedPastS(1, r.s1, r.passes2, r.tokens_per_pass, r.target_s, floor);
+        CHECK(past > r.s1);
+        CHECK(past <= r.target_s);
+        double last_above = r.s1;  // the longest run still predicting the floor or more
+        for (const auto& [s2, predicted] : line) {
+          if (predicted >= floor) last_above = s2;
+        }
+        CHECK(last_above <= past * (1 + 1e-9));
+        // Exact, not merely safe: within a grid step of the last duration at or above the floor,
+        // or the target where it reaches that far.
+        CHECK(past <= std::max(last_above + step, line.front().first));
+      }
+    }
   }
 }
 
