@@ -325,6 +325,15 @@ expect 0 "no held-out result is on this GPU's family: as wide as the widest fami
   --model llama3.1-8b --hardware l40s --tp 1 --scenario server --qps 1 --samples 200
 expect 0 '"gpu_family_unseen": true' -- simulate --model llama3.1-8b --hardware l40s --tp 1 \
   --scenario server --qps 1 --samples 200 --json
+# A run that falls behind its arrivals gets no latency interval (its p99s grow with its length).
+if "$fathom" simulate --model llama3.1-8b --hardware l40s --tp 1 --scenario server --qps 200 \
+  --samples 30000 --json | jq -e '.overloaded and .error_bars.latencies_overloaded and
+     (.error_bars | has("ttft_p99_ms") or has("tpot_p99_ms") | not)' >/dev/null; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: simulate --json: an overloaded run's p99s get no interval"
+  failed=$((failed + 1))
+fi
 # How often the intervals held on the held-out rows: near their 80% level overall.
 if "$fathom" intervals --json | jq -e '.coverage[] | select(.family == "all") |
      .coverage >= 0.7 and .coverage <= 0.9 and .figures > 200' >/dev/null; then

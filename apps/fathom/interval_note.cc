@@ -45,10 +45,16 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
         add("tokens_per_s", *in, low, high, "tokens/s", 0);
       }
     }
-    if (auto in = interval(tuner::kTtftP99, answer.ttft_p99_ms))
-      add("ttft_p99_ms", *in, in->low, in->high, "ms p99 TTFT", 0);
-    if (auto in = interval(tuner::kTpotP99, answer.tpot_p99_ms))
-      add("tpot_p99_ms", *in, in->low, in->high, "ms p99 TPOT", 1);
+    if (!answer.overloaded) {
+      if (auto in = interval(tuner::kTtftP99, answer.ttft_p99_ms))
+        add("ttft_p99_ms", *in, in->low, in->high, "ms p99 TTFT", 0);
+      if (auto in = interval(tuner::kTpotP99, answer.tpot_p99_ms))
+        add("tpot_p99_ms", *in, in->low, in->high, "ms p99 TPOT", 1);
+    }
+  }
+  if (answer.overloaded) {
+    note.text = "Error bars: none for the p99 latencies of a run that falls behind its arrivals\n";
+    note.json["latencies_overloaded"] = true;
   }
   if (lines.empty()) return note;
   note.text = StrFormat(

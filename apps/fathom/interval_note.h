@@ -27,6 +27,9 @@ struct Answer {
   bool capacity = false;
   double tokens_per_s = 0, qps = 0, ttft_p99_ms = 0, tpot_p99_ms = 0;
   bool own_trace = false;  // a workload of the user's, not an MLPerf data set
+  // The run fell behind its arrivals: its p99s grow with its length, so they get no interval
+  // (tuner::ResidualsOf leaves such runs' latencies out of the held-out rows too).
+  bool overloaded = false;
 };
 
 Result<IntervalNote> DescribeIntervals(const std::string& stack,

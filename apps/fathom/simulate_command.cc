@@ -347,8 +347,14 @@ Status Run(SimulateFlags f) {
   if (server && !(sc.qps > 0))
     return Status::InvalidArgument("--qps = " + StrFormat("%g", sc.qps) + ": must be > 0 for the " +
                                    f.scenario + " scenario");
-  if (!server && sc.qps != 0)
-    return Status::InvalidArgument("--qps applies to the server and interactive scenarios only");
+  if (!server && sc.qps != 0) {
+    return Status::InvalidArgument(
+        "--qps applies to the server and interactive scenarios only" +
+        std::string(file.run && f.cmd != nullptr && f.cmd->count("--scenario") == 0
+                        ? " (--qps replaces the run " + f.deployment_file +
+                              " records, its scenario too: name --scenario as well)"
+                        : ""));
+  }
   if (sc.scenario == sim::Scenario::kClosedLoop && sc.clients < 1) {
     return Status::InvalidArgument("--clients = " + std::to_string(sc.clients) +
                                    ": must be >= 1 for closed-loop");
@@ -542,9 +548,9 @@ Status Run(SimulateFlags f) {
       DescribePublished(d, sc.scenario,
                         sc.scenario == sim::Scenario::kOffline ? res.throughput_tokens_per_s : 0,
                         time_model.calibration.params.stream_interval));
-  const Answer answer{sc.scenario,     false,           res.throughput_tokens_per_s,
-                      sc.qps,          res.ttft_p99_ms, res.tpot_p99_ms,
-                      !f.trace.empty()};
+  const Answer answer{sc.scenario,      false,           res.throughput_tokens_per_s,
+                      sc.qps,           res.ttft_p99_ms, res.tpot_p99_ms,
+                      !f.trace.empty(), res.overloaded};
   FATHOM_ASSIGN_OR_RETURN(IntervalNote intervals, DescribeIntervals(time_model.stack, d, answer));
   if (f.json) {
     OrderedJson j;

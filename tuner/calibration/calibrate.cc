@@ -371,6 +371,7 @@ Result<std::vector<RowPrediction>> Calibrator::PredictRows(
     p.ttft_p99_ms = FromExact(result.at("ttft_p99_ms"));
     p.tpot_p99_ms = FromExact(result.at("tpot_p99_ms"));
     p.front_busy_share = FromExact(result.at("front_busy_share"));
+    p.overloaded = result.at("overloaded").get<bool>();
     p.extrapolated =
         std::find(calibration.fitted_hardware.begin(), calibration.fitted_hardware.end(),
                   rows[r].accelerator) == calibration.fitted_hardware.end();
@@ -462,7 +463,8 @@ Result<Json> SimulateRow(const PublishedResult& row, const models::Calibration& 
               {"tokens_per_s", Exact(result->throughput_tokens_per_s)},
               {"ttft_p99_ms", Exact(result->ttft_p99_ms)},
               {"tpot_p99_ms", Exact(result->tpot_p99_ms)},
-              {"front_busy_share", Exact(result->front_busy_share)}};
+              {"front_busy_share", Exact(result->front_busy_share)},
+              {"overloaded", result->overloaded}};
 }
 
 // One Server/Interactive row's capacity under `calibration`: the highest QPS within its limits

@@ -73,6 +73,10 @@ struct RowPrediction {
   std::string deployment;  // layout summary
   int64_t requests = 0;    // samples issued in the simulated run
   double tokens_per_s = 0, ttft_p99_ms = 0, tpot_p99_ms = 0;
+  // The run at the published QPS fell behind its arrivals (sim::SimulationResult::overloaded): its
+  // p99s grow with the run's length and say how far short the capacity is, not what the latencies
+  // are.
+  bool overloaded = false;
   bool extrapolated = false;  // hardware not among the calibration's fitted hardware
   // Server and Interactive: the highest QPS whose p99s meet the benchmark's limits under the
   // submitter's configuration (0 when not computed, or for Offline), against the published QPS.

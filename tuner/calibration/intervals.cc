@@ -80,6 +80,8 @@ std::vector<Residual> ResidualsOf(const RowPrediction& p, const std::string& sta
   } else if (p.has_capacity) {
     add(kCapacityQps, p.row.target_qps, p.capacity_qps);
   }
+  // An overloaded run's p99s measure its length: its capacity residual says how far off it is.
+  if (p.overloaded) return out;
   add(kTtftP99, p.row.ttft_p99_ms, p.ttft_p99_ms);
   add(kTpotP99, p.row.tpot_p99_ms, p.tpot_p99_ms);
   return out;

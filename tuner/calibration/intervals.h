@@ -44,7 +44,10 @@ struct Residual {
 
 // One residual per figure of a calibrate row: Offline tokens/s; for Server and Interactive the
 // capacity (at the published run's use of its limits where its p99s are published, else at the
-// limits) against the published QPS, and the p99 TTFT and TPOT at the published QPS.
+// limits) against the published QPS, and the p99 TTFT and TPOT at the published QPS where the run
+// there kept up with its arrivals (RowPrediction::overloaded). So the latencies' intervals are
+// for runs that keep up: a question whose run does not gets none (its latencies grow with its
+// length), as the rows whose runs did not gave none.
 std::vector<Residual> ResidualsOf(const RowPrediction& p, const std::string& stack,
                                   const std::string& results, bool fitted);
 std::string ResidualsCsv(const std::vector<Residual>& rows);  // with its header

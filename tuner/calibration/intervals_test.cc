@@ -215,6 +215,30 @@ TEST_CASE("Intervals: the shipped held-out rows cover near their level, wider wh
   CHECK(seen->same_family);  // Blackwell rows enough
 }
 
+TEST_CASE("ResidualsOf: a run that fell behind its arrivals gives its capacity, not its p99s",
+          "[intervals]") {
+  RowPrediction p;
+  p.row.line = 7;
+  p.row.scenario = "Server";
+  p.row.accelerator = "gb200";
+  p.row.gpus = 72;
+  p.row.target_qps = 45;
+  p.row.ttft_p99_ms = 1158.9;
+  p.row.tpot_p99_ms = 37.1;
+  p.has_capacity = true;
+  p.capacity_qps = 16.6;
+  p.ttft_p99_ms = 3.1e6;  // an hour of queue: the run's length, not a latency
+  p.tpot_p99_ms = 40.2;
+  auto metrics = [&] {
+    std::vector<std::string> m;
+    for (const Residual& r : ResidualsOf(p, "trtllm-1.2", "r.csv", false)) m.push_back(r.metric);
+    return m;
+  };
+  CHECK(metrics() == std::vector<std::string>{kCapacityQps, kTtftP99, kTpotP99});
+  p.overloaded = true;
+  CHECK(metrics() == std::vector<std::string>{kCapacityQps});
+}
+
 TEST_CASE("Intervals: a broken residual table names the file, line and column", "[intervals]") {
   const std::string path =
       std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fathom_resid.csv";
