@@ -33,25 +33,24 @@ double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s
 
 // With n = passes2 + k whole passes (k = 1, 2, ...), the line's prediction holds for durations
 // from b_k = (target_s d + k s1) / (d + k), d = passes2 - passes1, up to b_(k-1) (b_0 = target_s),
-// falling over them from its value at b_k; it equals `floor` at y_k. From k = 1 (the piece ending
-// at the target) towards s1: the first piece that starts at or above the floor ends the screen at
-// min(y_k, b_(k-1)). The pieces near s1 predict without bound (n grows while the line's full
-// length stays near the target), so one does.
+// falling over them from its value at b_k, where the line's n passes last exactly target_s, so
+// n tokens_per_pass / target_s; it equals `floor` at y_k. That value rises with k: the first k
+// where it reaches the floor ends the screen at min(y_k, b_(k-1)); the pieces before it (nearer
+// the target) are below the floor throughout.
 double ScreenedPastS(int64_t passes1, double s1, int64_t passes2, double tokens_per_pass,
                      double target_s, double floor) {
+  if (!(tokens_per_pass > 0) || !(floor > 0)) return target_s;  // nothing predicted
   const double d = static_cast<double>(passes2 - passes1);
-  double right = target_s;  // b_(k-1)
-  for (int64_t k = 1;; ++k) {
-    const double kd = static_cast<double>(k);
-    const double left = (target_s * d + kd * s1) / (d + kd);  // b_k
-    const double n = static_cast<double>(passes2 + k);
-    const double per_pass = (left - s1) / d;
-    if (n * tokens_per_pass / (left + per_pass * kd) >= floor) {
-      const double y = (n * tokens_per_pass / floor + kd * s1 / d) / (1 + kd / d);
-      return std::min(y, right);
-    }
-    right = left;
-  }
+  auto reaches = [&](double k) {
+    return (static_cast<double>(passes2) + k) * tokens_per_pass / target_s >= floor;
+  };
+  double k = std::max(1.0, std::ceil(floor * target_s / tokens_per_pass) - passes2);
+  while (k > 1 && reaches(k - 1)) --k;  // the closed form's rounding, either way
+  while (!reaches(k)) ++k;
+  const double right = (target_s * d + (k - 1) * s1) / (d + k - 1);  // b_(k-1)
+  const double n = static_cast<double>(passes2) + k;
+  const double y = (n * tokens_per_pass / floor + k * s1 / d) / (1 + k / d);
+  return std::min(y, right);
 }
 
 namespace {

@@ -597,6 +597,8 @@ TEST_CASE(
       }
     }
   }
+  // A data set with no output tokens predicts nothing: no early stop, and no endless search.
+  CHECK(ScreenedPastS(1, 729, 7, 0, 4520, 1000) == 4520);
 }
 
 TEST_CASE(
