@@ -292,6 +292,9 @@ small_tune=(--engine trtllm --model llama2-70b --hardware h200 --gpus 2 --weight
             --no-disagg)
 "$fathom" tune "${small_tune[@]}" --json --scenario server --best-out "$tmp/best_server.json" >"$tmp/tune_server.json" 2>/dev/null
 "$fathom" simulate --deployment "$tmp/best_server.json" --json >"$tmp/sim_server.json" 2>/dev/null
+# --qps alone replaces the file's run, its scenario too: the error says to name --scenario.
+expect 2 "(--qps replaces the run $tmp/best_server.json records, its scenario too: name --scenario as well)" \
+  -- simulate --deployment "$tmp/best_server.json" --qps 3
 tuned=$(grep -m1 -o '"throughput_tokens_per_s": [0-9.]*' "$tmp/tune_server.json" | awk '{print $2}')
 simulated=$(grep -m1 -o '"sustained_tokens_per_s": [0-9.]*' "$tmp/sim_server.json" | awk '{print $2}')
 if [[ -n "$tuned" && "$tuned" == "$simulated" ]]; then passed=$((passed + 1)); else

@@ -45,27 +45,27 @@ Result<IntervalNote> DescribeIntervals(const std::string& stack,
         add("tokens_per_s", *in, low, high, "tokens/s", 0);
       }
     }
-    if (!answer.overloaded) {
+    if (answer.overloaded) {
+      note.text =
+          "Error bars: none for the p99 latencies of a run that falls behind its arrivals\n";
+      note.json["latencies_overloaded"] = true;
+    } else {
       if (auto in = interval(tuner::kTtftP99, answer.ttft_p99_ms))
         add("ttft_p99_ms", *in, in->low, in->high, "ms p99 TTFT", 0);
       if (auto in = interval(tuner::kTpotP99, answer.tpot_p99_ms))
         add("tpot_p99_ms", *in, in->low, in->high, "ms p99 TPOT", 1);
     }
   }
-  if (answer.overloaded) {
-    note.text = "Error bars: none for the p99 latencies of a run that falls behind its arrivals\n";
-    note.json["latencies_overloaded"] = true;
-  }
   if (lines.empty()) return note;
-  note.text = StrFormat(
-                  "Error bars, %.0f%%, from held-out published results like this question "
-                  "(%s):",
-                  100 * level, tuner::DescribeUnseen(unseen).c_str()) +
-              lines +
-              (unseen_family ? "\n  (no held-out result is on this GPU's family: as wide as the "
-                               "widest family's)"
-                             : "") +
-              "\n  (split conformal; `fathom intervals` shows how often such intervals held)\n";
+  note.text += StrFormat(
+                   "Error bars, %.0f%%, from held-out published results like this question "
+                   "(%s):",
+                   100 * level, tuner::DescribeUnseen(unseen).c_str()) +
+               lines +
+               (unseen_family ? "\n  (no held-out result is on this GPU's family: as wide as the "
+                                "widest family's)"
+                              : "") +
+               "\n  (split conformal; `fathom intervals` shows how often such intervals held)\n";
   if (answer.own_trace) {
     note.text +=
         "  (from MLPerf runs: on a workload of your own fathom may miss by more than they did)\n";

@@ -487,13 +487,14 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
   double last_s = 0;
   auto lasted = [&](int64_t samples) -> Result<std::optional<double>> {
     const int64_t passes = samples / dataset;
+    const bool second = last_passes == 1;  // the run after the first, one-pass one
     double give_up_s = 0;
     if (beat > 0) {
       const double full_s = static_cast<double>(passes) * tokens_per_pass * kScreenMargin / beat;
       give_up_s = std::max(target_s, full_s);
       // The second run: past ScreenedPastS it is screened by its prediction if it ends short of
       // the target, and by its clock if it ends past it (the target is then past full_s).
-      if (last_passes == 1 && full_s <= target_s) {
+      if (second && full_s <= target_s) {
         const double screened_s = ScreenedPastS(last_passes, last_s, passes, tokens_per_pass,
                                                 target_s, beat / kScreenMargin);
         if (screened_s < target_s) give_up_s = screened_s * (1 + 1e-9);
@@ -507,7 +508,7 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
     }
     if (!out.run.valid) return std::optional<double>();
     const double s = out.run.result.duration_s;
-    if (s < target_s && last_passes == 1) {  // the second run, short of the target: the screen
+    if (s < target_s && second) {  // the second run, short of the target: the screen
       out.predicted_tokens_per_s =
           PredictedTokensPerS(last_passes, last_s, passes, s, tokens_per_pass, target_s);
       if (ScreenedOut(out.predicted_tokens_per_s, beat)) {
