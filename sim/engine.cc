@@ -93,7 +93,7 @@ int64_t Engine::PrefixHits(int rank, const std::vector<uint64_t>& prefix) const 
 }
 
 LimitSlack Engine::Slack() const {
-  LimitSlack s{peak_running_, INT64_MAX};
+  LimitSlack s{peak_running_, INT64_MAX, 0};
   for (const Rank& r : ranks_) s.kv_free_slack = std::min(s.kv_free_slack, r.kv->free_slack());
   return s;
 }

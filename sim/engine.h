@@ -70,15 +70,19 @@ struct EngineCounters {
 };
 
 // How near a run came to the limits a pool's max_batch sets, over its engines: the most sequences
-// one rank ran at once, and the least KvCacheManager::free_slack. A run of a pool whose max_batch
-// (and the KV cache and CUDA graphs it sizes) none of these reached stands for that pool at
-// another max_batch that they also stay clear of (tuner/search shares probes so).
+// one rank ran at once, the least KvCacheManager::free_slack, and the most requests the client
+// kept in flight on one instance (EngineConfig::max_concurrency, which the tuner sizes from
+// max_batch; the simulator fills it in). A run of a pool whose max_batch (and the KV cache, CUDA
+// graphs and client limit it sizes) none of these reached stands for that pool at another
+// max_batch that they also stay clear of (tuner/search shares probes so).
 struct LimitSlack {
   int64_t peak_running = 0;
   int64_t kv_free_slack = INT64_MAX;
+  int64_t peak_instance_in_flight = 0;
   void Add(const LimitSlack& o) {
     peak_running = std::max(peak_running, o.peak_running);
     kv_free_slack = std::min(kv_free_slack, o.kv_free_slack);
+    peak_instance_in_flight = std::max(peak_instance_in_flight, o.peak_instance_in_flight);
   }
 };
 

@@ -273,7 +273,7 @@ bool Simulator::TryDispatch(int64_t slot, const char* event) {
     engines = &open_engines_;
   }
   const auto [engine, rank] = Route(slot, *engines, spec_.router);
-  ++in_flight_[engine];
+  peak_instance_in_flight_ = std::max(peak_instance_in_flight_, ++in_flight_[engine]);
   slots_[slot].front = engine;
   engines_[engine]->Enqueue(rank, slot);
   if (event_log_) {
@@ -843,6 +843,7 @@ Result<SimulationResult> Simulator::Run() {
     lookups += engine->prefix_lookups();
     hits += engine->prefix_hits();
   }
+  res.slack.peak_instance_in_flight = peak_instance_in_flight_;
   // The front's load while requests arrive (the drain after the last one would dilute it): the
   // work handed to it by then over that time.
   const double last_issue_s = score_.last_issue_s();

@@ -279,8 +279,9 @@ class Simulator : public EngineListener {
   std::vector<double> front_busy_at_last_issue_;
   std::vector<int> last_stage_;     // per engine
   std::vector<int64_t> in_flight_;  // per main engine: requests sent to it, not yet seen complete
-  std::deque<int64_t> held_;        // slots the client holds back (every instance at its limit)
-  std::vector<int> open_engines_;   // TryDispatch's: main engines below max_concurrency
+  int64_t peak_instance_in_flight_ = 0;  // the most in_flight_ of any main engine (LimitSlack)
+  std::deque<int64_t> held_;       // slots the client holds back (every instance at its limit)
+  std::vector<int> open_engines_;  // TryDispatch's: main engines below max_concurrency
   std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
   int64_t next_arrival_key_ = 0;
   std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed

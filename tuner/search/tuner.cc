@@ -602,18 +602,29 @@ bool PoolRunsSame(const RunLimits::Pool& a, const sim::LimitSlack& s, const RunL
   if (a.decode_first ? 2 * s.peak_running > least : s.peak_running >= least) return false;
   if (s.kv_free_slack < std::max<int64_t>(0, a.kv_blocks_per_rank - b.kv_blocks_per_rank))
     return false;
+  // A client limit never reached held nothing back (a dispatch waits only at the limit).
+  if (a.max_concurrency != b.max_concurrency) {
+    auto limit = [](int64_t c) { return c > 0 ? c : std::numeric_limits<int64_t>::max(); };
+    if (s.peak_instance_in_flight >= std::min(limit(a.max_concurrency), limit(b.max_concurrency)))
+      return false;
+  }
   return GraphsAgree(a.graph_sizes, b.graph_sizes, s.peak_running);
 }
 
 RunLimits::Pool PoolLimits(const sim::PoolSpec& pool, const sim::EngineConfig& engine) {
-  return {engine.max_batch, pool.time->num_stages(),
-          engine.scheduler == sim::SchedulerKind::kDecodeFirst, pool.kv_blocks_per_rank,
-          sim::CudaGraphSizes(engine, *pool.time)};
+  return {engine.max_batch,
+          pool.time->num_stages(),
+          engine.scheduler == sim::SchedulerKind::kDecodeFirst,
+          pool.kv_blocks_per_rank,
+          sim::CudaGraphSizes(engine, *pool.time),
+          engine.max_concurrency};
 }
 
-// A candidate with its batch limits taken out: what its batch siblings share.
+// A candidate with its batch limits taken out: what its batch siblings share (the client limit
+// the tuner sizes from max_batch among them).
 std::string SiblingKey(sim::DeploymentConfig d) {
   d.engine.max_batch = 0;
+  d.engine.max_concurrency = 0;
   d.decode_max_batch = 0;
   return CandidateKey(d);
 }
@@ -706,7 +717,9 @@ OrderedJson ProbeMemo::ToJson() const {
     slack = slack_;
   }
   auto limit_slack = [](const sim::LimitSlack& s) {
-    return OrderedJson{{"peak_running", s.peak_running}, {"kv_free_slack", s.kv_free_slack}};
+    return OrderedJson{{"peak_running", s.peak_running},
+                       {"kv_free_slack", s.kv_free_slack},
+                       {"peak_instance_in_flight", s.peak_instance_in_flight}};
   };
   OrderedJson j = OrderedJson::object();
   for (const auto& [k, p] : Probes()) {
@@ -739,7 +752,9 @@ Status ProbeMemo::AddJson(const Json& j, const std::string& where) {
       const char* name = i == 0 ? "slack" : "decode_slack";
       const Json fields = value.value(name, Json::object());
       JsonFields f(fields, where + ": probe " + key + ": " + name);
-      slack[i] = {f.Int("peak_running", 0), f.Int("kv_free_slack", -1)};
+      // A store written before the client limit was recorded: unknown, so as if at any limit.
+      slack[i] = {f.Int("peak_running", 0), f.Int("kv_free_slack", -1),
+                  f.Int("peak_instance_in_flight", std::numeric_limits<int64_t>::max())};
       FATHOM_RETURN_IF_ERROR(f.status());
     }
     Share(k, p, slack[0], slack[1]);

@@ -126,7 +126,9 @@ struct ProbeOutcome {
 };
 
 // What a candidate's max_batch sets in each pool of its resolved deployment: the running limit,
-// the KV cache (its logits buffer takes memory) and the CUDA graphs captured.
+// the KV cache (its logits buffer takes memory), the CUDA graphs captured and the requests the
+// client keeps in flight on an instance (max_batch x the attention-DP ranks, as MLPerf's
+// TensorRT-LLM harness sets it).
 struct RunLimits {
   struct Pool {
     int64_t max_batch = 0;
@@ -134,6 +136,7 @@ struct RunLimits {
     bool decode_first = false;  // SchedulerKind::kDecodeFirst, which also reads max_batch
     int64_t kv_blocks_per_rank = 0;
     std::vector<int64_t> graph_sizes;
+    int64_t max_concurrency = 0;  // sim::EngineConfig's (0: none); the aggregated or prefill pool's
     bool operator==(const Pool&) const = default;
   };
   Pool pool;                   // the aggregated or prefill pool

@@ -432,6 +432,37 @@ TEST_CASE(
   const auto capped = RunProbe(with_batch(2), o, Catalog(), k);
   REQUIRE(capped.ok());
   CHECK_FALSE(*capped == *probe);
+
+  // The client's limit on requests in flight (the tuner sizes it from max_batch): one above the
+  // most the run had in flight on its instance holds nothing back, one below it does.
+  const int64_t peak = ran.ToJson()[std::to_string(k)]["slack"]["peak_instance_in_flight"];
+  REQUIRE(peak > 2);
+  auto with_client_limit = [&](int64_t limit) {
+    sim::DeploymentConfig d = with_batch(384);
+    d.engine.max_concurrency = limit;
+    return d;
+  };
+  ProbeMemo roomy, held;
+  roomy.JoinSiblings(siblings, limits(with_client_limit(peak + 1)));
+  held.JoinSiblings(siblings, limits(with_client_limit(peak - 1)));
+  const std::optional<ProbeOutcome> unheld = roomy.Find(k);
+  REQUIRE(unheld.has_value());
+  const auto roomy_own = RunProbe(with_client_limit(peak + 1), o, Catalog(), k);
+  REQUIRE(roomy_own.ok());
+  CHECK(*unheld == *roomy_own);
+  CHECK_FALSE(held.Find(k).has_value());
+  const auto held_own = RunProbe(with_client_limit(peak - 1), o, Catalog(), k);
+  REQUIRE(held_own.ok());
+  CHECK_FALSE(*held_own == *probe);
+  // A probe from a store that did not record it stands for no sibling with another client limit.
+  Json old = ran.ToJson();
+  old[std::to_string(k)]["slack"].erase("peak_instance_in_flight");
+  auto older = std::make_shared<BatchSiblings>();
+  ProbeMemo old_read, old_sibling;
+  old_read.JoinSiblings(older, limits(with_batch(256)));
+  old_sibling.JoinSiblings(older, limits(with_client_limit(peak + 1)));
+  REQUIRE(old_read.AddJson(Json::parse(old.dump()), "a store").ok());
+  CHECK_FALSE(old_sibling.Find(k).has_value());
 }
 
 TEST_CASE("Tune: batch siblings' shared probes answer as each candidate's own search would",
