@@ -104,6 +104,7 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
     : spec_(std::move(spec)),
       source_(std::move(source)),
       rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
+  if (source_) slots_.reserve(static_cast<size_t>(source_->AtOnce()));
   const bool disagg = spec_.decode_pool.has_value();
   AddEngines(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
              &main_engines_);

@@ -33,8 +33,9 @@ class Shuffled {
 
 class DatasetSource : public RequestSource {
  public:
-  DatasetSource(std::vector<traces::Request> dataset, int64_t count, double qps, uint64_t seed)
-      : samples_(std::move(dataset), seed), count_(count), qps_(qps) {}
+  DatasetSource(std::vector<traces::Request> dataset, int64_t count, double qps, uint64_t seed,
+                bool at_once = false)
+      : samples_(std::move(dataset), seed), count_(count), qps_(qps), at_once_(at_once) {}
   Result<bool> Next(traces::Request* r, SimTime* issue) override {
     if (issued_ >= count_ || samples_.empty()) return false;
     *r = samples_.Next();
@@ -44,11 +45,13 @@ class DatasetSource : public RequestSource {
     *issue = FromSeconds(clock_s_);
     return true;
   }
+  int64_t AtOnce() const override { return at_once_ && !samples_.empty() ? count_ : 0; }
 
  private:
   Shuffled samples_;
   int64_t count_;
   double qps_;
+  bool at_once_;
   int64_t issued_ = 0;
   double clock_s_ = 0;
 };
@@ -75,7 +78,7 @@ class TraceSource : public RequestSource {
 
 std::unique_ptr<RequestSource> OfflineSource(std::vector<traces::Request> dataset, int64_t count,
                                              uint64_t seed) {
-  return std::make_unique<DatasetSource>(std::move(dataset), count, 0.0, seed);
+  return std::make_unique<DatasetSource>(std::move(dataset), count, 0.0, seed, true);
 }
 
 std::unique_ptr<RequestSource> PoissonSource(std::vector<traces::Request> dataset, int64_t count,

@@ -17,6 +17,9 @@ class RequestSource {
   virtual ~RequestSource() = default;
   // The next request and its scheduled issue time (non-decreasing); false when none is left.
   virtual Result<bool> Next(traces::Request* request, SimTime* issue) = 0;
+  // How many requests it issues at once at t = 0 (Offline's one query), where known: the simulator
+  // makes room for them in one allocation.
+  virtual int64_t AtOnce() const { return 0; }
 };
 
 // Offline: `count` samples, all issued at t = 0. Server: `count` samples with Poisson gaps at
