@@ -288,12 +288,13 @@ Result<Inputs> Load(const CalibrateFlags& f) {
 // calibration), model and GPU, then by engine; returns the same as JSON.
 OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
                          const std::vector<std::string>& stack_of,
-                         const std::vector<Result<tuner::ServingPrediction>>& predicted, bool json,
-                         std::string* csv) {
+                         const std::vector<Result<tuner::ServingPrediction>>& predicted,
+                         const models::HardwareCatalog& catalog, bool json, std::string* csv) {
   struct Group {
     std::vector<tuner::ServingBenchmark> points;
     std::vector<tuner::ServingPrediction> predictions;
     int failed = 0;
+    double peak_share_max = 0;  // tuner::MeasuredPeakShare's most over the group's points
   };
   std::vector<std::array<std::string, 4>> order;
   std::map<std::array<std::string, 4>, Group> groups;
@@ -301,7 +302,7 @@ OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
   std::map<std::array<std::string, 4>, Group> by_engine;
   *csv =
       "source,engine,stack,hardware,model,layout,isl,osl,concurrency,ttft_ms,ttft_ms_sim,tpot_ms,"
-      "tpot_ms_sim,tokens_per_s_per_gpu,tokens_per_s_per_gpu_sim,error\n";
+      "tpot_ms_sim,tokens_per_s_per_gpu,tokens_per_s_per_gpu_sim,measured_peak_share,error\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const tuner::ServingBenchmark& b = points[i];
     const std::array<std::string, 4> key = {b.engine, stack_of[i], b.model, b.hardware},
@@ -309,6 +310,10 @@ OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
     if (!groups.count(key)) order.push_back(key);
     if (!by_engine.count(ekey)) engine_order.push_back(ekey);
     const double measured = tuner::ClosedLoopTokensPerSPerGpu(b, b.ttft_ms, b.tpot_ms);
+    const Result<double> share = tuner::MeasuredPeakShare(b, catalog);
+    const std::string share_text = share.ok() ? StrFormat("%.4f", *share) : "";
+    for (Group* g : {&groups[key], &by_engine[ekey]})
+      g->peak_share_max = std::max(g->peak_share_max, share.ok() ? *share : 0.0);
     const bool ok = predicted[i].ok();
     *csv +=
         StrFormat("%s,%s,%s,%s,%s,%s,%lld,%lld,%lld,%.4f,", b.source.c_str(), b.engine.c_str(),
@@ -318,7 +323,7 @@ OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
     if (!ok) {
       ++groups[key].failed;
       ++by_engine[ekey].failed;
-      *csv += StrFormat(",%.4f,,%.2f,,\"%s\"\n", b.tpot_ms, measured,
+      *csv += StrFormat(",%.4f,,%.2f,,%s,\"%s\"\n", b.tpot_ms, measured, share_text.c_str(),
                         predicted[i].status().message().c_str());
       continue;
     }
@@ -327,8 +332,8 @@ OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
       g->points.push_back(b);
       g->predictions.push_back(p);
     }
-    *csv += StrFormat("%.4f,%.4f,%.4f,%.2f,%.2f,\n", p.ttft_ms, b.tpot_ms, p.tpot_ms, measured,
-                      p.tokens_per_s_per_gpu);
+    *csv += StrFormat("%.4f,%.4f,%.4f,%.2f,%.2f,%s,\n", p.ttft_ms, b.tpot_ms, p.tpot_ms, measured,
+                      p.tokens_per_s_per_gpu, share_text.c_str());
   }
   auto summary = [](const std::array<std::string, 4>& k, const Group& g) {
     const tuner::ServingError e = tuner::SummarizeServing(g.points, g.predictions);
@@ -341,25 +346,29 @@ OrderedJson PrintServing(const std::vector<tuner::ServingBenchmark>& points,
                        {"ttft_median_abs_pct", e.ttft_median_abs_pct},
                        {"tpot_median_abs_pct", e.tpot_median_abs_pct},
                        {"tpot_median_pct", e.tpot_median_pct},
-                       {"tokens_per_s_per_gpu_median_abs_pct", e.tokens_median_abs_pct}};
+                       {"tokens_per_s_per_gpu_median_abs_pct", e.tokens_median_abs_pct},
+                       {"measured_peak_share_max", g.peak_share_max}};
   };
   auto print = [](const OrderedJson& j) {
-    std::printf("%-13s %-15s %-16s %-9s %6d %7.1f%% %7.1f%% %9.1f%% %+10.1f%%",
+    std::printf("%-13s %-15s %-16s %-9s %6d %7.1f%% %7.1f%% %9.1f%% %+10.1f%% %8.0f%%",
                 j["engine"].get<std::string>().c_str(), j["stack"].get<std::string>().c_str(),
                 j["model"].get<std::string>().c_str(), j["hardware"].get<std::string>().c_str(),
                 j["points"].get<int>(), j["ttft_median_abs_pct"].get<double>(),
                 j["tpot_median_abs_pct"].get<double>(),
                 j["tokens_per_s_per_gpu_median_abs_pct"].get<double>(),
-                j["tpot_median_pct"].get<double>());
+                j["tpot_median_pct"].get<double>(),
+                100 * j["measured_peak_share_max"].get<double>());
     if (j["not_simulated"].get<int>() > 0)
       std::printf("  (%d not simulated)", j["not_simulated"].get<int>());
     std::printf("\n");
   };
   OrderedJson out{{"groups", OrderedJson::array()}, {"engines", OrderedJson::array()}};
   if (!json) {
-    std::printf("median |error| of the means, by engine, predicting stack, model and GPU:\n");
-    std::printf("%-13s %-15s %-16s %-9s %6s %8s %8s %10s %11s\n", "engine", "stack", "model", "gpu",
-                "points", "TTFT", "TPOT", "tok/s/GPU", "TPOT signed");
+    std::printf(
+        "median |error| of the means, by engine, predicting stack, model and GPU (peak: the most "
+        "of its GPUs' dense peak a point's measured loop needs for its linear layers alone):\n");
+    std::printf("%-13s %-15s %-16s %-9s %6s %8s %8s %10s %11s %9s\n", "engine", "stack", "model",
+                "gpu", "points", "TTFT", "TPOT", "tok/s/GPU", "TPOT signed", "peak");
   }
   for (const auto& k : order) {
     out["groups"].push_back(summary(k, groups[k]));
@@ -500,7 +509,7 @@ Status RunBenchmarks(const CalibrateFlags& f) {
         predict_all([&](size_t) -> const models::Calibration& { return calibrations.at(name); });
   }
   std::string csv;
-  out.update(PrintServing(points, stack_of, predicted, f.json, &csv));
+  out.update(PrintServing(points, stack_of, predicted, catalog, f.json, &csv));
   if (!f.points_out.empty()) FATHOM_RETURN_IF_ERROR(WriteFileAtomic(f.points_out, csv));
   if (f.cross_validate) {
     auto fold_done = [](const std::string& kind, const std::string& held_out) {
@@ -531,7 +540,7 @@ Status RunBenchmarks(const CalibrateFlags& f) {
         }
       }
       std::string unused;
-      OrderedJson j = PrintServing(held, held_label, held_predicted, f.json, &unused);
+      OrderedJson j = PrintServing(held, held_label, held_predicted, catalog, f.json, &unused);
       j["folds"] = folds;
       std::vector<tuner::ServingPrediction> all_predicted;
       for (const auto& p : held_predicted) all_predicted.push_back(*p);

@@ -26,6 +26,24 @@ double ClosedLoopTokensPerSPerGpu(const ServingBenchmark& b, double ttft_ms, dou
   return static_cast<double>(b.concurrency * b.osl) / request_s / b.Gpus();
 }
 
+Result<double> MeasuredPeakShare(const ServingBenchmark& b,
+                                 const models::HardwareCatalog& catalog) {
+  const std::string at = "line " + std::to_string(b.line) + ": column ";
+  const Result<models::ModelArch> m = models::LoadModel(b.model);
+  if (!m.ok()) return m.status().WithContext(at + "model");
+  const Result<models::Hardware> hw = catalog.Find(b.hardware);
+  if (!hw.ok()) return hw.status().WithContext(at + "hardware");
+  FATHOM_ASSIGN_OR_RETURN(const models::DType weights,
+                          models::ParseDType(b.weights, at + "weights"));
+  const auto active = static_cast<double>(models::CountParams(*m).active);
+  const auto lm_head = static_cast<double>(m->LmHeadParams());
+  const double flops =
+      2.0 * (static_cast<double>(b.isl) * (active - lm_head) + static_cast<double>(b.osl) * active);
+  const double requests_per_s =
+      ClosedLoopTokensPerSPerGpu(b, b.ttft_ms, b.tpot_ms) * b.Gpus() / static_cast<double>(b.osl);
+  return requests_per_s * flops / (b.Gpus() * hw->PeakFlops(weights));
+}
+
 Result<std::vector<ServingBenchmark>> LoadServingBenchmarks(const std::string& path, Env* env) {
   auto opened = LineReader::Open(path, env);
   if (!opened.ok()) return Status::NotFound(path + ": cannot open serving-benchmark file");

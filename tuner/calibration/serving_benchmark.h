@@ -36,6 +36,15 @@ struct ServingBenchmark {
 // Output tokens a second of one GPU in a closed loop whose requests take ttft + (osl - 1) x tpot.
 double ClosedLoopTokensPerSPerGpu(const ServingBenchmark& b, double ttft_ms, double tpot_ms);
 
+// The share of its GPUs' dense peak (in its weights' format) that a point's measured loop needs
+// for the matrix products of its linear layers alone: every prompt and generated token through
+// the parameters a token multiplies (models::ParamCounts::active; the LM head for the generated
+// ones only). Attention, the other kernels and the host come on top, so a share near or past the
+// fraction of peak large GEMMs reach is more than the GPUs can have done as labelled (prompts
+// served from a prefix cache the point does not state, say). Errors name the point's line and
+// column (an unknown model, GPU or format).
+Result<double> MeasuredPeakShare(const ServingBenchmark& b, const models::HardwareCatalog& catalog);
+
 // Reads a serving-benchmark CSV (columns as in serving_benchmarks_aic.csv); errors name the file,
 // line, column and rule.
 Result<std::vector<ServingBenchmark>> LoadServingBenchmarks(const std::string& path,

@@ -111,6 +111,33 @@ TEST_CASE("ClosedLoopTokensPerSPerGpu: each client's request takes TTFT plus a T
   CHECK(ClosedLoopTokensPerSPerGpu(b, 100, 10) == Approx(16.0 * 101 / 1.1 / 2));
 }
 
+TEST_CASE("MeasuredPeakShare: a loop's linear-layer FLOPs over its GPUs' dense peak", "[tuner]") {
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  REQUIRE(catalog.ok());
+  // vLLM's Llama 3.1 8B point at 2,000 x 100 tokens, 64 clients, on one H200 in FP8: TTFT 121.73
+  // ms, TPOT 9.74 ms, so 64 / (0.12173 + 99 x 0.00974) = 58.93 requests a second. A token
+  // multiplies 32 x 218.1M layer parameters (q and o 4096 x 4096, k and v 4096 x 1024, the MLP 3 x
+  // 4096 x 14336), and a generated one also the 128,256 x 4096 LM head: 2 x (2000 x 6.979G + 100 x
+  // 7.504G) = 29.42 TFLOP a request, 1.734 PFLOP/s of the H200's 1,979 dense FP8.
+  ServingBenchmark b = Point(2000, 100, 64);
+  b.ttft_ms = 121.73;
+  b.tpot_ms = 9.74;
+  const Result<double> share = MeasuredPeakShare(b, *catalog);
+  REQUIRE(share.ok());
+  CHECK(*share == Approx(0.876).epsilon(0.005));
+  // The same loop on two GPUs needs half of their peak; in BF16, twice as much of one's.
+  b.tp = 2;
+  CHECK(*MeasuredPeakShare(b, *catalog) == Approx(*share / 2));
+  b.tp = 1;
+  b.weights = "bf16";
+  CHECK(*MeasuredPeakShare(b, *catalog) == Approx(*share * 1979.0 / 989.0).epsilon(0.01));
+  b.model = "no-such-model";
+  b.line = 7;
+  const Result<double> unknown = MeasuredPeakShare(b, *catalog);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().message().find("line 7: column model") != std::string::npos);
+}
+
 TEST_CASE(
     "PredictServingBenchmark: the measured rounds after the warmup, and a busier loop waits "
     "longer for each token",
