@@ -1262,6 +1262,23 @@ Status SearchRun::Finish(const Task& task, CandidateResult result) {
   return Advance();
 }
 
+// A new best: the results back from searches further on in order that it would have started
+// elsewhere go back to be searched again now, in parallel, where each would otherwise wait for its
+// turn to be found stale (Advance) and be searched again alone.
+void SearchRun::Requeue() {
+  for (size_t i = taken_ + 1; i < items_.size(); ++i) {
+    Item& item = items_[i];
+    if (item.state != Item::State::kBack || item.stored || Pruned(item) ||
+        FirstProbe(item.beat, item.bound) == FirstProbe(best_, item.bound))
+      continue;
+    item.state = Item::State::kWaiting;
+    item.result.reset();
+    ++wasted_;
+    ++requeued_;
+    scan_ = std::min(scan_, i);
+  }
+}
+
 Status SearchRun::Advance() {
   const TuneOptions& o = *options_;
   for (; taken_ < items_.size(); ++taken_) {
@@ -1293,7 +1310,10 @@ Status SearchRun::Advance() {
       // have gone on where a one-thread search would have stopped it.
       if (!server_ && o.prune) Screen(best_, &*item.result);
       const CandidateResult& r = *item.result;
-      if (r.valid) best_ = std::max(best_, r.Objective(server_));
+      if (r.valid && r.Objective(server_) > best_) {
+        best_ = r.Objective(server_);
+        if (server_ && o.prune) Requeue();
+      }
       if (r.PrunedByRun()) {
         ++pruned_;
         if (r.screened) ++screened_;

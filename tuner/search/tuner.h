@@ -324,6 +324,9 @@ class SearchRun {
   // candidate pruned before its turn.
   int64_t wasted() const { return wasted_; }
   int64_t probes_ahead() const { return probes_ahead_; }  // early probes handed out
+  // Results further on in order sent back to be searched again as soon as a new best made them
+  // stale, not at their turn (wasted() counts them too).
+  int64_t requeued() const { return requeued_; }
   TuneResult Outcome() const;
 
  private:
@@ -352,6 +355,7 @@ class SearchRun {
     bool long_shot = false;  // it supposes a first probe, the rate above the best, valid
   };
   std::optional<Ahead> ProbeAhead(const Item& item, double beat) const;
+  void Requeue();
 
   const TuneOptions* options_;
   const PreparedTune* prepared_;
@@ -366,7 +370,7 @@ class SearchRun {
   std::vector<std::shared_ptr<BatchSiblings>> sibling_groups_;  // server-type: one a sibling key
   std::set<std::pair<size_t, int64_t>> probing_;  // probe tasks out: (candidate, grid index)
   std::set<size_t> searching_;                    // items kSearching
-  int64_t probes_ahead_ = 0;
+  int64_t probes_ahead_ = 0, requeued_ = 0;
 };
 
 // The valid results, best first (ties in key order).

@@ -85,6 +85,7 @@ OrderedJson SweepSummary::ToJson() const {
   j["pruned"] = pruned;
   j["wasted"] = wasted;
   j["probes_ahead"] = probes_ahead;
+  j["requeued"] = requeued;
   j["workers"] = workers;
   j["mpi"] = mpi;
   j["wall_s"] = wall_s;
@@ -250,6 +251,7 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     summary.pruned += r.pruned;
     summary.wasted += run.run->wasted();
     summary.probes_ahead += run.run->probes_ahead();
+    summary.requeued += run.run->requeued();
     ++summary.run;
     if (options.progress) {
       CellProgress p;

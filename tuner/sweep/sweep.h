@@ -56,6 +56,7 @@ struct SweepSummary {
   int64_t simulated = 0, reused = 0, pruned = 0;  // candidates, over the cells run
   int64_t wasted = 0;        // results computed and not used (SearchRun::wasted)
   int64_t probes_ahead = 0;  // probes run ahead of a search under way (SearchRun::Task::probe)
+  int64_t requeued = 0;      // results searched again once a new best made them stale
   int workers = 0;           // threads or compute ranks
   bool mpi = false;
   double wall_s = 0;  // from the start (MPI's included) to the last cell stored
