@@ -1262,20 +1262,28 @@ Status SearchRun::Finish(const Task& task, CandidateResult result) {
   return Advance();
 }
 
-// A new best: the results back from searches further on in order that it would have started
-// elsewhere go back to be searched again now, in parallel, where each would otherwise wait for its
-// turn to be found stale (Advance) and be searched again alone.
+// Evaluate depends on the best it is given only through its first probe: a server-type result
+// whose first probe differs under the best taken now goes back to be searched again.
+bool SearchRun::SendBackIfStale(size_t i) {
+  Item& item = items_[i];
+  if (!server_ ||
+      FirstProbe(item.beat, item.bound) == FirstProbe(options_->prune ? best_ : 0, item.bound))
+    return false;
+  item.state = Item::State::kWaiting;
+  item.result.reset();
+  ++wasted_;
+  scan_ = std::min(scan_, i);
+  return true;
+}
+
+// A new best: the results back from searches further on in order go back at once if it made them
+// stale, to be searched again side by side, where each would otherwise wait for its turn to be
+// found stale (Advance) and be searched again alone.
 void SearchRun::Requeue() {
   for (size_t i = taken_ + 1; i < items_.size(); ++i) {
-    Item& item = items_[i];
-    if (item.state != Item::State::kBack || item.stored || Pruned(item) ||
-        FirstProbe(item.beat, item.bound) == FirstProbe(best_, item.bound))
-      continue;
-    item.state = Item::State::kWaiting;
-    item.result.reset();
-    ++wasted_;
-    ++requeued_;
-    scan_ = std::min(scan_, i);
+    const Item& item = items_[i];
+    if (item.state == Item::State::kBack && !item.stored && !Pruned(item) && SendBackIfStale(i))
+      ++requeued_;
   }
 }
 
@@ -1298,14 +1306,7 @@ Status SearchRun::Advance() {
       if (item.state == Item::State::kBack) ++wasted_;
       searching_.erase(taken_);
     } else if (item.state == Item::State::kBack) {
-      // Evaluate depends on the best it is given only through its first probe.
-      if (server_ &&
-          FirstProbe(item.beat, item.bound) != FirstProbe(o.prune ? best_ : 0, item.bound)) {
-        item.state = Item::State::kWaiting;
-        item.result.reset();
-        ++wasted_;
-        return Status::Ok();
-      }
+      if (SendBackIfStale(taken_)) return Status::Ok();
       // Offline, the screen by the best taken so far: a run against an older, lower best may
       // have gone on where a one-thread search would have stopped it.
       if (!server_ && o.prune) Screen(best_, &*item.result);

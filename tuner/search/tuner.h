@@ -355,6 +355,7 @@ class SearchRun {
     bool long_shot = false;  // it supposes a first probe, the rate above the best, valid
   };
   std::optional<Ahead> ProbeAhead(const Item& item, double beat) const;
+  bool SendBackIfStale(size_t i);
   void Requeue();
 
   const TuneOptions* options_;
