@@ -121,6 +121,9 @@ class Engine {
   void Finish(int64_t batch_id, SimTime now);
   // No batch in the pipeline: every sequence is between iterations.
   bool Idle() const { return in_flight_.empty(); }
+  // Adds the work left on the sequences this engine holds, and what its batches in flight
+  // compute of it.
+  void AddRemainingWork(RemainingWork* w) const;
   // Takes every sequence out of an idle engine, its KV freed and its progress (kv_len,
   // generated) kept: the running ones in admission order, then the waiting ones in their queue
   // order. For a configuration switch (Simulator::ScheduleSwitch).

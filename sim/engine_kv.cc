@@ -123,6 +123,29 @@ std::vector<int64_t> Engine::Evacuate() {
   return running;
 }
 
+void Engine::AddRemainingWork(RemainingWork* w) const {
+  for (const Rank& rank : ranks_) {
+    for (int64_t slot : rank.running) {
+      const Sequence& s = (*slots_)[slot];
+      w->Add(s, s.cohort >= 0 ? rank.cohorts[s.cohort].clock - s.cohort_mark : 0);
+    }
+    for (int64_t slot : rank.waiting) w->Add((*slots_)[slot], 0);
+  }
+  for (const Batch& b : in_flight_) {
+    for (size_t r = 0; r < b.ranks.size(); ++r) {
+      if (b.cohort[r] >= 0) w->in_flight_output += ranks_[r].cohorts[b.cohort[r]].size() * b.steps;
+      for (const Entry& e : b.ranks[r]) {
+        if (e.decode) {
+          w->in_flight_output += e.tokens * b.steps;
+        } else {
+          w->in_flight_prompt += e.tokens;
+          w->in_flight_output += e.samples ? 1 : 0;
+        }
+      }
+    }
+  }
+}
+
 std::vector<int64_t> Engine::TakeUnstarted() {
   std::vector<int64_t> taken;
   for (Rank& rank : ranks_) {

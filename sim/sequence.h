@@ -1,6 +1,7 @@
 // Per-request state while a request is inside the simulated cluster.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -48,5 +49,28 @@ struct alignas(64) Sequence {
   bool prefilling() const { return kv_len < prefill_target; }
 };
 static_assert(offsetof(Sequence, request_id) == 64, "a decode step's fields fill one cache line");
+
+// The work a run has left on the sequences it holds (Simulator::Remaining): prompt tokens to
+// compute (a preempted sequence's again), tokens to generate and the contexts they are generated
+// at, each sequence counted from where it stands; and what the batches in flight compute of it
+// (at most: every draft accepted).
+struct RemainingWork {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double context_tokens = 0;  // summed over the output tokens
+  int64_t in_flight_prompt = 0, in_flight_output = 0;
+
+  // Adds `s` as it stands `steps` decode steps past its own counters (a cohort member's).
+  void Add(const Sequence& s, int64_t steps) {
+    const int64_t kv = s.kv_len + steps;
+    const int64_t left = s.output - s.generated - steps;
+    ++requests;
+    prompt_tokens += std::max<int64_t>(0, s.prefill_target - kv);
+    if (left <= 0) return;
+    output_tokens += left;
+    const auto from = static_cast<double>(std::max(kv, s.prefill_target));
+    context_tokens += static_cast<double>(left) * (from + 0.5 * static_cast<double>(left - 1));
+  }
+};
 
 }  // namespace fathom::sim

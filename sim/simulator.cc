@@ -487,6 +487,13 @@ void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end,
   }
 }
 
+RemainingWork Simulator::Remaining() const {
+  RemainingWork w;
+  for (const auto& engine : engines_) engine->AddRemainingWork(&w);
+  for (int64_t slot : held_) w.Add(slots_[slot], 0);
+  return w;
+}
+
 Status Simulator::Advance(SimTime until) {
   if (!started_) {
     started_ = true;

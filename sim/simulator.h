@@ -210,6 +210,10 @@ class Simulator : public EngineListener {
   SimTime now() const { return queue_.now(); }
   int64_t issued() const { return score_.issued(); }
   int64_t in_system() const { return in_system_; }
+  // The work left on the requests in the system (not those in a KV transfer), as of the last
+  // event: with the batches in flight, what they compute of it.
+  RemainingWork Remaining() const;
+  const SimulationSpec& spec() const { return spec_; }
   // No event left: every issued request has finished (or can never be served).
   bool finished() const { return started_ && queue_.empty(); }
 

@@ -534,6 +534,44 @@ TEST_CASE("Simulator: preemption under KV pressure loses and duplicates no token
   }
 }
 
+TEST_CASE("Simulator::Remaining: the work left and the tokens generated add up to the query's",
+          "[sim]") {
+  // Under KV pressure (preemption, recompute) and with decode cohorts whose members' counters lag.
+  DeepSeek ds;
+  SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/60000);
+  auto data = MlperfSet();
+  data.resize(400);
+  int64_t input = 0, output = 0;
+  double context = 0;
+  for (const auto& d : data) {
+    input += d.input_tokens;
+    output += d.output_tokens;
+    context += d.output_tokens * (d.input_tokens + 0.5 * (d.output_tokens - 1));
+  }
+  Simulator sim(spec, OfflineSource(data, 400, 1));
+  REQUIRE(sim.Advance(SimTime(0)).ok());
+  const RemainingWork start = sim.Remaining();
+  CHECK(start.requests == 400);
+  CHECK(start.prompt_tokens == input);
+  CHECK(start.output_tokens == output);
+  CHECK(start.context_tokens == Approx(context).epsilon(1e-12));
+  int64_t checked = 0;
+  for (double t = 20; !sim.finished(); t += 20) {
+    REQUIRE(sim.Advance(FromSeconds(t)).ok());
+    const RemainingWork left = sim.Remaining();
+    CHECK(left.requests == sim.in_system());
+    CHECK(left.output_tokens + sim.Counters().generated_tokens == output);
+    CHECK(left.in_flight_output <= left.output_tokens);
+    CHECK(left.in_flight_prompt <= left.prompt_tokens);
+    ++checked;
+  }
+  CHECK(checked > 10);
+  CHECK(sim.Counters().preemptions > 0);
+  const RemainingWork end = sim.Remaining();
+  CHECK(end.requests == 0);
+  CHECK(end.output_tokens == 0);
+}
+
 TEST_CASE("Simulator: reserve admission never preempts", "[sim]") {
   DeepSeek ds;
   SimulationSpec spec = ds.Spec(Scenario::kOffline, 60000);

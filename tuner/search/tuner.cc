@@ -92,9 +92,9 @@ struct DecodeSide {
   const sim::PoolSpec& pool;
   const sim::EngineConfig& engine;
 };
-DecodeSide Decoding(const sim::ResolvedDeployment& r) {
-  if (r.spec.decode_pool) return {*r.spec.decode_pool, r.spec.decode_engine};
-  return {r.spec.pool, r.spec.engine};
+DecodeSide Decoding(const sim::SimulationSpec& spec) {
+  if (spec.decode_pool) return {*spec.decode_pool, spec.decode_engine};
+  return {spec.pool, spec.engine};
 }
 
 // `batch` decoding sequences per rank at the workload's mean decode context: tokens/s of the pool,
@@ -117,10 +117,10 @@ struct DecodeRate {
   double round_s = 0;
 };
 
-DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& w, int64_t batch,
+DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w, int64_t batch,
                          bool prefill_on_one_rank = false) {
-  const auto [pool, engine] = Decoding(r);
-  const bool prefills = !r.spec.decode_pool && !engine.prefix_caching;
+  const auto [pool, engine] = Decoding(spec);
+  const bool prefills = !spec.decode_pool && !engine.prefix_caching;
   const auto prompt = static_cast<int64_t>(w.input);
   const int stages = pool.time->num_stages();
   double round = std::numeric_limits<double>::infinity();
@@ -162,8 +162,8 @@ DecodeRate FullBatchRate(const sim::ResolvedDeployment& r, const WorkloadMeans& 
 
 // The largest batch per rank: max_batch on every pipeline stage, and what the KV cache holds at
 // `mean_context`.
-int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
-  const auto [pool, engine] = Decoding(r);
+int64_t BatchCap(const sim::SimulationSpec& spec, double mean_context) {
+  const auto [pool, engine] = Decoding(spec);
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
   return std::max<int64_t>(1, std::min<int64_t>(engine.MaxRunning(pool.time->num_stages()),
                                                 static_cast<int64_t>(kv_tokens / mean_context)));
@@ -174,8 +174,8 @@ int64_t BatchCap(const sim::ResolvedDeployment& r, double mean_context) {
 // the total is at least (tokens / full batch) steps of a full batch at the mean decode context with
 // an even share of the prefill (Jensen), with the batch limited by max_batch and by the KV cache
 // at that context, and split evenly over the pipeline's microbatches.
-double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
-  return FullBatchRate(r, w, BatchCap(r, w.decode_context)).tokens_per_s;
+double ThroughputBound(const sim::SimulationSpec& spec, const WorkloadMeans& w) {
+  return FullBatchRate(spec, w, BatchCap(spec, w.decode_context)).tokens_per_s;
 }
 
 // The rate the serving fronts can stream (sim::ResponsePath): each decode instance's front spends
@@ -184,7 +184,7 @@ double ThroughputBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w)
 // them. Above it the fronts' backlog, and every first token with it, grows without end. Infinite
 // where nothing is streamed or a response costs nothing.
 double FrontQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
-  const DecodeSide d = Decoding(r);
+  const DecodeSide d = Decoding(r.spec);
   const sim::ResponsePath front(d.pool.time->ResponseSeconds(), d.pool.StreamInterval(d.engine));
   if (!front.enabled() || !(w.output > 1)) return std::numeric_limits<double>::infinity();
   return static_cast<double>(d.pool.instances) * (1.0 + d.engine.mtp_depth) *
@@ -194,7 +194,7 @@ double FrontQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
 // Upper bound on the objective before the grid: Offline tokens/s; server-type, the lesser of the
 // rate whose output the GPUs can generate and the one the fronts can stream.
 double ObjectiveBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w, bool server) {
-  const double tokens_per_s = ThroughputBound(r, w);
+  const double tokens_per_s = ThroughputBound(r.spec, w);
   return server ? std::min(tokens_per_s / w.output, FrontQpsBound(r, w)) : tokens_per_s;
 }
 
@@ -203,13 +203,13 @@ double ObjectiveBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w, 
 // spread of contexts and prompts move the real figure either way.
 double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
                                 double tpot_limit_s) {
-  const auto [pool, engine] = Decoding(r);
+  const auto [pool, engine] = Decoding(r.spec);
   const double limit = tpot_limit_s * (1 + engine.mtp_depth);
   // Attention-DP ranks that do not balance prefill each take their prompts in steps of their own
   // and every rank waits for the one prefilling: a step carries all the ranks' prompts on one.
   const bool one = pool.ranks > 1 && !engine.adp_balance;
-  auto rate = [&](int64_t batch) { return FullBatchRate(r, w, batch, one); };
-  int64_t lo = 1, hi = BatchCap(r, w.decode_context);
+  auto rate = [&](int64_t batch) { return FullBatchRate(r.spec, w, batch, one); };
+  int64_t lo = 1, hi = BatchCap(r.spec, w.decode_context);
   if (const DecodeRate full = rate(hi); full.round_s <= limit) return full.tokens_per_s;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
@@ -320,7 +320,7 @@ struct Probe {
   sim::SimulationResult result;
   bool valid = false;
   std::string error;     // why no run could serve the requests
-  bool gave_up = false;  // still going at its give-up time: no result
+  bool gave_up = false;  // certain to be still going at its give-up time: no result
 };
 
 // What broke in an invalid probe (a probe stopped early counts the requests over each limit).
@@ -375,9 +375,43 @@ int64_t ProbeSamples(const TuneOptions& o, double qps) {
   return std::min(n, o.probe_max_samples);
 }
 
+}  // namespace
+
+double LeastSecondsLeft(const sim::Simulator& simulator) {
+  const sim::RemainingWork left = simulator.Remaining();
+  const int64_t output = left.output_tokens - left.in_flight_output;
+  if (output <= 0 || left.requests == 0) return 0;
+  const auto n = static_cast<double>(left.requests);
+  const WorkloadMeans w{
+      static_cast<double>(std::max<int64_t>(0, left.prompt_tokens - left.in_flight_prompt)) / n,
+      static_cast<double>(left.output_tokens) / n,
+      left.context_tokens / static_cast<double>(left.output_tokens)};
+  const double rate = ThroughputBound(simulator.spec(), w);
+  return rate > 0 ? static_cast<double>(output) / rate : 0;
+}
+
+namespace {
+
+// Whether a run lasts past `give_up_s`. It stops as soon as that is certain: its clock past it,
+// or, where the deployment it started with runs to the end (`bounded`), at each of a few
+// checkpoints on the way its clock plus the least time its work left can take (LeastSecondsLeft).
+// Advancing in steps changes nothing of the run.
+Result<bool> LastsPast(sim::Simulator& simulator, double give_up_s, bool bounded) {
+  constexpr int kCheckpoints = 16;
+  for (int k = 1; bounded && k < kCheckpoints; ++k) {
+    const double t = give_up_s * k / kCheckpoints;
+    FATHOM_RETURN_IF_ERROR(simulator.Advance(FromSeconds(t)));
+    if (!simulator.NextEventTime()) return false;
+    // No event before t is left, so nothing the work left needs starts before t.
+    if (t + LeastSecondsLeft(simulator) > give_up_s * (1 + 1e-9)) return true;
+  }
+  FATHOM_RETURN_IF_ERROR(simulator.Advance(FromSeconds(give_up_s)));
+  return simulator.NextEventTime().has_value();
+}
+
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
 // or an Offline run of `samples`, of a plan's start and switches. With `give_up_s` > 0, a run still
-// going at that simulated time stops there (Probe::gave_up).
+// going at that simulated time stops there, or sooner once it is sure to (Probe::gave_up).
 Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
                        const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
                        bool to_the_end = false, bool breakdown = false, double give_up_s = 0) {
@@ -412,11 +446,8 @@ Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
   FATHOM_RETURN_IF_ERROR(switches.ScheduleOn(&simulator));
   Probe p;
   if (give_up_s > 0) {
-    FATHOM_RETURN_IF_ERROR(simulator.Advance(FromSeconds(give_up_s)));
-    if (simulator.NextEventTime()) {
-      p.gave_up = true;
-      return p;
-    }
+    FATHOM_ASSIGN_OR_RETURN(p.gave_up, LastsPast(simulator, give_up_s, plan.steps.empty()));
+    if (p.gave_up) return p;
   }
   auto res = simulator.Run();
   if (!res.ok()) {  // could not serve every request: not valid

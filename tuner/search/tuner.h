@@ -21,6 +21,10 @@
 #include "traces/request.h"
 #include "tuner/search/search_space.h"
 
+namespace fathom::sim {
+class Simulator;
+}  // namespace fathom::sim
+
 namespace fathom::tuner {
 
 // Where a search stands, after each candidate.
@@ -419,6 +423,12 @@ double PredictedTokensPerS(int64_t passes1, double s1, int64_t passes2, double s
 // count drops by one, so the time is not simply where it crosses the floor.
 double ScreenedPastS(int64_t passes1, double s1, int64_t passes2, double tokens_per_pass,
                      double target_s, double floor);
+// The least simulated time the work an Offline run has left can take from its last event:
+// ThroughputBound's full batches over that work (its prompt tokens per generated token, the mean
+// context of its tokens to generate counted from where each sequence stands, so no more than
+// theirs), less what the batches in flight compute of it. A lower bound as ThroughputBound is an
+// upper one, so a run whose clock plus this passes its give-up time is stopped there, exactly.
+double LeastSecondsLeft(const sim::Simulator& simulator);
 
 // Evaluates one candidate (exposed for tests and for the calibration comparison). Server-type:
 // with `beat` > 0 the search first probes the grid rate above `beat` and stops there (below_qps)

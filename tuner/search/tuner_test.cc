@@ -636,6 +636,58 @@ TEST_CASE(
   CHECK(ScreenedPastS(1, 729, 7, 0, 4520, 1000) == 4520);
 }
 
+TEST_CASE("LeastSecondsLeft: never more than an Offline run has left, and most of it at first",
+          "[tuner]") {
+  const auto make_time = sim::CalibratedFactory(ShippedParams(), nullptr);
+  const models::HardwareCatalog catalog = Catalog();
+  // DeepSeek-R1 on 8xB200 (attention DP: decode cohorts, fast-forwarded steps) on its data set,
+  // whose long outputs end the run in a thin drain the bound cannot see, and on equal requests
+  // that keep its batches full, where the bound is nearly the run; Llama 2 70B over two H200s.
+  const traces::Benchmark* b = traces::FindBenchmark(traces::MlperfBenchmarks(), "deepseek-r1");
+  REQUIRE(b != nullptr);
+  std::vector<traces::Request> equal(20000);
+  for (size_t i = 0; i < equal.size(); ++i) {
+    equal[i] = {static_cast<int64_t>(i), std::nullopt, 1000, 1000, {}};
+  }
+  struct Case {
+    sim::DeploymentConfig d;
+    std::vector<traces::Request> data;
+    double least_share;  // of the whole run, at its start
+  };
+  const std::vector<Case> cases = {
+      {sim::DeploymentConfig{}, *traces::BenchmarkDataset(*b), 0.3},
+      {sim::DeploymentConfig{}, equal, 0.9},
+      {Llama2Tp2Instances(1), SmallOptions(sim::Scenario::kOffline).dataset, 0.5}};
+  for (const Case& c : cases) {
+    INFO(c.d.model);
+    auto start = [&](std::unique_ptr<sim::ResolvedDeployment>* keep) {
+      *keep = std::move(sim::Resolve(c.d, catalog, make_time)).value();
+      (*keep)->spec.scenario.scenario = sim::Scenario::kOffline;
+      (*keep)->spec.scenario.min_duration_s = 0;
+      const auto n = static_cast<int64_t>(c.data.size());
+      return std::make_unique<sim::Simulator>(std::move((*keep)->spec),
+                                              sim::OfflineSource(c.data, n, 1));
+    };
+    std::unique_ptr<sim::ResolvedDeployment> whole_keep, keep;
+    auto whole = start(&whole_keep);
+    REQUIRE(whole->Run().ok());
+    const double end_s = ToSeconds(whole->now());
+    auto run = start(&keep);
+    REQUIRE(run->Advance(SimTime(0)).ok());
+    const double at_start = LeastSecondsLeft(*run);
+    CHECK(at_start <= end_s);
+    CHECK(at_start > c.least_share * end_s);
+    for (int k = 1; k < 40; ++k) {
+      const double t = end_s * k / 40;
+      REQUIRE(run->Advance(FromSeconds(t)).ok());
+      INFO("at " << t << " s of " << end_s);
+      CHECK(t + LeastSecondsLeft(*run) <= end_s);
+    }
+    REQUIRE(run->Advance(FromSeconds(end_s)).ok());
+    CHECK(LeastSecondsLeft(*run) == 0);
+  }
+}
+
 TEST_CASE(
     "Evaluate: an Offline run that cannot come within kScreenMargin of the best stops on its clock",
     "[tuner]") {
