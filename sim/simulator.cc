@@ -248,8 +248,14 @@ void Simulator::Issue(const traces::Request& r) {
   waiting_at_last_issue_ = ++awaiting_first_token_;
   for (size_t i = 0; i < front_busy_at_last_issue_.size(); ++i)
     front_busy_at_last_issue_[i] = responses_[i].busy_s();
-  if (Watching())
-    deadlines_.push({now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
+  if (Watching()) {
+    const Deadline d{now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false};
+    if (ttft_deadlines_.empty() || ttft_deadlines_.back().at <= d.at) {
+      ttft_deadlines_.push_back(d);
+    } else {
+      deadlines_.push(d);
+    }
+  }
   if (!TryDispatch(slot, "arrival")) {
     held_.push_back(slot);
     if (event_log_) {
@@ -352,9 +358,19 @@ bool Simulator::Watching() const { return limits_ && spec_.scenario.stop_after_v
 // A request still waiting for its first token past the TTFT limit, or still generating past
 // first token + limit x (output - 1), breaks the limit whatever happens next: count it now.
 void Simulator::CountCertainViolations(SimTime now) {
-  while (!deadlines_.empty() && deadlines_.top().at < now) {
-    const Deadline d = deadlines_.top();
-    deadlines_.pop();
+  for (;;) {
+    Deadline d;
+    const bool heap_due = !deadlines_.empty() && deadlines_.top().at < now;
+    if (!ttft_deadlines_.empty() && ttft_deadlines_.front().at < now &&
+        (!heap_due || ttft_deadlines_.front().at <= deadlines_.top().at)) {
+      d = ttft_deadlines_.front();
+      ttft_deadlines_.pop_front();
+    } else if (heap_due) {
+      d = deadlines_.top();
+      deadlines_.pop();
+    } else {
+      break;
+    }
     Sequence& s = slots_[d.slot];
     if (s.issue_index != d.issue_index || s.generated >= s.output)
       continue;  // slot reused, or done
