@@ -1,6 +1,10 @@
 #include "models/operator_time_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/check.h"
 
 namespace fathom::models {
 
@@ -141,13 +145,54 @@ double OperatorTimeModel::Priced() const {
 
 double OperatorTimeModel::RankSeconds(const BatchShape& r, int stage) const {
   if (r.prefill_tokens > 0 || r.sampled_tokens != r.tokens) {
-    builder_.Build(r, MoeInput{0}, stage, &scratch_, OpScope::kWithoutExperts);
-    return Priced();
+    // Priced() over Build's list, its runs that depend on the token count alone taken from the
+    // cache: the same additions in the same order.
+    const double* cached = HeadAndBody(r.tokens, stage);
+    double t = cached[0];
+    builder_.BuildRun(OperatorBuilder::Run::kAttention, r, MoeInput{0}, stage, &scratch_);
+    for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
+    for (size_t i = 1; i <= body_ops_[stage]; ++i) t += cached[i];
+    builder_.BuildRun(OperatorBuilder::Run::kTail, r, MoeInput{0}, stage, &scratch_);
+    for (const auto& op : scratch_) t += OpSeconds(op) * static_cast<double>(op.count);
+    return t;
   }
   // Decode only: every operator but attention depends on the token count alone.
   const double others = Cached(decode_rank_seconds_, r.tokens, stage, false);
   builder_.BuildAttention(r, stage, &scratch_);
   return others + Priced();
+}
+
+const double* OperatorTimeModel::HeadAndBody(int64_t tokens, int stage) const {
+  if (head_and_body_.empty()) {
+    head_and_body_.resize(num_stages());
+    body_ops_.resize(num_stages());
+    for (int st = 0; st < num_stages(); ++st) {
+      BatchShape one;
+      one.tokens = 1;
+      builder_.BuildRun(OperatorBuilder::Run::kBody, one, MoeInput{0}, st, &scratch_,
+                        OpScope::kWithoutExperts);
+      body_ops_[st] = scratch_.size();
+    }
+  }
+  const size_t stride = body_ops_[stage] + 1;
+  std::vector<double>& by_tokens = head_and_body_[stage];
+  const size_t at = static_cast<size_t>(tokens) * stride;
+  if (at >= by_tokens.size())
+    by_tokens.resize(at + stride, std::numeric_limits<double>::quiet_NaN());
+  double* cached = &by_tokens[at];
+  if (!std::isnan(cached[0])) return cached;
+  BatchShape shape;
+  shape.tokens = tokens;
+  builder_.BuildRun(OperatorBuilder::Run::kHead, shape, MoeInput{0}, stage, &scratch_);
+  double head = 0.0;
+  for (const auto& op : scratch_) head += OpSeconds(op) * static_cast<double>(op.count);
+  builder_.BuildRun(OperatorBuilder::Run::kBody, shape, MoeInput{0}, stage, &scratch_,
+                    OpScope::kWithoutExperts);
+  FATHOM_CHECK(scratch_.size() == body_ops_[stage]);
+  for (size_t i = 0; i < scratch_.size(); ++i)
+    cached[i + 1] = OpSeconds(scratch_[i]) * static_cast<double>(scratch_[i].count);
+  cached[0] = head;
+  return cached;
 }
 
 double OperatorTimeModel::Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,

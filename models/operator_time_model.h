@@ -1,8 +1,9 @@
 // Execution-time models that price the operator list one operator at a time. The attention
 // ranks of an instance meet in every MoE layer, so the slowest rank sets the iteration's pace.
 // Prices are cached where the operators depend on one count alone: the routed experts on the
-// tokens reaching the MoE layers (the same on every rank), and a decode-only rank's operators
-// other than attention on its token count. OpSeconds must therefore be a pure function.
+// tokens reaching the MoE layers (the same on every rank), a decode-only rank's operators other
+// than attention on its token count, and a prefilling rank's head and body runs
+// (OperatorBuilder::Run) on its token count. OpSeconds must therefore be a pure function.
 #pragma once
 
 #include <span>
@@ -57,12 +58,18 @@ class OperatorTimeModel : public ExecutionTimeModel {
   double RankSeconds(const BatchShape& rank, int stage) const;
   double Cached(std::vector<std::vector<double>>& cache, int64_t count, int stage,
                 bool experts) const;
+  // A prefilling rank of `tokens` tokens on `stage`: its head run's seconds summed in Build's
+  // order, then each body operator's seconds (so that the rank's sum is Priced()'s, to the bit).
+  const double* HeadAndBody(int64_t tokens, int stage) const;
 
   OperatorBuilder builder_;
   mutable std::vector<Operator> scratch_;
   // By stage, then count: seconds of the routed experts, and of a decode-only rank's operators
   // other than attention (negative: not yet priced).
   mutable std::vector<std::vector<double>> expert_seconds_, decode_rank_seconds_;
+  // By stage: HeadAndBody's values, body_ops_[stage] + 1 a token count (NaN: not yet priced).
+  mutable std::vector<std::vector<double>> head_and_body_;
+  mutable std::vector<size_t> body_ops_;
   bool monotone_ = true;
 };
 

@@ -125,13 +125,11 @@ OperatorBuilder::OperatorBuilder(const ModelArch& m, const ParallelLayout& layou
   }
 }
 
-void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t sliding,
-                                   std::vector<Operator>* out) const {
-  const int a = layout_.attn_tp();
+void OperatorBuilder::AddAttentionIn(const BatchShape& b, int64_t layers,
+                                     std::vector<Operator>* out) const {
   const DType dt = precision_.dense_weights;
   const int64_t T = b.tokens;
-  const int64_t heads = m_.heads / a;
-
+  const int64_t heads = m_.heads / layout_.attn_tp();
   out->push_back(Elementwise("attn.norm", layers, 2.0 * T * m_.hidden * kAct, 4.0 * T * m_.hidden));
   if (m_.attention == AttentionKind::kMla) {
     const int64_t qk = m_.qk_nope_dim + m_.qk_rope_dim;
@@ -143,31 +141,48 @@ void OperatorBuilder::AddAttention(const BatchShape& b, int64_t layers, int64_t 
       out->push_back(Gemm("attn.q_proj", layers, T, heads * qk, m_.hidden, dt));
     }
     out->push_back(Gemm("attn.kv_a_proj", layers, T, latent, m_.hidden, dt));
-    if (b.prefill_tokens > 0) {
-      // Prefill expands the latent of new and cached tokens into per-head keys and values.
-      const int64_t rows = b.prefill_tokens + static_cast<int64_t>(b.prefill_cached);
-      out->push_back(Gemm("attn.kv_b_proj", layers, rows, heads * (m_.qk_nope_dim + m_.v_head_dim),
-                          m_.kv_lora_rank, dt));
-    }
-    if (b.decode_tokens > 0) {
-      // Decode absorbs W_UK into the query and W_UV into the output (weight absorption), so
-      // attention runs over the compressed latent cache.
-      out->push_back(Gemm("attn.absorb_uk", layers, b.decode_tokens, heads * m_.kv_lora_rank,
-                          m_.qk_nope_dim, dt));
-    }
-    AddAttentionKernels(b, layers, sliding, out);
-    if (b.decode_tokens > 0) {
-      out->push_back(Gemm("attn.absorb_uv", layers, b.decode_tokens, heads * m_.v_head_dim,
-                          m_.kv_lora_rank, dt));
-    }
-    out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * m_.v_head_dim, dt));
   } else {
-    const int64_t kvh = std::max<int64_t>(1, m_.kv_heads / a);
-    const int64_t hd = m_.head_dim;
-    out->push_back(Gemm("attn.qkv_proj", layers, T, (heads + 2 * kvh) * hd, m_.hidden, dt));
-    AddAttentionKernels(b, layers, sliding, out);
-    out->push_back(Gemm("attn.o_proj", layers, T, m_.hidden, heads * hd, dt));
+    const int64_t kvh = std::max<int64_t>(1, m_.kv_heads / layout_.attn_tp());
+    out->push_back(
+        Gemm("attn.qkv_proj", layers, T, (heads + 2 * kvh) * m_.head_dim, m_.hidden, dt));
   }
+}
+
+void OperatorBuilder::AddAttentionCore(const BatchShape& b, int64_t layers, int64_t sliding,
+                                       std::vector<Operator>* out) const {
+  if (m_.attention != AttentionKind::kMla) {
+    AddAttentionKernels(b, layers, sliding, out);
+    return;
+  }
+  const DType dt = precision_.dense_weights;
+  const int64_t heads = m_.heads / layout_.attn_tp();
+  if (b.prefill_tokens > 0) {
+    // Prefill expands the latent of new and cached tokens into per-head keys and values.
+    const int64_t rows = b.prefill_tokens + static_cast<int64_t>(b.prefill_cached);
+    out->push_back(Gemm("attn.kv_b_proj", layers, rows, heads * (m_.qk_nope_dim + m_.v_head_dim),
+                        m_.kv_lora_rank, dt));
+  }
+  if (b.decode_tokens > 0) {
+    // Decode absorbs W_UK into the query and W_UV into the output (weight absorption), so
+    // attention runs over the compressed latent cache.
+    out->push_back(Gemm("attn.absorb_uk", layers, b.decode_tokens, heads * m_.kv_lora_rank,
+                        m_.qk_nope_dim, dt));
+  }
+  AddAttentionKernels(b, layers, sliding, out);
+  if (b.decode_tokens > 0) {
+    out->push_back(Gemm("attn.absorb_uv", layers, b.decode_tokens, heads * m_.v_head_dim,
+                        m_.kv_lora_rank, dt));
+  }
+}
+
+void OperatorBuilder::AddAttentionOut(const BatchShape& b, int64_t layers,
+                                      std::vector<Operator>* out) const {
+  const int a = layout_.attn_tp();
+  const int64_t T = b.tokens;
+  const int64_t heads = m_.heads / a;
+  const int64_t v_dim = m_.attention == AttentionKind::kMla ? m_.v_head_dim : m_.head_dim;
+  out->push_back(
+      Gemm("attn.o_proj", layers, T, m_.hidden, heads * v_dim, precision_.dense_weights));
   if (a > 1) AddRowParallelAllReduce("attn.all_reduce", layers, T * m_.hidden * kAct, out);
 }
 
@@ -307,32 +322,56 @@ void OperatorBuilder::AddExperts(int64_t group_tokens, int64_t moe_layers,
 void OperatorBuilder::Build(const BatchShape& b, MoeInput moe, int stage,
                             std::vector<Operator>* out, OpScope scope) const {
   out->clear();
+  if (scope == OpScope::kAll && b.tokens == 0 && moe.group_tokens == 0) return;
+  for (const Run run : {Run::kHead, Run::kAttention, Run::kBody, Run::kTail})
+    AddRun(run, b, moe, stage, out, scope);
+}
+
+void OperatorBuilder::BuildRun(Run run, const BatchShape& b, MoeInput moe, int stage,
+                               std::vector<Operator>* out, OpScope scope) const {
+  out->clear();
+  AddRun(run, b, moe, stage, out, scope);
+}
+
+void OperatorBuilder::AddRun(Run run, const BatchShape& b, MoeInput moe, int stage,
+                             std::vector<Operator>* out, OpScope scope) const {
   const StageInfo& s = stages_[stage];
   const int a = layout_.attn_tp();
   const int64_t T = b.tokens;
   const int64_t h = m_.hidden;
-  const bool experts = scope == OpScope::kAll;
-  if (experts && T == 0 && moe.group_tokens == 0) return;
-  if (stage == 0) {
-    out->push_back(Elementwise("embedding", 1, 2.0 * T * h * kAct, 0.0));
-    if (a > 1)
-      out->push_back(Comm("embedding.all_reduce", 1, CommKind::kAllReduce, T * h * kAct, a, a));
-  }
-  AddAttention(b, s.layers, s.sliding, out);
-  AddMlp(b, moe, s.layers - s.moe, s.moe, experts, out);
-  if (stage == layout_.pp - 1) {
-    out->push_back(Elementwise("final_norm", 1, 2.0 * b.sampled_tokens * h * kAct,
-                               4.0 * b.sampled_tokens * h));
-    if (b.sampled_tokens > 0) {
-      out->push_back(
-          Gemm("lm_head", 1, b.sampled_tokens, m_.vocab / a, h, Precision::kHighPrecision));
-      if (a > 1) {
-        out->push_back(Comm("lm_head.all_gather", 1, CommKind::kAllGather,
-                            b.sampled_tokens * static_cast<double>(m_.vocab) / a * 4.0, a, a));
+  const bool last = stage == layout_.pp - 1;
+  switch (run) {
+    case Run::kHead:
+      if (stage == 0) {
+        out->push_back(Elementwise("embedding", 1, 2.0 * T * h * kAct, 0.0));
+        if (a > 1)
+          out->push_back(Comm("embedding.all_reduce", 1, CommKind::kAllReduce, T * h * kAct, a, a));
       }
-    }
-  } else {
-    out->push_back(Comm("pp.send", 1, CommKind::kSendRecv, T * h * kAct, 2, 2 * layout_.tp));
+      AddAttentionIn(b, s.layers, out);
+      break;
+    case Run::kAttention:
+      AddAttentionCore(b, s.layers, s.sliding, out);
+      break;
+    case Run::kBody:
+      AddAttentionOut(b, s.layers, out);
+      AddMlp(b, moe, s.layers - s.moe, s.moe, scope == OpScope::kAll, out);
+      if (!last) {
+        out->push_back(Comm("pp.send", 1, CommKind::kSendRecv, T * h * kAct, 2, 2 * layout_.tp));
+      }
+      break;
+    case Run::kTail:
+      if (!last) break;
+      out->push_back(Elementwise("final_norm", 1, 2.0 * b.sampled_tokens * h * kAct,
+                                 4.0 * b.sampled_tokens * h));
+      if (b.sampled_tokens > 0) {
+        out->push_back(
+            Gemm("lm_head", 1, b.sampled_tokens, m_.vocab / a, h, Precision::kHighPrecision));
+        if (a > 1) {
+          out->push_back(Comm("lm_head.all_gather", 1, CommKind::kAllGather,
+                              b.sampled_tokens * static_cast<double>(m_.vocab) / a * 4.0, a, a));
+        }
+      }
+      break;
   }
 }
 

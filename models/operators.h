@@ -115,6 +115,14 @@ class OperatorBuilder {
              OpScope scope = OpScope::kAll) const;
   // Only the attention kernels (the operators that read the KV cache) of `batch` on `stage`.
   void BuildAttention(const BatchShape& batch, int stage, std::vector<Operator>* out) const;
+  // Build's operators come in four runs, in this order: the head and the body depend on the
+  // rank's token count alone (embedding, norms and projections into attention; its output
+  // projection, the MLP or MoE layers and a pipeline's send), attention between them on the
+  // batch's prompts and contexts (MLA's cache expansion and weight absorption, the kernels), and
+  // the tail after them on the tokens sampled (final norm and LM head). Replaces `out` with one.
+  enum class Run { kHead, kAttention, kBody, kTail };
+  void BuildRun(Run run, const BatchShape& batch, MoeInput moe, int stage,
+                std::vector<Operator>* out, OpScope scope = OpScope::kAll) const;
   // Only the routed experts of `stage` when `moe_tokens` tokens reach its MoE layers (MoeInput's
   // group tokens under attention DP, else the rank's own).
   void BuildExperts(int64_t moe_tokens, int stage, std::vector<Operator>* out) const;
@@ -126,8 +134,14 @@ class OperatorBuilder {
   AttentionHeads DecodeHeads() const;
 
  private:
-  void AddAttention(const BatchShape& b, int64_t layers, int64_t sliding,
-                    std::vector<Operator>* out) const;
+  void AddRun(Run run, const BatchShape& b, MoeInput moe, int stage, std::vector<Operator>* out,
+              OpScope scope) const;
+  // Attention's layers in three runs: norm and projections in, the kernels and what MLA does
+  // around them, the output projection and its all-reduce.
+  void AddAttentionIn(const BatchShape& b, int64_t layers, std::vector<Operator>* out) const;
+  void AddAttentionCore(const BatchShape& b, int64_t layers, int64_t sliding,
+                        std::vector<Operator>* out) const;
+  void AddAttentionOut(const BatchShape& b, int64_t layers, std::vector<Operator>* out) const;
   void AddAttentionKernels(const BatchShape& b, int64_t layers, int64_t sliding,
                            std::vector<Operator>* out) const;
   void AddMlp(const BatchShape& b, MoeInput moe, int64_t dense_layers, int64_t moe_layers,

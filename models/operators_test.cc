@@ -221,3 +221,74 @@ TEST_CASE("RooflineModel: never faster than FLOPs / peak or bytes / bandwidth, m
 }
 
 }  // namespace fathom::models
+
+namespace fathom::models {
+
+TEST_CASE(
+    "OperatorBuilder: Build is its four runs in order, and a prefilling rank is priced as its "
+    "list's sum to the bit",
+    "[models]") {
+  auto catalog = HardwareCatalog::LoadBuiltin();
+  const Hardware hw = *catalog->Find("b200");
+  struct Case {
+    std::string model;
+    ParallelLayout layout;
+    Precision precision;
+  };
+  ParallelLayout llama = Layout(8, 4, 1, 1);
+  llama.pp = 2;
+  ParallelLayout gpt = Layout(4, 2, 2, 1);
+  gpt.pp = 2;
+  const std::vector<Case> cases = {
+      {"deepseek-r1", Layout(8, 8, 8, 8), {DType::kNvfp4, DType::kNvfp4, DType::kFp8}},
+      {"llama2-70b", llama, {DType::kFp8, DType::kFp8, DType::kFp8}},      // GQA, two stages
+      {"gpt-oss-120b", gpt, {DType::kBf16, DType::kBf16, DType::kBf16}}};  // sliding window
+  for (const Case& c : cases) {
+    INFO(c.model);
+    const ModelArch m = Arch(c.model);
+    RooflineModel model(m, hw, c.layout, c.precision);
+    const OperatorBuilder& builder = model.builder();
+    const int64_t window = m.sliding_window;
+    std::vector<Operator> all, run;
+    uint64_t x = 12345;
+    auto draw = [&](int64_t n) {  // a small LCG: the same shapes every run
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(n));
+    };
+    for (int shape = 0; shape < 60; ++shape) {
+      // Prompt chunks with cached tokens before them and decodes beside them; token counts
+      // repeat (a few values), so the cached runs are used as well as filled.
+      BatchShape b;
+      const int64_t chunk = 64 * (1 + draw(4));
+      b.Add({chunk, draw(3000), false, draw(2) == 0}, window);
+      for (int64_t d = draw(4) * 8; d > 0; --d) b.Add({1, 100 + draw(5000), true, true}, window);
+      for (int stage = 0; stage < builder.num_stages(); ++stage) {
+        builder.Build(b, MoeInput{0}, stage, &all, OpScope::kWithoutExperts);
+        std::vector<Operator> runs;
+        for (const auto r : {OperatorBuilder::Run::kHead, OperatorBuilder::Run::kAttention,
+                             OperatorBuilder::Run::kBody, OperatorBuilder::Run::kTail}) {
+          builder.BuildRun(r, b, MoeInput{0}, stage, &run, OpScope::kWithoutExperts);
+          runs.insert(runs.end(), run.begin(), run.end());
+        }
+        REQUIRE(runs.size() == all.size());
+        for (size_t i = 0; i < all.size(); ++i) {
+          CHECK(runs[i].name == all[i].name);
+          CHECK(runs[i].count == all[i].count);
+          CHECK(runs[i].flops == all[i].flops);
+          CHECK(runs[i].bytes == all[i].bytes);
+          CHECK(runs[i].comm_bytes == all[i].comm_bytes);
+        }
+        // The stage's time: the list's seconds summed in its order, then the routed experts'.
+        double sum = 0;
+        for (const auto& op : all) sum += model.OpSeconds(op) * static_cast<double>(op.count);
+        builder.BuildExperts(b.tokens, stage, &run);
+        double experts = 0;
+        for (const auto& op : run) experts += model.OpSeconds(op) * static_cast<double>(op.count);
+        CHECK(model.StageTime(std::span<const BatchShape>(&b, 1), stage) ==
+              FromSeconds(sum + experts));
+      }
+    }
+  }
+}
+
+}  // namespace fathom::models
