@@ -147,8 +147,9 @@ class Engine {
   struct Cohort {
     struct Member {
       int64_t slot;
-      int64_t phase;  // needs a new block when clock % block_tokens == phase; -1: never again
-      bool filling;   // sliding window: its context has not yet filled the window
+      int64_t phase;     // needs a new block when clock % block_tokens == phase; -1: never again
+      bool filling;      // sliding window: its context has not yet filled the window
+      int64_t admitted;  // its Sequence::admitted_order (read here, not from the slot)
     };
     using Due = std::pair<int64_t, int64_t>;  // (clock, slot); stale once the member left early
     using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<Due>>;
@@ -282,8 +283,8 @@ class Engine {
   std::vector<Batch> in_flight_;
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
-  std::vector<int64_t> graph_sizes_;      // CudaGraphSizes
-  std::vector<int64_t> waiting_scratch_;  // CohortForBatch's
+  std::vector<int64_t> graph_sizes_;                          // CudaGraphSizes
+  std::vector<std::pair<int64_t, int64_t>> waiting_scratch_;  // CohortForBatch's (admitted, slot)
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;

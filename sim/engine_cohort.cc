@@ -49,7 +49,7 @@ void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   s.cohort = cohort;
   s.cohort_mark = c.clock;
   s.cohort_index = c.size();
-  c.members.push_back({slot, phase, filling});
+  c.members.push_back({slot, phase, filling, s.admitted_order});
   c.base += s.kv_len - c.clock;
   c.completions.push({c.clock + remaining, slot});
 }
@@ -119,17 +119,18 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
     rank.loose.clear();
     return target;
   }
-  std::vector<int64_t>& waiting = waiting_scratch_;
-  waiting.assign(rank.loose.begin(), rank.loose.end());
+  // Admission orders travel with the slots (a member's in its cohort entry), so that sorting
+  // and dividing them reads no sequence.
+  std::vector<std::pair<int64_t, int64_t>>& waiting = waiting_scratch_;
+  waiting.clear();
+  for (int64_t slot : rank.loose) waiting.emplace_back((*slots_)[slot].admitted_order, slot);
   for (const Cohort& c : rank.cohorts) {
     if (c.in_flight) continue;
-    for (const Cohort::Member& m : c.members) waiting.push_back(m.slot);
+    for (const Cohort::Member& m : c.members) waiting.emplace_back(m.admitted, m.slot);
   }
-  auto admitted = [&](int64_t slot) { return (*slots_)[slot].admitted_order; };
-  std::nth_element(waiting.begin(), waiting.begin() + (room - 1), waiting.end(),
-                   [&](int64_t a, int64_t b) { return admitted(a) < admitted(b); });
-  const int64_t last = admitted(waiting[room - 1]);  // the latest admitted that steps
-  auto steps = [&](int64_t slot) { return admitted(slot) <= last; };
+  std::nth_element(waiting.begin(), waiting.begin() + (room - 1), waiting.end());
+  const int64_t last = waiting[room - 1].first;  // the latest admitted that steps
+  auto steps = [&](int64_t admitted) { return admitted <= last; };
   // The stepping cohort is the idle one holding most of those that step; the waiting one, the
   // idle one holding most of the others.
   const int n = static_cast<int>(rank.cohorts.size());
@@ -137,7 +138,7 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
   for (int k = 0; k < n; ++k) {
     if (rank.cohorts[k].in_flight) continue;
     for (const Cohort::Member& m : rank.cohorts[k].members)
-      ++(steps(m.slot) ? stepping : resting)[k];
+      ++(steps(m.admitted) ? stepping : resting)[k];
   }
   auto most = [&](const std::vector<int64_t>& count, int other) {
     int best = -1;
@@ -152,14 +153,14 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
   for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {
     Cohort& c = rank.cohorts[k];
     if (c.in_flight) continue;
-    std::vector<int64_t>& moving = waiting;  // no longer needed: `last` divides them
+    std::vector<std::pair<int64_t, int64_t>>& moving = waiting;  // no longer needed: `last` divides
     moving.clear();
     for (const Cohort::Member& m : c.members) {
-      if (steps(m.slot) ? k != target : k != rest) moving.push_back(m.slot);
+      if (steps(m.admitted) ? k != target : k != rest) moving.emplace_back(m.admitted, m.slot);
     }
-    for (int64_t slot : moving) {
+    for (const auto& [admitted, slot] : moving) {
       Leave(rank, c, (*slots_)[slot]);
-      Join(rank, steps(slot) ? target : rest, slot);
+      Join(rank, steps(admitted) ? target : rest, slot);
     }
     if (c.size() == 0) {
       Dissolve(rank, k);
@@ -167,7 +168,8 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
       PruneStale(k, c);
     }
   }
-  for (int64_t slot : rank.loose) Join(rank, steps(slot) ? target : rest, slot);
+  for (int64_t slot : rank.loose)
+    Join(rank, steps((*slots_)[slot].admitted_order) ? target : rest, slot);
   rank.loose.clear();
   return target;
 }
