@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <utility>
 
 namespace fathom::sim {
 namespace {
@@ -71,8 +74,18 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
   implicit_decode_ = config.implicit_decode && config.mtp_depth == 0;
   if (config.mtp_depth > 0) {
-    accept_cdfs_ = SumCdfs(AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward));
-    for (const std::vector<double>& cdf : accept_cdfs_) accept_guides_.push_back(GuideTable(cdf));
+    // A rack's probes build dozens of engines of one acceptance: the tables once a thread.
+    using Key = std::pair<std::vector<double>, int64_t>;
+    static thread_local std::map<Key, std::shared_ptr<const AcceptTables>> made;
+    Key key{AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward)};
+    std::shared_ptr<const AcceptTables>& tables = made[key];
+    if (!tables) {
+      auto t = std::make_shared<AcceptTables>();
+      t->cdfs = SumCdfs(key.first, key.second);
+      for (const std::vector<double>& cdf : t->cdfs) t->guides.push_back(GuideTable(cdf));
+      tables = std::move(t);
+    }
+    accept_ = tables;
   }
   mean_step_tokens_ = MeanStepTokens();
   graph_sizes_ = CudaGraphSizes(config_, *pool.time);
@@ -150,7 +163,7 @@ double Engine::MeanStepTokens() const {
 // branches the draw would make unpredictable; a longer one looks from its guide-table bucket.
 int64_t Engine::AcceptedDrafts(int64_t steps) {
   if (config_.mtp_depth == 0) return 0;
-  const std::vector<double>& cdf = accept_cdfs_[steps - 1];
+  const std::vector<double>& cdf = accept_->cdfs[steps - 1];
   const double u = rng_->Uniform();
   const auto last = static_cast<int64_t>(cdf.size()) - 1;
   constexpr int64_t kCounted = 8;
@@ -159,7 +172,7 @@ int64_t Engine::AcceptedDrafts(int64_t steps) {
     for (int64_t i = 0; i < last; ++i) a += cdf[i] <= u ? 1 : 0;
     return a;
   }
-  const std::vector<int32_t>& guide = accept_guides_[steps - 1];
+  const std::vector<int32_t>& guide = accept_->guides[steps - 1];
   const size_t bucket = std::min(guide.size() - 1, static_cast<size_t>(u * guide.size()));
   int64_t a = guide[bucket];
   while (a < last && cdf[a] <= u) ++a;

@@ -289,9 +289,13 @@ class Engine {
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
-  std::vector<std::vector<double>> accept_cdfs_;  // [k - 1]: P(drafts accepted over k steps <= a)
-  // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
-  std::vector<std::vector<int32_t>> accept_guides_;
+  // The draws' tables, the same for every engine of one acceptance and run length (shared).
+  struct AcceptTables {
+    std::vector<std::vector<double>> cdfs;  // [k - 1]: P(drafts accepted over k steps <= a)
+    // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
+    std::vector<std::vector<int32_t>> guides;
+  };
+  std::shared_ptr<const AcceptTables> accept_;
   int64_t multi_step_left_ = 0;  // decode steps left in the multi-step run (scheduler_steps)
   int64_t gate_step_ = 0;        // the admission gate's counter, 0..gate_steps (0: open)
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
