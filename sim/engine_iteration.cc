@@ -56,11 +56,15 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   return steps;
 }
 
+// Copied rather than value-initialised in place: a copy of a constant is plain stores, a fresh
+// value a string store per rank (most of ShapeBatch's own time).
+const models::BatchShape kEmptyShape{};
+
 void Engine::ShapeBatch(const Batch& batch, int64_t step, double host_share) {
   // The context a decode has grown by `step` steps into a fast-forwarded run (MTP: on average).
   const int64_t decode_grown = std::llround(static_cast<double>(step) * mean_step_tokens_);
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    shapes_[r] = models::BatchShape{};
+    shapes_[r] = kEmptyShape;
     if (batch.cohort[r] >= 0) {
       const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
       const int64_t context = c.Context() + c.size() * step;
