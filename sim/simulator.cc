@@ -248,14 +248,9 @@ void Simulator::Issue(const traces::Request& r) {
   waiting_at_last_issue_ = ++awaiting_first_token_;
   for (size_t i = 0; i < front_busy_at_last_issue_.size(); ++i)
     front_busy_at_last_issue_[i] = responses_[i].busy_s();
-  if (Watching()) {
-    const Deadline d{now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false};
-    if (ttft_deadlines_.empty() || ttft_deadlines_.back().at <= d.at) {
-      ttft_deadlines_.push_back(d);
-    } else {
-      deadlines_.push(d);
-    }
-  }
+  if (Watching())
+    ttft_deadlines_.push_back(
+        {now + FromSeconds(limits_->ttft_ms * 1e-3), s.issue_index, slot, false});
   if (!TryDispatch(slot, "arrival")) {
     held_.push_back(slot);
     if (event_log_) {

@@ -317,8 +317,9 @@ class Simulator : public EngineListener {
     bool tpot;  // else TTFT
     bool operator>(const Deadline& o) const { return at > o.at; }
   };
-  // TTFT deadlines come due in the order requests are issued (issue time + the limit), so they
-  // queue in order; the others (first token + the limit x its output) in a heap.
+  // TTFT deadlines come due in the order requests are issued (issue time + the limit, the clock
+  // never going back), so they queue in order; TPOT ones (first token + the limit x its output)
+  // in a heap.
   std::deque<Deadline> ttft_deadlines_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines_;
   RunScore score_;
