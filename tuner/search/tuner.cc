@@ -125,6 +125,10 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
   const int stages = pool.time->num_stages();
   double round = std::numeric_limits<double>::infinity();
   std::vector<models::BatchShape> ranks(pool.ranks);
+  // The host's work as the engine pays it (Engine::ShapeBatch): beside the GPU's under async
+  // scheduling, and a multi-step run's share of it (on its decode-only steps; on every step here,
+  // the least it can be).
+  const double host_share = engine.scheduler_steps > 1 ? 1.0 / engine.scheduler_steps : 1.0;
   for (int m = 1; m <= stages; ++m) {
     if ((batch + m - 1) / m > engine.max_batch) continue;
     const int64_t micro = std::max<int64_t>(1, batch / m);
@@ -146,6 +150,10 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
         if (piece > 0) shape.Add({piece, 0, false, false}, pool.sliding_window);
         if (prefill_on_one_rank) break;
       }
+    }
+    for (auto& shape : ranks) {
+      shape.host_share = host_share;
+      shape.host_ahead = engine.async_scheduling;
     }
     double slowest = 0, crossing = 0;
     for (int s = 0; s < stages; ++s) {

@@ -25,6 +25,15 @@ models::CostParams ShippedParams() {
   return models::LoadCalibration(DataDir() + "/models/calibration/trtllm-1.0.json")->params;
 }
 
+// A host whose per-iteration work outlasts the operators: where async scheduling and multi-step
+// runs show.
+models::CostParams HostBoundParams() {
+  models::CostParams p = ShippedParams();
+  p.iteration_overhead_us = 20000;
+  p.per_sequence_overhead_us = 0;
+  return p;
+}
+
 TuneOptions SmallOptions(sim::Scenario scenario,
                          const models::CostParams& params = ShippedParams()) {
   TuneOptions o;
@@ -59,10 +68,7 @@ TEST_CASE("Tune: pruning by bound never loses the best candidate of an exhaustiv
           "[tuner]") {
   // The shipped calibration, and one whose per-iteration host cost dwarfs the operators: there
   // pipelines run fewer, larger microbatches than they have stages, which the bound must allow.
-  models::CostParams host_bound = ShippedParams();
-  host_bound.iteration_overhead_us = 20000;
-  host_bound.per_sequence_overhead_us = 0;
-  for (const models::CostParams& params : {ShippedParams(), host_bound}) {
+  for (const models::CostParams& params : {ShippedParams(), HostBoundParams()}) {
     for (sim::Scenario scenario : {sim::Scenario::kOffline, sim::Scenario::kServer}) {
       TuneOptions o = SmallOptions(scenario, params);
       o.prune = false;
@@ -653,15 +659,33 @@ TEST_CASE("LeastSecondsLeft: never more than an Offline run has left, and most o
     sim::DeploymentConfig d;
     std::vector<traces::Request> data;
     double least_share;  // of the whole run, at its start
+    sim::TimeModelFactory make_time;
   };
+  // And where the host's work rules, as vLLM's async scheduling (beside the GPU's) and multi-step
+  // runs (a share of it a step) pay it.
+  const auto host_time = sim::CalibratedFactory(HostBoundParams(), nullptr);
+  sim::DeploymentConfig async = Llama2Tp2Instances(1), stepped = async;
+  async.engine.async_scheduling = true;
+  stepped.engine.scheduler_steps = 8;
+  const std::vector<traces::Request> small = SmallOptions(sim::Scenario::kOffline).dataset;
+  std::vector<traces::Request> many;  // enough to keep the batches full
+  for (int copy = 0; copy < 20; ++copy) {
+    for (traces::Request r : small) {
+      r.id += copy * static_cast<int64_t>(small.size());
+      many.push_back(r);
+    }
+  }
   const std::vector<Case> cases = {
-      {sim::DeploymentConfig{}, *traces::BenchmarkDataset(*b), 0.3},
-      {sim::DeploymentConfig{}, equal, 0.9},
-      {Llama2Tp2Instances(1), SmallOptions(sim::Scenario::kOffline).dataset, 0.5}};
+      {sim::DeploymentConfig{}, *traces::BenchmarkDataset(*b), 0.3, make_time},
+      {sim::DeploymentConfig{}, equal, 0.9, make_time},
+      {Llama2Tp2Instances(1), small, 0.5, make_time},
+      {async, many, 0.3, host_time},
+      {stepped, many, 0.3, host_time}};
   for (const Case& c : cases) {
-    INFO(c.d.model);
+    INFO(c.d.model << ", async " << c.d.engine.async_scheduling << ", steps "
+                   << c.d.engine.scheduler_steps);
     auto start = [&](std::unique_ptr<sim::ResolvedDeployment>* keep) {
-      *keep = std::move(sim::Resolve(c.d, catalog, make_time)).value();
+      *keep = std::move(sim::Resolve(c.d, catalog, c.make_time)).value();
       (*keep)->spec.scenario.scenario = sim::Scenario::kOffline;
       (*keep)->spec.scenario.min_duration_s = 0;
       const auto n = static_cast<int64_t>(c.data.size());
@@ -715,6 +739,33 @@ TEST_CASE(
   auto within = Evaluate(d, o, Catalog(), reach * 0.999);
   REQUIRE(within.ok());
   CHECK(*within == *full);
+}
+
+TEST_CASE("Evaluate: the bound counts the host's work as async and multi-step scheduling pay it",
+          "[tuner]") {
+  // The host's 20 ms an iteration: beside the GPU's time under async scheduling, an eighth of it
+  // a step in a multi-step run. A bound that added it in full would sit below what the engine
+  // holds, and cap the QPS search there.
+  TuneOptions o = SmallOptions(sim::Scenario::kServer, HostBoundParams());
+  o.ttft_limit_ms = 5000;  // loose enough that throughput rules
+  o.tpot_limit_ms = 500;
+  o.qps_steps = 9;
+  sim::DeploymentConfig async = Llama2Tp2Instances(1), stepped = async;
+  async.engine.async_scheduling = true;
+  stepped.engine.scheduler_steps = 8;
+  for (const sim::DeploymentConfig& d : {async, stepped}) {
+    INFO("async " << d.engine.async_scheduling << ", steps " << d.engine.scheduler_steps);
+    auto r = Evaluate(d, o, Catalog());
+    REQUIRE(r.ok());
+    REQUIRE(r->valid);
+    // The search found where the limits break, below the ceiling the bound sets it.
+    CHECK(r->qps < r->bound);
+    // 5% past the bound, a probe breaks the limits.
+    const auto past = static_cast<int64_t>(std::ceil(std::log(1.05 * r->bound) / std::log(1.02)));
+    auto probe = RunProbe(d, o, Catalog(), past);
+    REQUIRE(probe.ok());
+    CHECK_FALSE(probe->valid);
+  }
 }
 
 TEST_CASE("Evaluate: a server-type bound counts what the serving fronts can stream", "[tuner]") {
