@@ -132,6 +132,11 @@ struct EngineConfig {
   // to max_batch on each (TensorRT-LLM's max_batch_size * pp_size: the C++ executor's capacity
   // scheduler and the PyTorch flow's sequence slots).
   int64_t MaxRunning(int stages) const { return max_batch * stages; }
+  // The share of the host's per-iteration work a step pays: 1 / scheduler_steps on a step of a
+  // multi-step run (one that only decodes), else all of it.
+  double HostShare(bool decodes_only) const {
+    return scheduler_steps > 1 && decodes_only ? 1.0 / scheduler_steps : 1.0;
+  }
   bool operator==(const EngineConfig&) const = default;
 };
 

@@ -151,7 +151,7 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   const bool multi_step = config_.scheduler_steps > 1 && !prefills;
   if (!multi_step) multi_step_left_ = 0;
   if (multi_step && multi_step_left_ == 0) multi_step_left_ = config_.scheduler_steps;
-  const double host_share = multi_step ? 1.0 / config_.scheduler_steps : 1.0;
+  const double host_share = config_.HostShare(!prefills);
   ShapeBatch(batch, 0, host_share);
   // Without a pipeline, a first step that already passes the horizon is the whole batch: no run
   // of steps to look for (the run below would stop after it too).

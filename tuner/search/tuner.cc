@@ -128,7 +128,7 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
   // The host's work as the engine pays it (Engine::ShapeBatch): beside the GPU's under async
   // scheduling, and a multi-step run's share of it (on its decode-only steps; on every step here,
   // the least it can be).
-  const double host_share = engine.scheduler_steps > 1 ? 1.0 / engine.scheduler_steps : 1.0;
+  const double host_share = engine.HostShare(/*decodes_only=*/true);
   for (int m = 1; m <= stages; ++m) {
     if ((batch + m - 1) / m > engine.max_batch) continue;
     const int64_t micro = std::max<int64_t>(1, batch / m);
