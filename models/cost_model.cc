@@ -22,7 +22,8 @@ std::array<double, CostParams::kNumFitted> CostParams::Fitted() const {
           eager_launch_us,
           fp4_gemm_efficiency,
           fp8_gemm_efficiency,
-          kernel_floor_us};
+          kernel_floor_us,
+          grouped_memory_efficiency};
 }
 
 void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
@@ -37,6 +38,7 @@ void CostParams::SetFitted(const std::array<double, kNumFitted>& v) {
   fp4_gemm_efficiency = v[8];
   fp8_gemm_efficiency = v[9];
   kernel_floor_us = v[10];
+  grouped_memory_efficiency = v[11];
 }
 
 Status CostParams::Validate() const {

@@ -66,7 +66,8 @@ struct CostParams {
   double memory_efficiency = 0.80;  // fraction of HBM bandwidth streaming kernels reach
   // The fraction grouped GEMMs stream at: a MoE layer reads many experts' weights in slices, one
   // expert's tile at a time, below a dense GEMM's rate (fitted to measured MoE layers by
-  // `profile compare --fit`).
+  // `profile compare --fit`; for an engine's MoE kernels no layer was measured on, by `calibrate
+  // --fit` on its end-to-end rows).
   double grouped_memory_efficiency = 0.80;
   // The same for experts with FP8 weights, where an engine's FP8 grouped kernels stream slower
   // than its BF16 and FP4 ones; 0: grouped_memory_efficiency (measured with `profile compare
@@ -122,7 +123,7 @@ struct CostParams {
   // collective formula prices every one.
   AllReduceTables all_reduce;
 
-  static constexpr int kNumFitted = 11;
+  static constexpr int kNumFitted = 12;
   static constexpr std::array<const char*, kNumFitted> kFitted = {"gemm_efficiency",
                                                                   "memory_efficiency",
                                                                   "iteration_overhead_us",
@@ -133,12 +134,15 @@ struct CostParams {
                                                                   "eager_launch_us",
                                                                   "fp4_gemm_efficiency",
                                                                   "fp8_gemm_efficiency",
-                                                                  "kernel_floor_us"};
+                                                                  "kernel_floor_us",
+                                                                  "grouped_memory_efficiency"};
   // Where fits search each of them: efficiencies a share of peak, times in microseconds.
   static constexpr std::array<double, kNumFitted> kFittedLower = {0.05, 0.05, 0,    0,    0, 0,
-                                                                  0,    0,    0.05, 0.05, 0};
+                                                                  0,    0,    0.05, 0.05, 0, 0.05};
   static constexpr std::array<double, kNumFitted> kFittedUpper = {
-      1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0, 50.0};
+      1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0, 50.0, 1.0};
+  // Whether fitted parameter k is an efficiency (a share of a peak, at most 1).
+  static constexpr bool FittedIsShare(int k) { return kFittedUpper[k] == 1.0; }
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;

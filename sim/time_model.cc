@@ -106,7 +106,7 @@ std::vector<std::array<TimeModelFactory, 2>> PerturbedFactories(const TimeModel&
       auto v = p.Fitted();
       v[i] += (side == 0 ? 1 : -1) * model.calibration.stddev[i];
       v[i] = std::max(v[i], 1e-3);
-      if (i < 2) v[i] = std::min(v[i], 1.0);  // efficiencies stay fractions
+      if (models::CostParams::FittedIsShare(i)) v[i] = std::min(v[i], 1.0);  // shares stay <= 1
       p.SetFitted(v);
       pair[side] = CalibratedFactory(p, model.measured);
     }

@@ -440,8 +440,8 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   constexpr int64_t kRequests = 1000;
   // Published figures made by known parameters: DeepSeek-R1 (python runtime) and Llama rows (cpp).
   models::Calibration truth = *start;
-  truth.params.SetFitted(
-      {0.6, 0.7, 30000, 1.0, 8000, 5.0, 2.0, 20.0, 0.5, 0.55, start->params.kernel_floor_us});
+  truth.params.SetFitted({0.6, 0.7, 30000, 1.0, 8000, 5.0, 2.0, 20.0, 0.5, 0.55,
+                          start->params.kernel_floor_us, start->params.grouped_memory_efficiency});
   std::vector<PublishedResult> rows;
   for (int i : {0, 1, 11, 12, 13, 15, 16}) rows.push_back((*all)[i]);
   auto pool = MakeThreadWorkPool(0);
@@ -482,10 +482,16 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   const auto x = fit->calibration.params.Fitted();
   CHECK(x[2] == Approx(30000).epsilon(0.15));
 
-  // Without the python-runtime rows, that runtime takes the cpp runtime's host costs.
+  // Without the python-runtime rows, that runtime takes the cpp runtime's host costs. The Llama
+  // rows have no experts (11 residuals), so their streaming rate is held.
   std::vector<PublishedResult> cpp_rows(rows.begin() + 2,
                                         rows.end());  // from line 4 on: Llama rows
-  auto cpp_fit = calibrator.FitToPublished(cpp_rows, *start);
+  std::vector<std::string> dense(models::CostParams::kFitted.begin(),
+                                 models::CostParams::kFitted.end() - 1);
+  REQUIRE(dense.size() == models::CostParams::kNumFitted - 1);
+  CHECK(models::CostParams::kFitted.back() == std::string("grouped_memory_efficiency"));
+  auto cpp_fit = calibrator.FitToPublished(cpp_rows, *start, {}, dense);
+  INFO(cpp_fit.status().message());
   REQUIRE(cpp_fit.ok());
   const auto y = cpp_fit->calibration.params.Fitted();
   CHECK(y[2] == y[4]);
@@ -495,7 +501,7 @@ TEST_CASE("FitToPublished: recovers the parameters that produced the rows", "[tu
   // A fit needs a residual a free parameter: one Offline row is one residual.
   auto few = calibrator.FitToPublished({rows[0]}, *start);
   REQUIRE_FALSE(few.ok());
-  CHECK(few.status().message() == "calibration needs at least 11 residuals (one a free parameter)");
+  CHECK(few.status().message() == "calibration needs at least 12 residuals (one a free parameter)");
   CHECK(calibrator.FitToPublished({rows[0]}, *start, {}, {"iteration_overhead_us"}).ok());
 }
 
