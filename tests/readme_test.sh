@@ -156,12 +156,13 @@ claim "at each run's own use of its limits capacity is $(sed -nE "s/.*$summary.*
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv --residuals-out "$tmp/res_vllm51.csv") >"$tmp/vllm51.txt" 2>&1
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v5.1.csv --stack trtllm-1.0) >"$tmp/vllm51_trt.txt" 2>&1
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv --stack vllm-0.9-rocm) >"$tmp/vllm60.txt" 2>&1
-# The v6.0 rows' own stack (calibrate picks vllm-0.14-rocm for them): AMD's five MI355X rows fitted it.
+# The v6.0 rows' own stack (calibrate picks vllm-0.14-rocm for them): its first six rows (AMD's five
+# MI355X rows and Dell's sync gpt-oss Server, lines 2-7) fitted it.
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_vllm_v6.0.csv --residuals-out "$tmp/res_vllm60_v1.csv") >"$tmp/vllm60_v1.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/vllm51.txt" "$tmp/vllm51_trt.txt" "$tmp/vllm60.txt" "$tmp/vllm60_v1.txt"
 claim "$(accuracy "$tmp/vllm51.txt" "vLLM v5.1 MI300X and MI325X: 41 rows, 30 never fitted" '`vllm-0.9-rocm`')"
 claim "$(accuracy "$tmp/vllm60.txt" "vLLM v6.0 (MI355X, MI300X, B200, H200): 34 held out" '`vllm-0.9-rocm`')"
-claim "$(accuracy "$tmp/vllm60_v1.txt" "vLLM v6.0: 34 rows, 29 never fitted" '`vllm-0.14-rocm`')"
+claim "$(accuracy "$tmp/vllm60_v1.txt" "vLLM v6.0: 34 rows, 28 never fitted" '`vllm-0.14-rocm`')"
 claim "Over the 41 rows: throughput $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm51.txt") in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm51.txt")), p99 latencies at the published QPS $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/vllm51.txt"), Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm51.txt")"
 claim "Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm51_trt.txt") in the median and Offline throughput $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm51_trt.txt")"
 # median_abs FILE FIELD FILTER: the median of |FIELD| over the rows matching FILTER, to one decimal.
@@ -173,7 +174,7 @@ claim "over the 30 held-out partner rows, capacity $(median_abs "$tmp/vllm51.txt
 claim "Mixtral's Offline rows come out $(span "$tmp/vllm51.txt" 9 '$4 == "mixtral-8x7b" && $5 == "Offline"')% fast"
 claim "their throughput comes out $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm60.txt") off in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm60.txt")) but Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm60.txt") high"
 claim "(TTFT $(span "$tmp/vllm60.txt" 12 '$5 != "Offline" && $1 ~ /^[0-9]+$/')% low, TPOT $(span "$tmp/vllm60.txt" 15 '$5 != "Offline" && $1 ~ /^[0-9]+$/')% low;"
-claim "Over the 34 rows: throughput $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm60_v1.txt") in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm60_v1.txt")), p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/vllm60_v1.txt"), Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm60_v1.txt"); over the 29 held out, capacity $(median_abs "$tmp/vllm60_v1.txt" '(NF-3)' '$1 ~ /^[0-9]+$/ && $2 != "AMD" && $5 != "Offline"')%, and over the 23 partner MI355X rows (the same harness files) capacity $(median_abs "$tmp/vllm60_v1.txt" '(NF-3)' '$1 ~ /^[0-9]+$/ && $2 != "AMD" && $3 == "mi355x" && $5 != "Offline"')% and Offline $(median_abs "$tmp/vllm60_v1.txt" 9 '$1 ~ /^[0-9]+$/ && $2 != "AMD" && $3 == "mi355x" && $5 == "Offline"')%."
+claim "Over the 34 rows: throughput $(sed -nE "s/.*$summary.*/\\1/p" "$tmp/vllm60_v1.txt") in the median (Offline $(sed -nE "s/.*$summary.*/\\2/p" "$tmp/vllm60_v1.txt")), p99 latencies $(sed -nE "s/.*$summary.*/\\3/p" "$tmp/vllm60_v1.txt"), Server capacity $(sed -nE "s/.*$summary.*/\\4/p" "$tmp/vllm60_v1.txt"); over the 28 held out, capacity $(median_abs "$tmp/vllm60_v1.txt" '(NF-3)' '$1 ~ /^[0-9]+$/ && $1 > 7 && $5 != "Offline"')%, and over the 22 held-out partner MI355X rows (the same harness files) capacity $(median_abs "$tmp/vllm60_v1.txt" '(NF-3)' '$1 ~ /^[0-9]+$/ && $1 > 7 && $3 == "mi355x" && $5 != "Offline"')% and Offline $(median_abs "$tmp/vllm60_v1.txt" 9 '$1 ~ /^[0-9]+$/ && $1 > 7 && $3 == "mi355x" && $5 == "Offline"')%."
 # v5.1's racks, held out of that round's fit (columns as above; 17 the highest QPS held).
 (cd "$root" && "$fathom" calibrate --results models/calibration/mlperf_v5.1_holdout.csv --residuals-out "$tmp/res_v51h.csv") >"$tmp/v51h.txt" 2>&1
 sed -i -E 's/ +\(extrapolated\)$//' "$tmp/v51h.txt"
