@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "base/files.h"
@@ -636,9 +637,12 @@ BasinCosts CostsAt(const RowsResidual& f,
 // which a local solver does not leave: start it from the best of `start` and a coarse grid of
 // physically plausible points. The Python runtime's rows depend on its host costs only, the C++
 // runtime's on theirs (`cpp_row` marks their rows), so each runtime's corner is chosen on its own
-// rows: gemm {0.5, 0.8} x memory {0.5, 0.85}, then iteration {2, 12, 30 ms} x sequence {5, 40 us}
-// x launch (Python eager {10, 80 us}, C++ {2, 10 us}). Two starts: the best on the throughput and
-// p99s alone, and the best with the Server capacity too (CostsAt).
+// rows: gemm {0.5, 0.8} x memory {0.5, 0.85} x experts (grouped_memory_efficiency) {as started,
+// 0.3}, then iteration {2, 12, 30 ms} x sequence {5, 40 us} x launch (Python eager {10, 80 us},
+// C++ {2, 10 us}). Two starts: the best on the throughput and p99s alone, and the best with the
+// Server capacity too (CostsAt). The slow experts' corner is where engines without TensorRT-LLM's
+// fused MoE layer stream them (PyTorch's FP8 grouped GEMMs 0.49 on an H200, AITER's MXFP4 ones
+// about 0.2 on MI355X), a basin that a fit started at TensorRT-LLM's 0.765 does not reach.
 struct Starts {
   std::array<double, models::CostParams::kNumFitted> by_fit, by_total;
 };
@@ -654,11 +658,17 @@ Starts BestStarts(const RowsResidual& f,
   Starts out{start, start};
   double best_fit = at_start.fit[0] + at_start.fit[1], best_total = at_start.Total();
   std::set<Params> tried;
-  for (int g = 0; g < 4; ++g) {
+  constexpr int kExperts = 11;
+  static_assert(std::string_view(models::CostParams::kFitted[kExperts]) ==
+                "grouped_memory_efficiency");
+  for (int g = 0; g < 8; ++g) {
+    const int gemm = (g >> 1) & 1, memory = g & 1, experts = g >> 2;
+    // A held parameter makes its other corners those before them.
+    if ((held[0] && gemm) || (held[1] && memory) || (held[kExperts] && experts)) continue;
     Params base = start;
-    if (!held[0]) base[0] = kGemm[g >> 1];
-    if (!held[1]) base[1] = kMemory[g & 1];
-    if (g > 0 && held[0] && held[1]) break;  // one operator corner when both are held
+    if (!held[0]) base[0] = kGemm[gemm];
+    if (!held[1]) base[1] = kMemory[memory];
+    if (experts) base[kExperts] = 0.3;
     // Each runtime's best corner on the fit alone ([0]) and with capacity ([1]).
     std::array<std::array<double, 2>, 2> best_cost = {
         {{BasinCosts::kInf, BasinCosts::kInf}, {BasinCosts::kInf, BasinCosts::kInf}}};
