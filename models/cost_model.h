@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -143,6 +144,14 @@ struct CostParams {
       1.0, 1.0, 50000.0, 500.0, 50000.0, 500.0, 100.0, 500.0, 1.0, 1.0, 50.0, 1.0};
   // Whether fitted parameter k is an efficiency (a share of a peak, at most 1).
   static constexpr bool FittedIsShare(int k) { return kFittedUpper[k] == 1.0; }
+  // A fitted parameter's index in kFitted (a name not among them does not compile where the
+  // index is a constant).
+  static consteval int FittedIndex(std::string_view name) {
+    for (int k = 0; k < kNumFitted; ++k) {
+      if (kFitted[k] == name) return k;
+    }
+    throw "not a fitted parameter";
+  }
   std::array<double, kNumFitted> Fitted() const;
   void SetFitted(const std::array<double, kNumFitted>& v);
   Status Validate() const;

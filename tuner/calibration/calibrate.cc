@@ -539,8 +539,15 @@ double RobustLogError(double predicted, double published) {
 namespace {
 
 // First index of each runtime's (per-iteration, per-sequence) host pair in CostParams::kFitted,
-// and of each runtime's host time per launch.
-constexpr int kPythonHost = 2, kCppHost = 4, kCppLaunch = 6, kEagerLaunch = 7;
+// of each runtime's host time per launch, and of the experts' streaming rate.
+using models::CostParams;
+constexpr int kPythonHost = CostParams::FittedIndex("iteration_overhead_us"),
+              kCppHost = CostParams::FittedIndex("cpp_iteration_overhead_us"),
+              kCppLaunch = CostParams::FittedIndex("cpp_launch_us"),
+              kEagerLaunch = CostParams::FittedIndex("eager_launch_us"),
+              kExperts = CostParams::FittedIndex("grouped_memory_efficiency");
+static_assert(kPythonHost + 1 == CostParams::FittedIndex("per_sequence_overhead_us") &&
+              kCppHost + 1 == CostParams::FittedIndex("cpp_per_sequence_overhead_us"));
 
 // Robust log(predicted / published) of throughput and, for server-type rows, of p99 TTFT and
 // TPOT, in row order.
@@ -658,9 +665,6 @@ Starts BestStarts(const RowsResidual& f,
   Starts out{start, start};
   double best_fit = at_start.fit[0] + at_start.fit[1], best_total = at_start.Total();
   std::set<Params> tried;
-  constexpr int kExperts = 11;
-  static_assert(std::string_view(models::CostParams::kFitted[kExperts]) ==
-                "grouped_memory_efficiency");
   for (int g = 0; g < 8; ++g) {
     const int gemm = (g >> 1) & 1, memory = g & 1, experts = g >> 2;
     // A held parameter makes its other corners those before them.

@@ -2,16 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string_view>
 #include <utility>
 
 namespace fathom::tuner {
 
 Result<models::Calibration> CalibrationAt(const models::Calibration& base,
                                           std::array<double, models::CostParams::kNumFitted> x) {
-  constexpr size_t kFirstHost = 2;  // iteration_overhead_us
-  static_assert(std::string_view(models::CostParams::kFitted[kFirstHost]) ==
-                "iteration_overhead_us");
+  constexpr size_t kFirstHost = models::CostParams::FittedIndex("iteration_overhead_us");
   for (size_t k = kFirstHost; k < x.size(); ++k) x[k] = std::max(0.0, x[k]);
   models::Calibration c = base;
   c.params.SetFitted(x);
