@@ -6,10 +6,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "base/cancel.h"
 
 namespace fathom {
 
@@ -34,29 +38,46 @@ void ParallelFor(size_t n, int jobs, Fn fn) {
 
 // Runs tasks on `jobs` threads as they become ready: a free thread takes next() (a
 // std::optional<Task>; empty when no task can start until one under way finishes), runs
-// run(task) and hands its result to done(task, result). next and done are called one at a time,
-// never beside each other; run concurrently with them and itself. Returns once next() has no task
-// and none is under way.
-template <typename Next, typename Run, typename Done>
-void ParallelTasks(int jobs, Next next, Run run, Done done) {
+// run(task) and hands its result to done(task, result). After each done(), drop(task) is asked of
+// every task under way: true stops it (run sees CancelRequested(), base/cancel.h, and may give up)
+// and its result goes nowhere (done is not called for it). next, done and drop are called one at
+// a time, never beside each other; run concurrently with them and itself. Returns once next() has
+// no task and none is under way.
+template <typename Next, typename Run, typename Done, typename Drop>
+void ParallelTasks(int jobs, Next next, Run run, Done done, Drop drop) {
+  using Task = typename decltype(next())::value_type;
+  struct UnderWay {
+    explicit UnderWay(Task t) : task(std::move(t)) {}
+    Task task;
+    std::atomic<bool> dropped{false};
+  };
   std::mutex mu;
   std::condition_variable changed;
-  int running = 0;
+  std::list<UnderWay> under_way;
   auto worker = [&] {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       auto task = next();
       if (!task) {
-        if (running == 0) break;
+        if (under_way.empty()) break;
         changed.wait(lock);
         continue;
       }
-      ++running;
+      const auto mine = under_way.emplace(under_way.end(), std::move(*task));
       lock.unlock();
-      auto result = run(*task);
+      auto result = [&] {
+        CancelCheck check([&] { return mine->dropped.load(std::memory_order_relaxed); });
+        return run(std::as_const(mine->task));
+      }();
       lock.lock();
-      done(*task, std::move(result));
-      --running;
+      if (!mine->dropped.load()) {
+        done(std::as_const(mine->task), std::move(result));
+        for (UnderWay& other : under_way) {
+          if (&other != &*mine && !other.dropped.load() && drop(std::as_const(other.task)))
+            other.dropped.store(true);
+        }
+      }
+      under_way.erase(mine);
       changed.notify_all();
     }
     changed.notify_all();
@@ -64,6 +85,12 @@ void ParallelTasks(int jobs, Next next, Run run, Done done) {
   std::vector<std::thread> threads;
   for (int j = 0; j < Workers(jobs); ++j) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
+}
+
+// The same, never dropping a task.
+template <typename Next, typename Run, typename Done>
+void ParallelTasks(int jobs, Next next, Run run, Done done) {
+  ParallelTasks(jobs, next, run, done, [](const auto&) { return false; });
 }
 
 }  // namespace fathom

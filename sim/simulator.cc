@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/cancel.h"
 #include "base/format.h"
 
 namespace fathom::sim {
@@ -523,6 +524,9 @@ Status Simulator::Advance(SimTime until) {
     }
   }
   while (!queue_.empty() && !stopped_ && queue_.next_time() <= until) {
+    // A work pool that no longer wants this run's result stops it (base/cancel.h).
+    if ((++events_ & 1023) == 0 && CancelRequested())
+      return Status::Unavailable("simulation cancelled: its result is no longer wanted");
     const Event e = queue_.Pop();
     if (Watching()) {
       CountCertainViolations(e.time);

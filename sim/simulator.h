@@ -326,6 +326,7 @@ class Simulator : public EngineListener {
   std::optional<LatencyLimits> limits_;
   int64_t ttft_violations_ = 0, tpot_violations_ = 0;
   bool stopped_ = false;
+  uint32_t events_ = 0;  // handled, for polling CancelRequested now and then
   int64_t in_system_ = 0, peak_in_system_ = 0;
   int64_t awaiting_first_token_ = 0, waiting_at_last_issue_ = 0;
   SimTime little_last_{0};

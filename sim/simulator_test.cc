@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/cancel.h"
 #include "base/files.h"
 #include "base/random.h"
 #include "models/hardware.h"
@@ -310,6 +311,22 @@ TEST_CASE("Simulator: a constant-time single-slot engine is an M/D/1 queue (Poll
   const double wait = rho * service / (2 * (1 - rho));  // P-K mean wait for deterministic service
   CHECK(r.completed_requests == n);
   CHECK((r.e2e_mean_ms / 1e3 - service) == Approx(wait).epsilon(0.03));
+}
+
+TEST_CASE("Simulator: a run whose result is no longer wanted stops at its next poll", "[sim]") {
+  FakeTime time(0.01, false);
+  int polls = 0;
+  {
+    CancelCheck check([&] { return ++polls == 3; });  // cancelled at the third poll
+    Simulator sim(SingleSlot(&time), PoissonSource(Dataset(1, 10, 1), 100000, 50.0, 5));
+    const auto r = sim.Run();
+    CHECK(r.status().code() == StatusCode::kUnavailable);
+    CHECK(polls == 3);  // a poll every 1,024 events: stopped within the first few thousand
+  }
+  // Outside the check nothing polls it: the same run ends.
+  CHECK(RunOk(SingleSlot(&time), PoissonSource(Dataset(1, 10, 1), 1000, 50.0, 5))
+            .completed_requests == 1000);
+  CHECK(polls == 3);
 }
 
 TEST_CASE("ResponsePath: a fluid queue that falls behind only past its service rate", "[sim]") {

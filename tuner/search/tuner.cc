@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 
+#include "base/cancel.h"
 #include "base/format.h"
 #include "base/parallel.h"
 #include "sim/mlperf.h"
@@ -458,6 +459,7 @@ Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
     if (p.gave_up) return p;
   }
   auto res = simulator.Run();
+  if (!res.ok() && CancelRequested()) return res.status();  // stopped by its pool: no verdict
   if (!res.ok()) {  // could not serve every request: not valid
     p.error = res.status().message();
     return p;
@@ -1290,6 +1292,18 @@ void SearchRun::FinishProbe(const Task& task, const ProbeOutcome& outcome) {
   items_[item_of_[task.candidate]].memo->Put(*task.probe, outcome);
 }
 
+bool SearchRun::Drop(const Task& task) {
+  // A probe below the rate a search against the best now starts from is never asked for again,
+  // by its candidate's search or by a sibling's taking its outcome (each starts there too). A
+  // candidate's other work is kept even once it is pruned: its probes may serve its siblings.
+  if (!task.probe || !server_ || !options_->prune) return false;
+  const std::optional<int64_t> first = FirstProbe(best_, items_[item_of_[task.candidate]].bound);
+  if (!first || *task.probe >= *first) return false;
+  probing_.erase({task.candidate, *task.probe});
+  ++wasted_;
+  return true;
+}
+
 Status SearchRun::Finish(const Task& task, CandidateResult result) {
   Item& item = items_[item_of_[task.candidate]];
   if (item.state == Item::State::kDropped) {
@@ -1435,7 +1449,9 @@ Result<TuneResult> Search(const TuneOptions& o, const models::HardwareCatalog& c
     if (r.ok() && !t.probe) s = run.Finish(t, std::move(r->candidate));
     if (!s.ok() && failure.ok()) failure = s;
   };
-  ParallelTasks(o.jobs, next, evaluate, done);
+  // A task the best taken since has made useless stops (SearchRun::Drop).
+  auto drop = [&](const SearchRun::Task& t) { return run.Drop(t); };
+  ParallelTasks(o.jobs, next, evaluate, done, drop);
   FATHOM_RETURN_IF_ERROR(failure);
   TuneResult out = run.Outcome();
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -312,6 +312,10 @@ class SearchRun {
   Status Finish(const Task& task, CandidateResult result);
   // A probe task's outcome (kept in the candidate's memo).
   void FinishProbe(const Task& task, const ProbeOutcome& outcome);
+  // Whether a task out is of no more use since the best rose: a probe below the rate a search
+  // against the best starts from. If so it is forgotten (counted as wasted), and its outcome must
+  // not be given to FinishProbe; a worker running it may stop.
+  bool Drop(const Task& task);
   // The probes run so far on a candidate (server-type searches; shared with its evaluations).
   ProbeMemo* Memo(size_t candidate) { return items_[item_of_[candidate]].memo.get(); }
   bool done() const { return taken_ == items_.size(); }

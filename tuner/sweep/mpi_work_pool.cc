@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/cancel.h"
 #include "base/check.h"
 
 namespace fathom::tuner::internal {
@@ -22,6 +23,7 @@ enum Tag : int {
   kStop,       // 0 -> worker: no more batches
   kDone,       // worker -> 0: the unit's result; free for the next
   kError,      // worker -> 0: "<status code>\n<message>"; free for the next
+  kDrop,       // 0 -> worker: "<id>": stop computing that unit (its result is no longer wanted)
 };
 
 struct Message {
@@ -116,6 +118,7 @@ class MpiWorkPool : public WorkPool {
       if (!s.ok() && failure.ok()) failure = s;
     };
     int busy = 0;
+    std::vector<bool> computing(size_, false), dropped(size_, false);
     // Hands free ranks the units that are ready (none after an error).
     auto dispatch = [&] {
       while (failure.ok() && !free_.empty()) {
@@ -125,6 +128,7 @@ class MpiWorkPool : public WorkPool {
         const int rank = free_.back();
         free_.pop_back();
         current_[rank] = **unit;
+        computing[rank] = true;
         ++busy;
         Send(rank, kUnit, std::to_string((*unit)->id) + "\n" + (*unit)->assignment);
       }
@@ -132,17 +136,21 @@ class MpiWorkPool : public WorkPool {
     dispatch();
     while (busy > 0) {
       const Message m = ReceiveAny();
-      switch (m.tag) {
-        case kDone:
-          --busy;
-          record(h.finish(current_[m.source], m.text));
-          break;
-        case kError:
-          --busy;
-          record(DecodeError(m.text));
-          break;
-        default:
-          FATHOM_CHECK(false);
+      FATHOM_CHECK(m.tag == kDone || m.tag == kError);
+      --busy;
+      computing[m.source] = false;
+      if (dropped[m.source]) {
+        dropped[m.source] = false;  // whatever came back is dropped with the unit
+      } else if (m.tag == kDone) {
+        record(h.finish(current_[m.source], m.text));
+        for (int r = 1; h.drop && r < size_; ++r) {
+          if (computing[r] && !dropped[r] && h.drop(current_[r])) {
+            dropped[r] = true;
+            Send(r, kDrop, std::to_string(current_[r].id));
+          }
+        }
+      } else {
+        record(DecodeError(m.text));
       }
       free_.push_back(m.source);
       dispatch();
@@ -155,9 +163,19 @@ class MpiWorkPool : public WorkPool {
     for (;;) {
       const Message m = ReceiveFromCoordinator();
       if (m.tag == kStop) return Status::Ok();
+      if (m.tag == kDrop) continue;  // for a unit that ended before the message came
       FATHOM_CHECK(m.tag == kUnit);
       const size_t nl = m.text.find('\n');
       const WorkUnit unit{std::stoll(m.text.substr(0, nl)), m.text.substr(nl + 1)};
+      // The coordinator's word that it dropped this unit, polled as the simulations run.
+      bool dropped = false;
+      CancelCheck check([&] {
+        int arrived = 0;
+        MPI_Status probed;
+        MPI_Iprobe(0, kDrop, MPI_COMM_WORLD, &arrived, &probed);
+        if (arrived) dropped = ReceiveProbed(probed).text == std::to_string(unit.id) || dropped;
+        return dropped;
+      });
       auto result = h.compute(unit);
       if (result.ok()) {
         Send(0, kDone, *result);

@@ -340,6 +340,17 @@ Result<std::optional<SweepSummary>> RunSweep(const std::string& plan_path,
     if (run.run->done()) return finish_cell(u.cell, run);
     return Status::Ok();
   };
+  // A unit whose cell has finished stops, and so does one its search will not use
+  // (SearchRun::Drop).
+  h.drop = [&](const WorkUnit& unit) {
+    Timed t(&summary.serve_s);
+    const auto it = out.find(unit.id);
+    CellRun& run = runs.at(it->second.cell);
+    if (run.run && !run.run->Drop(it->second.task)) return false;
+    if (!run.run) ++summary.wasted;
+    out.erase(it);
+    return true;
+  };
   FATHOM_RETURN_IF_ERROR(pool->Run(h));
   summary.wall_s = Since(start);
   return std::optional<SweepSummary>(summary);

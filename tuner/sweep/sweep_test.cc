@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "base/cancel.h"
 #include "base/files.h"
 #include "models/cost_model.h"
 #include "sim/time_model.h"
@@ -212,6 +215,56 @@ TEST_CASE("WorkPool on threads: units handed out as they become ready, each comp
   const Status s = (*one)->Run(h);
   CHECK(s.message() == "cell 0 is bad");
   CHECK(computed == 1);
+}
+
+// Unit 0 computes until it is cancelled (or 30 s pass), unit 1 at once; once unit 1 is back the
+// coordinator drops unit 0.
+WorkHandlers DropTheSlowUnit(std::vector<int64_t>* finished, std::atomic<bool>* cancelled) {
+  WorkHandlers h;
+  h.next = EachOf({0, 1}, [](int64_t) -> Result<std::string> { return std::string(); });
+  h.compute = [cancelled](const WorkUnit& unit) -> Result<std::string> {
+    const auto start = std::chrono::steady_clock::now();
+    while (unit.id == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+      if (CancelRequested()) {
+        *cancelled = true;
+        return Status::Unavailable("cancelled");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return std::string("done");
+  };
+  h.finish = [finished](const WorkUnit& unit, const std::string&) {
+    finished->push_back(unit.id);
+    return Status::Ok();
+  };
+  h.drop = [finished](const WorkUnit& unit) { return unit.id == 0 && !finished->empty(); };
+  return h;
+}
+
+TEST_CASE("WorkPool: a unit dropped under way stops, and its result is never taken", "[tuner]") {
+  std::vector<int64_t> finished;
+  std::atomic<bool> cancelled{false};
+  const auto start = std::chrono::steady_clock::now();
+  auto pool = MakeWorkPool(2);
+  REQUIRE(pool.ok());
+  REQUIRE((*pool)->Run(DropTheSlowUnit(&finished, &cancelled)).ok());  // its error dropped too
+  CHECK(finished == std::vector<int64_t>{1});
+  CHECK(cancelled);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+
+  // The schedule frees the dropped unit's worker at the clock it was dropped: unit 1's end.
+  finished.clear();
+  cancelled = false;
+  SchedulePool schedule(2);
+  WorkHandlers h = DropTheSlowUnit(&finished, &cancelled);
+  h.compute = [](const WorkUnit& unit) -> Result<std::string> {
+    std::this_thread::sleep_for(std::chrono::milliseconds(unit.id == 0 ? 300 : 1));
+    return std::string("done");
+  };
+  REQUIRE(schedule.Run(h).ok());
+  CHECK(finished == std::vector<int64_t>{1});
+  CHECK(schedule.makespan_s() < 0.1);
+  CHECK(schedule.compute_s() < 0.2);
 }
 
 TEST_CASE(

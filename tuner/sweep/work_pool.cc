@@ -37,7 +37,8 @@ class ThreadWorkPool : public WorkPool {
     auto done = [&](const WorkUnit& unit, Result<std::string> result) {
       if (record(result.status())) record(h.finish(unit, *result));
     };
-    ParallelTasks(jobs_, next, h.compute, done);
+    auto drop = [&](const WorkUnit& unit) { return h.drop && h.drop(unit); };
+    ParallelTasks(jobs_, next, h.compute, done, drop);
     return failure;
   }
 
@@ -128,6 +129,19 @@ Status SchedulePool::Run(const WorkHandlers& h) {
     ++free;
     record(f.result.status());
     if (f.result.ok()) record(h.finish(f.unit, *f.result));
+    if (!h.drop) continue;
+    // Units dropped now stop now: their workers are free, their time past the clock not spent.
+    std::vector<Finishing> kept;
+    for (; !finishing.empty(); finishing.pop()) {
+      const Finishing& g = finishing.top();
+      if (!h.drop(g.unit)) {
+        kept.push_back(g);
+        continue;
+      }
+      compute_s_ -= g.at - clock_s_;
+      ++free;
+    }
+    for (Finishing& g : kept) finishing.push(std::move(g));
   }
   return failure;
 }

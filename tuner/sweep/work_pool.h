@@ -29,13 +29,17 @@ struct WorkHandlers {
   std::function<Result<std::string>(const WorkUnit& unit)> compute;
   // Coordinator: a unit's result.
   std::function<Status(const WorkUnit& unit, const std::string& result)> finish;
+  // Coordinator: asked of each unit under way after every finish; true drops the unit, whose
+  // result is no longer of use: the pool stops computing it (base/cancel.h) and never hands it
+  // to finish. Empty: every unit runs to its end.
+  std::function<bool(const WorkUnit& unit)> drop;
 };
 // Handlers' `next` for a fixed list: `items` in order, each described by assign(item).
 std::function<Result<std::optional<WorkUnit>>()> EachOf(
     std::vector<int64_t> items, std::function<Result<std::string>(int64_t item)> assign);
 
-// Thread safety: the coordinator's handlers (next, finish) are called one at a time; compute runs
-// concurrently with them and with itself.
+// Thread safety: the coordinator's handlers (next, finish, drop) are called one at a time; compute
+// runs concurrently with them and with itself.
 //
 // The coordinator may run several batches in turn, each with its own handlers; a worker runs once
 // and computes every batch with its handlers, so compute must be the same function everywhere.
@@ -65,7 +69,8 @@ std::unique_ptr<WorkPool> MakeThreadWorkPool(int jobs);
 // A pool for sizing a cluster: computes every unit here, one at a time, while keeping the clock of
 // `workers` workers that would have run them, each unit taking its measured compute time on the
 // first one free (the coordinator's own time is not counted). Handlers see units finish in that
-// clock's order, so the schedule is the one such a pool would follow.
+// clock's order, so the schedule is the one such a pool would follow; a unit dropped frees its
+// worker at the clock it was dropped.
 class SchedulePool : public WorkPool {
  public:
   explicit SchedulePool(int workers) : workers_(workers) {}
