@@ -174,6 +174,58 @@ TEST_CASE("Tune: the same outcome on 1, 2 and 5 threads, candidate for candidate
   }
 }
 
+TEST_CASE("SearchRun: a probe dropped once the best passed its rate is never asked for again",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  o.jobs = 1;
+  auto prepared = Prepare(o, Catalog());
+  REQUIRE(prepared.ok());
+  const SearchLog none;
+  auto want = Search(o, Catalog(), *prepared, none);
+  REQUIRE(want.ok());
+  auto run = SearchRun::Start(o, Catalog(), *prepared, none);
+  REQUIRE(run.ok());
+  // Up to 8 out at once, the earliest back first (so the best rises while later candidates' probes
+  // are out); after each result the tasks still out are offered to Drop, as a work pool does.
+  std::vector<SearchRun::Task> out;
+  std::set<std::pair<size_t, int64_t>> dropped;
+  while (!run->done()) {
+    while (out.size() < 8) {
+      std::optional<SearchRun::Task> t = run->Peek();
+      if (!t) break;
+      if (t->probe) CHECK_FALSE(dropped.contains({t->candidate, *t->probe}));
+      run->Take(*t);
+      out.push_back(*t);
+    }
+    REQUIRE_FALSE(out.empty());
+    const SearchRun::Task t = out.front();
+    out.erase(out.begin());
+    const sim::DeploymentConfig& d = prepared->candidates.feasible[t.candidate];
+    if (t.probe) {
+      auto p = RunProbe(d, o, Catalog(), *t.probe);
+      REQUIRE(p.ok());
+      run->FinishProbe(t, *p);
+    } else {
+      auto r = Evaluate(d, o, Catalog(), t.beat, run->Memo(t.candidate));
+      REQUIRE(r.ok());
+      REQUIRE(run->Finish(t, *r).ok());
+    }
+    std::erase_if(out, [&](const SearchRun::Task& u) {
+      if (!run->Drop(u)) return false;
+      REQUIRE(u.probe);  // only probes are dropped
+      dropped.insert({u.candidate, *u.probe});
+      return true;
+    });
+  }
+  CHECK_FALSE(dropped.empty());
+  const TuneResult got = run->Outcome();
+  CHECK(got.simulated == want->simulated);
+  CHECK(got.evaluated == want->evaluated);
+  CHECK(got.pruned == want->pruned);
+  REQUIRE(got.ranked.size() == want->ranked.size());
+  for (size_t i = 0; i < got.ranked.size(); ++i) CHECK(got.ranked[i].qps == want->ranked[i].qps);
+}
+
 TEST_CASE("SearchRun: results handed back in the worst order give the one-thread outcome",
           "[tuner]") {
   for (const sim::Scenario scenario : {sim::Scenario::kServer, sim::Scenario::kOffline}) {
