@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -118,7 +119,10 @@ class Engine {
   bool TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
                 int64_t* batch_id);
   void StageFreed() { stage0_busy_ = false; }
-  void Finish(int64_t batch_id, SimTime now);
+  // The batch's sequences leave the last stage. Empty, or the time it now ends: a pipeline's
+  // batch in flight that stepped on with the batch formed after it (its done event comes again
+  // then; see JointRun).
+  std::optional<SimTime> Finish(int64_t batch_id, SimTime now);
   // No batch in the pipeline: every sequence is between iterations.
   bool Idle() const { return in_flight_.empty(); }
   // Adds the work left on the sequences this engine holds, and what its batches in flight
@@ -187,6 +191,7 @@ class Engine {
   struct Batch {
     int64_t id = 0;
     int64_t steps = 1;                      // decode steps taken together (fast-forward)
+    SimTime done;                           // when it leaves the last stage
     std::vector<std::vector<Entry>> ranks;  // explicit entries
     std::vector<int> cohort;                // each rank's cohort taking part, or -1
   };
@@ -269,6 +274,14 @@ class Engine {
   // How many identical decode steps the formed batch can take at once: until the first sequence
   // completes, the horizon passes, or KV blocks would run out (1 when not a pure decode batch).
   int64_t FastForwardSteps(const Batch& batch) const;
+  // Decode steps a decode-only batch may take from `offset` steps into it until one of its
+  // sequences completes or fills the sliding window, at most fast_forward (0: not decode-only).
+  int64_t RunLimit(const Batch& batch, int64_t offset) const;
+  // A pipeline's batch formed while others are in flight, all of them decode-only and nothing
+  // waiting: every microbatch steps on together, as one step at a time would schedule them.
+  // Returns the formed batch's steps (0: no such state, nothing changed); sets *done.
+  int64_t JointRun(const Batch& batch, SimTime now, SimTime horizon, double host_share,
+                   SimTime* done);
   // The ranks' shapes `step` steps into the batch, each paying `host_share` of the host's work.
   void ShapeBatch(const Batch& batch, int64_t step, double host_share);
 
@@ -287,6 +300,9 @@ class Engine {
   std::vector<std::pair<int64_t, int64_t>> waiting_scratch_;  // CohortForBatch's (admitted, slot)
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
+  // JointRun's scratch: by microbatch, then stage.
+  std::vector<double> joint_first_, joint_slope_;
+  std::vector<SimTime> joint_start_, joint_end_;
   bool stage0_busy_ = false;
   bool implicit_decode_ = false;
   // The draws' tables, the same for every engine of one acceptance and run length (shared).

@@ -11,6 +11,31 @@ namespace fathom::sim {
 // With MTP a step generates 1 to 1 + depth tokens (the accepted drafts are drawn per sequence and
 // step when the run ends), so the run is as long as no sequence can finish or outgrow its blocks
 // even if every draft is accepted.
+int64_t Engine::RunLimit(const Batch& batch, int64_t offset) const {
+  int64_t steps = config_.fast_forward;
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      steps = std::min(steps, c.completions.top().first - c.clock - offset);
+      if (!c.fills.empty()) steps = std::min(steps, c.fills.top().first - c.clock - offset);
+    }
+    for (const Entry& e : batch.ranks[r]) {
+      if (!e.decode) return 0;
+      const Sequence& s = (*slots_)[e.slot];
+      const int64_t most = DecodeStepTokens(s);
+      steps = std::min(steps, (s.output - s.generated - offset * most + most - 1) / most);
+      // A run's step times are interpolated between its first and last: it ends before a
+      // sequence's context fills the sliding window (its windowed attention stops growing).
+      const int64_t window = pool_.sliding_window;
+      const int64_t kv_len = s.kv_len + offset * most;
+      if (window > 0 && kv_len < window) {
+        steps = std::min(steps, std::max<int64_t>(1, (window - kv_len - e.tokens) / most + 1));
+      }
+    }
+  }
+  return steps;
+}
+
 int64_t Engine::FastForwardSteps(const Batch& batch) const {
   if (config_.fast_forward <= 1) return 1;
   if (stage_free_at_.size() > 1) {
@@ -23,27 +48,7 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
       if (!rank.waiting.empty() || rank.running.size() != batch.ranks[r].size() + cohort) return 1;
     }
   }
-  int64_t steps = config_.fast_forward;
-  for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    if (batch.cohort[r] >= 0) {
-      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
-      steps = std::min(steps, c.completions.top().first - c.clock);
-      if (!c.fills.empty()) steps = std::min(steps, c.fills.top().first - c.clock);
-    }
-    for (const Entry& e : batch.ranks[r]) {
-      if (!e.decode) return 1;
-      const Sequence& s = (*slots_)[e.slot];
-      const int64_t most = DecodeStepTokens(s);
-      steps = std::min(steps, (s.output - s.generated + most - 1) / most);
-      // A run's step times are interpolated between its first and last: it ends before a
-      // sequence's context fills the sliding window (its windowed attention stops growing).
-      const int64_t window = pool_.sliding_window;
-      if (window > 0 && s.kv_len < window) {
-        steps = std::min(steps, std::max<int64_t>(1, (window - s.kv_len - e.tokens) / most + 1));
-      }
-    }
-  }
-  steps = std::max<int64_t>(steps, 1);
+  int64_t steps = std::max<int64_t>(RunLimit(batch, 0), 1);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     int64_t blocks =
         batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
@@ -167,7 +172,17 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
                                  [](const Rank& rank) { return !rank.waiting.empty(); }))
     steps = std::min<int64_t>(steps, config_.gate_steps + 1 - gate_step_);
   SimTime t = now;
-  if (steps > 1) {
+  // A pipeline's microbatches that only decode step on together.
+  const int64_t joint = !one_stage && !in_flight_.empty() && steps == 1 && !prefills &&
+                                swap_bytes == 0 && !config_.cost_breakdown && !multi_step &&
+                                config_.fast_forward > 1 && config_.mtp_depth == 0 &&
+                                balance.counter == Balance::kNone && !balance.hold
+                            ? JointRun(batch, now, horizon, host_share, &t)
+                            : 0;
+  if (joint > 0) {
+    steps = joint;
+    *stage_free = stage_free_at_[0];
+  } else if (steps > 1) {
     // Stage s of step j takes first + slope * j; a step's stages run one after another (see
     // FastForwardSteps). Stop after the step during which the horizon passes.
     const size_t stages = stage_free_at_.size();
@@ -248,16 +263,160 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   stage0_busy_ = true;
   batch.id = next_batch_id_++;
   batch.steps = steps;
+  batch.done = t;
   *batch_id = batch.id;
   in_flight_.push_back(std::move(batch));
   counters_.iterations += steps;
   return true;
 }
 
-void Engine::Finish(int64_t batch_id, SimTime now) {
+// The step-at-a-time schedule of a pipeline whose microbatches all decode, replayed without
+// events: stage 0 takes the microbatch that is idle when it frees (or the first to return), and
+// each stage serves steps in the order they reach it. Each microbatch's stage times are
+// interpolated between its first and last step, as a single batch's run is. The replay stops
+// before a step that would start at or past the horizon, a step past a microbatch's run limit,
+// and a moment two microbatches are idle at once (the next batch would merge them). The batches
+// in flight take the steps replayed for them (their done events come again at their new ends).
+int64_t Engine::JointRun(const Batch& batch, SimTime now, SimTime horizon, double host_share,
+                         SimTime* done) {
+  // Nothing waits, and every running sequence is in a decode-only batch: this one or one in
+  // flight.
+  for (const Rank& rank : ranks_)
+    if (!rank.waiting.empty()) return 0;
+  std::vector<const Batch*> runs{&batch};
+  for (const Batch& b : in_flight_) runs.push_back(&b);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const Rank& rank = ranks_[r];
+    size_t members = 0;
+    for (const Batch* b : runs) {
+      for (const Entry& e : b->ranks[r])
+        if (!e.decode) return 0;
+      members += b->ranks[r].size() +
+                 (b->cohort[r] >= 0 ? static_cast<size_t>(rank.cohorts[b->cohort[r]].size()) : 0);
+    }
+    if (members != rank.running.size()) return 0;
+  }
+  const size_t n = runs.size(), stages = stage_free_at_.size();
+  std::vector<int64_t> offset(n), limit(n), taken(n, 0);
+  std::vector<SimTime> ready(n);
+  joint_first_.assign(n * stages, 0);
+  joint_slope_.assign(n * stages, 0);
+  joint_start_.assign(n * stages, SimTime(0));
+  joint_end_.assign(n * stages, SimTime(0));
+  for (size_t m = 0; m < n; ++m) {
+    offset[m] = m == 0 ? 0 : runs[m]->steps;
+    limit[m] = m == 0 ? std::max<int64_t>(RunLimit(*runs[m], 0), 1)
+                      : std::max<int64_t>(RunLimit(*runs[m], offset[m]), 0);
+    ready[m] = m == 0 ? now : runs[m]->done;
+    if (limit[m] == 0) continue;
+    ShapeBatch(*runs[m], offset[m], host_share);
+    for (size_t st = 0; st < stages; ++st) {
+      joint_first_[m * stages + st] = static_cast<double>(
+          std::max(pool_.time->StageTime(shapes_, static_cast<int>(st)), SimTime(1)).count());
+    }
+    if (limit[m] == 1) continue;
+    ShapeBatch(*runs[m], offset[m] + limit[m] - 1, host_share);
+    for (size_t st = 0; st < stages; ++st) {
+      const double last = static_cast<double>(
+          std::max(pool_.time->StageTime(shapes_, static_cast<int>(st)), SimTime(1)).count());
+      joint_slope_[m * stages + st] =
+          (last - joint_first_[m * stages + st]) / static_cast<double>(limit[m] - 1);
+    }
+  }
+  // KV blocks for every step the limits allow, or no joint run.
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    int64_t blocks = 0;
+    for (size_t m = 0; m < n; ++m) {
+      const int64_t from = offset[m] + (m == 0 ? 1 : 0), to = offset[m] + limit[m];
+      if (runs[m]->cohort[r] >= 0 && to > from)
+        blocks += ranks_[r].cohorts[runs[m]->cohort[r]].Crossings(from, to);
+      for (const Entry& e : runs[m]->ranks[r]) {
+        const Sequence& s = (*slots_)[e.slot];
+        blocks += BlocksToGrow(ranks_[r], s, s.kv_len + offset[m] + limit[m]);
+      }
+    }
+    if (!ranks_[r].kv->Fits(blocks)) {
+      ShapeBatch(batch, 0, host_share);  // the caller's shapes again
+      return 0;
+    }
+  }
+
+  std::vector<SimTime> free = stage_free_at_;
+  SimTime busy(0);
+  int64_t steps = 0;
+  for (;;) {
+    size_t next = 0;
+    for (size_t m = 1; m < n; ++m)
+      if (ready[m] < ready[next]) next = m;
+    const SimTime start = std::max(free[0], ready[next]);
+    int idle = 0;
+    for (size_t m = 0; m < n; ++m) idle += ready[m] <= start ? 1 : 0;
+    if (idle > 1 || taken[next] == limit[next] || (steps > 0 && start >= horizon)) break;
+    SimTime t = start;
+    for (size_t st = 0; st < stages; ++st) {
+      const size_t k = next * stages + st;
+      const SimTime d(
+          std::llround(joint_first_[k] + joint_slope_[k] * static_cast<double>(taken[next])));
+      const SimTime begin = std::max(t, free[st]);
+      if (taken[next] == 0) joint_start_[k] = begin;
+      t = joint_end_[k] = free[st] = begin + d;
+      if (st == 0) busy += d;
+    }
+    ready[next] = t;
+    ++taken[next];
+    ++steps;
+  }
+  if (steps == taken[0]) {  // no batch in flight stepped on: the step as it was
+    ShapeBatch(batch, 0, host_share);
+    return 0;
+  }
+
+  // In the order they end (the serving front takes each run's responses in that order).
+  std::vector<size_t> order(n);
+  for (size_t m = 0; m < n; ++m) order[m] = m;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return ready[a] != ready[b] ? ready[a] < ready[b] : a < b; });
+  for (const size_t m : order) {
+    if (taken[m] == 0) continue;
+    int64_t tokens = 0, sequences = 0;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const Batch& b = *runs[m];
+      if (b.cohort[r] >= 0) {
+        Cohort& c = ranks_[r].cohorts[b.cohort[r]];
+        tokens += c.size();
+        sequences += c.size();
+        if (m > 0)
+          FATHOM_CHECK(ranks_[r].kv->Allocate(c.Crossings(offset[m], offset[m] + taken[m])));
+      }
+      for (const Entry& e : b.ranks[r]) {
+        tokens += e.tokens;
+        ++sequences;
+        Sequence& s = (*slots_)[e.slot];
+        if (m > 0) FATHOM_CHECK(Grow(ranks_[r], s, s.kv_len + offset[m] + taken[m]));
+      }
+    }
+    for (size_t st = 0; st < stages; ++st) {
+      listener_->OnIteration(id_, static_cast<int>(st), joint_start_[m * stages + st],
+                             joint_end_[m * stages + st], taken[m], tokens * taken[m], sequences);
+    }
+    if (m == 0) continue;
+    Batch& b = in_flight_[m - 1];
+    b.steps += taken[m];
+    b.done = ready[m];
+    counters_.iterations += taken[m];
+    if (config_.gate_steps > 0) gate_step_ = (gate_step_ + taken[m]) % (config_.gate_steps + 1);
+  }
+  counters_.busy += busy;
+  stage_free_at_ = free;
+  *done = ready[0];
+  return taken[0];
+}
+
+std::optional<SimTime> Engine::Finish(int64_t batch_id, SimTime now) {
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                          [&](const Batch& b) { return b.id == batch_id; });
   FATHOM_CHECK(it != in_flight_.end());
+  if (it->done > now) return it->done;
   Batch batch = std::move(*it);
   in_flight_.erase(it);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
@@ -333,6 +492,7 @@ void Engine::Finish(int64_t batch_id, SimTime now) {
     }
   }
   spare_batches_.push_back(std::move(batch));
+  return std::nullopt;
 }
 
 }  // namespace fathom::sim

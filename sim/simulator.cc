@@ -534,9 +534,13 @@ Status Simulator::Advance(SimTime until) {
     }
     const EventPayload& p = e.payload;
     if (const auto* done = std::get_if<BatchDoneEvent>(&p)) {
-      engines_[done->engine]->Finish(done->batch_id, e.time);
-      Kick(done->engine);  // with pipelining, the freed sequences may run again
-      if (stopping_) EvacuateIfStopped();
+      const std::optional<SimTime> later = engines_[done->engine]->Finish(done->batch_id, e.time);
+      if (later) {
+        queue_.Push(*later, *done);  // it stepped on beside a later microbatch (Engine::JointRun)
+      } else {
+        Kick(done->engine);  // with pipelining, the freed sequences may run again
+        if (stopping_) EvacuateIfStopped();
+      }
     } else if (const auto* sw = std::get_if<SwitchEvent>(&p)) {
       if (sw->resume) {
         ResumeAfterSwitch();
