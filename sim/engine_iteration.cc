@@ -26,10 +26,14 @@ int64_t Engine::RunLimit(const Batch& batch, int64_t offset) const {
       steps = std::min(steps, (s.output - s.generated - offset * most + most - 1) / most);
       // A run's step times are interpolated between its first and last: it ends before a
       // sequence's context fills the sliding window (its windowed attention stops growing).
-      const int64_t window = pool_.sliding_window;
-      const int64_t kv_len = s.kv_len + offset * most;
-      if (window > 0 && kv_len < window) {
-        steps = std::min(steps, std::max<int64_t>(1, (window - kv_len - e.tokens) / most + 1));
+      // Past `offset` steps of a run that ended where a context filled the window, the run ends
+      // there (as a cohort's queue of fills says).
+      const int64_t window = pool_.sliding_window, kv_len = s.kv_len + offset * most;
+      if (window > 0 && s.kv_len < window) {
+        steps =
+            kv_len >= window
+                ? 0
+                : std::min(steps, std::max<int64_t>(1, (window - kv_len - e.tokens) / most + 1));
       }
     }
   }

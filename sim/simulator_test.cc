@@ -970,36 +970,68 @@ TEST_CASE("Simulator: a pipeline runs a microbatch of up to max_batch on every s
 
 TEST_CASE("Simulator: a pipeline's decoding microbatches step on together, as step by step",
           "[sim]") {
+  // A run and how many iterations it recorded (a joint run records each microbatch's steps once).
+  const std::string path = (std::filesystem::temp_directory_path() / "fathom_joint.log").string();
+  auto run = [&](const SimulationSpec& spec, std::unique_ptr<RequestSource> source,
+                 int64_t* iterations_logged) {
+    auto log = OutputFile::Create(path);
+    REQUIRE(log.ok());
+    const SimulationResult r = RunOk(spec, std::move(source), log->get());
+    REQUIRE((*log)->Commit().ok());
+    const std::string text = *ReadFile(path);
+    *iterations_logged = 0;
+    for (size_t at = 0; (at = text.find(" iteration ", at)) != std::string::npos; ++at)
+      ++*iterations_logged;
+    std::filesystem::remove(path);
+    return r;
+  };
   // Microbatches of one sequence each (max_batch 1) on 2 and 4 stages, of different lengths so
   // that runs end at completions, with arrivals between them. Each stage's time is fixed, so the
-  // joint run (Engine::JointRun) must give the step-by-step figures exactly, from far fewer
-  // recorded iterations.
-  const std::string path = (std::filesystem::temp_directory_path() / "fathom_joint.log").string();
+  // joint run (Engine::JointRun) must give the step-by-step figures exactly.
+  const std::vector<traces::Request> data = RandomRequests(40, 7, 20, 100, 900);
   for (const int stages : {2, 4}) {
     INFO(stages << " stages");
     FakeTime time(0.01, false, stages);
     SimulationSpec spec = SingleSlot(&time);
-    std::vector<traces::Request> data = RandomRequests(40, 7, 20, 100, 900);
-    auto run = [&](int64_t fast_forward, int64_t* iterations_logged) {
-      spec.engine.fast_forward = fast_forward;
-      auto log = OutputFile::Create(path);
-      REQUIRE(log.ok());
-      const SimulationResult r = RunOk(spec, PoissonSource(data, 40, 0.1, 11), log->get());
-      REQUIRE((*log)->Commit().ok());
-      const std::string text = *ReadFile(path);
-      *iterations_logged = 0;
-      for (size_t at = 0; (at = text.find(" iteration ", at)) != std::string::npos; ++at)
-        ++*iterations_logged;
-      return r;
-    };
     int64_t joint_logged = 0, exact_logged = 0;
-    const SimulationResult joint = run(4096, &joint_logged);
-    const SimulationResult exact = run(1, &exact_logged);
+    spec.engine.fast_forward = 4096;
+    const SimulationResult joint = run(spec, PoissonSource(data, 40, 0.1, 11), &joint_logged);
+    spec.engine.fast_forward = 1;
+    const SimulationResult exact = run(spec, PoissonSource(data, 40, 0.1, 11), &exact_logged);
     CHECK(joint.ToJson().dump() == exact.ToJson().dump());
-    CHECK(joint.iterations == exact.iterations);
     CHECK(joint_logged * 10 < exact_logged);
   }
-  std::filesystem::remove(path);
+  // Priced steps (gpt-oss-120b, TP1 PP2 on B200, its sliding window filling during decode):
+  // within the interpolation's error of step by step, and the same with or without cohorts.
+  const models::ModelArch model = *models::LoadModel("gpt-oss-120b");
+  const models::Hardware hw = *(*models::HardwareCatalog::LoadBuiltin()).Find("b200");
+  const models::ParallelLayout layout{2, 1, 2, 1, 1};
+  const models::RooflineModel time(
+      model, hw, layout, {models::DType::kMxfp4, models::DType::kBf16, models::DType::kFp8});
+  SimulationSpec spec;
+  spec.pool.time = &time;
+  spec.pool.sliding_window = model.sliding_window;
+  spec.pool.kv_blocks_per_rank = 200000 / 32;
+  spec.engine.max_batch = 2;
+  spec.scenario.scenario = Scenario::kServer;
+  spec.scenario.min_duration_s = 0;
+  spec.total_gpus = layout.gpus;
+  const std::vector<traces::Request> long_ones = RandomRequests(200, 5, 1, 300, 2000);
+  int64_t joint_logged = 0, exact_logged = 0, unused = 0;
+  spec.engine.fast_forward = 4096;
+  const SimulationResult joint = run(spec, PoissonSource(long_ones, 200, 0.5, 7), &joint_logged);
+  spec.engine.implicit_decode = false;
+  CHECK(run(spec, PoissonSource(long_ones, 200, 0.5, 7), &unused).ToJson().dump() ==
+        joint.ToJson().dump());
+  spec.engine.implicit_decode = true;
+  spec.engine.fast_forward = 1;
+  const SimulationResult exact = run(spec, PoissonSource(long_ones, 200, 0.5, 7), &exact_logged);
+  CHECK(joint_logged * 10 < exact_logged);
+  CHECK(joint.iterations == exact.iterations);
+  CHECK(joint.counters.decode_tokens == exact.counters.decode_tokens);
+  CHECK(joint.throughput_tokens_per_s == Approx(exact.throughput_tokens_per_s).epsilon(1e-4));
+  CHECK(joint.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-4));
+  CHECK(joint.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-4));
 }
 
 TEST_CASE("Simulator: attention DP ranks step together at the slowest rank's pace", "[sim]") {
