@@ -174,6 +174,22 @@ TEST_CASE("Tune: the same outcome on 1, 2 and 5 threads, candidate for candidate
   }
 }
 
+// Computes a SearchRun task as a worker would (a probe, or an evaluation from the probes run) and
+// hands its result back.
+void Compute(SearchRun* run, const PreparedTune& prepared, const TuneOptions& o,
+             const SearchRun::Task& t) {
+  const sim::DeploymentConfig& d = prepared.candidates.feasible[t.candidate];
+  if (t.probe) {
+    auto p = RunProbe(d, o, Catalog(), *t.probe);
+    REQUIRE(p.ok());
+    run->FinishProbe(t, *p);
+    return;
+  }
+  auto r = Evaluate(d, o, Catalog(), t.beat, run->Memo(t.candidate));
+  REQUIRE(r.ok());
+  REQUIRE(run->Finish(t, *r).ok());
+}
+
 TEST_CASE("SearchRun: a probe dropped once the best passed its rate is never asked for again",
           "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
@@ -200,16 +216,7 @@ TEST_CASE("SearchRun: a probe dropped once the best passed its rate is never ask
     REQUIRE_FALSE(out.empty());
     const SearchRun::Task t = out.front();
     out.erase(out.begin());
-    const sim::DeploymentConfig& d = prepared->candidates.feasible[t.candidate];
-    if (t.probe) {
-      auto p = RunProbe(d, o, Catalog(), *t.probe);
-      REQUIRE(p.ok());
-      run->FinishProbe(t, *p);
-    } else {
-      auto r = Evaluate(d, o, Catalog(), t.beat, run->Memo(t.candidate));
-      REQUIRE(r.ok());
-      REQUIRE(run->Finish(t, *r).ok());
-    }
+    Compute(&*run, *prepared, o, t);
     std::erase_if(out, [&](const SearchRun::Task& u) {
       if (!run->Drop(u)) return false;
       REQUIRE(u.probe);  // only probes are dropped
@@ -252,16 +259,7 @@ TEST_CASE("SearchRun: results handed back in the worst order give the one-thread
       REQUIRE_FALSE(out.empty());
       const SearchRun::Task t = out.back();
       out.pop_back();
-      const sim::DeploymentConfig& d = prepared->candidates.feasible[t.candidate];
-      if (t.probe) {
-        auto p = RunProbe(d, o, Catalog(), *t.probe);
-        REQUIRE(p.ok());
-        run->FinishProbe(t, *p);
-        continue;
-      }
-      auto r = Evaluate(d, o, Catalog(), t.beat, run->Memo(t.candidate));
-      REQUIRE(r.ok());
-      REQUIRE(run->Finish(t, *r).ok());
+      Compute(&*run, *prepared, o, t);
     }
     const TuneResult got = run->Outcome();
     CHECK(got.simulated == want->simulated);
