@@ -247,6 +247,11 @@ class Engine {
   bool Busy(const Rank& rank, const Sequence& s) const {  // in a batch in flight
     return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
   }
+  // Walks over a rank's sequences read them in no order the memory follows: each loop asks for
+  // the sequence kPrefetchAhead places on while it works on this one (a decode step's fields are
+  // one cache line, Sequence).
+  static constexpr size_t kPrefetchAhead = 8;
+  void Prefetch(int64_t slot) const { __builtin_prefetch(slots_->data() + slot); }
 
   // Batch forming and attention-DP balance (engine_batch.cc).
   Balance DecideBalance() const;

@@ -39,6 +39,7 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
   size_t i = 0;
   while (i < rank.running.size()) {
     const int64_t slot = rank.running[i];
+    if (i + kPrefetchAhead < rank.running.size()) Prefetch(rank.running[i + kPrefetchAhead]);
     Sequence& s = (*slots_)[slot];
     if (Busy(rank, s) || s.prefilling()) {
       ++i;

@@ -427,7 +427,10 @@ std::optional<SimTime> Engine::Finish(int64_t batch_id, SimTime now) {
     Rank& rank = ranks_[r];
     if (batch.cohort[r] >= 0) AdvanceCohort(rank, batch.cohort[r], batch.steps, now);
     int joins = batch.cohort[r];  // where this batch's decoders continue
-    for (const Entry& e : batch.ranks[r]) {
+    const std::vector<Entry>& entries = batch.ranks[r];
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      if (i + kPrefetchAhead < entries.size()) Prefetch(entries[i + kPrefetchAhead].slot);
       Sequence& s = (*slots_)[e.slot];
       s.in_flight = false;
       const int64_t generated_before = s.generated;
