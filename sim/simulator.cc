@@ -101,11 +101,29 @@ OrderedJson SimulationResult::ToJson() const {
   return j;
 }
 
+namespace {
+
+// The sequence slots a thread's last simulation grew, kept for its next: a tuner's runs would
+// otherwise each touch megabytes of fresh pages (faulted in one at a time, dearest in a VM) and
+// move them as they grow. At most kKeptSlots are kept.
+constexpr size_t kKeptSlots = size_t{1} << 18;
+std::vector<Sequence>& SpareSlots() {
+  static thread_local std::vector<Sequence> spare;
+  return spare;
+}
+
+}  // namespace
+
 Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
     : spec_(std::move(spec)),
       source_(std::move(source)),
-      rng_(spec_.scenario.seed ^ 0x5eedf00dULL) {
-  if (source_) slots_.reserve(static_cast<size_t>(source_->AtOnce()));
+      rng_(spec_.scenario.seed ^ 0x5eedf00dULL),
+      slots_(std::move(SpareSlots())) {
+  slots_.clear();
+  // Room for an Offline query in one allocation, at least twice what was kept (a tuner's runs
+  // lengthen one after another).
+  const size_t at_once = source_ ? static_cast<size_t>(source_->AtOnce()) : 0;
+  if (at_once > slots_.capacity()) slots_.reserve(std::max(at_once, 2 * slots_.capacity()));
   const bool disagg = spec_.decode_pool.has_value();
   AddEngines(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
              &main_engines_);
@@ -124,7 +142,12 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
   }
 }
 
-Simulator::~Simulator() = default;
+Simulator::~Simulator() {
+  slots_.clear();
+  std::vector<Sequence>& spare = SpareSlots();
+  if (slots_.capacity() <= kKeptSlots && slots_.capacity() > spare.capacity())
+    spare = std::move(slots_);
+}
 
 void Simulator::AddEngines(const PoolSpec& pool, const EngineConfig& config, EngineRole role,
                            std::vector<int>* ids) {
