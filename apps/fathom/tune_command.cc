@@ -552,7 +552,7 @@ Status Run(TuneFlags f) {
     j["pruned"] = res.pruned;
     j["screened"] = res.screened;
     j["infeasible"] = res.infeasible;
-    if (server) j["shared_probes"] = res.shared_probes;
+    j[server ? "shared_probes" : "shared_runs"] = res.shared_probes;
     j["sweep_id"] = res.sweep_id;
     j["wall_s"] = res.wall_s;
     std::printf("%s\n", j.dump(2).c_str());
@@ -567,10 +567,11 @@ Status Run(TuneFlags f) {
                 o.ttft_limit_ms.value_or(limits ? limits->ttft_ms : 0),
                 o.tpot_limit_ms.value_or(limits ? limits->tpot_ms : 0));
   }
-  const std::string shared = res.shared_probes > 0
-                                 ? StrFormat(", %lld probes taken from batch siblings' runs",
-                                             static_cast<long long>(res.shared_probes))
-                                 : "";
+  const std::string shared =
+      res.shared_probes > 0
+          ? StrFormat(", %lld %s taken from batch siblings' runs",
+                      static_cast<long long>(res.shared_probes), server ? "probes" : "Offline runs")
+          : "";
   std::printf(
       "\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (a bound or a "
       "shorter run below the best)%s; %lld infeasible; %.1f s\n\n",

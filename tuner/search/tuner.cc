@@ -494,7 +494,7 @@ bool ScreenedOut(double predicted_tokens_per_s, double best) {
 }
 
 struct OfflineOutcome {
-  Probe run;
+  ProbeOutcome run;                   // the last run's
   double predicted_tokens_per_s = 0;  // from its first two runs, when both were short (else 0)
   // Stopped short: predicted, or its full-length run's clock proves, x kScreenMargin below the
   // beat.
@@ -508,15 +508,32 @@ struct OfflineOutcome {
 // (the second stops as soon as its clock, ScreenedPastS, says it will), and a run stops once its
 // clock is past the target (so it is the full-length one) and past the time its tokens would
 // take at the beat / kScreenMargin: it ends later still, so its tokens/s x kScreenMargin is below
-// the beat, exactly, with nothing predicted.
+// the beat, exactly, with nothing predicted. Each run that ends goes into `memo` by its sample
+// count, and a run found there (the candidate's own from an earlier search, or a batch sibling's
+// that stands for it) is not simulated again: it gave up if it lasted past the give-up time.
 Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOptions& o,
                                   const models::HardwareCatalog& catalog, int instances,
-                                  double beat) {
+                                  double beat, ProbeMemo* memo) {
   const sim::Plan plan{one, {}, std::nullopt};
   OfflineOutcome out;
+  // The run of `samples`, stopped at `give_up_s` (if > 0): nullopt if it gave up.
+  auto run = [&](int64_t samples, double give_up_s) -> Result<std::optional<ProbeOutcome>> {
+    if (std::optional<ProbeOutcome> known = memo != nullptr ? memo->Find(samples) : std::nullopt;
+        known && known->valid) {
+      if (give_up_s > 0 && known->duration_s > give_up_s) return std::optional<ProbeOutcome>();
+      return known;
+    }
+    FATHOM_ASSIGN_OR_RETURN(Probe p,
+                            Simulate(plan, o, catalog, 0, samples, false, false, give_up_s));
+    if (p.gave_up) return std::optional<ProbeOutcome>();
+    ProbeOutcome outcome = Outcome(p);
+    if (memo != nullptr) Keep(memo, samples, p, outcome);
+    return std::optional<ProbeOutcome>(std::move(outcome));
+  };
   if (o.offline_samples > 0) {
-    FATHOM_ASSIGN_OR_RETURN(
-        out.run, Simulate(plan, o, catalog, 0, (o.offline_samples + instances - 1) / instances));
+    FATHOM_ASSIGN_OR_RETURN(std::optional<ProbeOutcome> r,
+                            run((o.offline_samples + instances - 1) / instances, 0));
+    out.run = *r;
     return out;
   }
   const auto dataset = static_cast<int64_t>(o.dataset.size());
@@ -541,14 +558,14 @@ Result<OfflineOutcome> OfflineRun(const sim::DeploymentConfig& one, const TuneOp
         if (screened_s < target_s) give_up_s = screened_s * (1 + 1e-9);
       }
     }
-    FATHOM_ASSIGN_OR_RETURN(out.run,
-                            Simulate(plan, o, catalog, 0, samples, false, false, give_up_s));
-    if (out.run.gave_up) {
+    FATHOM_ASSIGN_OR_RETURN(std::optional<ProbeOutcome> r, run(samples, give_up_s));
+    if (!r) {
       out.screened = true;
       return std::optional<double>();
     }
+    out.run = std::move(*r);
     if (!out.run.valid) return std::optional<double>();
-    const double s = out.run.result.duration_s;
+    const double s = out.run.duration_s;
     if (s < target_s && second) {  // the second run, short of the target: the screen
       out.predicted_tokens_per_s =
           PredictedTokensPerS(last_passes, last_s, passes, s, tokens_per_pass, target_s);
@@ -842,14 +859,15 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
     // A plan that switches runs the whole deployment; otherwise one instance stands for all.
     const OfflineShare share = plan.steps.empty() ? OneInstance(d) : OfflineShare{d, 1};
     FATHOM_ASSIGN_OR_RETURN(OfflineOutcome run, OfflineRun(share.one, o, catalog, share.instances,
-                                                           beat / share.instances));
+                                                           beat / share.instances,
+                                                           plan.steps.empty() ? memo : nullptr));
     scale = share.instances;
     if (run.screened) {
       c.screened = true;
       return c;
     }
     c.predicted_tokens_per_s = scale * run.predicted_tokens_per_s;
-    best = Outcome(run.run);
+    best = run.run;
   } else {
     // Valid probes run to the end and cost the most.
     QpsSearch search(c.bound, QpsEstimate(*resolved, means, o, c.bound), beat, o.qps_steps);
@@ -1121,14 +1139,12 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
     Item item;
     item.candidate = i;
     item.key = CandidateKey(d);
-    if (server) {
-      std::shared_ptr<BatchSiblings>& siblings = sibling_groups[SiblingKey(d)];
-      if (!siblings) {
-        siblings = std::make_shared<BatchSiblings>();
-        run.sibling_groups_.push_back(siblings);
-      }
-      item.memo->JoinSiblings(siblings, RunLimits::Of(*resolved));
+    std::shared_ptr<BatchSiblings>& siblings = sibling_groups[SiblingKey(d)];
+    if (!siblings) {
+      siblings = std::make_shared<BatchSiblings>();
+      run.sibling_groups_.push_back(siblings);
     }
+    item.memo->JoinSiblings(siblings, RunLimits::Of(*resolved));
     item.bound = bound;
     item.estimate = estimate;
     item.cost = requests;

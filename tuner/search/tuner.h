@@ -154,8 +154,9 @@ struct RunLimits {
 };
 
 // Probes shared by candidates that differ only in max_batch (decode_max_batch): a probe run on
-// one stands for another at the same rate where it stayed clear of both's batch limits
-// (RunLimits::SameRun), as the runs of a lightly loaded Interactive search do. Thread-safe.
+// one stands for another at the same rate (an Offline run, of the same samples) where it stayed
+// clear of both's batch limits (RunLimits::SameRun), as the runs of a lightly loaded Interactive
+// search and the short first runs of an Offline length search do. Thread-safe.
 class BatchSiblings {
  public:
   std::optional<ProbeOutcome> Find(int64_t k, const RunLimits& limits) const;
@@ -248,8 +249,9 @@ struct TuneResult {
   int64_t pruned = 0;                      // bound below the best found
   int64_t screened = 0;                    // of pruned: by the Offline screen (kScreenMargin)
   int64_t infeasible = 0;                  // invalid layouts or out of memory
-  // Server-type: probes a candidate took from a batch sibling's run instead of simulating them
-  // (BatchSiblings; how many depends on which runs finished first, never what they answer).
+  // Probes (Offline: runs of the length search) a candidate took from a batch sibling's run
+  // instead of simulating them (BatchSiblings; how many depends on which runs finished first,
+  // never what they answer).
   int64_t shared_probes = 0;
   double wall_s = 0;
   std::optional<SearchFailure> failure;  // set when no candidate is valid
@@ -376,7 +378,7 @@ class SearchRun {
   double best_ = 0;                    // the best objective taken (or stored)
   std::vector<CandidateResult> kept_;  // taken results that count as simulated or reused
   int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, screened_ = 0, wasted_ = 0;
-  std::vector<std::shared_ptr<BatchSiblings>> sibling_groups_;  // server-type: one a sibling key
+  std::vector<std::shared_ptr<BatchSiblings>> sibling_groups_;  // one a sibling key
   std::set<std::pair<size_t, int64_t>> probing_;  // probe tasks out: (candidate, grid index)
   std::set<size_t> searching_;                    // items kSearching
   int64_t probes_ahead_ = 0, requeued_ = 0;

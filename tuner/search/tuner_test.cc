@@ -525,11 +525,11 @@ TEST_CASE(
   CHECK_FALSE(old_sibling.Find(k).has_value());
 }
 
-TEST_CASE("Tune: batch siblings' shared probes answer as each candidate's own search would",
-          "[tuner]") {
-  TuneOptions o = SmallOptions(sim::Scenario::kInteractive);
-  o.prune = false;  // every candidate searched from nothing, as Evaluate searches it alone
-  // Limits past the stack's smallest CUDA graph (128), so that light loads pad alike under each.
+// Tunes `o` unpruned (every candidate searched from nothing, as Evaluate searches it alone) with
+// batch limits past the stack's smallest CUDA graph (128), so that light loads pad alike under
+// each: siblings share runs, and every candidate's figures are those of its own search.
+TuneResult TuneSharingAsAlone(TuneOptions o) {
+  o.prune = false;
   o.space.max_batch = {256, 512, 1024};
   const auto res = Tune(o, Catalog());
   REQUIRE(res.ok());
@@ -541,6 +541,25 @@ TEST_CASE("Tune: batch siblings' shared probes answer as each candidate's own se
     REQUIRE(alone.ok());
     CHECK(c == *alone);
   }
+  return *res;
+}
+
+TEST_CASE("Tune: batch siblings' shared probes answer as each candidate's own search would",
+          "[tuner]") {
+  TuneSharingAsAlone(SmallOptions(sim::Scenario::kInteractive));
+}
+
+// A data set's one pass (120 samples) stays below each limit; the longer runs reach them.
+TEST_CASE("Tune: batch siblings' shared Offline runs answer as each candidate's own search would",
+          "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kOffline);
+  const TuneResult all = TuneSharingAsAlone(o);
+  // Pruned, the same best and figures.
+  o.space.max_batch = {256, 512, 1024};
+  const auto pruned = Tune(o, Catalog());
+  REQUIRE(pruned.ok());
+  REQUIRE_FALSE(pruned->ranked.empty());
+  CHECK(pruned->ranked.front() == all.ranked.front());
 }
 
 TEST_CASE("RunLimits: a run stands for other limits only where every rule reading them agrees",
