@@ -569,8 +569,8 @@ Status Run(TuneFlags f) {
   }
   const std::string shared =
       res.shared_probes > 0
-          ? StrFormat(", %lld %s taken from batch siblings' runs",
-                      static_cast<long long>(res.shared_probes), server ? "probes" : "Offline runs")
+          ? StrFormat(", %lld %s taken from batch siblings",
+                      static_cast<long long>(res.shared_probes), server ? "probes" : "runs")
           : "";
   std::printf(
       "\n%lld candidates: %lld simulated, %lld from the results store, %lld pruned (a bound or a "
