@@ -105,8 +105,8 @@ namespace {
 
 // The sequence slots a thread's last simulation grew, kept for its next: a tuner's runs would
 // otherwise each touch megabytes of fresh pages (faulted in one at a time, dearest in a VM) and
-// move them as they grow. At most kKeptSlots are kept.
-constexpr size_t kKeptSlots = size_t{1} << 18;
+// move them as they grow. At most kKeptSlots are kept (a sweep's threads each keep theirs).
+constexpr size_t kKeptSlots = size_t{1} << 17;  // 24 MB
 std::vector<Sequence>& SpareSlots() {
   static thread_local std::vector<Sequence> spare;
   return spare;
@@ -120,10 +120,11 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
       rng_(spec_.scenario.seed ^ 0x5eedf00dULL),
       slots_(std::move(SpareSlots())) {
   slots_.clear();
-  // Room for an Offline query in one allocation, at least twice what was kept (a tuner's runs
-  // lengthen one after another).
+  // Room for an Offline query in one allocation, within what a thread keeps at least twice what it
+  // kept (a tuner's runs lengthen one after another).
   const size_t at_once = source_ ? static_cast<size_t>(source_->AtOnce()) : 0;
-  if (at_once > slots_.capacity()) slots_.reserve(std::max(at_once, 2 * slots_.capacity()));
+  if (at_once > slots_.capacity())
+    slots_.reserve(std::max(at_once, std::min(2 * slots_.capacity(), kKeptSlots)));
   const bool disagg = spec_.decode_pool.has_value();
   AddEngines(spec_.pool, spec_.engine, disagg ? EngineRole::kPrefill : EngineRole::kAggregated,
              &main_engines_);
