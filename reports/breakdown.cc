@@ -64,8 +64,13 @@ Table BreakdownTable(const std::vector<BreakdownRun>& runs) {
     t.AddRow(std::move(row));
   };
   add("total (GPUs x run, drain included)", TotalPerMillion, 1);
+  // The ranking's figure, and LoadGen's, which the drain of the longest outputs lowers.
   add(
-      "tokens/s", [](const BreakdownRun& r) { return r.run->throughput_tokens_per_s; }, 0);
+      "tokens/s sustained (as ranked)",
+      [](const BreakdownRun& r) { return r.run->sustained_tokens_per_s; }, 0);
+  add(
+      "tokens/s over the run, drain included (LoadGen's)",
+      [](const BreakdownRun& r) { return r.run->throughput_tokens_per_s; }, 0);
   add(
       "mean TTFT ms (queueing, serving front)",
       [](const BreakdownRun& r) { return r.run->ttft_mean_ms; }, 0);

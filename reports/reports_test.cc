@@ -476,6 +476,8 @@ TEST_CASE("Breakdown: the parts add up to the GPUs' time and the gain is credite
   const std::string table = BreakdownTable({ours, theirs}).Text();
   CHECK(table.find("attention") != std::string::npos);
   CHECK(table.find("unattributed") == std::string::npos);  // none: no row
+  CHECK(table.find("tokens/s sustained (as ranked)") != std::string::npos);
+  CHECK(table.find("tokens/s over the run, drain included (LoadGen's)") != std::string::npos);
   // 500 GPU-s per million against 400: attention 100 fewer (100%), host 25 fewer, idle 25 more.
   const std::string credit = CreditLines(ours, theirs);
   CHECK(credit.find("ours spends 100.0 GPU-seconds per million tokens fewer than theirs") == 0);
