@@ -1,5 +1,5 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|stream|activity|online|tune|serve|loadgen|all] [--rows N]
+//   fathom_bench [csv|offline|server|mtp|stream|activity|online|tune|serve|loadgen|all] [--rows N]
 //   [--repeat R] [--only NAME-PART]  (tune: only the tunes whose name holds it)
 #include <sys/resource.h>
 
@@ -112,6 +112,42 @@ void Scenario(const char* name, sim::Scenario scenario, double qps, int64_t samp
     done = res->completed_requests;
   });
   std::printf("%s: %lld requests, %.0f s simulated in %.3f s wall (median of %d)\n", name,
+              static_cast<long long>(done), sim_s, s, repeat);
+}
+
+// MTP's per-sequence decode path at rack scale: DeepSeek-R1 Interactive on 288 GB300s, four TP4
+// prefill instances beside 17 TP16 attention-DP decode instances with three MTP tokens (the
+// layout the four-rack Interactive tune picks), `samples` requests at 280 QPS under the GPU's
+// default stack.
+void Mtp(int64_t samples, int repeat) {
+  const auto data = MlperfSet();
+  sim::DeploymentConfig d;
+  d.hardware = "gb300";
+  d.gpus = 288;
+  d.disaggregated = true;
+  d.prefill = {4, 4, 1, 4, 4};
+  d.decode = {17, 16, 1, 16, 16};
+  d.engine.max_batch = 128;
+  d.engine.max_num_tokens = 12288;
+  d.engine.mtp_depth = 3;
+  d.engine.acceptance = 0.7;
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  // The GPU's default stack (its calibrated step times: the decode pool holds as many sequences as
+  // the tuned deployment's runs do).
+  const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, d.hardware);
+  double sim_s = 0;
+  int64_t done = 0;
+  const double s = Median(repeat, [&] {
+    auto r = sim::Resolve(d, *catalog, time_model.factory);
+    sim::SimulationSpec spec = std::move((*r)->spec);
+    spec.scenario.scenario = sim::Scenario::kInteractive;
+    spec.scenario.qps = 280;
+    sim::Simulator simulator(std::move(spec), sim::PoissonSource(data, samples, 280, 1));
+    auto res = simulator.Run();
+    sim_s = res->duration_s;
+    done = res->completed_requests;
+  });
+  std::printf("mtp_288xgb300: %lld requests, %.0f s simulated in %.3f s wall (median of %d)\n",
               static_cast<long long>(done), sim_s, s, repeat);
 }
 
@@ -379,6 +415,7 @@ int main(int argc, char** argv) {
     fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
   if (what == "server" || what == "all")
     fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
+  if (what == "mtp" || what == "all") fathom::Mtp(35104, repeat);
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
   if (what == "online" || what == "all") fathom::Online(repeat);
