@@ -118,8 +118,7 @@ Simulator::Simulator(SimulationSpec spec, std::unique_ptr<RequestSource> source)
     : spec_(std::move(spec)),
       source_(std::move(source)),
       rng_(spec_.scenario.seed ^ 0x5eedf00dULL),
-      slots_(std::move(SpareSlots())) {
-  slots_.clear();
+      slots_(std::move(SpareSlots())) {  // empty: kept cleared
   // Room for an Offline query in one allocation, within what a thread keeps at least twice what it
   // kept (a tuner's runs lengthen one after another).
   const size_t at_once = source_ ? static_cast<size_t>(source_->AtOnce()) : 0;
