@@ -105,6 +105,15 @@ int64_t Engine::PrefixHits(int rank, const std::vector<uint64_t>& prefix) const 
   return ranks_[rank].kv->Peek(prefix);
 }
 
+SimTime Engine::EarliestFinish(SimTime now, SimTime next_work) const {
+  if (!in_flight_.empty()) {
+    SimTime first = SimTime::max();
+    for (const Batch& b : in_flight_) first = std::min(first, b.done);
+    return first;
+  }
+  return HasIdleWork() ? now : next_work;
+}
+
 LimitSlack Engine::Slack() const {
   LimitSlack s{peak_running_, INT64_MAX, 0};
   for (const Rank& r : ranks_) s.kv_free_slack = std::min(s.kv_free_slack, r.kv->free_slack());

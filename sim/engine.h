@@ -114,8 +114,9 @@ class Engine {
   void Enqueue(int rank, int64_t slot);
   // Starts a batch if the first stage is free and there is work. Returns the time the first
   // stage frees up again and, via *done, when the batch leaves the last stage; false when
-  // nothing started. Nothing outside this engine changes its state before `horizon` (the next
-  // arrival), which lets a run of pure decode steps be taken as one batch (see fast_forward).
+  // nothing started. Nothing outside this engine changes its state before `horizon`
+  // (Simulator::Horizon), which lets a run of pure decode steps be taken as one batch (see
+  // fast_forward).
   bool TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime* done,
                 int64_t* batch_id);
   void StageFreed() { stage0_busy_ = false; }
@@ -125,6 +126,9 @@ class Engine {
   std::optional<SimTime> Finish(int64_t batch_id, SimTime now);
   // No batch in the pipeline: every sequence is between iterations.
   bool Idle() const { return in_flight_.empty(); }
+  // The earliest this engine can next finish a batch: its first batch in flight's end, `now` when
+  // it is idle with work to start, else never before `next_work` (when work can next reach it).
+  SimTime EarliestFinish(SimTime now, SimTime next_work) const;
   // Adds the work left on the sequences this engine holds, and what its batches in flight
   // compute of it.
   void AddRemainingWork(RemainingWork* w) const;

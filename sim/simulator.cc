@@ -227,11 +227,28 @@ void Simulator::StartIfIdle(int engine) {
   if (retired_[engine] || stopping_ || restarting_) return;
   SimTime stage_free, done;
   int64_t batch_id = 0;
-  const SimTime horizon = pending_times_.empty() ? SimTime::max() : *pending_times_.begin();
+  const SimTime horizon = Horizon(engine);
   if (engines_[engine]->TryStart(queue_.now(), horizon, &stage_free, &done, &batch_id)) {
     queue_.Push(done, BatchDoneEvent{engine, batch_id});
     queue_.Push(stage_free, StageFreeEvent{engine});
   }
+}
+
+// A decode instance (disaggregated) sees a change from outside only when a KV transfer reaches it,
+// and a transfer starts only when a prefill instance finishes a batch: with open-loop arrivals
+// (none follows a completion) and no switch, its horizon is the first KV arrival due, or the
+// earliest a prefill batch can finish plus the link's latency. Other engines' horizon is the next
+// arrival of any kind.
+SimTime Simulator::Horizon(int engine) const {
+  const SimTime next = pending_times_.empty() ? SimTime::max() : *pending_times_.begin();
+  if (engines_[engine]->role() != EngineRole::kDecode || closed_loop_ ||
+      spec_.engine.max_concurrency > 0 || !switches_.empty())
+    return next;
+  SimTime prefill = SimTime::max();
+  for (int e : main_engines_)
+    prefill = std::min(prefill, engines_[e]->EarliestFinish(queue_.now(), next));
+  if (prefill != SimTime::max()) prefill += FromSeconds(spec_.disagg.kv_link_latency_s);
+  return std::min(prefill, kv_arrivals_.empty() ? SimTime::max() : *kv_arrivals_.begin());
 }
 
 Result<bool> Simulator::ScheduleNext(std::optional<SimTime> issue) {
@@ -499,6 +516,7 @@ void Simulator::OnPrefillDone(int64_t slot, SimTime t) {
   }
   queue_.Push(end, KvArrivedEvent{slot, engine});
   pending_times_.insert(end);
+  kv_arrivals_.insert(end);
 }
 
 void Simulator::OnIteration(int instance, int stage, SimTime start, SimTime end, int64_t steps,
@@ -590,6 +608,7 @@ Status Simulator::Advance(SimTime until) {
       if (!held_.empty() && TryDispatch(held_.front(), "dispatch")) held_.pop_front();
     } else if (const auto* kv = std::get_if<KvArrivedEvent>(&p)) {
       pending_times_.erase(pending_times_.find(e.time));
+      kv_arrivals_.erase(kv_arrivals_.find(e.time));
       Sequence& s = slots_[kv->slot];
       s.kv_len = s.prefill_target;
       Engine& engine = *engines_[kv->engine];

@@ -247,6 +247,8 @@ class Simulator : public EngineListener {
   void FirstTokenSeen(int64_t slot, SimTime t);
   void CompletionSeen(int64_t slot, SimTime t);
   void StartIfIdle(int engine);
+  // The time before which nothing outside `engine` changes what it does (Engine::TryStart).
+  SimTime Horizon(int engine) const;
   void AddEngines(const PoolSpec& pool, const EngineConfig& config, EngineRole role,
                   std::vector<int>* ids);
   // Configuration switches: arming the next, checking a state trigger, stopping the engines,
@@ -289,6 +291,7 @@ class Simulator : public EngineListener {
   std::unordered_map<int64_t, traces::Request> pending_arrivals_;  // keyed by arrival event
   int64_t next_arrival_key_ = 0;
   std::multiset<SimTime> pending_times_;  // arrivals and KV arrivals not yet processed
+  std::multiset<SimTime> kv_arrivals_;    // the KV arrivals of those
   int64_t round_robin_ = 0;
   bool closed_loop_ = false;
   bool started_ = false;

@@ -934,6 +934,29 @@ TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[
   std::filesystem::remove(path);
 }
 
+TEST_CASE("Simulator: disaggregated decode runs stop where a KV transfer may arrive", "[sim]") {
+  // A decode instance's run of steps must end where a request could join it: a prefill batch that
+  // ends during the run starts a transfer which may arrive before the run would end. Taken as
+  // runs, the decode steps are then the steps taken one by one.
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(400);
+  SimulationSpec spec = ds.Spec(Scenario::kServer);
+  spec.decode_pool = spec.pool;
+  spec.decode_engine = spec.engine;
+  spec.disagg.kv_link_bytes_per_s = 50e9;
+  spec.total_gpus = 16;
+  const SimulationResult fast = RunOk(spec, PoissonSource(data, 400, 3.0, 6));
+  spec.decode_engine.fast_forward = 1;
+  const SimulationResult exact = RunOk(spec, PoissonSource(data, 400, 3.0, 6));
+  CHECK(fast.iterations == exact.iterations);
+  CHECK(fast.counters.decode_tokens == exact.counters.decode_tokens);
+  CHECK(fast.throughput_tokens_per_s == Approx(exact.throughput_tokens_per_s).epsilon(1e-4));
+  CHECK(fast.ttft_p99_ms == Approx(exact.ttft_p99_ms).epsilon(1e-4));
+  CHECK(fast.tpot_p99_ms == Approx(exact.tpot_p99_ms).epsilon(1e-4));
+  CHECK(fast.e2e_mean_ms == Approx(exact.e2e_mean_ms).epsilon(1e-4));
+}
+
 TEST_CASE("Simulator: pipeline stages overlap microbatches; bubbles appear with one sequence",
           "[sim]") {
   FakeTime time(0.01, false, /*stages=*/2);
