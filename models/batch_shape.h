@@ -28,6 +28,13 @@ struct DecodeSums {
     pairs += step_tokens * context + step_tokens * (step_tokens + 1) / 2;
     kv += context + step_tokens;
   }
+  // `n` sequences' Add calls of `step_tokens` each, their contexts summing to `context_sum`.
+  void AddSame(int64_t n, int64_t step_tokens, int64_t context_sum) {
+    sequences += n;
+    tokens += n * step_tokens;
+    pairs += step_tokens * context_sum + n * (step_tokens * (step_tokens + 1) / 2);
+    kv += context_sum + n * step_tokens;
+  }
 };
 
 struct BatchShape {

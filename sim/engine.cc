@@ -72,7 +72,8 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
                                             config.prefix_caching);
   }
   stage_free_at_.assign(pool.time->num_stages(), SimTime(0));
-  implicit_decode_ = config.implicit_decode && config.mtp_depth == 0;
+  // MTP cohorts keep no sliding-window sums: such a model's MTP decoders step one by one.
+  implicit_decode_ = config.implicit_decode && (config.mtp_depth == 0 || pool.sliding_window == 0);
   if (config.mtp_depth > 0) {
     // A rack's probes build dozens of engines of one acceptance: the tables once a thread.
     using Key = std::pair<std::vector<double>, int64_t>;
@@ -83,11 +84,15 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
       auto t = std::make_shared<AcceptTables>();
       t->cdfs = SumCdfs(key.first, key.second);
       for (const std::vector<double>& cdf : t->cdfs) t->guides.push_back(GuideTable(cdf));
+      for (size_t a = 0; a + 1 < t->cdfs[0].size(); ++a)
+        t->step_thresholds.push_back(
+            static_cast<uint64_t>(std::ceil(std::ldexp(t->cdfs[0][a], 53))));
       tables = std::move(t);
     }
     accept_ = tables;
   }
   mean_step_tokens_ = MeanStepTokens();
+  draw_window_ = std::clamp<int64_t>(2 * config.fast_forward, 16, 512);
   graph_sizes_ = CudaGraphSizes(config_, *pool.time);
 }
 

@@ -152,12 +152,19 @@ class Engine {
   // the cohort counts its steps (`clock`) and knows, without visiting members, their summed
   // context (and for a sliding-window model its windowed sum), who completes at which step and
   // how many need a new KV block at each step.
+  //
+  // With MTP a member's tokens per step are drawn: each member's draws for the steps up to
+  // `drawn_until` (from `window_start`, at most Engine::draw_window_) are made when it joins or the
+  // window moves on, and the cohort sums what they do at each step of the window (KV blocks grown
+  // before it and given back after it, tokens generated); completions are known as far as the draws
+  // go.
   struct Cohort {
     struct Member {
       int64_t slot;
       int64_t phase;     // needs a new block when clock % block_tokens == phase; -1: never again
       bool filling;      // sliding window: its context has not yet filled the window
       int64_t admitted;  // its Sequence::admitted_order (read here, not from the slot)
+      int64_t due = -1;  // MTP: the clock at its last token, -1 while past the draws
     };
     using Due = std::pair<int64_t, int64_t>;  // (clock, slot); stale once the member left early
     using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<Due>>;
@@ -175,8 +182,20 @@ class Engine {
     // registered but they need no block at that step.
     int64_t ahead = 0, ahead_clock = -1;
 
+    // MTP (members draw their tokens a step).
+    bool mtp = false;
+    int64_t window_start = 0, drawn_until = 0;
+    // [member index * draw_window_ + step - window_start]: tokens the member generated from its
+    // counters' step (Sequence::cohort_mark) through that step.
+    std::vector<uint16_t> made;
+    // [step - window_start]: blocks the members add before the step, give back after it, and the
+    // tokens they generate in it.
+    std::vector<int64_t> grows, shrinks, tokens;
+    int64_t context = 0;     // summed kv_len
+    int64_t run_blocks = 0;  // blocks added for the run in flight, the first step's and beyond
+
     int64_t size() const { return static_cast<int64_t>(members.size()); }
-    int64_t Context() const { return base + size() * clock; }
+    int64_t Context() const { return mtp ? context : base + size() * clock; }
     // Windowed KV tokens read by the step `step` steps ahead (before any member fills it).
     int64_t WindowKv(int64_t step, int64_t window) const {
       return window * (size() - filling) + filling_base + filling * (clock + step + 1);
@@ -211,6 +230,13 @@ class Engine {
   // Speculative decoding (engine.cc).
   int64_t DecodeStepTokens(const Sequence& s) const;
   int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
+  // AcceptedDrafts(1), the same draw compared in integers (a cohort draws every member's steps).
+  int64_t DrawStep() {
+    const uint64_t bits = rng_->Next() >> 11;
+    int64_t accepted = 0;
+    for (uint64_t t : accept_->step_thresholds) accepted += bits >= t ? 1 : 0;
+    return accepted;
+  }
   double MeanStepTokens() const;  // tokens a decode step generates on average: 1 + accepted drafts
 
   // KV blocks, admission and preemption (engine_kv.cc).
@@ -248,6 +274,45 @@ class Engine {
   bool Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
   bool Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const;
   void PruneStale(int cohort, Cohort& c) const;  // drops stale entries off the queues' tops
+  // KV blocks the cohort adds to take its next `steps` steps (and holds until their end).
+  int64_t RunBlocks(const Cohort& c, int64_t steps) const;
+  // MTP cohorts (engine_cohort.cc). A member's counters as of a step; `held_tokens` is what its
+  // blocks cover (with its pinned prefix), kept beside them so that a step divides nothing.
+  struct Progress {
+    int64_t kv_len, generated, owned_blocks, held_tokens;
+  };
+  // Tokens member `index` generated from its counters' step to step `step` (exclusive).
+  int64_t MadeBefore(const Cohort& c, int64_t index, const Sequence& s, int64_t step) const {
+    return step > s.cohort_mark ? c.made[index * draw_window_ + step - 1 - c.window_start] : 0;
+  }
+  // A member's counters as of step `step` of its cohort (at most its last drawn).
+  Progress ProgressAt(const Rank& rank, const Cohort& c, const Sequence& s, int64_t step) const;
+  // One step from `p` generating `produced` tokens: the blocks grown before it (room for every
+  // draft, as AddDecodes grows them) and given back after it (the rejected drafts', Finish).
+  void StepMember(int64_t produced, Progress* p, int64_t* grown, int64_t* shrunk) const {
+    const int64_t block = config_.block_tokens;
+    *grown = *shrunk = 0;
+    for (const int64_t before = p->kv_len + 1 + config_.mtp_depth; p->held_tokens < before;) {
+      ++*grown;
+      p->held_tokens += block;
+    }
+    p->owned_blocks += *grown;
+    p->kv_len += produced;
+    p->generated += produced;
+    if (config_.admission != AdmissionPolicy::kGreedy) return;
+    while (p->owned_blocks > *shrunk && p->held_tokens - block >= p->kv_len) {
+      ++*shrunk;
+      p->held_tokens -= block;
+    }
+    p->owned_blocks -= *shrunk;
+  }
+  // Draws member `index`'s tokens for the steps from `from` to drawn_until (those before drawn)
+  // and adds what they do to the window's sums; Retract takes its steps from the clock on back
+  // out (before Sync).
+  void DrawAhead(const Rank& rank, Cohort& c, int64_t index, int64_t from);
+  void Retract(const Rank& rank, Cohort& c, int64_t index) const;
+  // Moves the window on to start at the clock: members synced, their draws made to its end.
+  void MoveWindow(const Rank& rank, Cohort& c);
   bool Busy(const Rank& rank, const Sequence& s) const {  // in a batch in flight
     return s.in_flight || (s.cohort >= 0 && rank.cohorts[s.cohort].in_flight);
   }
@@ -319,11 +384,17 @@ class Engine {
     std::vector<std::vector<double>> cdfs;  // [k - 1]: P(drafts accepted over k steps <= a)
     // [k - 1][g]: where the draw of a uniform u in [g, g + 1) / size starts looking in that CDF.
     std::vector<std::vector<int32_t>> guides;
+    // One step's CDF but its last entry, times 2^53 rounded up: a draw of Rng::Uniform's 53 bits
+    // at or past entry a accepts more than a drafts (DrawStep).
+    std::vector<uint64_t> step_thresholds;
   };
   std::shared_ptr<const AcceptTables> accept_;
   int64_t multi_step_left_ = 0;  // decode steps left in the multi-step run (scheduler_steps)
   int64_t gate_step_ = 0;        // the admission gate's counter, 0..gate_steps (0: open)
   double mean_step_tokens_ = 1;  // MeanStepTokens(), for the contexts of fast-forwarded steps
+  // MTP cohorts' draws ahead: twice a run (fast_forward), so that the window moves on at most
+  // every other run's worth of steps, within bounds.
+  int64_t draw_window_ = 0;
   int64_t next_batch_id_ = 0;
   int64_t admissions_ = 0;
   int64_t adp_waiting_iters_ = 0, adp_batching_iters_ = 0;  // attention-DP balancing counters

@@ -12,17 +12,22 @@ bool Engine::AddDecodes(Rank& rank, std::vector<Entry>* entries, int* cohort, in
     // The decoders step as a cohort, the earliest admitted when they outnumber the room in the
     // batch, its newest members shed if the KV cache is short; when the cohort still does not fit,
     // every idle decoder goes back to the explicit path below, which picks one by one.
-    const int64_t room = std::min(*budget, Seats(rank, *entries, -1));
+    const int64_t step = 1 + config_.mtp_depth;  // tokens a decoder's step takes of the budget
+    const int64_t room = std::min(*budget / step, Seats(rank, *entries, -1));
     const int idle = CohortForBatch(rank, room);
     Cohort& c = rank.cohorts[idle];
     if (c.size() > 0) {
+      // MTP: drawn for a whole run (fast_forward steps, or half the window) or the window moves.
+      if (c.mtp && c.drawn_until - c.clock < std::min(config_.fast_forward, draw_window_ / 2))
+        MoveWindow(rank, c);
       if (c.size() <= room) ShedForCohort(rank, idle);
-      const int64_t blocks = c.Crossings(0, 1);
+      const int64_t blocks = RunBlocks(c, 1);
       if (c.size() > 0 && c.size() <= room && rank.kv->Fits(blocks)) {
         FATHOM_CHECK(rank.kv->Allocate(blocks));
+        c.run_blocks = blocks;
         c.in_flight = true;
         *cohort = idle;
-        *budget -= c.size();
+        *budget -= c.size() * step;
         return true;
       }
       for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {

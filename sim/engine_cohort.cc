@@ -26,6 +26,17 @@ int64_t Engine::Cohort::Crossings(int64_t from, int64_t to) const {
 void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   Sequence& s = (*slots_)[slot];
   Cohort& c = rank.cohorts[cohort];
+  if (c.mtp) {
+    if (c.clock >= c.drawn_until) MoveWindow(rank, c);
+    s.cohort = cohort;
+    s.cohort_mark = c.clock;
+    s.cohort_index = c.size();
+    c.members.push_back({slot, -1, false, s.admitted_order});
+    c.made.resize(c.members.size() * draw_window_);
+    c.context += s.kv_len;
+    DrawAhead(rank, c, s.cohort_index, c.clock);
+    return;
+  }
   const int64_t gap = HeldTokens(s) - s.kv_len;
   const int64_t remaining = s.output - s.generated;
   int64_t phase = -1;
@@ -57,6 +68,15 @@ void Engine::Join(Rank& rank, int cohort, int64_t slot) {
 void Engine::Sync(const Rank& rank, const Cohort& c, Sequence& s) const {
   const int64_t steps = c.clock - s.cohort_mark;
   if (steps == 0) return;
+  if (c.mtp) {
+    const Progress p = ProgressAt(rank, c, s, c.clock);
+    s.kv_len = p.kv_len;
+    s.generated = p.generated;
+    s.owned_blocks = p.owned_blocks;
+    s.kv_high = std::max(s.kv_high, s.kv_len);
+    s.cohort_mark = c.clock;
+    return;
+  }
   s.kv_len += steps;
   s.generated += steps;
   s.kv_high = std::max(s.kv_high, s.kv_len);
@@ -72,6 +92,12 @@ void Engine::Dissolve(Rank& rank, int cohort) {
     s.cohort = -1;
   }
   c.members.clear();
+  c.made.clear();
+  c.grows.clear();
+  c.shrinks.clear();
+  c.tokens.clear();
+  c.context = 0;
+  c.window_start = c.drawn_until = c.clock;
   c.base = 0;
   c.filling = c.filling_base = 0;
   c.fills = {};
@@ -83,6 +109,7 @@ void Engine::Dissolve(Rank& rank, int cohort) {
 int Engine::AddCohort(Rank& rank) {
   rank.cohorts.emplace_back();
   rank.cohorts.back().phase_count.assign(config_.block_tokens, 0);
+  rank.cohorts.back().mtp = config_.mtp_depth > 0;
   return static_cast<int>(rank.cohorts.size()) - 1;
 }
 
@@ -178,9 +205,24 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
 void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   Cohort& c = rank.cohorts[cohort];
   c.in_flight = false;
+  if (c.mtp) {
+    // The blocks held for the run past what its steps kept (rejected drafts' blocks) go back.
+    int64_t kept = 0, made = 0;
+    for (int64_t j = c.clock - c.window_start; j < c.clock + steps - c.window_start; ++j) {
+      kept += c.grows[j] - c.shrinks[j];
+      made += c.tokens[j];
+    }
+    FATHOM_CHECK(c.run_blocks >= kept);
+    rank.kv->Release(c.run_blocks - kept);
+    c.run_blocks = 0;
+    c.context += made;
+    counters_.decode_tokens += c.size() * steps * (1 + config_.mtp_depth);
+    counters_.generated_tokens += made;
+  } else {
+    counters_.decode_tokens += c.size() * steps;
+    counters_.generated_tokens += c.size() * steps;
+  }
   c.clock += steps;
-  counters_.decode_tokens += c.size() * steps;
-  counters_.generated_tokens += c.size() * steps;
   // Fast-forward stops where a member fills the window, so each does so at a step's end.
   while (!c.fills.empty() && c.fills.top().first <= c.clock) {
     const auto [due, slot] = c.fills.top();
@@ -225,7 +267,9 @@ bool Engine::MemberOf(const Cohort& c, int cohort, const Sequence& s) const {
 // A completion entry is stale once its member left early, or is due at another step.
 bool Engine::Completes(const Cohort& c, int cohort, int64_t due, int64_t slot) const {
   const Sequence& s = (*slots_)[slot];
-  return MemberOf(c, cohort, s) && s.cohort_mark + (s.output - s.generated) == due;
+  if (!MemberOf(c, cohort, s)) return false;
+  return c.mtp ? c.members[s.cohort_index].due == due
+               : s.cohort_mark + (s.output - s.generated) == due;
 }
 
 // A fill entry is stale once its member left or filled the window already.
@@ -247,7 +291,14 @@ void Engine::PruneStale(int cohort, Cohort& c) const {
 
 // A member leaves between steps, its counters brought up to date.
 void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
+  if (c.mtp) Retract(rank, c, s.cohort_index);
   Sync(rank, c, s);
+  if (c.mtp) {
+    c.context -= s.kv_len;
+    const int64_t last = c.size() - 1, window = draw_window_;
+    std::copy_n(c.made.begin() + last * window, window, c.made.begin() + s.cohort_index * window);
+    c.made.resize(last * window);
+  }
   const Cohort::Member m = c.members[s.cohort_index];
   if (m.phase >= 0) {
     --c.phase_count[m.phase];
@@ -257,7 +308,7 @@ void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
       --c.ahead;
     }
   }
-  c.base -= s.kv_len - c.clock;
+  if (!c.mtp) c.base -= s.kv_len - c.clock;
   if (m.filling) {
     --c.filling;
     c.filling_base -= s.kv_len - c.clock;
@@ -274,7 +325,7 @@ void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
 void Engine::ShedForCohort(Rank& rank, int cohort) {
   Cohort& c = rank.cohorts[cohort];
   size_t end = rank.running.size();
-  while (!rank.kv->Fits(c.Crossings(0, 1))) {
+  while (!rank.kv->Fits(RunBlocks(c, 1))) {
     while (end > 0 && Busy(rank, (*slots_)[rank.running[end - 1]])) --end;
     if (end == 0) break;
     const int64_t slot = rank.running[--end];
@@ -283,6 +334,104 @@ void Engine::ShedForCohort(Rank& rank, int cohort) {
     Preempt(rank, slot);
   }
   PruneStale(cohort, c);
+}
+
+int64_t Engine::RunBlocks(const Cohort& c, int64_t steps) const {
+  if (!c.mtp) return c.Crossings(0, steps);
+  // Blocks grown before a step are held to the run's end; those given back after it, only then.
+  int64_t held = 0, most = 0;
+  for (int64_t j = c.clock - c.window_start; j < c.clock + steps - c.window_start; ++j) {
+    held += c.grows[j];
+    most = std::max(most, held);
+    held -= c.shrinks[j];
+  }
+  return most;
+}
+
+Engine::Progress Engine::ProgressAt(const Rank& rank, const Cohort& c, const Sequence& s,
+                                    int64_t step) const {
+  const int64_t pinned = s.pinned_prefix * traces::kPrefixBlockTokens;
+  const int64_t made = MadeBefore(c, s.cohort_index, s, step);
+  Progress p{s.kv_len + made, s.generated + made, s.owned_blocks, 0};
+  if (step > s.cohort_mark) {
+    // Past a step a member holds the blocks its KV needs (greedy admission gives the rest back),
+    // or with reserve admission the most any step grew it to.
+    if (config_.admission == AdmissionPolicy::kGreedy) {
+      p.owned_blocks = rank.kv->BlocksFor(p.kv_len - pinned);
+    } else {
+      const int64_t before = s.kv_len + MadeBefore(c, s.cohort_index, s, step - 1);
+      p.owned_blocks =
+          std::max(s.owned_blocks, rank.kv->BlocksFor(before + 1 + config_.mtp_depth - pinned));
+    }
+  }
+  p.held_tokens = p.owned_blocks * config_.block_tokens + pinned;
+  return p;
+}
+
+void Engine::DrawAhead(const Rank& rank, Cohort& c, int64_t index, int64_t from) {
+  Cohort::Member& m = c.members[index];
+  if (m.due >= 0) return;  // its last token is drawn already
+  const Sequence& s = (*slots_)[m.slot];
+  Progress p = ProgressAt(rank, c, s, from);
+  uint16_t* made = c.made.data() + index * draw_window_;
+  int64_t so_far = MadeBefore(c, index, s, from);
+  for (int64_t j = from; j < c.drawn_until; ++j) {
+    const int64_t k = j - c.window_start;
+    const int64_t produced = std::min(1 + DrawStep(), s.output - p.generated);
+    int64_t grown, shrunk;
+    StepMember(produced, &p, &grown, &shrunk);
+    so_far += produced;
+    made[k] = static_cast<uint16_t>(so_far);
+    c.grows[k] += grown;
+    c.shrinks[k] += shrunk;
+    c.tokens[k] += produced;
+    if (p.generated >= s.output) {
+      m.due = j + 1;
+      c.completions.push({m.due, m.slot});
+      return;
+    }
+  }
+}
+
+void Engine::Retract(const Rank& rank, Cohort& c, int64_t index) const {
+  const Sequence& s = (*slots_)[c.members[index].slot];
+  Progress p = ProgressAt(rank, c, s, c.clock);
+  const uint16_t* made = c.made.data() + index * draw_window_;
+  int64_t so_far = MadeBefore(c, index, s, c.clock);
+  for (int64_t j = c.clock; j < c.drawn_until && p.generated < s.output; ++j) {
+    const int64_t k = j - c.window_start;
+    const int64_t produced = made[k] - so_far;
+    so_far = made[k];
+    int64_t grown, shrunk;
+    StepMember(produced, &p, &grown, &shrunk);
+    c.grows[k] -= grown;
+    c.shrinks[k] -= shrunk;
+    c.tokens[k] -= produced;
+  }
+}
+
+void Engine::MoveWindow(const Rank& rank, Cohort& c) {
+  // The steps before the clock are done with; the draws after it stay, counted from the clock
+  // (each member's counters synced to it), and more are made.
+  const int64_t window = draw_window_;
+  const int64_t done = std::min(c.clock - c.window_start, window);
+  const int64_t from = std::max(c.drawn_until, c.clock);
+  c.made.resize(c.members.size() * window);
+  for (int64_t i = 0; i < c.size(); ++i) {
+    Sequence& s = (*slots_)[c.members[i].slot];
+    const auto base = static_cast<uint16_t>(MadeBefore(c, i, s, c.clock));
+    Sync(rank, c, s);
+    uint16_t* made = c.made.data() + i * window;
+    for (int64_t k = done; k < window; ++k) made[k - done] = static_cast<uint16_t>(made[k] - base);
+  }
+  for (std::vector<int64_t>* sums : {&c.grows, &c.shrinks, &c.tokens}) {
+    sums->resize(window);
+    std::copy(sums->begin() + done, sums->end(), sums->begin());
+    std::fill(sums->end() - done, sums->end(), 0);
+  }
+  c.window_start = c.clock;
+  c.drawn_until = c.clock + window;
+  for (int64_t i = 0; i < c.size(); ++i) DrawAhead(rank, c, i, from);
 }
 
 }  // namespace fathom::sim

@@ -16,8 +16,10 @@ int64_t Engine::RunLimit(const Batch& batch, int64_t offset) const {
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     if (batch.cohort[r] >= 0) {
       const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
-      steps = std::min(steps, c.completions.top().first - c.clock - offset);
+      if (!c.completions.empty())
+        steps = std::min(steps, c.completions.top().first - c.clock - offset);
       if (!c.fills.empty()) steps = std::min(steps, c.fills.top().first - c.clock - offset);
+      if (c.mtp) steps = std::min(steps, c.drawn_until - c.clock - offset);  // as far as drawn
     }
     for (const Entry& e : batch.ranks[r]) {
       if (!e.decode) return 0;
@@ -54,8 +56,11 @@ int64_t Engine::FastForwardSteps(const Batch& batch) const {
   }
   int64_t steps = std::max<int64_t>(RunLimit(batch, 0), 1);
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    int64_t blocks =
-        batch.cohort[r] >= 0 ? ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps) : 0;
+    int64_t blocks = 0;
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      blocks = c.mtp ? RunBlocks(c, steps) - c.run_blocks : c.Crossings(1, steps);
+    }
     for (const Entry& e : batch.ranks[r]) {
       const Sequence& s = (*slots_)[e.slot];
       blocks += BlocksToGrow(ranks_[r], s, s.kv_len + steps * DecodeStepTokens(s));
@@ -74,18 +79,22 @@ void Engine::ShapeBatch(const Batch& batch, int64_t step, double host_share) {
   const int64_t decode_grown = std::llround(static_cast<double>(step) * mean_step_tokens_);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     shapes_[r] = kEmptyShape;
-    if (batch.cohort[r] >= 0) {
-      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
-      const int64_t context = c.Context() + c.size() * step;
-      const int64_t window = pool_.sliding_window;
-      shapes_[r].AddDecodeSteps(
-          c.size(), static_cast<double>(context),
-          static_cast<double>(window > 0 ? c.WindowKv(step, window) : context + c.size()));
-    }
     // Without a sliding window a decode's terms are integers, so the decodes are summed here and
     // added at once (the same doubles as an Add each, in any order).
     const bool sum_decodes = pool_.sliding_window == 0;
     models::DecodeSums decodes;
+    if (batch.cohort[r] >= 0) {
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      if (c.mtp) {  // as the explicit path's entries (no sliding window)
+        decodes.AddSame(c.size(), 1 + config_.mtp_depth, c.Context() + c.size() * decode_grown);
+      } else {
+        const int64_t context = c.Context() + c.size() * step;
+        const int64_t window = pool_.sliding_window;
+        shapes_[r].AddDecodeSteps(
+            c.size(), static_cast<double>(context),
+            static_cast<double>(window > 0 ? c.WindowKv(step, window) : context + c.size()));
+      }
+    }
     for (const Entry& e : batch.ranks[r]) {
       if (sum_decodes && e.decode) {
         decodes.Add(e.tokens, e.context + decode_grown);
@@ -137,8 +146,9 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   bool decodes = false, prefills = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (batch.cohort[r] >= 0) {
-      tokens += ranks_[r].cohorts[batch.cohort[r]].size();
-      sequences += ranks_[r].cohorts[batch.cohort[r]].size();
+      const Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+      tokens += c.size() * (c.mtp ? 1 + config_.mtp_depth : 1);
+      sequences += c.size();
       decodes = true;
     }
     for (const Entry& e : batch.ranks[r]) {
@@ -250,8 +260,14 @@ bool Engine::TryStart(SimTime now, SimTime horizon, SimTime* stage_free, SimTime
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (steps > 1) {
       if (batch.cohort[r] >= 0) {
-        FATHOM_CHECK(
-            ranks_[r].kv->Allocate(ranks_[r].cohorts[batch.cohort[r]].Crossings(1, steps)));
+        Cohort& c = ranks_[r].cohorts[batch.cohort[r]];
+        if (c.mtp) {
+          const int64_t blocks = RunBlocks(c, steps);
+          FATHOM_CHECK(ranks_[r].kv->Allocate(blocks - c.run_blocks));
+          c.run_blocks = blocks;
+        } else {
+          FATHOM_CHECK(ranks_[r].kv->Allocate(c.Crossings(1, steps)));
+        }
       }
       for (Entry& e : batch.ranks[r]) {
         const Sequence& s = (*slots_)[e.slot];

@@ -127,7 +127,11 @@ void Engine::AddRemainingWork(RemainingWork* w) const {
   for (const Rank& rank : ranks_) {
     for (int64_t slot : rank.running) {
       const Sequence& s = (*slots_)[slot];
-      w->Add(s, s.cohort >= 0 ? rank.cohorts[s.cohort].clock - s.cohort_mark : 0);
+      // A cohort member's tokens since its counters' step.
+      const Cohort* c = s.cohort >= 0 ? &rank.cohorts[s.cohort] : nullptr;
+      w->Add(s, !c       ? 0
+                : c->mtp ? MadeBefore(*c, s.cohort_index, s, c->clock)
+                         : c->clock - s.cohort_mark);
     }
     for (int64_t slot : rank.waiting) w->Add((*slots_)[slot], 0);
   }

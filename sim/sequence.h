@@ -60,10 +60,10 @@ struct RemainingWork {
   double context_tokens = 0;  // summed over the output tokens
   int64_t in_flight_prompt = 0, in_flight_output = 0;
 
-  // Adds `s` as it stands `steps` decode steps past its own counters (a cohort member's).
-  void Add(const Sequence& s, int64_t steps) {
-    const int64_t kv = s.kv_len + steps;
-    const int64_t left = s.output - s.generated - steps;
+  // Adds `s` as it stands `tokens` generated past its own counters (a cohort member's).
+  void Add(const Sequence& s, int64_t tokens) {
+    const int64_t kv = s.kv_len + tokens;
+    const int64_t left = s.output - s.generated - tokens;
     ++requests;
     prompt_tokens += std::max<int64_t>(0, s.prefill_target - kv);
     if (left <= 0) return;

@@ -755,6 +755,88 @@ TEST_CASE("Simulator: implicit decode bookkeeping gives the explicit path's resu
   same(staged, [&] { return PoissonSource(data, 600, 4.0, 9); });
 }
 
+TEST_CASE("Simulator: MTP decode cohorts give the explicit path's results", "[sim]") {
+  // A cohort draws each member's tokens a step ahead and sums what they do; the explicit path
+  // draws a run's total per sequence. Where the draws cannot differ (every step accepts the same
+  // number of drafts) the two must agree byte for byte: runs of steps while every draft is
+  // accepted (the explicit run's all-accepted bound is then exact), and step by step otherwise.
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(600);
+  auto same = [&](SimulationSpec spec, std::vector<double> accept, auto make_source) {
+    INFO("accepting " << accept[1] << " " << accept[2] << " " << accept[3]);
+    spec.engine.mtp_depth = spec.decode_engine.mtp_depth = 3;
+    spec.engine.acceptance_dist = spec.decode_engine.acceptance_dist = accept;
+    if (accept.back() != 1.0) spec.engine.fast_forward = spec.decode_engine.fast_forward = 1;
+    spec.engine.implicit_decode = spec.decode_engine.implicit_decode = true;
+    const std::string implicit = RunOk(spec, make_source()).ToJson().dump();
+    spec.engine.implicit_decode = spec.decode_engine.implicit_decode = false;
+    const std::string explicit_ = RunOk(spec, make_source()).ToJson().dump();
+    CHECK(implicit == explicit_);
+  };
+  const std::vector<std::vector<double>> accepts = {{0, 0, 0, 1}, {1, 0, 0, 0}, {0, 1, 0, 0}};
+  for (const std::vector<double>& accept : accepts) {
+    SimulationSpec server = ds.Spec(Scenario::kServer);
+    server.engine.max_batch = 64;
+    same(server, accept, [&] { return PoissonSource(data, 600, 3.0, 5); });
+    // KV pressure: members shed, preempted (recompute and swap) and back; reserve admission.
+    for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+      SimulationSpec spec = ds.Spec(Scenario::kOffline, /*kv_tokens=*/60000);
+      spec.engine.preemption = mode;
+      same(spec, accept, [&] { return OfflineSource(data, 600, 1); });
+    }
+    SimulationSpec reserve = ds.Spec(Scenario::kOffline, 60000);
+    reserve.engine.admission = AdmissionPolicy::kReserve;
+    same(reserve, accept, [&] { return OfflineSource(data, 600, 1); });
+    // A token budget that holds fewer decoders than run: the earliest admitted step.
+    SimulationSpec tight = ds.Spec(Scenario::kServer);
+    tight.engine.max_num_tokens = 128;
+    same(tight, accept, [&] { return PoissonSource(data, 600, 6.0, 4); });
+    // Disaggregated decode instances, their cache short enough to shed arrivals.
+    SimulationSpec disagg = ds.Spec(Scenario::kServer, 200000);
+    disagg.decode_pool = disagg.pool;
+    disagg.decode_engine = disagg.engine;
+    disagg.disagg.kv_link_bytes_per_s = 50e9;
+    disagg.total_gpus = 16;
+    same(disagg, accept, [&] { return PoissonSource(data, 600, 3.0, 6); });
+    disagg.decode_pool->kv_blocks_per_rank = 30000 / 32;
+    same(disagg, accept, [&] { return PoissonSource(data, 600, 3.0, 6); });
+    // Pipeline stages: a cohort per microbatch in flight, members moving between them.
+    const DeepSeek deep({8, 2, 4, 2, 2});
+    SimulationSpec staged = deep.Spec(Scenario::kServer);
+    staged.engine.max_batch = 48;
+    same(staged, accept, [&] { return PoissonSource(data, 600, 4.0, 9); });
+  }
+}
+
+TEST_CASE("Simulator: MTP decode cohorts draw as the explicit path does", "[sim]") {
+  // Each draft accepted with probability 0.7 until the first rejection: the two paths' runs are
+  // two samples of one distribution (the draws differ), on a roomy cache and under KV pressure.
+  DeepSeek ds;
+  auto data = MlperfSet();
+  data.resize(800);
+  for (int64_t kv_tokens : {int64_t{0}, int64_t{150000}}) {
+    INFO("KV tokens " << kv_tokens);
+    SimulationSpec spec = ds.Spec(Scenario::kServer, kv_tokens);
+    spec.engine.mtp_depth = 3;
+    spec.engine.acceptance = 0.7;
+    const SimulationResult cohort = RunOk(spec, PoissonSource(data, 800, 2.0, 5));
+    spec.engine.implicit_decode = false;
+    const SimulationResult walk = RunOk(spec, PoissonSource(data, 800, 2.0, 5));
+    CHECK(cohort.counters.generated_tokens == walk.counters.generated_tokens);
+    const double mean_step = 1 + 0.7 + 0.49 + 0.343;
+    const double steps = static_cast<double>(cohort.counters.decode_tokens) / 4;
+    CHECK(static_cast<double>(cohort.counters.generated_tokens - cohort.completed_requests) /
+              steps ==
+          Approx(mean_step).epsilon(0.01));
+    CHECK(cohort.counters.decode_tokens == Approx(walk.counters.decode_tokens).epsilon(0.01));
+    CHECK(cohort.tpot_mean_ms == Approx(walk.tpot_mean_ms).epsilon(0.01));
+    CHECK(cohort.tpot_p99_ms == Approx(walk.tpot_p99_ms).epsilon(0.03));
+    CHECK(cohort.e2e_mean_ms == Approx(walk.e2e_mean_ms).epsilon(0.01));
+    CHECK(cohort.throughput_tokens_per_s == Approx(walk.throughput_tokens_per_s).epsilon(0.01));
+  }
+}
+
 TEST_CASE("Simulator: implicit decode bookkeeping matches the explicit path with a sliding window",
           "[sim]") {
   // gpt-oss-120b alternates 128-token sliding-window layers with full ones: a decoding cohort
