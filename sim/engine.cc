@@ -96,10 +96,6 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
   graph_sizes_ = CudaGraphSizes(config_, *pool.time);
 }
 
-int64_t Engine::Outstanding(int rank) const {
-  return static_cast<int64_t>(ranks_[rank].waiting.size() + ranks_[rank].running.size());
-}
-
 double Engine::KvUtilization(int rank) const {
   const KvCacheManager& kv = *ranks_[rank].kv;
   return kv.capacity_blocks() > 0 ? static_cast<double>(kv.used_blocks()) / kv.capacity_blocks()

@@ -94,7 +94,10 @@ class Engine {
 
   int id() const { return id_; }
   int num_ranks() const { return static_cast<int>(ranks_.size()); }
-  int64_t Outstanding(int rank) const;
+  // Sequences waiting or running on a rank (the router's key, read for every rank it weighs).
+  int64_t Outstanding(int rank) const {
+    return static_cast<int64_t>(ranks_[rank].waiting.size() + ranks_[rank].running.size());
+  }
   double KvUtilization(int rank) const;
   int64_t PrefixHits(int rank, const std::vector<uint64_t>& prefix) const;
   double PeakKvUtilization() const { return peak_kv_utilization_; }

@@ -185,8 +185,25 @@ void Simulator::AdvanceLittle(SimTime now) {
 
 std::pair<int, int> Simulator::Route(int64_t slot, const std::vector<int>& engines,
                                      RouterKind policy) {
-  const Sequence& s = slots_[slot];
   int best_e = engines[0], best_r = 0;
+  if (policy == RouterKind::kLeastOutstanding) {
+    // The loop below's choice, its keys compared as the integers they are (a disaggregated
+    // deployment routes every prefilled request over all its decode ranks).
+    int64_t fewest = INT64_MAX;
+    for (int e : engines) {
+      const Engine& engine = *engines_[e];
+      for (int r = 0; r < engine.num_ranks(); ++r) {
+        const int64_t n = engine.Outstanding(r);
+        if (n < fewest) {
+          fewest = n;
+          best_e = e;
+          best_r = r;
+        }
+      }
+    }
+    return {best_e, best_r};
+  }
+  const Sequence& s = slots_[slot];
   double best_key = 0;
   bool first = true;
   int64_t total = 0;
