@@ -975,7 +975,7 @@ TEST_CASE("Simulator: MTP runs of decode steps taken at once agree with step-by-
 
 TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]") {
   DeepSeek ds;
-  auto run = [&](bool implicit_decode) {
+  auto run = [&](bool implicit_decode, int mtp_depth = 0) {
     auto reader =
         traces::OpenTrace(DataDir() + "/traces/data/mooncake_fast25/conversation_trace.jsonl", {});
     REQUIRE(reader.ok());
@@ -984,6 +984,11 @@ TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]"
     SimulationSpec spec = ds.Spec(Scenario::kReplay);
     spec.engine.prefix_caching = true;
     spec.engine.implicit_decode = implicit_decode;
+    if (mtp_depth > 0) {  // every draft accepted: the MTP paths' draws cannot differ
+      spec.engine.mtp_depth = mtp_depth;
+      spec.engine.acceptance_dist.assign(mtp_depth + 1, 0.0);
+      spec.engine.acceptance_dist.back() = 1.0;
+    }
     spec.router = RouterKind::kPrefixAware;
     return RunOk(spec, ReplaySource(traces::Transform(std::move(*reader), head)));
   };
@@ -994,6 +999,7 @@ TEST_CASE("Simulator: prefix caching reuses Mooncake's shared prefixes", "[sim]"
   CHECK(r.counters.prefill_tokens + r.counters.cached_tokens ==
         r.input_tokens + r.counters.recomputed_tokens);
   CHECK(r.ToJson().dump() == run(false).ToJson().dump());  // shared prefix blocks in the cohort
+  CHECK(run(true, 3).ToJson().dump() == run(false, 3).ToJson().dump());  // and an MTP cohort
 }
 
 TEST_CASE("Simulator: disaggregated decode starts only after the KV arrives", "[sim]") {
