@@ -115,8 +115,8 @@ void Scenario(const char* name, sim::Scenario scenario, double qps, int64_t samp
               static_cast<long long>(done), sim_s, s, repeat);
 }
 
-// MTP's per-sequence decode path at rack scale: DeepSeek-R1 Interactive on 288 GB300s, four TP4
-// prefill instances beside 17 TP16 attention-DP decode instances with three MTP tokens (the
+// MTP's decode path (its cohorts' draws) at rack scale: DeepSeek-R1 Interactive on 288 GB300s, four
+// TP4 prefill instances beside 17 TP16 attention-DP decode instances with three MTP tokens (the
 // layout the four-rack Interactive tune picks), `samples` requests at 280 QPS under the GPU's
 // default stack.
 void Mtp(int64_t samples, int repeat) {
