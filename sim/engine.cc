@@ -173,6 +173,7 @@ double Engine::MeanStepTokens() const {
 // branches the draw would make unpredictable; a longer one looks from its guide-table bucket.
 int64_t Engine::AcceptedDrafts(int64_t steps) {
   if (config_.mtp_depth == 0) return 0;
+  if (steps == 1) return DrawStep();
   const std::vector<double>& cdf = accept_->cdfs[steps - 1];
   const double u = rng_->Uniform();
   const auto last = static_cast<int64_t>(cdf.size()) - 1;

@@ -233,7 +233,8 @@ class Engine {
   // Speculative decoding (engine.cc).
   int64_t DecodeStepTokens(const Sequence& s) const;
   int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
-  // AcceptedDrafts(1), the same draw compared in integers (a cohort draws every member's steps).
+  // One step's drafts accepted, the draw compared in integers (AcceptedDrafts(1); a cohort draws
+  // every member's steps).
   int64_t DrawStep() {
     const uint64_t bits = rng_->Next() >> 11;
     int64_t accepted = 0;
