@@ -66,6 +66,7 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
       listener_(listener),
       rng_(rng),
       ranks_(pool.ranks),
+      outstanding_(pool.ranks, 0),
       shapes_(pool.ranks) {
   for (Rank& r : ranks_) {
     r.kv = std::make_unique<KvCacheManager>(pool.kv_blocks_per_rank, config.block_tokens,
@@ -137,6 +138,7 @@ void Engine::Enqueue(int rank, int64_t slot) {
   Sequence& s = (*slots_)[slot];
   s.instance = id_;
   s.rank = rank;
+  ++outstanding_[rank];
   std::deque<int64_t>& waiting = ranks_[rank].waiting;
   if (config_.queue_order == QueueOrder::kFifo) {
     waiting.push_back(slot);

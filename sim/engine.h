@@ -94,10 +94,9 @@ class Engine {
 
   int id() const { return id_; }
   int num_ranks() const { return static_cast<int>(ranks_.size()); }
-  // Sequences waiting or running on a rank (the router's key, read for every rank it weighs).
-  int64_t Outstanding(int rank) const {
-    return static_cast<int64_t>(ranks_[rank].waiting.size() + ranks_[rank].running.size());
-  }
+  // Sequences waiting or running on a rank (the router's key, read for every rank it weighs, so
+  // kept apart from the ranks in one array).
+  int64_t Outstanding(int rank) const { return outstanding_[rank]; }
   double KvUtilization(int rank) const;
   int64_t PrefixHits(int rank, const std::vector<uint64_t>& prefix) const;
   double PeakKvUtilization() const { return peak_kv_utilization_; }
@@ -371,6 +370,7 @@ class Engine {
   EngineListener* listener_;
   Rng* rng_;
   std::vector<Rank> ranks_;
+  std::vector<int64_t> outstanding_;  // each rank's waiting + running (Outstanding)
   std::vector<Batch> in_flight_;
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;

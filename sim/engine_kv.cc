@@ -12,6 +12,7 @@ void Engine::RemoveRunning(Rank& rank, int64_t slot) {
   auto it = std::find(rank.running.rbegin(), rank.running.rend(), slot);
   FATHOM_CHECK(it != rank.running.rend());
   rank.running.erase(std::next(it).base());
+  --outstanding_[&rank - ranks_.data()];
 }
 
 void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
@@ -49,6 +50,7 @@ void Engine::Preempt(Rank& rank, int64_t slot) {
   RemoveRunning(rank, slot);
   RemovePrefilling(rank, slot);
   rank.waiting.push_front(slot);
+  ++outstanding_[&rank - ranks_.data()];
 }
 
 bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
@@ -102,6 +104,8 @@ std::vector<int64_t> Engine::Evacuate() {
   multi_step_left_ = 0;
   std::vector<int64_t> running, waiting;
   for (Rank& rank : ranks_) {
+    FATHOM_CHECK(outstanding_[&rank - ranks_.data()] ==
+                 static_cast<int64_t>(rank.waiting.size() + rank.running.size()));
     for (int c = 0; c < static_cast<int>(rank.cohorts.size()); ++c) Dissolve(rank, c);
     for (int64_t slot : rank.running) {
       ReleaseAll(rank, (*slots_)[slot]);
@@ -113,6 +117,7 @@ std::vector<int64_t> Engine::Evacuate() {
     rank.loose.clear();
     rank.waiting.clear();
   }
+  std::fill(outstanding_.begin(), outstanding_.end(), 0);
   std::stable_sort(running.begin(), running.end(), [&](int64_t a, int64_t b) {
     return (*slots_)[a].admitted_order < (*slots_)[b].admitted_order;
   });
@@ -163,6 +168,8 @@ std::vector<int64_t> Engine::TakeUnstarted() {
       }
     }
     rank.waiting = std::move(kept);
+    outstanding_[&rank - ranks_.data()] =
+        static_cast<int64_t>(rank.waiting.size() + rank.running.size());
   }
   return taken;
 }
