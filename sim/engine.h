@@ -233,12 +233,17 @@ class Engine {
   int64_t DecodeStepTokens(const Sequence& s) const;
   int64_t AcceptedDrafts(int64_t steps);  // drafts accepted over `steps` decode steps
   // One step's drafts accepted, the draw compared in integers (AcceptedDrafts(1); a cohort draws
-  // every member's steps).
-  int64_t DrawStep() {
-    const uint64_t bits = rng_->Next() >> 11;
+  // every member's steps, with the thresholds' count known where `kDrafts` is).
+  template <int kDrafts = 0>
+  static int64_t DrawStep(Rng& rng, const uint64_t* thresholds, int n = kDrafts) {
+    const uint64_t bits = rng.Next() >> 11;
     int64_t accepted = 0;
-    for (uint64_t t : accept_->step_thresholds) accepted += bits >= t ? 1 : 0;
+    for (int i = 0; i < (kDrafts > 0 ? kDrafts : n); ++i) accepted += bits >= thresholds[i] ? 1 : 0;
     return accepted;
+  }
+  int64_t DrawStep() {
+    const std::vector<uint64_t>& t = accept_->step_thresholds;
+    return DrawStep(*rng_, t.data(), static_cast<int>(t.size()));
   }
   double MeanStepTokens() const;  // tokens a decode step generates on average: 1 + accepted drafts
 
@@ -291,28 +296,38 @@ class Engine {
   // A member's counters as of step `step` of its cohort (at most its last drawn).
   Progress ProgressAt(const Rank& rank, const Cohort& c, const Sequence& s, int64_t step) const;
   // One step from `p` generating `produced` tokens: the blocks grown before it (room for every
-  // draft, as AddDecodes grows them) and given back after it (the rejected drafts', Finish).
-  void StepMember(int64_t produced, Progress* p, int64_t* grown, int64_t* shrunk) const {
-    const int64_t block = config_.block_tokens;
-    *grown = *shrunk = 0;
-    for (const int64_t before = p->kv_len + 1 + config_.mtp_depth; p->held_tokens < before;) {
-      ++*grown;
-      p->held_tokens += block;
+  // draft, as AddDecodes grows them) and given back after it (the rejected drafts', Finish). The
+  // engine's terms are copied into the rule, so that a loop of steps holds them in registers.
+  struct StepRule {
+    int64_t block, step_tokens;  // KV block tokens; the tokens a step may write (1 + drafts)
+    bool give_back;              // greedy admission: blocks past the KV go back after a step
+    void Step(int64_t produced, Progress* p, int64_t* grown, int64_t* shrunk) const {
+      *grown = *shrunk = 0;
+      for (const int64_t before = p->kv_len + step_tokens; p->held_tokens < before;) {
+        ++*grown;
+        p->held_tokens += block;
+      }
+      p->owned_blocks += *grown;
+      p->kv_len += produced;
+      p->generated += produced;
+      if (!give_back) return;
+      while (p->owned_blocks > *shrunk && p->held_tokens - block >= p->kv_len) {
+        ++*shrunk;
+        p->held_tokens -= block;
+      }
+      p->owned_blocks -= *shrunk;
     }
-    p->owned_blocks += *grown;
-    p->kv_len += produced;
-    p->generated += produced;
-    if (config_.admission != AdmissionPolicy::kGreedy) return;
-    while (p->owned_blocks > *shrunk && p->held_tokens - block >= p->kv_len) {
-      ++*shrunk;
-      p->held_tokens -= block;
-    }
-    p->owned_blocks -= *shrunk;
+  };
+  StepRule MemberStepRule() const {
+    return {config_.block_tokens, 1 + config_.mtp_depth,
+            config_.admission == AdmissionPolicy::kGreedy};
   }
   // Draws member `index`'s tokens for the steps from `from` to drawn_until (those before drawn)
   // and adds what they do to the window's sums; Retract takes its steps from the clock on back
   // out (before Sync).
   void DrawAhead(const Rank& rank, Cohort& c, int64_t index, int64_t from);
+  template <int kDrafts>
+  void DrawMember(Cohort& c, int64_t index, const Sequence& s, Progress p, int64_t from);
   void Retract(const Rank& rank, Cohort& c, int64_t index) const;
   // Moves the window on to start at the clock: members synced, their draws made to its end.
   void MoveWindow(const Rank& rank, Cohort& c);

@@ -369,33 +369,63 @@ Engine::Progress Engine::ProgressAt(const Rank& rank, const Cohort& c, const Seq
 }
 
 void Engine::DrawAhead(const Rank& rank, Cohort& c, int64_t index, int64_t from) {
-  Cohort::Member& m = c.members[index];
+  const Cohort::Member& m = c.members[index];
   if (m.due >= 0) return;  // its last token is drawn already
   const Sequence& s = (*slots_)[m.slot];
-  Progress p = ProgressAt(rank, c, s, from);
+  const Progress p = ProgressAt(rank, c, s, from);
+  switch (accept_->step_thresholds.size()) {
+    case 1:
+      return DrawMember<1>(c, index, s, p, from);
+    case 2:
+      return DrawMember<2>(c, index, s, p, from);
+    case 3:
+      return DrawMember<3>(c, index, s, p, from);
+    default:
+      return DrawMember<0>(c, index, s, p, from);
+  }
+}
+
+// The draws of DrawAhead, the generator's state and the window's rows held in locals (stores to
+// the sums could otherwise alias them, and reload them every step).
+template <int kDrafts>
+void Engine::DrawMember(Cohort& c, int64_t index, const Sequence& s, Progress p, int64_t from) {
+  Rng rng = *rng_;
+  const StepRule rule = MemberStepRule();
+  const std::vector<uint64_t>& all = accept_->step_thresholds;
+  const int drafts = static_cast<int>(all.size());
+  uint64_t local[kDrafts > 0 ? kDrafts : 1];
+  const uint64_t* thresholds = all.data();
+  if constexpr (kDrafts > 0) thresholds = std::copy_n(thresholds, kDrafts, local) - kDrafts;
   uint16_t* made = c.made.data() + index * draw_window_;
+  int64_t* grows = c.grows.data();
+  int64_t* shrinks = c.shrinks.data();
+  int64_t* tokens = c.tokens.data();
+  const int64_t start = c.window_start, until = c.drawn_until;
   int64_t so_far = MadeBefore(c, index, s, from);
-  for (int64_t j = from; j < c.drawn_until; ++j) {
-    const int64_t k = j - c.window_start;
-    const int64_t produced = std::min(1 + DrawStep(), s.output - p.generated);
+  for (int64_t j = from; j < until; ++j) {
+    const int64_t k = j - start;
+    const int64_t produced =
+        std::min(1 + DrawStep<kDrafts>(rng, thresholds, drafts), s.output - p.generated);
     int64_t grown, shrunk;
-    StepMember(produced, &p, &grown, &shrunk);
+    rule.Step(produced, &p, &grown, &shrunk);
     so_far += produced;
     made[k] = static_cast<uint16_t>(so_far);
-    c.grows[k] += grown;
-    c.shrinks[k] += shrunk;
-    c.tokens[k] += produced;
+    grows[k] += grown;
+    shrinks[k] += shrunk;
+    tokens[k] += produced;
     if (p.generated >= s.output) {
-      m.due = j + 1;
-      c.completions.push({m.due, m.slot});
-      return;
+      c.members[index].due = j + 1;
+      c.completions.push({j + 1, c.members[index].slot});
+      break;
     }
   }
+  *rng_ = rng;
 }
 
 void Engine::Retract(const Rank& rank, Cohort& c, int64_t index) const {
   const Sequence& s = (*slots_)[c.members[index].slot];
   Progress p = ProgressAt(rank, c, s, c.clock);
+  const StepRule rule = MemberStepRule();
   const uint16_t* made = c.made.data() + index * draw_window_;
   int64_t so_far = MadeBefore(c, index, s, c.clock);
   for (int64_t j = c.clock; j < c.drawn_until && p.generated < s.output; ++j) {
@@ -403,7 +433,7 @@ void Engine::Retract(const Rank& rank, Cohort& c, int64_t index) const {
     const int64_t produced = made[k] - so_far;
     so_far = made[k];
     int64_t grown, shrunk;
-    StepMember(produced, &p, &grown, &shrunk);
+    rule.Step(produced, &p, &grown, &shrunk);
     c.grows[k] -= grown;
     c.shrinks[k] -= shrunk;
     c.tokens[k] -= produced;
