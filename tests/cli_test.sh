@@ -505,7 +505,7 @@ expect 2 '--cost-model = "magic": must be calibrated or roofline' -- tune --cost
 # Reports on the stored sweeps: a second sweep (server, another GPU) to compare with the first.
 expect 0 "Best:" -- tune --model llama2-70b --hardware b200 --gpus 2 --weights fp8 --scenario server \
   --ttft-ms 2000 --tpot-ms 200 --max-batch 64,256 --max-num-tokens 4096 --dataset-samples 200 --db "$tmp/tune.db" \
-  --frontier-csv "$tmp/frontier.csv"
+  --frontier-csv "$tmp/frontier.csv" --runs-log "$tmp/runs.jsonl"
 expect 0 "llama2-70b  2xb200  server" -- report --db "$tmp/tune.db" --list
 expect 0 "llama2-70b 2xh200 offline" -- report --db "$tmp/tune.db" --top 2
 expect 0 "(what-if; swept at \$3.80)" -- report --db "$tmp/tune.db" --price h200=7.6
@@ -515,7 +515,9 @@ expect 0 "wrote" -- report --db "$tmp/tune.db" --out "$tmp/candidates.csv"
 report_files_ok() {
   [[ $(grep -c "<svg" "$tmp/report.html") -eq 2 ]] && grep -q "</svg>" "$tmp/cost.svg" &&
     [[ $(head -1 "$tmp/candidates.csv" | cut -d, -f1-3) == "sweep,model,hardware" ]] &&
-    [[ $(head -1 "$tmp/frontier.csv" | cut -d, -f1) == "tokens_per_s_per_gpu" ]]
+    [[ $(head -1 "$tmp/frontier.csv" | cut -d, -f1) == "tokens_per_s_per_gpu" ]] &&
+    [[ $(grep -c '^{"stack":"[a-z0-9.-]*","config":{.*"qps":.*"outcome":"\(valid\|TTFT\|TPOT\|TTFT and TPOT\)".*"wall_s":[0-9.e-]*}$' "$tmp/runs.jsonl") -eq $(wc -l <"$tmp/runs.jsonl") ]] &&
+    grep -q '"outcome":"valid"' "$tmp/runs.jsonl"
 }
 if report_files_ok; then passed=$((passed + 1)); else echo "FAIL: report files"; failed=$((failed + 1)); fi
 expect 2 "no such results database" -- report --db "$tmp/none.db"

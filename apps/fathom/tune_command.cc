@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 
 #include "apps/fathom/commands.h"
 #include "apps/fathom/interval_note.h"
@@ -31,6 +32,7 @@ struct TuneFlags {
   bool json = false;
   std::string frontier_csv;
   std::string best_out;
+  std::string runs_log;
   // Adaptive plans.
   bool adaptive = false;
   bool error_bars = false;  // with --adaptive: the best plan's gain +- 1 sigma
@@ -365,6 +367,30 @@ std::string EnginesLine(const std::vector<EngineTune>& tunes, size_t winner, boo
   return line + "\n";
 }
 
+// Every simulation the tunes run, one JSON object a line (--runs-log), in the order they end.
+class RunsLog {
+ public:
+  std::function<void(const tuner::TuneRun&)> For(const std::string& stack) {
+    return [this, stack](const tuner::TuneRun& r) {
+      OrderedJson j;
+      j["stack"] = stack;
+      j.update(r.ToJson());
+      const std::string line = j.dump() + "\n";
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_ += line;
+    };
+  }
+  Status Write(const std::string& path) {
+    if (path.empty()) return Status::Ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    return WriteFileAtomic(path, lines_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::string lines_;
+};
+
 Status Run(TuneFlags f) {
   if (!(f.capacity_qps >= 0 && std::isfinite(f.capacity_qps))) {
     return Status::InvalidArgument(
@@ -374,6 +400,7 @@ Status Run(TuneFlags f) {
                           models::HardwareCatalog::Load(f.hardware_files));
   FATHOM_ASSIGN_OR_RETURN(const std::vector<std::string> engines, EnginesToTune(f, catalog));
   std::vector<EngineTune> tunes;
+  RunsLog runs;
   for (const std::string& engine : engines) {
     TuneInputs in = f.in;
     if (!engine.empty()) in.time_model.engine = models::EngineFlag(engine);
@@ -381,14 +408,19 @@ Status Run(TuneFlags f) {
     tuner::TuneOptions& o = setup.options;
     const bool server = o.space.scenario != sim::Scenario::kOffline;
     if (!f.json && isatty(STDERR_FILENO)) o.progress = ProgressBar(server);
+    if (!f.runs_log.empty()) o.on_run = runs.For(setup.stack);
     if (!f.json && tunes.empty()) std::fprintf(stderr, "fathom: %s\n", setup.workload_note.c_str());
     if (f.capacity_qps > 0) {
       f.in.options = std::move(o);
-      return Capacity(f, catalog);
+      FATHOM_RETURN_IF_ERROR(Capacity(f, catalog));
+      return runs.Write(f.runs_log);
     }
     FATHOM_ASSIGN_OR_RETURN(tuner::TuneResult res, tuner::Tune(o, catalog));
     tunes.push_back({std::move(setup), std::move(res)});
   }
+  // The log holds the searches' runs; those that explain the answer below are not its.
+  FATHOM_RETURN_IF_ERROR(runs.Write(f.runs_log));
+  for (EngineTune& t : tunes) t.setup.options.on_run = nullptr;
   const bool server = tunes.front().setup.options.space.scenario != sim::Scenario::kOffline;
   size_t winner = 0;
   for (size_t i = 1; i < tunes.size(); ++i) {
@@ -699,6 +731,9 @@ void RegisterTune(CLI::App& app, Status* result) {
       ->capture_default_str();
   cmd->add_option("--frontier-csv", f->frontier_csv, "Write the Pareto frontier as CSV");
   cmd->add_option("--best-out", f->best_out, "Write the best deployment as JSON");
+  cmd->add_option("--runs-log", f->runs_log,
+                  "Write every simulation the search ran as JSON lines (candidate, QPS, outcome, "
+                  "requests, simulated and wall seconds): where a tune spends its time");
   cmd->add_flag("--adaptive", f->adaptive,
                 "Also search plans that change the best deployment during a run: Offline, a "
                 "switch for the thin tail and predicted queue orders, beside the free-switch "

@@ -421,9 +421,9 @@ Result<bool> LastsPast(sim::Simulator& simulator, double give_up_s, bool bounded
 // A Server/Interactive probe at `qps` (stopped once its p99s cannot be met, unless `to_the_end`),
 // or an Offline run of `samples`, of a plan's start and switches. With `give_up_s` > 0, a run still
 // going at that simulated time stops there, or sooner once it is sure to (Probe::gave_up).
-Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
-                       const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
-                       bool to_the_end = false, bool breakdown = false, double give_up_s = 0) {
+Result<Probe> SimulateRun(const sim::Plan& plan, const TuneOptions& o,
+                          const models::HardwareCatalog& catalog, double qps, int64_t samples,
+                          bool to_the_end, bool breakdown, double give_up_s) {
   FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(plan.start, catalog, o.make_time));
   resolved->spec.engine.cost_breakdown = resolved->spec.decode_engine.cost_breakdown = breakdown;
   FATHOM_ASSIGN_OR_RETURN(sim::ResolvedPlan switches, sim::ResolvePlan(plan, catalog, o.make_time));
@@ -466,6 +466,31 @@ Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
   }
   p.result = *res;
   p.valid = ServerLike(sc.scenario) ? res->latency_limits_met : true;
+  return p;
+}
+
+// SimulateRun, told to TuneOptions::on_run.
+Result<Probe> Simulate(const sim::Plan& plan, const TuneOptions& o,
+                       const models::HardwareCatalog& catalog, double qps, int64_t samples = 0,
+                       bool to_the_end = false, bool breakdown = false, double give_up_s = 0) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<Probe> p = SimulateRun(plan, o, catalog, qps, samples, to_the_end, breakdown, give_up_s);
+  if (!o.on_run || !p.ok()) return p;  // not ok: stopped by its pool, no verdict
+  const bool server = ServerLike(o.space.scenario);
+  TuneRun r;
+  r.config = plan.start;
+  r.qps = server ? qps : 0;
+  r.samples = server ? ProbeSamples(o, qps) : samples;
+  r.outcome = p->gave_up          ? "gave up"
+              : !p->error.empty() ? p->error
+              : !server           ? "done"
+              : p->valid          ? "valid"
+                                  : Failure(*p);
+  r.stopped_early = p->result.stopped_early;
+  r.completed = p->result.completed_requests;
+  r.simulated_s = p->result.duration_s;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  o.on_run(r);
   return p;
 }
 
@@ -602,6 +627,19 @@ OrderedJson SearchFailure::ToJson() const {
   if (tpot_limit_ms) j["tpot_limit_ms"] = *tpot_limit_ms;
   if (closest) j["closest"] = closest->ToJson();
   j["advice"] = advice;
+  return j;
+}
+
+OrderedJson TuneRun::ToJson() const {
+  OrderedJson j;
+  j["config"] = sim::ToJson(config);
+  if (qps > 0) j["qps"] = qps;
+  j["samples"] = samples;
+  j["outcome"] = outcome;
+  j["stopped_early"] = stopped_early;
+  j["completed_requests"] = completed;
+  j["simulated_s"] = simulated_s;
+  j["wall_s"] = wall_s;
   return j;
 }
 

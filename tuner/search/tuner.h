@@ -34,6 +34,20 @@ struct TuneProgress {
   double best = 0;  // the best valid objective so far: QPS (server-type scenarios) or tokens/s
 };
 
+// One simulation a search ran (TuneOptions::on_run): the candidate, the rate, what the run decided
+// and what it cost, so that where a tune spends its time can be seen candidate by candidate.
+struct TuneRun {
+  sim::DeploymentConfig config;
+  double qps = 0;              // a server-type probe's rate; 0 for an Offline run
+  int64_t samples = 0;         // requests the run issues at most
+  std::string outcome;         // "valid", what broke ("TPOT", ...), "done", "gave up", or an error
+  bool stopped_early = false;  // stopped once the p99 limits could no longer be met
+  int64_t completed = 0;       // requests completed
+  double simulated_s = 0;      // simulated time the run covered
+  double wall_s = 0;           // thread seconds it took, setting up included
+  OrderedJson ToJson() const;
+};
+
 struct TuneOptions {
   SearchSpace space;
   std::vector<traces::Request> dataset;  // the workload's samples
@@ -58,6 +72,9 @@ struct TuneOptions {
   double price_per_gpu_hour = 0;  // 0 = the hardware's default
   // Called after each candidate, from the worker threads one at a time; empty: none.
   std::function<void(const TuneProgress&)> progress;
+  // Called after each simulation, from the worker threads at the same time (it must be
+  // thread-safe); empty: none. Runs a candidate takes from the store or a batch sibling are none.
+  std::function<void(const TuneRun&)> on_run;
   bool prune = true;
   sim::TimeModelFactory make_time;
   std::string time_model_tag;  // part of the derived sweep id (e.g. calibration file hash)

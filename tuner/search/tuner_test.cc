@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "base/files.h"
@@ -154,6 +155,53 @@ TEST_CASE("Tune: the progress callback hears of every candidate, the last with t
   CHECK(last.simulated + last.pruned == last.total);
   CHECK(last.simulated == r->evaluated);
   CHECK(last.best == r->ranked.front().Objective(false));
+}
+
+TEST_CASE("Tune: on_run hears of every simulation and changes nothing of the outcome", "[tuner]") {
+  for (const sim::Scenario scenario : {sim::Scenario::kServer, sim::Scenario::kOffline}) {
+    const bool server = scenario == sim::Scenario::kServer;
+    TuneOptions o = SmallOptions(scenario);
+    o.jobs = 1;  // one thread: the same runs every time
+    const auto quiet = Tune(o, Catalog());
+    std::mutex mu;
+    std::vector<TuneRun> runs;
+    o.on_run = [&](const TuneRun& r) {
+      std::lock_guard<std::mutex> lock(mu);
+      runs.push_back(r);
+    };
+    const auto heard = Tune(o, Catalog());
+    REQUIRE(quiet.ok());
+    REQUIRE(heard.ok());
+    CHECK(heard->ranked == quiet->ranked);
+    CHECK(heard->evaluated == quiet->evaluated);
+    std::set<std::string> keys;
+    for (const TuneRun& r : runs) {
+      keys.insert(CandidateKey(r.config));
+      CHECK(r.wall_s >= 0);
+      CHECK(r.completed <= r.samples);
+      if (server) {
+        CHECK(r.qps > 0);
+        // A probe stopped early broke a limit; one that passed ran every request.
+        CHECK((r.outcome == "valid" || r.outcome == "TTFT" || r.outcome == "TPOT" ||
+               r.outcome == "TTFT and TPOT"));
+        if (r.outcome == "valid") CHECK((!r.stopped_early && r.completed == r.samples));
+      } else {
+        CHECK(r.qps == 0);
+        CHECK((r.outcome == "done" || r.outcome == "gave up"));
+      }
+    }
+    // Every candidate simulated ran at least one simulation of its own or a batch sibling's, and
+    // the best's figures come from a run that was heard.
+    CHECK(static_cast<int64_t>(keys.size()) >= 1);
+    CHECK(static_cast<int64_t>(runs.size()) >= static_cast<int64_t>(keys.size()));
+    const CandidateResult& best = heard->ranked.front();
+    const bool best_heard = std::any_of(runs.begin(), runs.end(), [&](const TuneRun& r) {
+      return server ? r.outcome == "valid" && std::abs(r.qps - best.qps) < 1e-9 * best.qps
+                    : r.outcome == "done" && r.completed == r.samples &&
+                          best.run_samples % r.samples == 0;
+    });
+    CHECK(best_heard);
+  }
 }
 
 TEST_CASE("Tune: the same outcome on 1, 2 and 5 threads, candidate for candidate", "[tuner]") {
