@@ -328,8 +328,10 @@ std::optional<int64_t> FollowKnown(const ProbeMemo& memo, QpsSearch* search) {
 struct Probe {
   sim::SimulationResult result;
   bool valid = false;
-  std::string error;     // why no run could serve the requests
-  bool gave_up = false;  // certain to be still going at its give-up time: no result
+  std::string error;  // why no run could serve the requests
+  // Certain to be still going at its give-up time: no result but how far it got (its clock and
+  // the requests completed by then, in `result`).
+  bool gave_up = false;
 };
 
 // What broke in an invalid probe (a probe stopped early counts the requests over each limit).
@@ -456,7 +458,11 @@ Result<Probe> SimulateRun(const sim::Plan& plan, const TuneOptions& o,
   Probe p;
   if (give_up_s > 0) {
     FATHOM_ASSIGN_OR_RETURN(p.gave_up, LastsPast(simulator, give_up_s, plan.steps.empty()));
-    if (p.gave_up) return p;
+    if (p.gave_up) {
+      p.result.duration_s = ToSeconds(simulator.now());
+      p.result.completed_requests = simulator.issued() - simulator.in_system();
+      return p;
+    }
   }
   auto res = simulator.Run();
   if (!res.ok() && CancelRequested()) return res.status();  // stopped by its pool: no verdict

@@ -188,6 +188,7 @@ TEST_CASE("Tune: on_run hears of every simulation and changes nothing of the out
       } else {
         CHECK(r.qps == 0);
         CHECK((r.outcome == "done" || r.outcome == "gave up"));
+        CHECK(r.simulated_s > 0);  // a run that gave up says how far it got
       }
     }
     // Every candidate simulated ran at least one simulation of its own or a batch sibling's, and
