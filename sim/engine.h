@@ -391,6 +391,7 @@ class Engine {
   std::vector<models::BatchShape> shapes_;
   std::vector<int64_t> graph_sizes_;                          // CudaGraphSizes
   std::vector<std::pair<int64_t, int64_t>> waiting_scratch_;  // CohortForBatch's (admitted, slot)
+  std::vector<int64_t> order_scratch_;                        // CohortForBatch's admission orders
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   // JointRun's scratch: by microbatch, then stage.

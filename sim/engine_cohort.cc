@@ -147,16 +147,16 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
     return target;
   }
   // Admission orders travel with the slots (a member's in its cohort entry), so that sorting
-  // and dividing them reads no sequence.
-  std::vector<std::pair<int64_t, int64_t>>& waiting = waiting_scratch_;
-  waiting.clear();
-  for (int64_t slot : rank.loose) waiting.emplace_back((*slots_)[slot].admitted_order, slot);
+  // and dividing them reads no sequence; no two are equal.
+  std::vector<int64_t>& orders = order_scratch_;
+  orders.clear();
+  for (int64_t slot : rank.loose) orders.push_back((*slots_)[slot].admitted_order);
   for (const Cohort& c : rank.cohorts) {
     if (c.in_flight) continue;
-    for (const Cohort::Member& m : c.members) waiting.emplace_back(m.admitted, m.slot);
+    for (const Cohort::Member& m : c.members) orders.push_back(m.admitted);
   }
-  std::nth_element(waiting.begin(), waiting.begin() + (room - 1), waiting.end());
-  const int64_t last = waiting[room - 1].first;  // the latest admitted that steps
+  std::nth_element(orders.begin(), orders.begin() + (room - 1), orders.end());
+  const int64_t last = orders[room - 1];  // the latest admitted that steps
   auto steps = [&](int64_t admitted) { return admitted <= last; };
   // The stepping cohort is the idle one holding most of those that step; the waiting one, the
   // idle one holding most of the others.
@@ -180,7 +180,7 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
   for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {
     Cohort& c = rank.cohorts[k];
     if (c.in_flight) continue;
-    std::vector<std::pair<int64_t, int64_t>>& moving = waiting;  // no longer needed: `last` divides
+    std::vector<std::pair<int64_t, int64_t>>& moving = waiting_scratch_;
     moving.clear();
     for (const Cohort::Member& m : c.members) {
       if (steps(m.admitted) ? k != target : k != rest) moving.emplace_back(m.admitted, m.slot);
