@@ -163,7 +163,7 @@ class Engine {
   struct Cohort {
     struct Member {
       int64_t slot;
-      int64_t phase;     // needs a new block when clock % block_tokens == phase; -1: never again
+      int32_t phase;     // needs a new block when clock % block_tokens == phase; -1: never again
       bool filling;      // sliding window: its context has not yet filled the window
       int64_t admitted;  // its Sequence::admitted_order (read here, not from the slot)
       int64_t due = -1;  // MTP: the clock at its last token, -1 while past the draws

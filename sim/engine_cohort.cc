@@ -60,7 +60,7 @@ void Engine::Join(Rank& rank, int cohort, int64_t slot) {
   s.cohort = cohort;
   s.cohort_mark = c.clock;
   s.cohort_index = c.size();
-  c.members.push_back({slot, phase, filling, s.admitted_order});
+  c.members.push_back({slot, static_cast<int32_t>(phase), filling, s.admitted_order});
   c.base += s.kv_len - c.clock;
   c.completions.push({c.clock + remaining, slot});
 }
