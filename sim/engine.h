@@ -386,12 +386,13 @@ class Engine {
   Rng* rng_;
   std::vector<Rank> ranks_;
   std::vector<int64_t> outstanding_;  // each rank's waiting + running (Outstanding)
+  int64_t& OutstandingOf(const Rank& rank) { return outstanding_[&rank - ranks_.data()]; }
   std::vector<Batch> in_flight_;
   std::vector<Batch> spare_batches_;  // finished batches, reused to avoid allocations
   std::vector<models::BatchShape> shapes_;
-  std::vector<int64_t> graph_sizes_;                          // CudaGraphSizes
-  std::vector<std::pair<int64_t, int64_t>> waiting_scratch_;  // CohortForBatch's (admitted, slot)
-  std::vector<int64_t> order_scratch_;                        // CohortForBatch's admission orders
+  std::vector<int64_t> graph_sizes_;                         // CudaGraphSizes
+  std::vector<std::pair<int64_t, int64_t>> moving_scratch_;  // CohortForBatch's (admitted, slot)
+  std::vector<int64_t> order_scratch_;                       // CohortForBatch's admission orders
   std::vector<SimTime> stage_free_at_;
   std::vector<double> ff_first_, ff_slope_, ff_end_;  // fast-forward scratch, by stage
   // JointRun's scratch: by microbatch, then stage.

@@ -180,7 +180,7 @@ int Engine::CohortForBatch(Rank& rank, int64_t room) {
   for (int k = 0; k < static_cast<int>(rank.cohorts.size()); ++k) {
     Cohort& c = rank.cohorts[k];
     if (c.in_flight) continue;
-    std::vector<std::pair<int64_t, int64_t>>& moving = waiting_scratch_;
+    std::vector<std::pair<int64_t, int64_t>>& moving = moving_scratch_;
     moving.clear();
     for (const Cohort::Member& m : c.members) {
       if (steps(m.admitted) ? k != target : k != rest) moving.emplace_back(m.admitted, m.slot);
@@ -395,7 +395,10 @@ void Engine::DrawMember(Cohort& c, int64_t index, const Sequence& s, Progress p,
   const int drafts = static_cast<int>(all.size());
   uint64_t local[kDrafts > 0 ? kDrafts : 1];
   const uint64_t* thresholds = all.data();
-  if constexpr (kDrafts > 0) thresholds = std::copy_n(thresholds, kDrafts, local) - kDrafts;
+  if constexpr (kDrafts > 0) {
+    std::copy_n(all.data(), kDrafts, local);
+    thresholds = local;
+  }
   uint16_t* made = c.made.data() + index * draw_window_;
   int64_t* grows = c.grows.data();
   int64_t* shrinks = c.shrinks.data();

@@ -12,7 +12,7 @@ void Engine::RemoveRunning(Rank& rank, int64_t slot) {
   auto it = std::find(rank.running.rbegin(), rank.running.rend(), slot);
   FATHOM_CHECK(it != rank.running.rend());
   rank.running.erase(std::next(it).base());
-  --outstanding_[&rank - ranks_.data()];
+  --OutstandingOf(rank);
 }
 
 void Engine::RemovePrefilling(Rank& rank, int64_t slot) {
@@ -50,7 +50,7 @@ void Engine::Preempt(Rank& rank, int64_t slot) {
   RemoveRunning(rank, slot);
   RemovePrefilling(rank, slot);
   rank.waiting.push_front(slot);
-  ++outstanding_[&rank - ranks_.data()];
+  ++OutstandingOf(rank);
 }
 
 bool Engine::Admit(Rank& rank, int64_t slot, double* swap_bytes) {
@@ -104,7 +104,7 @@ std::vector<int64_t> Engine::Evacuate() {
   multi_step_left_ = 0;
   std::vector<int64_t> running, waiting;
   for (Rank& rank : ranks_) {
-    FATHOM_CHECK(outstanding_[&rank - ranks_.data()] ==
+    FATHOM_CHECK(OutstandingOf(rank) ==
                  static_cast<int64_t>(rank.waiting.size() + rank.running.size()));
     for (int c = 0; c < static_cast<int>(rank.cohorts.size()); ++c) Dissolve(rank, c);
     for (int64_t slot : rank.running) {
@@ -168,8 +168,7 @@ std::vector<int64_t> Engine::TakeUnstarted() {
       }
     }
     rank.waiting = std::move(kept);
-    outstanding_[&rank - ranks_.data()] =
-        static_cast<int64_t>(rank.waiting.size() + rank.running.size());
+    OutstandingOf(rank) = static_cast<int64_t>(rank.waiting.size() + rank.running.size());
   }
   return taken;
 }
