@@ -1164,7 +1164,7 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
   // short probe, where the search to its own capacity costs several full-length ones).
   const WorkloadMeans means = Means(o.dataset);
   const double offline_s = sim::OfflineRunTargetS(BenchmarkOf(o));
-  std::map<std::string, std::shared_ptr<BatchSiblings>> sibling_groups;
+  std::map<std::string, size_t> sibling_groups;  // each key's place in run.sibling_groups_
   for (size_t i = 0; i < feasible.size(); ++i) {
     const sim::DeploymentConfig& d = feasible[i];
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
@@ -1183,12 +1183,11 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
     Item item;
     item.candidate = i;
     item.key = CandidateKey(d);
-    std::shared_ptr<BatchSiblings>& siblings = sibling_groups[SiblingKey(d)];
-    if (!siblings) {
-      siblings = std::make_shared<BatchSiblings>();
-      run.sibling_groups_.push_back(siblings);
-    }
-    item.memo->JoinSiblings(siblings, RunLimits::Of(*resolved));
+    const auto [group, added] =
+        sibling_groups.try_emplace(SiblingKey(d), run.sibling_groups_.size());
+    if (added) run.sibling_groups_.push_back(std::make_shared<BatchSiblings>());
+    item.group = group->second;
+    item.memo->JoinSiblings(run.sibling_groups_[item.group], RunLimits::Of(*resolved));
     item.bound = bound;
     item.estimate = estimate;
     item.cost = requests;
@@ -1254,11 +1253,19 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
   const double beat = options_->prune ? best_ : 0.0;
   // Server-type, a candidate is searched a probe at a time: its next probe, or once it has every
   // probe it needs, its evaluation (from them). Empty while its next probe is out.
+  // A probe a batch sibling is running at the same rate waits while other work is at hand: the
+  // sibling's run may stand for it (BatchSiblings), as it would had they not gone out together.
+  std::optional<Task> deferred;
   auto searching = [&](size_t i, double against) -> std::optional<Task> {
     const Item& item = items_[i];
     const std::optional<int64_t> k = OwnProbe(item, against);
     if (k && probing_.contains({item.candidate, *k})) return std::nullopt;
-    return Task{item.candidate, against, i - taken_, k, false};
+    const Task task{item.candidate, against, i - taken_, k, false};
+    if (k && group_probing_.contains({item.group, *k})) {
+      if (!deferred) deferred = task;
+      return std::nullopt;
+    }
+    return task;
   };
   // A search under way goes on against the best found since it went out: it depends on the best
   // only through its first probe, and is searched again at its turn if that differs.
@@ -1296,7 +1303,7 @@ std::optional<SearchRun::Task> SearchRun::Peek() {
         return Task{item.candidate, beat, i - taken_ + ahead->depth, ahead->probe, true};
     }
   }
-  return own;
+  return own ? own : deferred;
 }
 
 // A probe `item`'s QPS search against `beat` may ask for and that is neither run nor out, and
@@ -1317,7 +1324,8 @@ std::optional<SearchRun::Ahead> SearchRun::ProbeAhead(const Item& item, double b
     open.pop_front();
     const std::optional<int64_t> k = FollowKnown(*item.memo, &node.search);
     if (!k) continue;
-    if (!probing_.contains({item.candidate, *k})) return Ahead{*k, node.depth, node.long_shot};
+    if (!probing_.contains({item.candidate, *k}) && !group_probing_.contains({item.group, *k}))
+      return Ahead{*k, node.depth, node.long_shot};
     for (const bool valid : {false, true}) {
       Supposed next = node;
       next.search.Record(*k, valid);
@@ -1334,6 +1342,7 @@ void SearchRun::Take(const Task& task) {
   Item& item = items_[i];
   if (task.probe) {
     probing_.insert({task.candidate, *task.probe});
+    group_probing_.insert({item.group, *task.probe});
     if (task.early) ++probes_ahead_;
     if (item.state == Item::State::kWaiting) {
       item.state = Item::State::kSearching;
@@ -1347,8 +1356,13 @@ void SearchRun::Take(const Task& task) {
   searching_.erase(i);
 }
 
-void SearchRun::FinishProbe(const Task& task, const ProbeOutcome& outcome) {
+void SearchRun::ProbeBack(const Task& task) {
   probing_.erase({task.candidate, *task.probe});
+  group_probing_.erase(group_probing_.find({items_[item_of_[task.candidate]].group, *task.probe}));
+}
+
+void SearchRun::FinishProbe(const Task& task, const ProbeOutcome& outcome) {
+  ProbeBack(task);
   items_[item_of_[task.candidate]].memo->Put(*task.probe, outcome);
 }
 
@@ -1359,7 +1373,7 @@ bool SearchRun::Drop(const Task& task) {
   if (!task.probe || !server_ || !options_->prune) return false;
   const std::optional<int64_t> first = FirstProbe(best_, items_[item_of_[task.candidate]].bound);
   if (!first || *task.probe >= *first) return false;
-  probing_.erase({task.candidate, *task.probe});
+  ProbeBack(task);
   ++wasted_;
   return true;
 }

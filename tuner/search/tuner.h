@@ -369,6 +369,7 @@ class SearchRun {
     std::optional<CandidateResult> result;
     bool stored = false;
     std::shared_ptr<ProbeMemo> memo = std::make_shared<ProbeMemo>();
+    size_t group = 0;  // its batch siblings' (sibling_groups_)
   };
   SearchRun(const TuneOptions& o, const PreparedTune& p, const SearchLog& log)
       : options_(&o), prepared_(&p), log_(&log) {}
@@ -382,6 +383,7 @@ class SearchRun {
     bool long_shot = false;  // it supposes a first probe, the rate above the best, valid
   };
   std::optional<Ahead> ProbeAhead(const Item& item, double beat) const;
+  void ProbeBack(const Task& task);  // a probe task no longer out
   bool SendBackIfStale(size_t i);
   void Requeue();
 
@@ -397,7 +399,8 @@ class SearchRun {
   int64_t evaluated_ = 0, reused_ = 0, pruned_ = 0, screened_ = 0, wasted_ = 0;
   std::vector<std::shared_ptr<BatchSiblings>> sibling_groups_;  // one a sibling key
   std::set<std::pair<size_t, int64_t>> probing_;  // probe tasks out: (candidate, grid index)
-  std::set<size_t> searching_;                    // items kSearching
+  std::multiset<std::pair<size_t, int64_t>> group_probing_;  // and (sibling group, grid index)
+  std::set<size_t> searching_;                               // items kSearching
   int64_t probes_ahead_ = 0, requeued_ = 0;
 };
 

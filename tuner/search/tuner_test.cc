@@ -282,6 +282,59 @@ TEST_CASE("SearchRun: a probe dropped once the best passed its rate is never ask
   for (size_t i = 0; i < got.ranked.size(); ++i) CHECK(got.ranked[i].qps == want->ranked[i].qps);
 }
 
+TEST_CASE(
+    "SearchRun: a probe waits while a batch sibling runs the same rate, if other work is at hand",
+    "[tuner]") {
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  // Long contexts: the KV cache holds fewer sequences than either batch limit, so siblings are
+  // bounded and ordered alike and their searches probe the same rates.
+  o.space.max_batch = {256, 512};
+  for (traces::Request& r : o.dataset) {
+    r.input_tokens += 3000;
+    r.output_tokens += 600;
+  }
+  auto prepared = Prepare(o, Catalog());
+  REQUIRE(prepared.ok());
+  auto siblings = [&](size_t a, size_t b) {
+    sim::DeploymentConfig x = prepared->candidates.feasible[a];
+    sim::DeploymentConfig y = prepared->candidates.feasible[b];
+    x.engine.max_batch = y.engine.max_batch = 0;
+    x.engine.max_concurrency = y.engine.max_concurrency = 0;
+    return x == y;
+  };
+  const SearchLog none;
+  auto run = SearchRun::Start(o, Catalog(), *prepared, none);
+  REQUIRE(run.ok());
+  // Two workers, the earlier task back first: no probe goes out beside its sibling's at its rate.
+  std::vector<SearchRun::Task> out;
+  int together = 0;
+  while (!run->done()) {
+    while (out.size() < 2) {
+      std::optional<SearchRun::Task> t = run->Peek();
+      if (!t) break;
+      for (const SearchRun::Task& u : out) {
+        together +=
+            t->probe && u.probe && *t->probe == *u.probe && siblings(t->candidate, u.candidate);
+      }
+      run->Take(*t);
+      out.push_back(*t);
+    }
+    REQUIRE_FALSE(out.empty());
+    const SearchRun::Task t = out.front();
+    out.erase(out.begin());
+    if (t.probe) {  // into the candidate's memo, which shares it with the siblings
+      const auto p = RunProbe(prepared->candidates.feasible[t.candidate], o, Catalog(), *t.probe,
+                              run->Memo(t.candidate));
+      REQUIRE(p.ok());
+      run->FinishProbe(t, *p);
+    } else {
+      Compute(&*run, *prepared, o, t);
+    }
+  }
+  CHECK(together == 0);
+  CHECK(run->Outcome().shared_probes > 0);
+}
+
 TEST_CASE("SearchRun: results handed back in the worst order give the one-thread outcome",
           "[tuner]") {
   for (const sim::Scenario scenario : {sim::Scenario::kServer, sim::Scenario::kOffline}) {
