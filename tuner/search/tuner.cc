@@ -694,12 +694,13 @@ bool GraphsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b, i
 }
 
 // One pool of RunLimits::SameRun. Every rule that reads max_batch: admission while fewer than
-// max_batch x stages run (a pipeline's microbatches also hold max_batch each, so only one stage
-// is shared), the decode-first scheduler's "crowded" past half of that, the graphs captured up to
-// it, and the KV blocks its logits buffer leaves.
+// max_batch x stages run, a pipeline's microbatch holding max_batch (its batch and idle decoders
+// are among the rank's running sequences, so fewer than max_batch running leaves every answer
+// alike), the decode-first scheduler's "crowded" past half of max_batch x stages, the graphs
+// captured up to it, and the KV blocks its logits buffer leaves.
 bool PoolRunsSame(const RunLimits::Pool& a, const sim::LimitSlack& s, const RunLimits::Pool& b) {
   if (a == b) return true;
-  if (a.stages != 1 || b.stages != 1 || a.decode_first != b.decode_first) return false;
+  if (a.stages != b.stages || a.decode_first != b.decode_first) return false;
   const int64_t least = std::min(a.max_batch, b.max_batch);
   if (a.decode_first ? 2 * s.peak_running > least : s.peak_running >= least) return false;
   if (s.kv_free_slack < std::max<int64_t>(0, a.kv_blocks_per_rank - b.kv_blocks_per_rank))

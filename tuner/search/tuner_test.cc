@@ -627,6 +627,38 @@ TEST_CASE(
   CHECK_FALSE(old_sibling.Find(k).has_value());
 }
 
+TEST_CASE("RunProbe: a pipeline's probe stands for a batch sibling's too, below both's limits",
+          "[tuner]") {
+  // Fewer sequences running than max_batch leave every microbatch below it: the same run.
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  auto with_batch = [](int64_t max_batch) {
+    sim::DeploymentConfig d = Llama2Tp2Instances(1);
+    d.pp = 2;
+    d.gpus = 4;
+    d.engine.max_batch = max_batch;
+    return d;
+  };
+  auto limits = [&](const sim::DeploymentConfig& d) {
+    return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
+  };
+  auto siblings = std::make_shared<BatchSiblings>();
+  ProbeMemo ran, wider, narrow;
+  ran.JoinSiblings(siblings, limits(with_batch(256)));
+  wider.JoinSiblings(siblings, limits(with_batch(384)));
+  narrow.JoinSiblings(siblings, limits(with_batch(2)));
+  constexpr int64_t k = 0;  // 1 QPS: a few sequences at a time, more than 2
+  REQUIRE(RunProbe(with_batch(256), o, Catalog(), k, &ran).ok());
+  const std::optional<ProbeOutcome> shared = wider.Find(k);
+  REQUIRE(shared.has_value());
+  const auto own = RunProbe(with_batch(384), o, Catalog(), k);
+  REQUIRE(own.ok());
+  CHECK(*shared == *own);
+  CHECK_FALSE(narrow.Find(k).has_value());
+  const auto capped = RunProbe(with_batch(2), o, Catalog(), k);
+  REQUIRE(capped.ok());
+  CHECK_FALSE(*capped == *own);
+}
+
 // Tunes `o` unpruned (every candidate searched from nothing, as Evaluate searches it alone) with
 // batch limits past the stack's smallest CUDA graph (128), so that light loads pad alike under
 // each: siblings share runs, and every candidate's figures are those of its own search.
@@ -681,6 +713,14 @@ TEST_CASE("RunLimits: a run stands for other limits only where every rule readin
   CHECK_FALSE(other([](RunLimits::Pool& p) { p.max_batch = 5; }));  // the run reached it
   CHECK(other([](RunLimits::Pool& p) { p.max_batch = 6; }));
   CHECK_FALSE(other([](RunLimits::Pool& p) { p.stages = 2; }));
+  // Pipelines alike: below both limits no microbatch reaches either.
+  a.pool.stages = 2;
+  CHECK(other([](RunLimits::Pool& p) { p.stages = 2; }));
+  CHECK_FALSE(other([](RunLimits::Pool& p) {
+    p.stages = 2;
+    p.max_batch = 5;
+  }));
+  a.pool.stages = 1;
   // Batches of up to 5 sequences replay the graph of 8 under a, of 6 under these.
   CHECK_FALSE(other([](RunLimits::Pool& p) { p.graph_sizes = {1, 2, 4, 6}; }));
   CHECK(other([](RunLimits::Pool& p) { p.graph_sizes = {1, 2, 4, 8}; }));
