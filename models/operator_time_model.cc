@@ -60,10 +60,10 @@ SimTime OperatorTimeModel::StageTime(std::span<const BatchShape> ranks, int stag
   const Group group = GroupOf(ranks);
   if (group.tokens == 0) return SimTime(0);
   double slowest = 0.0;
-  // The rank with the most tokens (then KV read) is asked first whether it has at least another's
-  // work in every respect: it mostly does, so most ranks need one comparison, not one a rank.
+  // Each rank is compared first with the one with the most tokens (then KV read), which most
+  // often has at least its work in every respect: most ranks take one comparison, not one a rank.
   size_t heaviest = 0;
-  for (size_t j = 1; j < ranks.size(); ++j) {
+  for (size_t j = 1; monotone_ && j < ranks.size(); ++j) {
     const BatchShape& h = ranks[heaviest];
     if (std::tie(ranks[j].tokens, ranks[j].decode_kv) > std::tie(h.tokens, h.decode_kv))
       heaviest = j;

@@ -510,6 +510,20 @@ sim::DeploymentConfig Llama2Tp2Instances(int instances) {
   return d;
 }
 
+// One Llama 2 70B TP2 instance of `stages` pipeline stages at batch limit `max_batch`: batch
+// siblings of each other.
+sim::DeploymentConfig Llama2Tp2WithBatch(int64_t max_batch, int stages = 1) {
+  sim::DeploymentConfig d = Llama2Tp2Instances(1);
+  d.pp = stages;
+  d.gpus = 2 * stages;
+  d.engine.max_batch = max_batch;
+  return d;
+}
+
+RunLimits LimitsOf(const sim::DeploymentConfig& d, const TuneOptions& o) {
+  return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
+}
+
 TEST_CASE("Evaluate: a QPS search takes its probes from the memo and adds those it runs",
           "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
@@ -554,14 +568,8 @@ TEST_CASE(
     "RunProbe: a probe stands for a batch sibling's only where it stayed clear of both's limits",
     "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
-  auto with_batch = [](int64_t max_batch) {
-    sim::DeploymentConfig d = Llama2Tp2Instances(1);
-    d.engine.max_batch = max_batch;
-    return d;
-  };
-  auto limits = [&](const sim::DeploymentConfig& d) {
-    return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
-  };
+  auto with_batch = [](int64_t max_batch) { return Llama2Tp2WithBatch(max_batch); };
+  auto limits = [&](const sim::DeploymentConfig& d) { return LimitsOf(d, o); };
   auto siblings = std::make_shared<BatchSiblings>();
   ProbeMemo ran, wider, narrow;
   ran.JoinSiblings(siblings, limits(with_batch(256)));
@@ -631,16 +639,8 @@ TEST_CASE("RunProbe: a pipeline's probe stands for a batch sibling's too, below 
           "[tuner]") {
   // Fewer sequences running than max_batch leave every microbatch below it: the same run.
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
-  auto with_batch = [](int64_t max_batch) {
-    sim::DeploymentConfig d = Llama2Tp2Instances(1);
-    d.pp = 2;
-    d.gpus = 4;
-    d.engine.max_batch = max_batch;
-    return d;
-  };
-  auto limits = [&](const sim::DeploymentConfig& d) {
-    return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
-  };
+  auto with_batch = [](int64_t max_batch) { return Llama2Tp2WithBatch(max_batch, /*stages=*/2); };
+  auto limits = [&](const sim::DeploymentConfig& d) { return LimitsOf(d, o); };
   auto siblings = std::make_shared<BatchSiblings>();
   ProbeMemo ran, wider, narrow;
   ran.JoinSiblings(siblings, limits(with_batch(256)));
