@@ -1325,8 +1325,8 @@ std::optional<SearchRun::Ahead> SearchRun::ProbeAhead(const Item& item, double b
     open.pop_front();
     const std::optional<int64_t> k = FollowKnown(*item.memo, &node.search);
     if (!k) continue;
-    if (!probing_.contains({item.candidate, *k}) && !group_probing_.contains({item.group, *k}))
-      return Ahead{*k, node.depth, node.long_shot};
+    // Out on this candidate or a sibling (a candidate's probes out are its group's too).
+    if (!group_probing_.contains({item.group, *k})) return Ahead{*k, node.depth, node.long_shot};
     for (const bool valid : {false, true}) {
       Supposed next = node;
       next.search.Record(*k, valid);
