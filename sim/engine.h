@@ -339,6 +339,11 @@ class Engine {
   // one cache line, Sequence).
   static constexpr size_t kPrefetchAhead = 8;
   void Prefetch(int64_t slot) const { __builtin_prefetch(slots_->data() + slot); }
+  // A cohort member's step fields and its cohort fields (Sequence::cohort_mark, a line on).
+  void PrefetchMember(int64_t slot) const {
+    Prefetch(slot);
+    __builtin_prefetch(&(*slots_)[slot].cohort_mark);
+  }
 
   // Batch forming and attention-DP balance (engine_batch.cc).
   Balance DecideBalance() const;

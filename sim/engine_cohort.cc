@@ -1,6 +1,7 @@
 // Engine: decode cohorts, the bookkeeping of decoding sequences that step together
 // (EngineConfig::implicit_decode).
 #include <algorithm>
+#include <limits>
 
 #include "sim/engine.h"
 
@@ -404,21 +405,35 @@ void Engine::DrawMember(Cohort& c, int64_t index, const Sequence& s, Progress p,
   int64_t* shrinks = c.shrinks.data();
   int64_t* tokens = c.tokens.data();
   const int64_t start = c.window_start, until = c.drawn_until;
+  // The loop counts in tokens made since the window's start (`so_far`, as `made` holds them): the
+  // member's KV and tokens generated are fixed offsets from it.
   int64_t so_far = MadeBefore(c, index, s, from);
-  for (int64_t j = from; j < until; ++j) {
-    const int64_t k = j - start;
-    const int64_t produced =
-        std::min(1 + DrawStep<kDrafts>(rng, thresholds, drafts), s.output - p.generated);
-    int64_t grown, shrunk;
-    rule.Step(produced, &p, &grown, &shrunk);
+  const int64_t kv_offset = p.kv_len - so_far, end = s.output - p.generated + so_far;
+  // Most steps cross no block and leave the rule's sums alone: only a step that starts past
+  // `grow_after` (the KV its blocks hold, less a step's tokens) needs the rule. None gives a block
+  // back either: after one step by the rule a member holds none past its KV (greedy admission;
+  // reserve admission gives none back), and its KV only grows. The first step takes the rule,
+  // whatever blocks the member came with.
+  int64_t grow_after = std::numeric_limits<int64_t>::min();
+  for (int64_t k = from - start; k < until - start; ++k) {
+    int64_t produced = 1 + DrawStep<kDrafts>(rng, thresholds, drafts);
+    const bool last = so_far + produced >= end;
+    if (last) produced = end - so_far;
+    if (so_far > grow_after) [[unlikely]] {
+      p.kv_len = kv_offset + so_far;
+      p.generated = s.output - end + so_far;
+      int64_t grown, shrunk;
+      rule.Step(produced, &p, &grown, &shrunk);
+      grows[k] += grown;
+      shrinks[k] += shrunk;
+      grow_after = p.held_tokens - rule.step_tokens - kv_offset;
+    }
     so_far += produced;
     made[k] = static_cast<uint16_t>(so_far);
-    grows[k] += grown;
-    shrinks[k] += shrunk;
     tokens[k] += produced;
-    if (p.generated >= s.output) {
-      c.members[index].due = j + 1;
-      c.completions.push({j + 1, c.members[index].slot});
+    if (last) {
+      c.members[index].due = start + k + 1;
+      c.completions.push({start + k + 1, c.members[index].slot});
       break;
     }
   }
@@ -451,6 +466,7 @@ void Engine::MoveWindow(const Rank& rank, Cohort& c) {
   const int64_t from = std::max(c.drawn_until, c.clock);
   c.made.resize(c.members.size() * window);
   for (int64_t i = 0; i < c.size(); ++i) {
+    if (i + kPrefetchAhead < c.members.size()) PrefetchMember(c.members[i + kPrefetchAhead].slot);
     Sequence& s = (*slots_)[c.members[i].slot];
     const auto base = static_cast<uint16_t>(MadeBefore(c, i, s, c.clock));
     Sync(rank, c, s);
