@@ -141,6 +141,40 @@ TEST_CASE("Evaluate: the bound counts the prompts' prefill, except with prefix c
   CHECK(bound(2000, false) < bound(200, false));
 }
 
+TEST_CASE("Evaluate: a disaggregated deployment's bound counts what its prefill pool can take",
+          "[tuner]") {
+  // Long prompts, short answers: the prefill pool does most of the work, so moving a GPU from
+  // decode to prefill raises the bound, where the decode side's alone would fall.
+  TuneOptions o = SmallOptions(sim::Scenario::kServer);
+  for (auto& r : o.dataset) {
+    r.input_tokens = 3000;
+    r.output_tokens = 40;
+  }
+  o.probe_duration_s = 30;
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h200";
+  d.gpus = 4;
+  d.weights = "fp8";
+  d.kv = "fp8";
+  d.disaggregated = true;
+  d.engine.max_batch = 64;
+  d.engine.max_num_tokens = 4096;
+  auto evaluate = [&](int prefill_instances) {
+    d.prefill.instances = prefill_instances;
+    d.decode.instances = 4 - prefill_instances;
+    auto c = Evaluate(d, o, Catalog());
+    INFO(c.status().message());
+    REQUIRE(c.ok());
+    REQUIRE(c->valid);
+    CHECK(c->bound >= c->Objective(true));
+    return *c;
+  };
+  const CandidateResult one = evaluate(1), two = evaluate(2);
+  CHECK(one.bound < two.bound);
+  CHECK(one.Objective(true) < two.Objective(true));
+}
+
 TEST_CASE("Tune: the progress callback hears of every candidate, the last with the final counts",
           "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kOffline);
