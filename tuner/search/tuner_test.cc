@@ -558,6 +558,17 @@ RunLimits LimitsOf(const sim::DeploymentConfig& d, const TuneOptions& o) {
   return RunLimits::Of(**sim::Resolve(d, Catalog(), o.make_time));
 }
 
+// The memos of three batch siblings of `stages` stages joined to `siblings`: the one a probe runs
+// on (batch limit 256), one with more room (384) and one whose limit a light load reaches (2).
+struct SiblingMemos {
+  ProbeMemo ran, wider, narrow;
+  SiblingMemos(const TuneOptions& o, int stages, const std::shared_ptr<BatchSiblings>& siblings) {
+    ran.JoinSiblings(siblings, LimitsOf(Llama2Tp2WithBatch(256, stages), o));
+    wider.JoinSiblings(siblings, LimitsOf(Llama2Tp2WithBatch(384, stages), o));
+    narrow.JoinSiblings(siblings, LimitsOf(Llama2Tp2WithBatch(2, stages), o));
+  }
+};
+
 TEST_CASE("Evaluate: a QPS search takes its probes from the memo and adds those it runs",
           "[tuner]") {
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
@@ -605,10 +616,8 @@ TEST_CASE(
   auto with_batch = [](int64_t max_batch) { return Llama2Tp2WithBatch(max_batch); };
   auto limits = [&](const sim::DeploymentConfig& d) { return LimitsOf(d, o); };
   auto siblings = std::make_shared<BatchSiblings>();
-  ProbeMemo ran, wider, narrow;
-  ran.JoinSiblings(siblings, limits(with_batch(256)));
-  wider.JoinSiblings(siblings, limits(with_batch(384)));
-  narrow.JoinSiblings(siblings, limits(with_batch(2)));
+  SiblingMemos memos(o, /*stages=*/1, siblings);
+  ProbeMemo &ran = memos.ran, &wider = memos.wider, &narrow = memos.narrow;
   constexpr int64_t k = 0;  // 1 QPS: a few sequences at a time, more than 2
   const auto probe = RunProbe(with_batch(256), o, Catalog(), k, &ran);
   REQUIRE(probe.ok());
@@ -674,20 +683,15 @@ TEST_CASE("RunProbe: a pipeline's probe stands for a batch sibling's too, below 
   // Fewer sequences running than max_batch leave every microbatch below it: the same run.
   TuneOptions o = SmallOptions(sim::Scenario::kServer);
   auto with_batch = [](int64_t max_batch) { return Llama2Tp2WithBatch(max_batch, /*stages=*/2); };
-  auto limits = [&](const sim::DeploymentConfig& d) { return LimitsOf(d, o); };
-  auto siblings = std::make_shared<BatchSiblings>();
-  ProbeMemo ran, wider, narrow;
-  ran.JoinSiblings(siblings, limits(with_batch(256)));
-  wider.JoinSiblings(siblings, limits(with_batch(384)));
-  narrow.JoinSiblings(siblings, limits(with_batch(2)));
+  SiblingMemos memos(o, /*stages=*/2, std::make_shared<BatchSiblings>());
   constexpr int64_t k = 0;  // 1 QPS: a few sequences at a time, more than 2
-  REQUIRE(RunProbe(with_batch(256), o, Catalog(), k, &ran).ok());
-  const std::optional<ProbeOutcome> shared = wider.Find(k);
+  REQUIRE(RunProbe(with_batch(256), o, Catalog(), k, &memos.ran).ok());
+  const std::optional<ProbeOutcome> shared = memos.wider.Find(k);
   REQUIRE(shared.has_value());
   const auto own = RunProbe(with_batch(384), o, Catalog(), k);
   REQUIRE(own.ok());
   CHECK(*shared == *own);
-  CHECK_FALSE(narrow.Find(k).has_value());
+  CHECK_FALSE(memos.narrow.Find(k).has_value());
   const auto capped = RunProbe(with_batch(2), o, Catalog(), k);
   REQUIRE(capped.ok());
   CHECK_FALSE(*capped == *own);
