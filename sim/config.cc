@@ -146,6 +146,23 @@ Status ScenarioConfig::Validate() const {
   return Status::Ok();
 }
 
+std::vector<double> EngineConfig::AcceptancePmf() const {
+  std::vector<double> pmf(mtp_depth + 1);
+  for (int a = 0; a <= mtp_depth; ++a) {
+    pmf[a] = !acceptance_dist.empty() ? acceptance_dist[a]
+             : a < mtp_depth          ? std::pow(acceptance, a) * (1 - acceptance)
+                                      : std::pow(acceptance, a);
+  }
+  return pmf;
+}
+
+double EngineConfig::MeanStepTokens() const {
+  const std::vector<double> pmf = AcceptancePmf();
+  double mean = 0;
+  for (size_t a = 0; a < pmf.size(); ++a) mean += pmf[a] * static_cast<double>(1 + a);
+  return mean;
+}
+
 Status EngineConfig::Validate() const {
   auto bad = [](const char* field, double v, const std::string& rule) {
     return Status::InvalidArgument(std::string(field) + " = " + StrFormat("%g", v) + ": " + rule);

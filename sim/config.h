@@ -137,6 +137,11 @@ struct EngineConfig {
   double HostShare(bool decodes_only) const {
     return scheduler_steps > 1 && decodes_only ? 1.0 / scheduler_steps : 1.0;
   }
+  // P(one decode step accepts a drafts), a = 0..mtp_depth: `acceptance_dist`, or each draft
+  // accepted with probability `acceptance` until the first rejection.
+  std::vector<double> AcceptancePmf() const;
+  // The tokens a sequence's decode step gives on average: 1 + the drafts it accepts.
+  double MeanStepTokens() const;
   bool operator==(const EngineConfig&) const = default;
 };
 

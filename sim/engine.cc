@@ -11,18 +11,6 @@
 namespace fathom::sim {
 namespace {
 
-// P(one decode step accepts a drafts), a = 0..depth: `acceptance_dist`, or each draft accepted
-// with probability `acceptance` until the first rejection.
-std::vector<double> AcceptancePmf(const EngineConfig& config) {
-  std::vector<double> pmf(config.mtp_depth + 1);
-  for (int a = 0; a <= config.mtp_depth; ++a) {
-    pmf[a] = !config.acceptance_dist.empty() ? config.acceptance_dist[a]
-             : a < config.mtp_depth ? std::pow(config.acceptance, a) * (1 - config.acceptance)
-                                    : std::pow(config.acceptance, a);
-  }
-  return pmf;
-}
-
 // The CDFs of the drafts accepted over k = 1..steps steps (the k-fold convolutions of `pmf`), so a
 // run of k steps draws its total once.
 std::vector<std::vector<double>> SumCdfs(const std::vector<double>& pmf, int64_t steps) {
@@ -79,7 +67,7 @@ Engine::Engine(int id, EngineRole role, const PoolSpec& pool, const EngineConfig
     // A rack's probes build dozens of engines of one acceptance: the tables once a thread.
     using Key = std::pair<std::vector<double>, int64_t>;
     static thread_local std::map<Key, std::shared_ptr<const AcceptTables>> made;
-    Key key{AcceptancePmf(config), std::max<int64_t>(1, config.fast_forward)};
+    Key key{config.AcceptancePmf(), std::max<int64_t>(1, config.fast_forward)};
     std::shared_ptr<const AcceptTables>& tables = made[key];
     if (!tables) {
       auto t = std::make_shared<AcceptTables>();
@@ -165,7 +153,7 @@ int64_t Engine::DecodeStepTokens(const Sequence&) const { return 1 + config_.mtp
 
 double Engine::MeanStepTokens() const {
   double mean = 1;
-  const std::vector<double> pmf = AcceptancePmf(config_);
+  const std::vector<double> pmf = config_.AcceptancePmf();
   for (size_t a = 1; a < pmf.size(); ++a) mean += static_cast<double>(a) * pmf[a];
   return mean;
 }
