@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "base/cancel.h"
 #include "base/format.h"
@@ -91,6 +92,68 @@ WorkloadMeans Means(const std::vector<traces::Request>& data) {
   return {in / n, out / n, weighted / out, longest};
 }
 
+// What the TPOT bound (TpotQpsBound) needs of a tune whose probes hold both p99 limits. Each p99
+// lets 1% of a probe's requests break its limit, so at least the requests left once the 2% with
+// the most tokens after their first are set aside are sure to hold both: `kept_tokens` of those
+// tokens per request issued, at a decode context of `kept_context`. A kept request decodes
+// between its issue and its issue + the TTFT limit + the TPOT limit x its tokens, so in a probe
+// whose arrivals span T seconds (at least the probe's duration, up to `most_qps`, where the
+// sample cap starts to shorten it) all but a share late(X) of the kept tokens belong to requests
+// done within T + X (Poisson arrivals: issue times spread evenly over T, whatever their length):
+// the kept tokens are at most (T + X) / (T (1 - late(X))) times what T seconds of decoding at
+// the bound's rate give. `window` is the least such factor over X.
+struct TpotTerms {
+  double limit_s = 0;
+  double kept_tokens = 0, kept_context = 1;
+  double window = 1;
+  double most_qps = 0;
+};
+std::optional<TpotTerms> TpotTermsOf(const TuneOptions& o) {
+  const HeldLimits l = LimitsMs(o);
+  if (!l.tpot_ms || !l.ttft_ms || o.dataset.empty() || !(o.probe_duration_s > 0))
+    return std::nullopt;
+  std::vector<const traces::Request*> by_tokens;  // most output first
+  for (const auto& r : o.dataset) by_tokens.push_back(&r);
+  std::sort(by_tokens.begin(), by_tokens.end(),
+            [](const auto* a, const auto* b) { return a->output_tokens > b->output_tokens; });
+  const auto n = static_cast<double>(o.dataset.size());
+  const auto aside = std::min(by_tokens.size(), 2 * static_cast<size_t>(n - std::floor(0.99 * n)));
+  const std::span<const traces::Request* const> kept_requests(by_tokens.begin() + aside,
+                                                              by_tokens.end());
+  auto after_first = [](const traces::Request* r) {
+    return static_cast<double>(std::max<int64_t>(0, r->output_tokens - 1));
+  };
+  double kept = 0, kept_out = 0, kept_weighted = 0;
+  for (const traces::Request* r : kept_requests) {
+    const auto out = static_cast<double>(r->output_tokens);
+    kept += after_first(r);
+    kept_out += out;
+    kept_weighted += out * (static_cast<double>(r->input_tokens) + out / 2);
+  }
+  if (!(kept > 0)) return std::nullopt;
+  TpotTerms t;
+  t.limit_s = *l.tpot_ms * 1e-3;
+  t.kept_tokens = kept / n;
+  t.kept_context = kept_weighted / kept_out;
+  // late(X) for X from the TTFT limit to that + the longest kept request's decode at the limit.
+  const double span = o.probe_duration_s, ttft_s = *l.ttft_ms * 1e-3;
+  const double longest = after_first(kept_requests.front());
+  constexpr int kSteps = 32;
+  t.window = std::numeric_limits<double>::infinity();
+  for (int step = 0; step <= kSteps; ++step) {
+    const double x = ttft_s + t.limit_s * longest * step / kSteps;
+    double late = 0;
+    for (const traces::Request* r : kept_requests) {  // only the longest can end past T + X
+      const double m = after_first(r);
+      if (ttft_s + t.limit_s * m <= x) break;
+      late += m * std::min(1.0, (ttft_s + t.limit_s * m - x) / span);
+    }
+    if (late < kept) t.window = std::min(t.window, (span + x) / (span * (1 - late / kept)));
+  }
+  t.most_qps = static_cast<double>(o.probe_max_samples) / span;
+  return t;
+}
+
 // The pool that generates the tokens (the decode pool when disaggregated) and its engine.
 struct DecodeSide {
   const sim::PoolSpec& pool;
@@ -116,15 +179,21 @@ DecodeSide Decoding(const sim::SimulationSpec& spec) {
 // and as whole prompts of the mean input plus a piece of one, whose attention is no more than the
 // prompts' own. A decode pool prefills nothing; with prefix caching, no prompt token is sure to be
 // computed.
+//
+// kLeast prices the least a round of the batch can take: decode steps alone (a prompt's share
+// only adds to a step), replayed from a graph (no launches) where the engine captured one that
+// holds the batch, with no padding to its size.
 struct DecodeRate {
   double tokens_per_s = 0;
   double round_s = 0;
 };
+enum class Pricing { kPromptsSpread, kPromptsOnOneRank, kLeast };
 
 DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w, int64_t batch,
-                         bool prefill_on_one_rank = false) {
+                         Pricing pricing = Pricing::kPromptsSpread) {
   const auto [pool, engine] = Decoding(spec);
-  const bool prefills = !spec.decode_pool && !engine.prefix_caching;
+  const bool prefills = !spec.decode_pool && !engine.prefix_caching && pricing != Pricing::kLeast;
+  const bool prefill_on_one_rank = pricing == Pricing::kPromptsOnOneRank;
   const auto prompt = static_cast<int64_t>(w.input);
   const int stages = pool.time->num_stages();
   double round = std::numeric_limits<double>::infinity();
@@ -143,7 +212,12 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
                   pool.sliding_window);
       }
     }
-    models::PadToCudaGraph(ranks, sim::CudaGraphSizes(engine, *pool.time), 1 + engine.mtp_depth);
+    const std::vector<int64_t> graphs = sim::CudaGraphSizes(engine, *pool.time);
+    if (pricing != Pricing::kLeast) {
+      models::PadToCudaGraph(ranks, graphs, 1 + engine.mtp_depth);
+    } else {
+      for (auto& shape : ranks) shape.cuda_graph = !graphs.empty() && micro <= graphs.back();
+    }
     if (prefills && prompt > 0) {
       double prompts = static_cast<double>(micro * (1 + engine.mtp_depth)) / w.output;
       if (prefill_on_one_rank) prompts *= static_cast<double>(ranks.size());
@@ -240,17 +314,60 @@ double PrefillQpsBound(const sim::SimulationSpec& spec, const WorkloadMeans& w) 
   return static_cast<double>(pool.instances * pool.ranks) * per_rank / w.input;
 }
 
-// Upper bound on the rate the generating side sustains: what its GPUs generate, and what the
-// fronts stream.
-double GenerationQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w) {
-  return std::min(ThroughputBound(r.spec, w) / w.output, FrontQpsBound(r, w));
+// Upper bound on the rate at which a probe keeps both p99s within their limits (TpotTerms).
+// The kept requests must each get their tokens after the first within the TPOT limit of one
+// another on average, so they spend at most the limit x their tokens in the decode batch and the
+// sequences they hold there are on average at most the limit x the tokens a second they get
+// (Little's law). A step gives a sequence MeanStepTokens on average, and a round of b of them a
+// rank takes at least FullBatchRate's least round of b at the kept requests' context (every rank
+// at b: an uneven spread only slows the round, and so do the other requests in the batch). Where
+// the round's time is convex in b (ThroughputBound's premise), tokens a second, b x
+// MeanStepTokens / round(b), are concave in b, so the kept requests' tokens a second are at most
+// those of their mean batch, which gives a token every limit to no more than b~ sequences a rank:
+// round(b~) = limit x MeanStepTokens, b~ below the first whole batch past it; where every batch
+// the ranks can hold is within the limit, at most the full batch's tokens a second (at
+// MeanStepTokens a step, where ThroughputBound counts every draft). Infinite where the limits are
+// not both held, or where the bound is past the rates whose probes span their full duration.
+double TpotQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
+                    const std::optional<TpotTerms>& t) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  if (!t) return kNone;
+  const auto [pool, engine] = Decoding(r.spec);
+  WorkloadMeans kept = w;
+  kept.decode_context = t->kept_context;
+  const double limit = t->limit_s * engine.MeanStepTokens();
+  const int64_t cap = BatchCap(r.spec, t->kept_context);
+  double tokens_per_s = 0;
+  if (const DecodeRate full = FullBatchRate(r.spec, kept, cap, Pricing::kLeast);
+      full.round_s <= limit) {
+    tokens_per_s = full.tokens_per_s / (1 + engine.mtp_depth) * engine.MeanStepTokens();
+  } else {
+    // The least round only grows with the batch: the first batch past the limit, by bisection.
+    int64_t within = 0, past = cap;
+    while (past - within > 1) {
+      const int64_t mid = (within + past) / 2;
+      (FullBatchRate(r.spec, kept, mid, Pricing::kLeast).round_s > limit ? past : within) = mid;
+    }
+    tokens_per_s = static_cast<double>(past * pool.ranks * pool.instances) / t->limit_s;
+  }
+  const double qps = tokens_per_s * t->window / t->kept_tokens;
+  return qps <= t->most_qps ? qps : kNone;
+}
+
+// Upper bound on the rate the generating side sustains: what its GPUs generate, what the fronts
+// stream, and what keeps TPOT within its limit.
+double GenerationQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
+                          const std::optional<TpotTerms>& tpot) {
+  return std::min(
+      {ThroughputBound(r.spec, w) / w.output, FrontQpsBound(r, w), TpotQpsBound(r, w, tpot)});
 }
 
 // Upper bound on the objective before the grid: Offline tokens/s; server-type, a rate, the lesser
 // of the generating side's and what a prefill pool can take.
-double ObjectiveBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w, bool server) {
+double ObjectiveBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w, bool server,
+                      const std::optional<TpotTerms>& tpot) {
   if (!server) return std::min(ThroughputBound(r.spec, w), PrefillQpsBound(r.spec, w) * w.output);
-  return std::min(GenerationQpsBound(r, w), PrefillQpsBound(r.spec, w));
+  return std::min(GenerationQpsBound(r, w, tpot), PrefillQpsBound(r.spec, w));
 }
 
 // Where the QPS search starts below the bound: the tokens/s of the largest full batch whose step
@@ -263,7 +380,10 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const Workload
   // Attention-DP ranks that do not balance prefill each take their prompts in steps of their own
   // and every rank waits for the one prefilling: a step carries all the ranks' prompts on one.
   const bool one = pool.ranks > 1 && !engine.adp_balance;
-  auto rate = [&](int64_t batch) { return FullBatchRate(r.spec, w, batch, one); };
+  auto rate = [&](int64_t batch) {
+    return FullBatchRate(r.spec, w, batch,
+                         one ? Pricing::kPromptsOnOneRank : Pricing::kPromptsSpread);
+  };
   int64_t lo = 1, hi = BatchCap(r.spec, w.decode_context);
   if (const DecodeRate full = rate(hi); full.round_s <= limit) return full.tokens_per_s;
   while (hi - lo > 1) {
@@ -303,8 +423,8 @@ double QpsCeiling(double qps_bound) {
 // estimates of aggregated candidates that reach 110 ahead of the disaggregated ones that reach
 // 288, and the tune took 250 thread-seconds where it takes 150. Ties go to the higher bound.
 double OrderingEstimate(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
-                        const TuneOptions& o) {
-  const double ceiling = QpsCeiling(GenerationQpsBound(r, w));
+                        const TuneOptions& o, const std::optional<TpotTerms>& tpot) {
+  const double ceiling = QpsCeiling(GenerationQpsBound(r, w, tpot));
   return std::min(QpsEstimate(r, w, o, ceiling), ceiling);
 }
 
@@ -948,10 +1068,11 @@ Result<CandidateResult> EvaluatePlan(const sim::Plan& plan, const TuneOptions& o
   const bool server = ServerLike(o.space.scenario);
   const WorkloadMeans means = Means(o.dataset);
   // A plan can reach what any of its configurations can.
-  double bound = ObjectiveBound(*resolved, means, server);
+  const std::optional<TpotTerms> tpot = server ? TpotTermsOf(o) : std::nullopt;
+  double bound = ObjectiveBound(*resolved, means, server, tpot);
   for (const sim::PlanStep& step : plan.steps) {
     FATHOM_ASSIGN_OR_RETURN(auto to, sim::Resolve(step.to, catalog, o.make_time));
-    bound = std::max(bound, ObjectiveBound(*to, means, server));
+    bound = std::max(bound, ObjectiveBound(*to, means, server, tpot));
   }
   c.bound = server ? QpsCeiling(bound) : bound;
   const double price =
@@ -1218,18 +1339,19 @@ Result<SearchRun> SearchRun::Start(const TuneOptions& o, const models::HardwareC
   const std::vector<sim::DeploymentConfig>& feasible = prepared.candidates.feasible;
 
   // Bounds first (cheap), then the likeliest best first so that pruning bites early: Offline in
-  // decreasing order of bound, server-type in decreasing order of the TPOT-limited estimate (the
-  // bound ignores the latency limits, and a candidate that loses to the best found costs one
-  // short probe, where the search to its own capacity costs several full-length ones).
+  // decreasing order of bound, server-type in decreasing order of the TPOT-limited estimate
+  // within the ceiling (a candidate that loses to the best found costs one short probe, where the
+  // search to its own capacity costs several full-length ones).
   const WorkloadMeans means = Means(o.dataset);
+  const std::optional<TpotTerms> tpot = server ? TpotTermsOf(o) : std::nullopt;
   const double offline_s = sim::OfflineRunTargetS(BenchmarkOf(o));
   std::map<std::string, size_t> sibling_groups;  // each key's place in run.sibling_groups_
   for (size_t i = 0; i < feasible.size(); ++i) {
     const sim::DeploymentConfig& d = feasible[i];
     FATHOM_ASSIGN_OR_RETURN(auto resolved, sim::Resolve(d, catalog, o.make_time));
-    const double b = ObjectiveBound(*resolved, means, server);
+    const double b = ObjectiveBound(*resolved, means, server, tpot);
     const double bound = server ? QpsCeiling(b) : b;
-    const double estimate = server ? OrderingEstimate(*resolved, means, o) : bound;
+    const double estimate = server ? OrderingEstimate(*resolved, means, o, tpot) : bound;
     // Requests its run issues: a probe at the estimate, or an Offline run of one instance's share
     // (--samples, or as long as LoadGen's run at the bound's rate).
     const int instances = OneInstance(d).instances;

@@ -1044,6 +1044,48 @@ TEST_CASE("Evaluate: a server-type bound counts what the serving fronts can stre
   }
 }
 
+// Little's law on the requests a p99 keeps: their mean batch is at most the TPOT limit x their
+// tokens a second, which a batch past the least round within the limit cannot give. Aggregated,
+// with drafts, and disaggregated, on a stack that captures graphs for small batches (so a lone
+// sequence's step is as the bound prices it) and pays its host time per sequence (so the round
+// grows with the batch).
+TEST_CASE("Evaluate: a server-type bound counts the TPOT limit, and no probe past it holds",
+          "[tuner]") {
+  models::CostParams params = ShippedParams();
+  params.iteration_overhead_us = 0;
+  params.per_sequence_overhead_us = 300;
+  params.cuda_graph_batch_sizes = {1, 2, 4, 8, 16, 32, 64};
+  TuneOptions o = SmallOptions(sim::Scenario::kServer, params);
+  o.probe_duration_s = 300;
+  for (auto& r : o.dataset) r.output_tokens = 400 + (r.id * 53) % 200;
+  sim::DeploymentConfig aggregated = Llama2Tp2Instances(2);
+  sim::DeploymentConfig drafts = aggregated;
+  drafts.engine.mtp_depth = 2;
+  drafts.engine.acceptance = 0.6;
+  sim::DeploymentConfig split = aggregated;
+  split.disaggregated = true;
+  split.prefill = {1, 2, 1, 1, 1};
+  split.decode = {1, 2, 1, 1, 1};
+  for (const sim::DeploymentConfig& d : {aggregated, drafts, split}) {
+    INFO(CandidateKey(d));
+    o.tpot_limit_ms = std::nullopt;
+    auto loose = Evaluate(d, o, Catalog());
+    REQUIRE(loose.ok());
+    o.tpot_limit_ms = 15;
+    auto c = Evaluate(d, o, Catalog());
+    REQUIRE(c.ok());
+    REQUIRE(c->valid);
+    CHECK(c->bound < loose->bound);
+    CHECK(c->qps <= c->bound);
+    // The grid rate past the ceiling breaks the TPOT limit.
+    const auto above = std::lround(std::log(c->bound) / std::log(1.02)) + 1;
+    auto probe = RunProbe(d, o, Catalog(), above);
+    REQUIRE(probe.ok());
+    CHECK_FALSE(probe->valid);
+    CHECK(probe->failure.find("TPOT") != std::string::npos);
+  }
+}
+
 // Server capacity adds up too, and a little more: behind a router each replica sees smoother
 // arrivals than one replica alone does (round robin deals every k-th Poisson arrival, Erlang-k
 // gaps; least-outstanding also steers around busy replicas), so p99 TTFT holds at a higher rate
