@@ -123,18 +123,17 @@ std::optional<TpotTerms> TpotTermsOf(const TuneOptions& o) {
   auto after_first = [](const traces::Request* r) {
     return static_cast<double>(std::max<int64_t>(0, r->output_tokens - 1));
   };
-  double kept = 0, kept_out = 0, kept_weighted = 0;
+  std::vector<traces::Request> kept_copy;
+  double kept = 0;
   for (const traces::Request* r : kept_requests) {
-    const auto out = static_cast<double>(r->output_tokens);
     kept += after_first(r);
-    kept_out += out;
-    kept_weighted += out * (static_cast<double>(r->input_tokens) + out / 2);
+    kept_copy.push_back(*r);
   }
   if (!(kept > 0)) return std::nullopt;
   TpotTerms t;
   t.limit_s = *l.tpot_ms * 1e-3;
   t.kept_tokens = kept / n;
-  t.kept_context = kept_weighted / kept_out;
+  t.kept_context = Means(kept_copy).decode_context;
   // late(X) for X from the TTFT limit to that + the longest kept request's decode at the limit.
   const double span = o.probe_duration_s, ttft_s = *l.ttft_ms * 1e-3;
   const double longest = after_first(kept_requests.front());
@@ -202,6 +201,7 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
   // scheduling, and a multi-step run's share of it (on its decode-only steps; on every step here,
   // the least it can be).
   const double host_share = engine.HostShare(/*decodes_only=*/true);
+  const std::vector<int64_t> graphs = sim::CudaGraphSizes(engine, *pool.time);
   for (int m = 1; m <= stages; ++m) {
     if ((batch + m - 1) / m > engine.max_batch) continue;
     const int64_t micro = std::max<int64_t>(1, batch / m);
@@ -212,7 +212,6 @@ DecodeRate FullBatchRate(const sim::SimulationSpec& spec, const WorkloadMeans& w
                   pool.sliding_window);
       }
     }
-    const std::vector<int64_t> graphs = sim::CudaGraphSizes(engine, *pool.time);
     if (pricing != Pricing::kLeast) {
       models::PadToCudaGraph(ranks, graphs, 1 + engine.mtp_depth);
     } else {
@@ -253,6 +252,17 @@ int64_t BatchCap(const sim::SimulationSpec& spec, double mean_context) {
   const double kv_tokens = static_cast<double>(pool.kv_blocks_per_rank * engine.block_tokens);
   return std::max<int64_t>(1, std::min<int64_t>(engine.MaxRunning(pool.time->num_stages()),
                                                 static_cast<int64_t>(kv_tokens / mean_context)));
+}
+
+// The largest batch in [lo, hi) whose round is within a limit, where hi's is `past` it and a
+// round only grows with its batch (lo's is taken as within), by bisection.
+template <typename Past>
+int64_t LargestWithin(int64_t lo, int64_t hi, Past past) {
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (past(mid) ? hi : lo) = mid;
+  }
+  return lo;
 }
 
 // Upper bound on tokens/s. The workload fixes the work: its tokens, the contexts they attend to,
@@ -342,12 +352,9 @@ double TpotQpsBound(const sim::ResolvedDeployment& r, const WorkloadMeans& w,
       full.round_s <= limit) {
     tokens_per_s = full.tokens_per_s / (1 + engine.mtp_depth) * engine.MeanStepTokens();
   } else {
-    // The least round only grows with the batch: the first batch past the limit, by bisection.
-    int64_t within = 0, past = cap;
-    while (past - within > 1) {
-      const int64_t mid = (within + past) / 2;
-      (FullBatchRate(r.spec, kept, mid, Pricing::kLeast).round_s > limit ? past : within) = mid;
-    }
+    const int64_t past = 1 + LargestWithin(0, cap, [&](int64_t b) {
+                           return FullBatchRate(r.spec, kept, b, Pricing::kLeast).round_s > limit;
+                         });
     tokens_per_s = static_cast<double>(past * pool.ranks * pool.instances) / t->limit_s;
   }
   const double qps = tokens_per_s * t->window / t->kept_tokens;
@@ -384,13 +391,10 @@ double LatencyLimitedTokensPerS(const sim::ResolvedDeployment& r, const Workload
     return FullBatchRate(r.spec, w, batch,
                          one ? Pricing::kPromptsOnOneRank : Pricing::kPromptsSpread);
   };
-  int64_t lo = 1, hi = BatchCap(r.spec, w.decode_context);
-  if (const DecodeRate full = rate(hi); full.round_s <= limit) return full.tokens_per_s;
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    (rate(mid).round_s <= limit ? lo : hi) = mid;
-  }
-  return rate(lo).tokens_per_s;
+  const int64_t cap = BatchCap(r.spec, w.decode_context);
+  if (const DecodeRate full = rate(cap); full.round_s <= limit) return full.tokens_per_s;
+  return rate(LargestWithin(1, cap, [&](int64_t b) { return rate(b).round_s > limit; }))
+      .tokens_per_s;
 }
 
 // A server-type candidate's QPS estimate under the TPOT limit (the bound where none is held).
