@@ -1084,6 +1084,21 @@ TEST_CASE("Evaluate: a server-type bound counts the TPOT limit, and no probe pas
     CHECK_FALSE(probe->valid);
     CHECK(probe->failure.find("TPOT") != std::string::npos);
   }
+  // A shorter probe's start and end weigh more, so its bound is higher; a probe cut short by its
+  // sample cap takes none.
+  auto bound = [&](double duration_s, int64_t max_samples) {
+    o.probe_duration_s = duration_s;
+    o.probe_max_samples = max_samples;
+    auto c = Evaluate(split, o, Catalog());
+    REQUIRE(c.ok());
+    return c->bound;
+  };
+  const double long_run = bound(300, 250000);
+  CHECK(bound(20, 250000) > long_run);
+  o.tpot_limit_ms = std::nullopt;
+  const double untimed = bound(300, 250000);
+  o.tpot_limit_ms = 15;
+  CHECK(bound(300, 10) == untimed);
 }
 
 // Server capacity adds up too, and a little more: behind a router each replica sees smoother
