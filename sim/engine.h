@@ -180,6 +180,9 @@ class Engine {
     // the window (their sum of kv_len - cohort_mark: filling_base), the window of the others.
     int64_t filling = 0, filling_base = 0;
     DueQueue fills;  // at the clock from which each reads the whole window
+    // Both queues' tops are entries of members (PruneStale ran, and since then entries were only
+    // added, each for a member): a member's leaving or a pop may put a stale entry on top.
+    bool tops_current = true;
     // Members that joined at step `ahead_clock` with a block allocated ahead: their phase is
     // registered but they need no block at that step.
     int64_t ahead = 0, ahead_clock = -1;

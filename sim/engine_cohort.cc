@@ -105,6 +105,7 @@ void Engine::Dissolve(Rank& rank, int cohort) {
   c.ahead = 0;
   std::fill(c.phase_count.begin(), c.phase_count.end(), 0);
   c.completions = {};
+  c.tops_current = true;
 }
 
 int Engine::AddCohort(Rank& rank) {
@@ -228,6 +229,7 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   while (!c.fills.empty() && c.fills.top().first <= c.clock) {
     const auto [due, slot] = c.fills.top();
     c.fills.pop();
+    c.tops_current = false;
     if (!Fills(c, cohort, due, slot)) continue;
     FATHOM_CHECK(due == c.clock);
     const Sequence& s = (*slots_)[slot];
@@ -239,6 +241,7 @@ void Engine::AdvanceCohort(Rank& rank, int cohort, int64_t steps, SimTime now) {
   while (!c.completions.empty() && c.completions.top().first <= c.clock) {
     const auto [due, slot] = c.completions.top();
     c.completions.pop();
+    c.tops_current = false;
     if (!Completes(c, cohort, due, slot)) continue;
     FATHOM_CHECK(due == c.clock);
     done.push_back(slot);
@@ -281,6 +284,7 @@ bool Engine::Fills(const Cohort& c, int cohort, int64_t due, int64_t slot) const
 }
 
 void Engine::PruneStale(int cohort, Cohort& c) const {
+  if (c.tops_current) return;
   while (!c.completions.empty() &&
          !Completes(c, cohort, c.completions.top().first, c.completions.top().second)) {
     c.completions.pop();
@@ -288,10 +292,12 @@ void Engine::PruneStale(int cohort, Cohort& c) const {
   while (!c.fills.empty() && !Fills(c, cohort, c.fills.top().first, c.fills.top().second)) {
     c.fills.pop();
   }
+  c.tops_current = true;
 }
 
 // A member leaves between steps, its counters brought up to date.
 void Engine::Leave(const Rank& rank, Cohort& c, Sequence& s) const {
+  c.tops_current = false;
   if (c.mtp) Retract(rank, c, s.cohort_index);
   Sync(rank, c, s);
   if (c.mtp) {
@@ -413,20 +419,35 @@ void Engine::DrawMember(Cohort& c, int64_t index, const Sequence& s, Progress p,
   // `grow_after` (the KV its blocks hold, less a step's tokens) needs the rule. None gives a block
   // back either: after one step by the rule a member holds none past its KV (greedy admission;
   // reserve admission gives none back), and its KV only grows. The first step takes the rule,
-  // whatever blocks the member came with.
+  // whatever blocks the member came with. After it the blocks hold the KV and less than a block
+  // more (with reserve admission, at least the KV), so where a step's tokens fit in a block a step
+  // that needs the rule adds one block, which greedy admission gives back if the step stayed
+  // within the others: the rule's answer without its loops.
   int64_t grow_after = std::numeric_limits<int64_t>::min();
+  int64_t held = 0;  // the tokens its blocks hold, less kv_offset
+  bool one_block = false;
   for (int64_t k = from - start; k < until - start; ++k) {
     int64_t produced = 1 + DrawStep<kDrafts>(rng, thresholds, drafts);
     const bool last = so_far + produced >= end;
     if (last) produced = end - so_far;
     if (so_far > grow_after) [[unlikely]] {
-      p.kv_len = kv_offset + so_far;
-      p.generated = s.output - end + so_far;
-      int64_t grown, shrunk;
-      rule.Step(produced, &p, &grown, &shrunk);
+      int64_t grown = 1, shrunk = 0;
+      if (one_block) {
+        held += rule.block;
+        if (rule.give_back && so_far + produced <= held - rule.block) {
+          shrunk = 1;
+          held -= rule.block;
+        }
+      } else {
+        p.kv_len = kv_offset + so_far;
+        p.generated = s.output - end + so_far;
+        rule.Step(produced, &p, &grown, &shrunk);
+        held = p.held_tokens - kv_offset;
+        one_block = rule.step_tokens <= rule.block;
+      }
       grows[k] += grown;
       shrinks[k] += shrunk;
-      grow_after = p.held_tokens - rule.step_tokens - kv_offset;
+      grow_after = held - rule.step_tokens;
     }
     so_far += produced;
     made[k] = static_cast<uint16_t>(so_far);
