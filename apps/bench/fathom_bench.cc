@@ -1,6 +1,6 @@
 // fathom's benchmark (not a test): times the hot paths and prints one line per figure.
-//   fathom_bench [csv|offline|server|mtp|stream|activity|online|tune|serve|loadgen|all] [--rows N]
-//   [--repeat R] [--only NAME-PART]  (tune: only the tunes whose name holds it)
+//   fathom_bench [csv|offline|server|vidur|mtp|stream|activity|online|tune|serve|loadgen|all]
+//   [--rows N] [--repeat R] [--only NAME-PART]  (tune: only the tunes whose name holds it)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -149,6 +149,49 @@ void Mtp(int64_t samples, int repeat) {
   });
   std::printf("mtp_288xgb300: %lld requests, %.0f s simulated in %.3f s wall (median of %d)\n",
               static_cast<long long>(done), sim_s, s, repeat);
+}
+
+// The workload Vidur's simulator was timed on (107 s in Python): Llama 2 70B, TP2 PP2 on four
+// H100 SXMs, `samples` requests of the model's MLPerf data set, all at once (Offline) and in
+// Poisson arrivals at 10 QPS (about four fifths of what the deployment serves), under the GPU's
+// default stack.
+void Vidur(int64_t samples, int repeat) {
+  constexpr double kVidurSeconds = 107;
+  std::vector<traces::Request> data =
+      *traces::BenchmarkDataset(*traces::FindBenchmark(traces::MlperfBenchmarks(), "llama2-70b"));
+  sim::DeploymentConfig d;
+  d.model = "llama2-70b";
+  d.hardware = "h100-sxm";
+  d.gpus = 4;
+  d.tp = 2;
+  d.pp = 2;
+  d.ep = 1;
+  d.attn_dp = 1;
+  d.weights = "bf16";  // as Vidur ran it (fp16)
+  d.kv = "bf16";
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, d.hardware);
+  for (const double qps : {0.0, 10.0}) {
+    double sim_s = 0;
+    int64_t done = 0;
+    const double s = Median(repeat, [&] {
+      auto r = sim::Resolve(d, *catalog, time_model.factory);
+      sim::SimulationSpec spec = std::move((*r)->spec);
+      spec.scenario.scenario = qps > 0 ? sim::Scenario::kServer : sim::Scenario::kOffline;
+      spec.scenario.qps = qps;
+      auto source = qps > 0 ? sim::PoissonSource(data, samples, qps, 1)
+                            : sim::OfflineSource(data, samples, 1);
+      sim::Simulator simulator(std::move(spec), std::move(source));
+      auto res = simulator.Run();
+      sim_s = res->duration_s;
+      done = res->completed_requests;
+    });
+    std::printf(
+        "vidur_llama2-70b_tp2pp2_4xh100_%s: %lld requests, %.0f s simulated in %.3f s wall "
+        "(median of %d), %.0fx Vidur's %.0f s\n",
+        qps > 0 ? "10qps" : "offline", static_cast<long long>(done), sim_s, s, repeat,
+        kVidurSeconds / s, kVidurSeconds);
+  }
 }
 
 void Stream(int64_t requests) {
@@ -415,6 +458,7 @@ int main(int argc, char** argv) {
     fathom::Scenario("offline", fathom::sim::Scenario::kOffline, 0, 4388, repeat);
   if (what == "server" || what == "all")
     fathom::Scenario("server_600s_5qps", fathom::sim::Scenario::kServer, 5, 3000, repeat);
+  if (what == "vidur" || what == "all") fathom::Vidur(4388, repeat);
   if (what == "mtp" || what == "all") fathom::Mtp(35104, repeat);
   if (what == "stream" || what == "all") fathom::Stream(rows);
   if (what == "activity" || what == "all") fathom::Activity(rows / 5, repeat);
