@@ -115,12 +115,40 @@ void Scenario(const char* name, sim::Scenario scenario, double qps, int64_t samp
               static_cast<long long>(done), sim_s, s, repeat);
 }
 
+// A run's median wall time (seconds), its simulated seconds and the requests it completed.
+struct TimedRun {
+  double wall_s = 0, simulated_s = 0;
+  int64_t completed = 0;
+};
+
+// `samples` requests of `data` on deployment `d` under its GPU's default stack (its calibrated
+// step times), in `scenario` at `qps` (Poisson arrivals; all at once where 0): the median of
+// `repeat` runs.
+TimedRun RunDefaultStack(const sim::DeploymentConfig& d, sim::Scenario scenario, double qps,
+                         const std::vector<traces::Request>& data, int64_t samples, int repeat) {
+  auto catalog = models::HardwareCatalog::LoadBuiltin();
+  const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, d.hardware);
+  TimedRun t;
+  t.wall_s = Median(repeat, [&] {
+    auto r = sim::Resolve(d, *catalog, time_model.factory);
+    sim::SimulationSpec spec = std::move((*r)->spec);
+    spec.scenario.scenario = scenario;
+    spec.scenario.qps = qps;
+    auto source =
+        qps > 0 ? sim::PoissonSource(data, samples, qps, 1) : sim::OfflineSource(data, samples, 1);
+    sim::Simulator simulator(std::move(spec), std::move(source));
+    auto res = simulator.Run();
+    t.simulated_s = res->duration_s;
+    t.completed = res->completed_requests;
+  });
+  return t;
+}
+
 // MTP's decode path (its cohorts' draws) at rack scale: DeepSeek-R1 Interactive on 288 GB300s, four
 // TP4 prefill instances beside 17 TP16 attention-DP decode instances with three MTP tokens (the
 // layout the four-rack Interactive tune picks), `samples` requests at 280 QPS under the GPU's
-// default stack.
+// default stack (the decode pool holds as many sequences as the tuned deployment's runs do).
 void Mtp(int64_t samples, int repeat) {
-  const auto data = MlperfSet();
   sim::DeploymentConfig d;
   d.hardware = "gb300";
   d.gpus = 288;
@@ -131,24 +159,10 @@ void Mtp(int64_t samples, int repeat) {
   d.engine.max_num_tokens = 12288;
   d.engine.mtp_depth = 3;
   d.engine.acceptance = 0.7;
-  auto catalog = models::HardwareCatalog::LoadBuiltin();
-  // The GPU's default stack (its calibrated step times: the decode pool holds as many sequences as
-  // the tuned deployment's runs do).
-  const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, d.hardware);
-  double sim_s = 0;
-  int64_t done = 0;
-  const double s = Median(repeat, [&] {
-    auto r = sim::Resolve(d, *catalog, time_model.factory);
-    sim::SimulationSpec spec = std::move((*r)->spec);
-    spec.scenario.scenario = sim::Scenario::kInteractive;
-    spec.scenario.qps = 280;
-    sim::Simulator simulator(std::move(spec), sim::PoissonSource(data, samples, 280, 1));
-    auto res = simulator.Run();
-    sim_s = res->duration_s;
-    done = res->completed_requests;
-  });
+  const TimedRun t =
+      RunDefaultStack(d, sim::Scenario::kInteractive, 280, MlperfSet(), samples, repeat);
   std::printf("mtp_288xgb300: %lld requests, %.0f s simulated in %.3f s wall (median of %d)\n",
-              static_cast<long long>(done), sim_s, s, repeat);
+              static_cast<long long>(t.completed), t.simulated_s, t.wall_s, repeat);
 }
 
 // The workload Vidur's simulator was timed on (107 s in Python): Llama 2 70B, TP2 PP2 on four
@@ -157,7 +171,7 @@ void Mtp(int64_t samples, int repeat) {
 // default stack.
 void Vidur(int64_t samples, int repeat) {
   constexpr double kVidurSeconds = 107;
-  std::vector<traces::Request> data =
+  const std::vector<traces::Request> data =
       *traces::BenchmarkDataset(*traces::FindBenchmark(traces::MlperfBenchmarks(), "llama2-70b"));
   sim::DeploymentConfig d;
   d.model = "llama2-70b";
@@ -169,28 +183,14 @@ void Vidur(int64_t samples, int repeat) {
   d.attn_dp = 1;
   d.weights = "bf16";  // as Vidur ran it (fp16)
   d.kv = "bf16";
-  auto catalog = models::HardwareCatalog::LoadBuiltin();
-  const sim::TimeModel time_model = *sim::MakeTimeModel({}, *catalog, d.hardware);
   for (const double qps : {0.0, 10.0}) {
-    double sim_s = 0;
-    int64_t done = 0;
-    const double s = Median(repeat, [&] {
-      auto r = sim::Resolve(d, *catalog, time_model.factory);
-      sim::SimulationSpec spec = std::move((*r)->spec);
-      spec.scenario.scenario = qps > 0 ? sim::Scenario::kServer : sim::Scenario::kOffline;
-      spec.scenario.qps = qps;
-      auto source = qps > 0 ? sim::PoissonSource(data, samples, qps, 1)
-                            : sim::OfflineSource(data, samples, 1);
-      sim::Simulator simulator(std::move(spec), std::move(source));
-      auto res = simulator.Run();
-      sim_s = res->duration_s;
-      done = res->completed_requests;
-    });
+    const TimedRun t = RunDefaultStack(
+        d, qps > 0 ? sim::Scenario::kServer : sim::Scenario::kOffline, qps, data, samples, repeat);
     std::printf(
         "vidur_llama2-70b_tp2pp2_4xh100_%s: %lld requests, %.0f s simulated in %.3f s wall "
         "(median of %d), %.0fx Vidur's %.0f s\n",
-        qps > 0 ? "10qps" : "offline", static_cast<long long>(done), sim_s, s, repeat,
-        kVidurSeconds / s, kVidurSeconds);
+        qps > 0 ? "10qps" : "offline", static_cast<long long>(t.completed), t.simulated_s, t.wall_s,
+        repeat, kVidurSeconds / t.wall_s, kVidurSeconds);
   }
 }
 
